@@ -1,0 +1,63 @@
+"""rebuttal_enhanced_perturb_with_fliptypes: advanced paraphrases, typed flips, paraphrase+flip combinations.
+
+LGIP_SPEC.md section 3. Reads the base JSONL; writes `rebuttal_enhanced_<stem>_with_fliptypes.jsonl`
+next to it with `same_caps`, `diff_caps`, `diff_caps_{color,number,object}` and `combined_caps`.
+
+Paraphrase order: the published script de-duplicates paraphrase candidates through a Python
+set, so which 6 paraphrases `random.sample` keeps (and which 5 seed `combined_caps`) changes
+with PYTHONHASHSEED. Here the candidates keep their generation order (templates, prefixes,
+passive rewrites, single then double synonym swaps; first occurrence wins), so the output is
+the same on every run, drawn from exactly the published candidate pool.
+  python rebuttal_enhanced_perturb_with_fliptypes.py --INPUT_JSONL=data/lgip_coco_native5_train2017.jsonl
+"""
+import os
+
+import common
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+INPUT_JSONL = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL: one {image_path, orig_captions, ...} per line
+OUTPUT_JSONL = None  # output path; None = rebuttal_enhanced_<input stem>_with_fliptypes.jsonl next to the input
+MAX_SAME_PER_CAP = 6  # int >= 0: paraphrases kept per caption (random.sample when there are more)
+MAX_DIFF_PER_CAP = 6  # int >= 0: flips kept per caption (random.sample when there are more)
+MAX_COMBINED_PER_CAP = 6  # int >= 0: paraphrase+flip texts kept per caption (the first ones)
+COMBINED_SOURCE_PARAS = 5  # int >= 0: how many paraphrases (in order) are flipped for combined_caps
+PARAPHRASE_ORDER = "generation"  # "generation" (deterministic) or "set" (the published order; depends on PYTHONHASHSEED)
+SEED = 42  # int: seed of the single random stream (42 reproduces the published outputs)
+CONFIG = common.configure(globals())
+if PARAPHRASE_ORDER not in ("generation", "set"):
+    raise SystemExit(f"error: PARAPHRASE_ORDER must be 'generation' or 'set', got {PARAPHRASE_ORDER!r}")
+
+
+def perturb(rec, rng, stats):
+    fields = {"same_caps": {}, "diff_caps": {}}
+    fields.update({"diff_caps_" + t: {} for t in common.FLIP_TYPES})
+    fields["combined_caps"] = {}
+    for i, c in enumerate(rec["orig_captions"]):
+        key = str(i)
+        # RNG order per caption (published): paraphrase sample, flip choices, combined flip choices.
+        paras = common.advanced_paraphrases(c, PARAPHRASE_ORDER)
+        same = [p for p in paras if p.strip() != c.strip()]
+        fields["same_caps"][key] = common.cap_sample(same, MAX_SAME_PER_CAP, rng)
+        flips = [(t, ft) for t, ft in common.typed_flips(c, rng) if t.strip() != c.strip()]
+        flips = common.cap_sample(flips, MAX_DIFF_PER_CAP, rng)
+        fields["diff_caps"][key] = [t for t, _ in flips]
+        for ftype in common.FLIP_TYPES:
+            fields["diff_caps_" + ftype][key] = [t for t, ft in flips if ft == ftype]
+            stats["flips_" + ftype] += len(fields["diff_caps_" + ftype][key])
+        combined = []
+        for p in common.advanced_paraphrases(c, PARAPHRASE_ORDER)[:COMBINED_SOURCE_PARAS]:
+            for text, ftype in common.typed_flips(p, rng):
+                combined.append({"text": text, "combined_type": "para+" + ftype, "intermediate_para": p})
+        fields["combined_caps"][key] = combined[:MAX_COMBINED_PER_CAP]
+        stats["paraphrases"] += len(fields["same_caps"][key])
+        stats["combined"] += len(fields["combined_caps"][key])
+    return fields
+
+
+def main():
+    output = OUTPUT_JSONL or common.default_output(INPUT_JSONL, "_with_fliptypes.jsonl", "rebuttal_enhanced_")
+    common.run_generator(__file__, CONFIG, INPUT_JSONL, output, perturb)
+
+
+if __name__ == "__main__":
+    common.run_main(main)

@@ -1,0 +1,26 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+REFERENCE = os.path.join(FIXTURES, "reference")
+BASE_JSONL = os.path.join(FIXTURES, "lgip_fixture_base.jsonl")
+sys.path.insert(0, ROOT)
+
+
+def run_script(script, *args, env=None, check=True):
+    """Run a project script as its users do; returns the CompletedProcess."""
+    full_env = dict(os.environ, **(env or {}))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=ROOT,
+                          env=full_env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def base_jsonl():
+    return BASE_JSONL
