@@ -205,7 +205,9 @@ FLIP_LISTS = [("color", COLORS), ("number", NUMBER_WORDS), ("object", OBJECTS)]
 FLIP_TYPES = [t for t, _ in FLIP_LISTS]
 TEMPLATES = ["a photo of {}", "an image of {}", "a picture of {}", "{}", "{} in the scene", "a scene showing {}"]
 PREFIXES = ["In this image, {}", "In the picture, {}", "This image shows {}"]
-_FLIP_PATTERNS = [(t, words, re.compile(r"\b(" + "|".join(words) + r")\b")) for t, words in FLIP_LISTS]
+# (type, pattern, {word: the other words of its list}); the alternatives keep list order.
+_FLIP_PATTERNS = [(t, re.compile(r"\b(" + "|".join(words) + r")\b"), {w: [x for x in words if x != w] for w in words})
+                  for t, words in FLIP_LISTS]
 
 _PASSIVE_RULES = [
     (re.compile(r"^A (\w+) (is|are|sits|sitting|stands|standing|lies|lying) "
@@ -303,13 +305,12 @@ def typed_flips(c, rng):
     [('a gray bus', 'color'), ('a red bicycle', 'object')]
     """
     out = []
-    for ftype, words, pattern in _FLIP_PATTERNS:
+    for ftype, pattern, alternatives in _FLIP_PATTERNS:
         m = pattern.search(c)
         if not m:
             continue
-        orig = m.group(1)
-        new = rng.choice([w for w in words if w != orig])
-        flipped = pattern.sub(new, c, count=1)
+        new = rng.choice(alternatives[m.group(1)])
+        flipped = c[:m.start()] + new + c[m.end():]  # = pattern.sub(new, c, count=1)
         if flipped != c:
             out.append((flipped.strip(), ftype))
     seen, kept = set(), []

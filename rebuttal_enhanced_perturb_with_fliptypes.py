@@ -45,7 +45,8 @@ def perturb(rec, rng, stats):
             fields["diff_caps_" + ftype][key] = [t for t, ft in flips if ft == ftype]
             stats["flips_" + ftype] += len(fields["diff_caps_" + ftype][key])
         combined = []
-        for p in common.advanced_paraphrases(c, PARAPHRASE_ORDER)[:COMBINED_SOURCE_PARAS]:
+        # The published script recomputes the paraphrase list here: the same list, so reuse it.
+        for p in paras[:COMBINED_SOURCE_PARAS]:
             for text, ftype in common.typed_flips(p, rng):
                 combined.append({"text": text, "combined_type": "para+" + ftype, "intermediate_para": p})
         fields["combined_caps"][key] = combined[:MAX_COMBINED_PER_CAP]
