@@ -128,6 +128,8 @@ def iter_records(path, per_caption_fields=()):
     Blank lines are skipped (as the published code does); anything else that is not a
     valid record raises InputError naming `path:line` and the field.
     """
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -189,7 +191,7 @@ def run_main(main):
     """Run a script's main(); bad input ends with its message and exit status 2."""
     try:
         main()
-    except InputError as e:
+    except (InputError, ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)
 
@@ -406,3 +408,494 @@ def default_output(input_path, suffix, prefix=""):
     """`<prefix><input stem><suffix>` next to the input."""
     folder, name = os.path.split(input_path)
     return os.path.join(folder, prefix + os.path.splitext(name)[0] + suffix)
+
+
+# ---------------------------------------------------------------------------
+# 5. Models: one registry, one small interface (LGIP_SPEC.md sections 5-6)
+# ---------------------------------------------------------------------------
+
+PUBLISHED_MODELS = [  # the nine models of the paper, as the published scripts specify them
+    {"name": "openclip_ViT-B-16_openai", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "openai"},
+    {"name": "openclip_ViT-L-14_openai", "type": "openclip", "model_name": "ViT-L-14", "pretrained": "openai"},
+    {"name": "openclip_ViT-L-14_laion2b_s32b_b82k", "type": "openclip", "model_name": "ViT-L-14", "pretrained": "laion2b_s32b_b82k"},
+    {"name": "openclip_ViT-H-14_laion2b_s32b_b79k", "type": "openclip", "model_name": "ViT-H-14", "pretrained": "laion2b_s32b_b79k"},
+    {"name": "openclip_EVA02-L-14_merged2b_s4b_b131k", "type": "openclip", "model_name": "EVA02-L-14", "pretrained": "merged2b_s4b_b131k"},
+    {"name": "siglip_google_siglip-base-patch16-224", "type": "siglip", "model_id": "google/siglip-base-patch16-224"},
+    {"name": "siglip_google_siglip-base-patch16-384", "type": "siglip", "model_id": "google/siglip-base-patch16-384"},
+    {"name": "siglip_google_siglip-large-patch16-384", "type": "siglip", "model_id": "google/siglip-large-patch16-384"},
+    {"name": "siglip2_google_siglip2-base-patch16-224", "type": "siglip", "model_id": "google/siglip2-base-patch16-224"},
+]
+PROTOCOLS = ("corrected", "reference")
+SIGLIP_TEXT_LENGTH = 64  # SigLIP/SigLIP2 were trained on text padded to 64 tokens
+
+
+class ModelError(RuntimeError):
+    """A model spec that cannot be resolved or loaded; the message says what to do."""
+
+
+class Encoder:
+    """The interface every loader returns; scripts never branch on model family.
+
+    image_transform(PIL RGB image) -> inputs for one image (tensor or dict of tensors);
+        picklable, so it runs in DataLoader workers.
+    encode_images(batched inputs) -> [N, D] float32, L2-normalised.
+    tokenize(texts) -> list of token-id lists (truncated, not padded).
+    pad_length(call_lengths) -> the length a published call pads its texts to (None: the
+        batch may be cut to its longest member without changing any embedding).
+    encode_tokens(LongTensor [N, L]) -> [N, D] float32, L2-normalised.
+    """
+    name = type = protocol = None
+    device = "cpu"
+    dtype = None
+    pad_id = 0
+    info = {}
+
+
+def _as_features(out):
+    # transformers 5 returns a ModelOutput from get_*_features; 4.x a tensor.
+    return getattr(out, "pooler_output", out)
+
+
+def _normalise(x):
+    x = x.float()
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def resolve_dtype(dtype, device):
+    """DTYPE constant -> torch dtype: None/"auto" = bf16 on CUDA, fp32 elsewhere."""
+    import torch
+    names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+             "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    if dtype not in names:
+        raise ModelError(f"unknown DTYPE {dtype!r}; valid: auto, {', '.join(names)}")
+    return names[dtype]
+
+
+def resolve_device(device):
+    import torch
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def _download_hint(spec, err):
+    what = spec.get("model_id") or f"{spec.get('model_name')} / {spec.get('pretrained')}"
+    local = ('"model_id": "/path/to/local/folder" (a folder saved with save_pretrained or a Hub snapshot)'
+             if spec.get("type") == "siglip" else
+             '"pretrained": "/path/to/open_clip_pytorch_model.bin" or "model_name": "local-dir:/path/to/folder"')
+    return ModelError(f"model {spec.get('name')!r}: could not load weights for {what} ({type(err).__name__}: {err}). "
+                      f"Check the network, or download them once elsewhere and point the spec at a local copy: "
+                      f"{local}; a populated Hugging Face cache also works with HF_HUB_OFFLINE=1.")
+
+
+def openclip_create_kwargs(spec, protocol):
+    """(model_name, pretrained, extra create kwargs) for an open_clip spec.
+
+    Corrected protocol: OpenAI weights run with QuickGELU, as they were trained (open_clip
+    >= 2.29 builds e.g. ViT-B-16 + openai with GELU and only warns). Reference protocol builds
+    the model as the published code did.
+    >>> openclip_create_kwargs({"model_name": "ViT-B-16", "pretrained": "openai"}, "corrected")
+    ('ViT-B-16', 'openai', {'force_quick_gelu': True})
+    """
+    name, pretrained = spec["model_name"], spec.get("pretrained")
+    kwargs = {}
+    is_openai = isinstance(pretrained, str) and os.path.basename(pretrained).lower().startswith("openai")
+    if protocol == "corrected" and is_openai and not name.endswith("-quickgelu"):
+        kwargs["force_quick_gelu"] = True
+    return name, pretrained, kwargs
+
+
+def _check_openclip_name(name):
+    import open_clip
+    if name.startswith(("hf-hub:", "local-dir:")):
+        return
+    valid = open_clip.list_models()
+    if name not in valid:
+        import difflib
+        close = difflib.get_close_matches(name, valid, n=8, cutoff=0.5)
+        raise ModelError(f"unknown open_clip model_name {name!r}; close matches: {', '.join(close) or 'none'} "
+                         f"(all {len(valid)}: open_clip.list_models()); 'hf-hub:org/repo' and "
+                         f"'local-dir:/path' names are accepted too")
+
+
+def load_openclip(spec, protocol, device, dtype):
+    import open_clip
+    import torch
+    name, pretrained, kwargs = openclip_create_kwargs(spec, protocol)
+    _check_openclip_name(name)
+    if name.startswith(("hf-hub:", "local-dir:")):
+        pretrained = None  # open_clip ignores it for these names
+    elif pretrained and not os.path.isfile(str(pretrained)):
+        tags = open_clip.list_pretrained_tags_by_model(name)
+        if pretrained not in tags:
+            raise ModelError(f"unknown pretrained tag {pretrained!r} for open_clip {name}; valid: {', '.join(tags) or 'none'} "
+                             f"(or a checkpoint file path, or None for random init)")
+    try:
+        model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
+    except (OSError, ConnectionError, TimeoutError) as e:
+        raise _download_hint(spec, e) from e
+    except RuntimeError as e:
+        if "download" in str(e).lower() or "connect" in str(e).lower():
+            raise _download_hint(spec, e) from e
+        raise
+    model = model.eval().to(device=device, dtype=dtype)
+    tokenizer = open_clip.get_tokenizer(name)
+    enc = Encoder()
+    enc.model, enc.device, enc.dtype = model, device, dtype
+    enc.image_transform = preprocess
+    enc.context_length = getattr(model, "context_length", None) or tokenizer.context_length
+    trimmable = (isinstance(model, open_clip.CLIP) and getattr(model, "text_pool_type", "argmax") == "argmax"
+                 and getattr(model, "attn_mask", None) is not None)
+    enc.pad_id = 0
+
+    def tokenize(texts):
+        ids = tokenizer(list(texts))  # [N, context] padded with 0, EOT = argmax id
+        lengths = (ids != 0).sum(dim=1).tolist()
+        return [row[:n].tolist() for row, n in zip(ids, lengths)]
+
+    @torch.no_grad()
+    def encode_tokens(ids):
+        ids = ids.to(device)
+        if trimmable:
+            x = _openclip_text_trimmed(model, ids)
+        else:
+            full = torch.zeros(ids.shape[0], enc.context_length, dtype=ids.dtype, device=device)
+            full[:, :ids.shape[1]] = ids
+            x = model.encode_text(full)
+        return _normalise(x)
+
+    @torch.no_grad()
+    def encode_images(pixels):
+        return _normalise(model.encode_image(pixels.to(device=device, dtype=dtype, non_blocking=True)))
+
+    enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
+    # Causal mask + EOT pooling: positions after a text's EOT never reach its embedding, so
+    # every batch is cut to its longest member (tests/test_models.py proves it).
+    enc.pad_length = lambda call_lengths: None if trimmable else enc.context_length
+    enc.info = {"quick_gelu": bool(kwargs.get("force_quick_gelu") or name.endswith("-quickgelu")),
+                "text_trimmed": trimmable}
+    return enc
+
+
+def _openclip_text_trimmed(model, ids):
+    """open_clip CLIP.encode_text on a [N, L] batch with L <= context length."""
+    import torch
+    cast = model.transformer.get_cast_dtype()
+    n = ids.shape[1]
+    x = model.token_embedding(ids).to(cast) + model.positional_embedding[:n].to(cast)
+    x = model.transformer(x, attn_mask=model.attn_mask[:n, :n])
+    x = model.ln_final(x)
+    x = x[torch.arange(x.shape[0], device=x.device), ids.argmax(dim=-1)]  # EOT has the largest id
+    proj = model.text_projection
+    if proj is not None:
+        x = proj(x) if isinstance(proj, torch.nn.Linear) else x @ proj
+    return x
+
+
+def _transformers_dtype_kwarg(dtype):
+    import transformers
+    major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def load_siglip(spec, protocol, device, dtype):
+    import torch
+    from transformers import AutoModel, AutoProcessor
+    model_id = spec["model_id"]
+    try:
+        processor = AutoProcessor.from_pretrained(model_id)
+        # Pin the dtype: transformers 5 would otherwise load in the checkpoint's dtype.
+        model = AutoModel.from_pretrained(model_id, **_transformers_dtype_kwarg(dtype))
+    except OSError as e:
+        if os.path.isdir(model_id) or "not a valid model identifier" in str(e) or "does not appear" in str(e):
+            raise ModelError(f"model {spec.get('name')!r}: {model_id!r} is not a SigLIP/SigLIP2 checkpoint "
+                             f"(a Hub id like google/siglip-base-patch16-224 or a local folder): {e}") from e
+        raise _download_hint(spec, e) from e
+    model = model.eval().to(device=device, dtype=dtype)
+    tok = processor.tokenizer
+    image_processor = processor.image_processor
+    is_siglip2 = "siglip2" in model_id.lower() or model.config.model_type == "siglip2"
+    lowercase = spec.get("lowercase", is_siglip2) and protocol == "corrected"
+    max_len = min(SIGLIP_TEXT_LENGTH, getattr(tok, "model_max_length", SIGLIP_TEXT_LENGTH) or SIGLIP_TEXT_LENGTH)
+    enc = Encoder()
+    enc.model, enc.device, enc.dtype = model, device, dtype
+    enc.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+
+    def tokenize(texts):
+        texts = [t.lower() for t in texts] if lowercase else list(texts)
+        return tok(texts, truncation=True, max_length=max_len, padding=False)["input_ids"]
+
+    @torch.no_grad()
+    def encode_tokens(ids):
+        # input_ids only: SigLIP/SigLIP2 were trained without a text attention mask.
+        return _normalise(_as_features(model.get_text_features(input_ids=ids.to(device))))
+
+    @torch.no_grad()
+    def encode_images(batch):
+        batch = batch if isinstance(batch, dict) else {"pixel_values": batch}
+        batch = {k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device))
+                 for k, v in batch.items()}
+        return _normalise(_as_features(model.get_image_features(**batch)))
+
+    enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
+    enc.image_transform = SiglipImageTransform(image_processor)
+    if protocol == "reference":
+        enc.pad_length = lambda call_lengths: max(call_lengths)  # padding=True: longest of the call
+    else:
+        enc.pad_length = lambda call_lengths: max_len  # padding="max_length" as trained
+    enc.info = {"text_length": "longest in call" if protocol == "reference" else max_len, "lowercase": bool(lowercase)}
+    return enc
+
+
+class SiglipImageTransform:
+    """PIL image -> pixel_values (and any extra inputs the processor makes), picklable."""
+
+    def __init__(self, image_processor):
+        self.image_processor = image_processor
+
+    def __call__(self, img):
+        out = self.image_processor(images=img, return_tensors="pt")
+        out = {k: v[0] for k, v in out.items()}
+        return out["pixel_values"] if len(out) == 1 else out
+
+
+MODEL_LOADERS = {"openclip": load_openclip, "siglip": load_siglip}
+
+
+def load_model(spec, protocol="corrected", device="cpu", dtype=None):
+    """Build the Encoder for one model spec through the MODEL_LOADERS registry."""
+    if not isinstance(spec, dict) or "name" not in spec or "type" not in spec:
+        raise ModelError(f"a model spec is a dict with 'name' and 'type' (+ 'model_name'/'pretrained' for openclip, "
+                         f"'model_id' for siglip), got {spec!r}")
+    if spec["type"] not in MODEL_LOADERS:
+        raise ModelError(f"model {spec['name']!r}: unknown type {spec['type']!r}; valid: {', '.join(MODEL_LOADERS)}")
+    required = {"openclip": "model_name", "siglip": "model_id"}[spec["type"]]
+    if required not in spec:
+        raise ModelError(f"model {spec['name']!r}: type {spec['type']!r} needs {required!r}")
+    if protocol not in PROTOCOLS:
+        raise ModelError(f"unknown PROTOCOL {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)
+    enc = MODEL_LOADERS[spec["type"]](spec, protocol, device, torch_dtype)
+    enc.name, enc.type, enc.protocol = spec["name"], spec["type"], protocol
+    return enc
+
+
+# ---------------------------------------------------------------------------
+# 6. Batched encoding: images through DataLoader workers, texts deduplicated
+# ---------------------------------------------------------------------------
+
+def open_rgb(path):
+    """Decode an image fully and convert it to RGB (grayscale, CMYK, palette, alpha)."""
+    from PIL import Image
+    with Image.open(path) as img:
+        img.load()  # truncated files fail here, not later in a worker's transform
+        if img.mode == "P" and "transparency" in img.info:
+            img = img.convert("RGBA")
+        return img.convert("RGB")
+
+
+class _ImageFiles:
+    """Dataset of (index, transformed image or None, error or None); bad files never raise."""
+
+    def __init__(self, paths, transform):
+        self.paths, self.transform = paths, transform
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        try:
+            if os.path.getsize(self.paths[i]) == 0:
+                raise OSError("empty file")
+            return i, self.transform(open_rgb(self.paths[i])), None
+        except Exception as e:  # any unreadable image is reported, never fatal
+            return i, None, f"{type(e).__name__}: {e}"
+
+
+def _collate_images(items):
+    import torch
+    good = [(i, x) for i, x, err in items if err is None]
+    bad = [(i, err) for i, x, err in items if err is not None]
+    if not good:
+        return [], None, bad
+    xs = [x for _, x in good]
+    if isinstance(xs[0], dict):
+        batch = {k: torch.stack([x[k] for x in xs]) for k in xs[0]}
+    else:
+        batch = torch.stack(xs)
+    return [i for i, _ in good], batch, bad
+
+
+def default_num_workers():
+    return max(0, min(8, (os.cpu_count() or 1) - 1))
+
+
+def embed_images(enc, paths, batch_size=64, num_workers=None, desc="images"):
+    """Encode image files: ([len(paths), D] float32 with NaN rows for failures, {index: error})."""
+    import torch
+    num_workers = default_num_workers() if num_workers is None else num_workers
+    loader = torch.utils.data.DataLoader(
+        _ImageFiles(paths, enc.image_transform), batch_size=batch_size, shuffle=False,
+        num_workers=num_workers, collate_fn=_collate_images,
+        pin_memory=str(enc.device).startswith("cuda"), persistent_workers=False)
+    out, failed = None, {}
+    for idx, batch, bad in progress(loader, total=len(loader), desc=f"{enc.name}: {desc}", unit="batch", min_total=20):
+        failed.update(bad)
+        if not idx:
+            continue
+        emb = enc.encode_images(batch).cpu()
+        if out is None:
+            out = torch.full((len(paths), emb.shape[1]), float("nan"))
+        out[torch.tensor(idx)] = emb
+    if out is None:
+        out = torch.full((len(paths), 1), float("nan"))
+    return out, failed
+
+
+class TextBank:
+    """Texts to encode, deduplicated, each padded exactly as the call it belongs to pads it.
+
+    Register every text call first (`add_call` returns one slot id per text), then `encode`
+    once: unique (text, padded length) pairs are tokenized in one pass and encoded in large
+    batches grouped by padded length, so batching never changes an embedding.
+    >>> bank = TextBank(enc)
+    >>> slots = bank.add_call(["a red bus", "a blue bus"])   # one published call
+    >>> emb, rows = bank.encode(batch_size=512)             # emb[rows[slots]] are the vectors
+    """
+
+    def __init__(self, enc):
+        self.enc = enc
+        self.calls = []  # (first slot, texts)
+        self.n_slots = 0
+
+    def add_call(self, texts):
+        texts = list(texts)
+        first = self.n_slots
+        self.calls.append((first, texts))
+        self.n_slots += len(texts)
+        return list(range(first, first + len(texts)))
+
+    def encode(self, batch_size=512, desc="texts"):
+        import numpy as np
+        import torch
+        unique_texts = list(dict.fromkeys(t for _, texts in self.calls for t in texts))
+        tokens = {}
+        for start in range(0, len(unique_texts), 4096):
+            chunk = unique_texts[start:start + 4096]
+            tokens.update(zip(chunk, self.enc.tokenize(chunk)))
+        key_row, keys = {}, []
+        rows = np.empty(self.n_slots, dtype=np.int64)
+        for first, texts in self.calls:
+            if not texts:
+                continue
+            pad = self.enc.pad_length([len(tokens[t]) for t in texts])
+            for j, t in enumerate(texts):
+                key = (t, pad)
+                row = key_row.get(key)
+                if row is None:
+                    row = key_row[key] = len(keys)
+                    keys.append(key)
+                rows[first + j] = row
+        # Same padded length together, shortest first, so cut-to-longest batches stay short.
+        order = sorted(range(len(keys)), key=lambda k: (keys[k][1] or 0, len(tokens[keys[k][0]])))
+        emb = None
+        batches = range(0, len(order), batch_size)
+        for start in progress(batches, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
+            idx = order[start:start + batch_size]
+            emb = self._encode_batch(idx, keys, tokens, emb, len(keys))
+        if emb is None:
+            emb = torch.zeros((0, 1))
+        self.n_unique = len(keys)
+        return emb, rows
+
+    def _encode_batch(self, idx, keys, tokens, emb, n_keys):
+        import torch
+        # A batch may hold several padded lengths only at a boundary: split it there.
+        by_pad = {}
+        for k in idx:
+            by_pad.setdefault(keys[k][1], []).append(k)
+        for pad, ks in by_pad.items():
+            seqs = [tokens[keys[k][0]] for k in ks]
+            length = pad or max(len(s) for s in seqs)
+            ids = torch.full((len(seqs), length), self.enc.pad_id, dtype=torch.long)
+            for r, s in enumerate(seqs):
+                ids[r, :len(s)] = torch.tensor(s[:length], dtype=torch.long)
+            out = self.enc.encode_tokens(ids).cpu()
+            if emb is None:
+                emb = torch.empty((n_keys, out.shape[1]))
+            emb[torch.tensor(ks)] = out
+        return emb
+
+
+# ---------------------------------------------------------------------------
+# 7. Evaluation helpers (LGIP_SPEC.md section 4)
+# ---------------------------------------------------------------------------
+
+def load_records(path, per_caption_fields=()):
+    """All records of an evaluation input, validated: [(line number, record)]."""
+    return list(iter_records(path, per_caption_fields))
+
+
+def caption_texts(rec, field, i):
+    """The texts of `rec[field]` for caption i ([] when the caption has none)."""
+    return rec.get(field, {}).get(str(i), [])
+
+
+def image_paths(records, image_root):
+    return [os.path.join(image_root, rec["image_path"]) for _, rec in records]
+
+
+def encode_record_images(enc, records, image_root, batch_size, num_workers, max_listed=20):
+    """Encode each record's image once: (embeddings, indices of usable records, failure report)."""
+    import numpy as np
+    paths = image_paths(records, image_root)
+    unique = list(dict.fromkeys(paths))
+    emb, failed = embed_images(enc, unique, batch_size, num_workers)
+    where = {p: j for j, p in enumerate(unique)}
+    row = np.array([where[p] for p in paths], dtype=np.int64)
+    bad_paths = {unique[j]: err for j, err in failed.items()}
+    for p, err in list(bad_paths.items())[:max_listed]:
+        print(f"warning: {enc.name}: skipping unreadable image {p} ({err})", file=sys.stderr)
+    if len(bad_paths) > max_listed:
+        print(f"warning: {enc.name}: ... and {len(bad_paths) - max_listed} more unreadable images", file=sys.stderr)
+    ok = [k for k, p in enumerate(paths) if p not in bad_paths]
+    report = {"num_failed_images": len(bad_paths),
+              "failed_images": [{"path": p, "error": e} for p, e in list(bad_paths.items())[:max_listed]]}
+    return emb[row], ok, report
+
+
+def cosines(a, b, ia, ib, chunk=1 << 18):
+    """float64 array of cos(a[ia[k]], b[ib[k]]) for L2-normalised rows, computed in float32."""
+    import numpy as np
+    import torch
+    ia, ib = np.asarray(ia, dtype=np.int64), np.asarray(ib, dtype=np.int64)
+    out = np.empty(len(ia), dtype=np.float64)
+    for s in range(0, len(ia), chunk):
+        x = a[torch.from_numpy(ia[s:s + chunk])]
+        y = b[torch.from_numpy(ib[s:s + chunk])]
+        out[s:s + chunk] = (x * y).sum(dim=1).double().numpy()
+    return out
+
+
+def mean_or_none(values):
+    import numpy as np
+    return float(np.mean(values)) if len(values) else None
+
+
+def metrics_path(jsonl_path, suffix):
+    """`<input stem>__<suffix>` next to the input."""
+    return default_output(jsonl_path, "__" + suffix)
+
+
+def eval_run_info(script, config, enc, image_report, n_records, bank=None):
+    """Provenance block stored in each model's metrics: settings, model details, bad inputs."""
+    info = provenance(script, config)
+    info.update(model={"name": enc.name, "type": enc.type, "protocol": enc.protocol, "device": str(enc.device),
+                       "dtype": str(enc.dtype).replace("torch.", ""), **enc.info},
+                num_records_in_file=n_records, **image_report)
+    if bank is not None:
+        info["num_unique_texts_encoded"] = getattr(bank, "n_unique", None)
+    return info
