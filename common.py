@@ -493,16 +493,24 @@ def _download_hint(spec, err):
 def openclip_create_kwargs(spec, protocol):
     """(model_name, pretrained, extra create kwargs) for an open_clip spec.
 
-    Corrected protocol: OpenAI weights run with QuickGELU, as they were trained (open_clip
-    >= 2.29 builds e.g. ViT-B-16 + openai with GELU and only warns). Reference protocol builds
-    the model as the published code did.
+    Corrected protocol: weights trained with QuickGELU (open_clip's own metadata for the tag
+    says so: the OpenAI ones, MetaCLIP, ...) run with QuickGELU; open_clip >= 2.29 builds e.g.
+    ViT-B-16 + openai with GELU and only warns. A checkpoint file whose name starts with
+    "openai" is treated the same. Reference protocol builds the model as the published code did.
     >>> openclip_create_kwargs({"model_name": "ViT-B-16", "pretrained": "openai"}, "corrected")
     ('ViT-B-16', 'openai', {'force_quick_gelu': True})
     """
+    import open_clip
     name, pretrained = spec["model_name"], spec.get("pretrained")
     kwargs = {}
-    is_openai = isinstance(pretrained, str) and os.path.basename(pretrained).lower().startswith("openai")
-    if protocol == "corrected" and is_openai and not name.endswith("-quickgelu"):
+    if protocol != "corrected" or not isinstance(pretrained, str) or name.startswith(("hf-hub:", "local-dir:")):
+        return name, pretrained, kwargs
+    if os.path.isfile(pretrained):
+        trained_quick = os.path.basename(pretrained).lower().startswith("openai")
+    else:
+        trained_quick = bool(open_clip.get_pretrained_cfg(name, pretrained).get("quick_gelu"))
+    built_quick = bool((open_clip.get_model_config(name) or {}).get("quick_gelu"))
+    if trained_quick and not built_quick:
         kwargs["force_quick_gelu"] = True
     return name, pretrained, kwargs
 
@@ -523,8 +531,8 @@ def _check_openclip_name(name):
 def load_openclip(spec, protocol, device, dtype):
     import open_clip
     import torch
+    _check_openclip_name(spec["model_name"])
     name, pretrained, kwargs = openclip_create_kwargs(spec, protocol)
-    _check_openclip_name(name)
     if name.startswith(("hf-hub:", "local-dir:")):
         pretrained = None  # open_clip ignores it for these names
     elif pretrained and not os.path.isfile(str(pretrained)):
@@ -574,9 +582,14 @@ def load_openclip(spec, protocol, device, dtype):
     # Causal mask + EOT pooling: positions after a text's EOT never reach its embedding, so
     # every batch is cut to its longest member (tests/test_models.py proves it).
     enc.pad_length = lambda call_lengths: None if trimmable else enc.context_length
-    enc.info = {"quick_gelu": bool(kwargs.get("force_quick_gelu") or name.endswith("-quickgelu")),
+    enc.info = {"quick_gelu": _uses_quick_gelu(model),
                 "text_trimmed": trimmable}
     return enc
+
+
+def _uses_quick_gelu(model):
+    from open_clip.transformer import QuickGELU
+    return any(isinstance(m, QuickGELU) for m in model.modules())
 
 
 def _openclip_text_trimmed(model, ids):

@@ -24,3 +24,15 @@ def run_script(script, *args, env=None, check=True):
 @pytest.fixture
 def base_jsonl():
     return BASE_JSONL
+
+OPENCLIP_TINY = {"name": "tiny_openclip", "type": "openclip",
+                 "model_name": "local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny")}
+SIGLIP_TINY = {"name": "tiny_siglip", "type": "siglip", "model_id": os.path.join(FIXTURES, "models", "siglip-tiny")}
+TINY_MODELS = [OPENCLIP_TINY, SIGLIP_TINY]
+
+
+def eval_args(jsonl, protocol="reference", models=TINY_MODELS, image_root=FIXTURES, **extra):
+    """Command-line overrides for an evaluation script on CPU with the tiny fixture models."""
+    args = [f"--JSONL_PATH={jsonl}", f"--IMAGE_ROOT={image_root}", f"--PROTOCOL={protocol}",
+            "--DEVICE=cpu", "--NUM_WORKERS=0", f"--MODELS={models!r}"]
+    return args + [f"--{k}={v!r}" for k, v in extra.items()]

@@ -1,0 +1,82 @@
+"""run_lgip_by_fliptype: invariance error, and sensitivity per flip type (color, number, object).
+
+LGIP_SPEC.md section 4. Reads `<stem>_with_fliptypes.jsonl` (from make_perturb_with_fliptypes.py)
+and writes all models' results to `<stem>__LGIP_fliptypes.metrics.json` next to it.
+  python run_lgip_by_fliptype.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes.jsonl
+"""
+import os
+
+import numpy as np
+
+import common
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: make_perturb_with_fliptypes.py output
+IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
+MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type": "openclip"|"siglip", "model_name"+"pretrained" | "model_id"}
+PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
+DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
+DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
+IMAGE_BATCH_SIZE = 64  # int: images per forward pass
+TEXT_BATCH_SIZE = 512  # int: texts per forward pass
+NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+CONFIG = common.configure(globals())
+FIELDS = ["same_caps"] + ["diff_caps_" + t for t in common.FLIP_TYPES]
+
+
+def sensitivity(gaps):
+    return {"gap_mean": common.mean_or_none(gaps), "pos_rate": common.mean_or_none(gaps > 0), "count": int(len(gaps))}
+
+
+def evaluate(enc, records, image_root):
+    img_emb, ok, image_report = common.encode_record_images(enc, records, image_root, IMAGE_BATCH_SIZE, NUM_WORKERS)
+    bank = common.TextBank(enc)
+    pairs = {f: ([], [], []) for f in FIELDS}  # field -> (record index, caption slot, other slot)
+    for k in ok:
+        rec = records[k][1]
+        orig = bank.add_call(rec["orig_captions"])  # the published calls: 5 originals, then each list per caption
+        for i in range(len(rec["orig_captions"])):
+            for field in FIELDS:
+                for s in bank.add_call(common.caption_texts(rec, field, i)):
+                    p = pairs[field]
+                    p[0].append(k), p[1].append(orig[i]), p[2].append(s)
+    txt_emb, rows = bank.encode(TEXT_BATCH_SIZE)
+
+    def base_and_other(p):
+        return (common.cosines(img_emb, txt_emb, p[0], rows[p[1]]),
+                common.cosines(img_emb, txt_emb, p[0], rows[p[2]]))
+
+    base, para = base_and_other(pairs["same_caps"])
+    gaps = {}
+    for t in common.FLIP_TYPES:
+        b, f = base_and_other(pairs["diff_caps_" + t])
+        gaps[t] = b - f
+    metrics = {
+        "model_tag": enc.name,
+        "num_samples": len(ok),
+        "invariance_error_mean": common.mean_or_none(abs(base - para)),
+        "global_sensitivity": sensitivity(np.concatenate([gaps[t] for t in common.FLIP_TYPES])),
+        "by_flip_type": {t: sensitivity(gaps[t]) for t in common.FLIP_TYPES},
+    }
+    metrics["run"] = common.eval_run_info(__file__, CONFIG, enc, image_report, len(records), bank)
+    return metrics
+
+
+def main():
+    records = common.load_records(JSONL_PATH, per_caption_fields=FIELDS)
+    image_root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
+    results = []
+    for spec in MODELS:
+        enc = common.load_model(spec, PROTOCOL, DEVICE, DTYPE)
+        m = evaluate(enc, records, image_root)
+        by = ", ".join(f"{t} {m['by_flip_type'][t]['pos_rate'] or 0:.3f}" for t in common.FLIP_TYPES)
+        print(f"{enc.name}: invariance error {m['invariance_error_mean']:.4f}, "
+              f"positive rate {m['global_sensitivity']['pos_rate']:.3f} ({by})")
+        results.append(m)
+    out = common.metrics_path(JSONL_PATH, "LGIP_fliptypes.metrics.json")
+    common.write_json(out, results)
+    print(f"-> {out}")
+
+
+if __name__ == "__main__":
+    common.run_main(main)
