@@ -94,3 +94,19 @@ def test_corrected_protocol_siglip_independent_of_text_batch_size(tmp_path):
     for key in ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate"):
         assert max(r[key] for r in results) - min(r[key] for r in results) < 1e-6
     assert results[0]["run"]["model"]["text_length"] == 64
+
+
+def test_siglip_sanity_check_shows_both_protocols(tmp_path):
+    from conftest import FIXTURES, SIGLIP_TINY
+    src = tmp_path / "in.jsonl"
+    shutil.copy(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), src)
+    proc = run_script("siglip_sanity_check.py", f"--JSONL_PATH={src}", f"--IMAGE_ROOT={FIXTURES}",
+                      f"--MODEL={SIGLIP_TINY!r}", "--N_RECORDS=4", "--DEVICE=cpu")
+    out = json.load(open(tmp_path / "in__siglip_sanity.json"))
+    captions = [r for r in out["rows"] if not r["is_flip"]]
+    flips = [r for r in out["rows"] if r["is_flip"]]
+    assert len(captions) == 4 and 4 <= len(flips) <= 20
+    assert all(-1 <= r["sim_corrected"] <= 1 and -1 <= r["sim_reference"] <= 1 for r in out["rows"])
+    assert any(abs(r["sim_corrected"] - r["sim_reference"]) > 1e-3 for r in out["rows"])
+    assert "corrected:" in proc.stdout and "reference:" in proc.stdout and "flip: " in proc.stdout
+    assert out["run"]["config"]["N_RECORDS"] == 4
