@@ -880,6 +880,46 @@ def encode_record_images(enc, records, image_root, batch_size, num_workers, max_
     return emb[row], ok, report
 
 
+class Pairs:
+    """(record, caption, text) pairs, each scored against its record's image and caption.
+
+    >>> pairs = Pairs(); pairs.add(k, i, orig[i], bank.add_call(texts), texts, "para")
+    >>> pairs.score(img_emb, txt_emb, rows)   # sets .base_sim, .sim (and .text_cos)
+    """
+
+    def __init__(self):
+        self.rec, self.cap, self.base_slot, self.slot, self.text, self.label = [], [], [], [], [], []
+
+    def add(self, k, i, base_slot, slots, texts, label):
+        for s, t in zip(slots, texts):
+            self.rec.append(k), self.cap.append(i), self.base_slot.append(base_slot)
+            self.slot.append(s), self.text.append(t), self.label.append(label)
+
+    def __len__(self):
+        return len(self.rec)
+
+    def subset(self, idx):
+        """The scored pairs at positions idx."""
+        out = Pairs()
+        for name in ("rec", "cap", "base_slot", "slot", "text", "label"):
+            seq = getattr(self, name)
+            setattr(out, name, [seq[j] for j in idx])
+        for name in ("base_sim", "sim", "labels", "text_cos"):
+            if hasattr(self, name):
+                setattr(out, name, getattr(self, name)[idx])
+        return out
+
+    def score(self, img_emb, txt_emb, rows, text_cos=False):
+        import numpy as np
+        base, other = rows[np.asarray(self.base_slot, dtype=np.int64)], rows[np.asarray(self.slot, dtype=np.int64)]
+        self.base_sim = cosines(img_emb, txt_emb, self.rec, base)
+        self.sim = cosines(img_emb, txt_emb, self.rec, other)
+        self.labels = np.array(self.label, dtype=object)
+        if text_cos:
+            self.text_cos = cosines(txt_emb, txt_emb, base, other)
+        return self
+
+
 def cosines(a, b, ia, ib, chunk=1 << 18):
     """float64 array of cos(a[ia[k]], b[ib[k]]) for L2-normalised rows, computed in float32."""
     import numpy as np
@@ -912,3 +952,107 @@ def eval_run_info(script, config, enc, image_report, n_records, bank=None):
     if bank is not None:
         info["num_unique_texts_encoded"] = getattr(bank, "n_unique", None)
     return info
+
+
+# ---------------------------------------------------------------------------
+# 8. Confidence intervals and per-pair score sidecars
+# ---------------------------------------------------------------------------
+
+def bootstrap_ci(record_idx, values, resamples=1000, seed=0, level=0.95, chunk=50):
+    """Percentile bootstrap CI of a pair mean, resampling images (records) with replacement.
+
+    The records resampled are those with at least one pair; a resample weights each by how
+    often it was drawn, and the statistic is the mean over all pairs of the drawn records:
+    sum(w * record sums) / sum(w * record counts).
+    >>> bootstrap_ci([0, 0, 1, 2], [1.0, 1.0, 0.0, 1.0], resamples=200)  # doctest: +SKIP
+    [0.33, 1.0]
+    """
+    import numpy as np
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) == 0 or not resamples:
+        return None
+    record_idx = np.asarray(record_idx, dtype=np.int64)
+    used = np.unique(record_idx)  # records that contribute pairs; records without any carry no weight
+    pos = np.searchsorted(used, record_idx)
+    sums = np.bincount(pos, weights=values, minlength=len(used))
+    counts = np.bincount(pos, minlength=len(used)).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    stats = []
+    for start in range(0, resamples, chunk):
+        n = min(chunk, resamples - start)
+        w = rng.multinomial(len(used), np.full(len(used), 1.0 / len(used)), size=n).astype(np.float64)
+        stats.append((w @ sums) / np.maximum(w @ counts, 1e-300))
+    stats = np.concatenate(stats)
+    alpha = (1.0 - level) / 2
+    lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
+    return [float(lo), float(hi)]
+
+
+def add_ci(block, key, record_idx, values, resamples, seed):
+    """Set block[key + "_ci95"] right after block[key]."""
+    ci = bootstrap_ci(record_idx, values, resamples, seed)
+    items = list(block.items())
+    block.clear()
+    for k, v in items:
+        block[k] = v
+        if k == key:
+            block[key + "_ci95"] = ci
+    return block
+
+
+_FLIP_WORD_TYPE = {w: t for t, words in FLIP_LISTS for w in words}
+
+
+def infer_flip_type(caption, flip):
+    """The flip type of a one-word flip of caption ("color", "number", "object"), or None.
+
+    >>> infer_flip_type("a red bus", "a red car")
+    'object'
+    """
+    a, b = caption.split(), flip.split()
+    if len(a) != len(b):
+        return None
+    diff = [(x, y) for x, y in zip(a, b) if x != y]
+    if len(diff) != 1:
+        return None
+    x, y = (re.sub(r"\W", "", w) for w in diff[0])
+    t = _FLIP_WORD_TYPE.get(x)
+    return t if t is not None and _FLIP_WORD_TYPE.get(y) == t else None
+
+
+class ScoreSidecar:
+    """Per record and caption: the caption's similarity and each paraphrase's, flip's (and
+    combined text's) similarity, written as one JSON line per caption next to the metrics.
+
+    Line format: {"line", "image_id", "image_path", "caption_index", "caption", "sim",
+                  "paraphrases": [{"text", "sim", ...}], "flips": [{"text", "sim", "type"}], ...}
+    """
+
+    def __init__(self, records):
+        self.records = records
+        self.rows = {}  # (record index, caption index) -> dict
+
+    def _row(self, k, i):
+        row = self.rows.get((k, i))
+        if row is None:
+            line, rec = self.records[k]
+            row = self.rows[(k, i)] = {"line": line, "image_id": rec.get("image_id"),
+                                       "image_path": rec["image_path"], "caption_index": i,
+                                       "caption": rec["orig_captions"][i], "sim": None}
+        return row
+
+    def add(self, group, pairs, **labels):
+        """Append scored `pairs` to `group` ("paraphrases", "flips", "combined") of their captions;
+        `labels` maps a field name to one value per pair."""
+        for n in range(len(pairs)):
+            row = self._row(pairs.rec[n], pairs.cap[n])
+            row["sim"] = round(float(pairs.base_sim[n]), 6)
+            item = {"text": pairs.text[n], "sim": round(float(pairs.sim[n]), 6)}
+            item.update({k: v[n] for k, v in labels.items()})
+            row.setdefault(group, []).append(item)
+
+    def write(self, path):
+        with atomic_open(path) as f:
+            for key in sorted(self.rows):
+                f.write(dump_jsonl_line(self.rows[key]))
+        return path

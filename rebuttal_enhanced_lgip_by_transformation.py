@@ -25,6 +25,9 @@ DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = 64  # int: images per forward pass
 TEXT_BATCH_SIZE = 512  # int: texts per forward pass
 NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
+BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
+WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__ENHANCED_LGIP_<model>.scores.jsonl
 CONFIG = common.configure(globals())
 
 SIMPLE_MARKERS = ["a photo of", "an image of", "a picture of", "in this image", "in the picture", "this image shows"]
@@ -49,7 +52,7 @@ def block(gaps, weights):
             "w_pos_rate": float(weights[gaps > 0].sum() / weights.sum())}
 
 
-def strength_analysis(types, gaps, s):
+def strength_analysis(types, gaps, s, rec_idx):
     """Global figures plus per-type weak/medium/strong bins, as the published script computes them."""
     w = np.maximum(1e-4, s)
     q_low, q_high = (float(q) for q in np.quantile(s, [0.25, 0.75])) if len(s) else (None, None)
@@ -61,18 +64,21 @@ def strength_analysis(types, gaps, s):
         for b in ("weak", "medium", "strong"):
             stats[t][b] = block(gaps[m & (bins == b)], w[m & (bins == b)])
     full = block(gaps, w)
+    sens = {k: full[k] for k in ("count", "gap_mean", "gap_std", "pos_rate")}
+    common.add_ci(sens, "gap_mean", rec_idx, gaps, BOOTSTRAP, BOOTSTRAP_SEED)
+    common.add_ci(sens, "pos_rate", rec_idx, gaps > 0, BOOTSTRAP, BOOTSTRAP_SEED)
     return {
-        "global_sensitivity": {k: full[k] for k in ("count", "gap_mean", "gap_std", "pos_rate")},
+        "global_sensitivity": sens,
         "global_strength": {"count": len(s), "strength_mean": common.mean_or_none(s), "q_low": q_low, "q_high": q_high},
         "global_weighted_sensitivity": {k: full[k] for k in ("count", "w_gap_mean", "w_pos_rate")},
         "error_type_stats": stats,
     }
 
 
-def evaluate(enc, records, image_root):
+def evaluate(enc, records, image_root, scores_path):
     img_emb, ok, image_report = common.encode_record_images(enc, records, image_root, IMAGE_BATCH_SIZE, NUM_WORKERS)
     bank = common.TextBank(enc)
-    para, flips, combined = ([], [], [], []), ([], [], [], []), ([], [], [], [])  # (record, caption slot, slot, label)
+    para, flips, combined = common.Pairs(), common.Pairs(), common.Pairs()
     for k in ok:
         rec = records[k][1]
         orig = bank.add_call(rec["orig_captions"])
@@ -82,28 +88,20 @@ def evaluate(enc, records, image_root):
             simple = [p for p in texts if any(m in p.lower() for m in SIMPLE_MARKERS)]
             advanced = [p for p in texts if not any(m in p.lower() for m in SIMPLE_MARKERS)]
             # published calls: simple and advanced paraphrases apart, then each flip list
-            groups = [(para, bank.add_call(simple), ["simple"] * len(simple)),
-                      (para, bank.add_call(advanced), ["advanced"] * len(advanced))]
+            para.add(k, i, orig[i], bank.add_call(simple), simple, "simple")
+            para.add(k, i, orig[i], bank.add_call(advanced), advanced, "advanced")
             for f in flip_fields:  # "all" first, then each typed list
                 texts = common.caption_texts(rec, f, i)
-                groups.append((flips, bank.add_call(texts), [f[len("diff_caps_"):] or "all"] * len(texts)))
-            items = rec.get("combined_caps", {}).get(str(i), [])
-            groups.append((combined, bank.add_call([c["text"] for c in items]), [c["combined_type"] for c in items]))
-            for target, slots, labels in groups:
-                for s, label in zip(slots, labels):
-                    target[0].append(k), target[1].append(orig[i]), target[2].append(s), target[3].append(label)
+                flips.add(k, i, orig[i], bank.add_call(texts), texts, f[len("diff_caps_"):] or "all")
+            for item in rec.get("combined_caps", {}).get(str(i), []):
+                combined.add(k, i, orig[i], bank.add_call([item["text"]]), [item["text"]], item["combined_type"])
     txt_emb, rows = bank.encode(TEXT_BATCH_SIZE)
-
-    def scored(p):
-        base = common.cosines(img_emb, txt_emb, p[0], rows[p[1]])
-        other = common.cosines(img_emb, txt_emb, p[0], rows[p[2]])
-        text_cos = common.cosines(txt_emb, txt_emb, rows[p[1]], rows[p[2]])
-        return base - other, text_cos, np.array(p[3], dtype=object)
-
-    inv_diff, _, kinds = scored(para)
-    inv = np.abs(inv_diff)
-    gaps, text_cos, types = scored(flips)
-    s = strength(types, text_cos)
+    for pairs in (para, flips, combined):
+        pairs.score(img_emb, txt_emb, rows, text_cos=True)
+    inv, kinds = np.abs(para.base_sim - para.sim), para.labels
+    gaps, types = flips.base_sim - flips.sim, flips.labels
+    s = strength(types, flips.text_cos)
+    rec_of = np.asarray(flips.rec)
     m = {"model_tag": enc.name,
          "num_samples": -(-len(ok) // PUBLISHED_BATCH),  # published: batches of 32 records (see corrected)
          "global_invariance_error_mean": common.mean_or_none(inv),
@@ -111,12 +109,24 @@ def evaluate(enc, records, image_root):
          "paraphrase_advanced_inv_error_mean": common.mean_or_none(inv[kinds == "advanced"]),
          "paraphrase_simple_count": int((kinds == "simple").sum()),
          "paraphrase_advanced_count": int((kinds == "advanced").sum())}
-    m.update(strength_analysis(types, gaps, s))
+    para_rec = np.asarray(para.rec)
+    common.add_ci(m, "global_invariance_error_mean", para_rec, inv, BOOTSTRAP, BOOTSTRAP_SEED)
+    for kind in ("simple", "advanced"):
+        common.add_ci(m, f"paraphrase_{kind}_inv_error_mean", para_rec[kinds == kind], inv[kinds == kind],
+                      BOOTSTRAP, BOOTSTRAP_SEED)
+    m.update(strength_analysis(types, gaps, s, rec_of))
     once = types != "all"  # every flip of diff_caps also sits in exactly one typed list
-    c_gaps, c_cos, c_types = scored(combined)
-    c_prior_types = np.array([t.split("+", 1)[-1] for t in c_types], dtype=object)
-    m["corrected"] = {"num_records": len(ok), **strength_analysis(types[once], gaps[once], s[once]),
-                      "combined": strength_analysis(c_types, c_gaps, strength(c_prior_types, c_cos))}
+    c_gaps, c_types = combined.base_sim - combined.sim, combined.labels
+    c_prior = np.array([t.split("+", 1)[-1] for t in c_types], dtype=object)
+    m["corrected"] = {"num_records": len(ok), **strength_analysis(types[once], gaps[once], s[once], rec_of[once]),
+                      "combined": strength_analysis(c_types, c_gaps, strength(c_prior, combined.text_cos), combined.rec)}
+    if WRITE_SCORES:
+        sidecar = common.ScoreSidecar(records)
+        sidecar.add("paraphrases", para, kind=para.label)
+        typed = np.flatnonzero(once)
+        sidecar.add("flips", flips.subset(typed), type=types[typed], strength=np.round(s[typed], 6))
+        sidecar.add("combined", combined, type=combined.label)
+        m["scores_file"] = os.path.basename(sidecar.write(scores_path))
     m["run"] = common.eval_run_info(__file__, CONFIG, enc, image_report, len(records), bank)
     return m
 
@@ -127,7 +137,7 @@ def main():
     results = []
     for spec in MODELS:
         enc = common.load_model(spec, PROTOCOL, DEVICE, DTYPE)
-        m = evaluate(enc, records, image_root)
+        m = evaluate(enc, records, image_root, common.metrics_path(JSONL_PATH, f"ENHANCED_LGIP_{enc.name}.scores.jsonl"))
         c = m["corrected"]
         print(f"{enc.name}: invariance error {m['global_invariance_error_mean']:.4f} "
               f"(simple {m['paraphrase_simple_inv_error_mean'] or 0:.4f}, advanced {m['paraphrase_advanced_inv_error_mean'] or 0:.4f}); "

@@ -1,7 +1,8 @@
 """run_lgip_by_fliptype: invariance error, and sensitivity per flip type (color, number, object).
 
 LGIP_SPEC.md section 4. Reads `<stem>_with_fliptypes.jsonl` (from make_perturb_with_fliptypes.py)
-and writes all models' results to `<stem>__LGIP_fliptypes.metrics.json` next to it.
+and writes all models' results to `<stem>__LGIP_fliptypes.metrics.json` next to it; per-pair
+similarities go to `<stem>__LGIP_fliptypes_<model>.scores.jsonl`.
   python run_lgip_by_fliptype.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes.jsonl
 """
 import os
@@ -20,46 +21,51 @@ DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = 64  # int: images per forward pass
 TEXT_BATCH_SIZE = 512  # int: texts per forward pass
 NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
+BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
+WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_fliptypes_<model>.scores.jsonl
 CONFIG = common.configure(globals())
 FIELDS = ["same_caps"] + ["diff_caps_" + t for t in common.FLIP_TYPES]
 
 
-def sensitivity(gaps):
-    return {"gap_mean": common.mean_or_none(gaps), "pos_rate": common.mean_or_none(gaps > 0), "count": int(len(gaps))}
+def sensitivity(rec_idx, gaps):
+    block = {"gap_mean": common.mean_or_none(gaps), "pos_rate": common.mean_or_none(gaps > 0), "count": int(len(gaps))}
+    common.add_ci(block, "gap_mean", rec_idx, gaps, BOOTSTRAP, BOOTSTRAP_SEED)
+    return common.add_ci(block, "pos_rate", rec_idx, gaps > 0, BOOTSTRAP, BOOTSTRAP_SEED)
 
 
-def evaluate(enc, records, image_root):
+def evaluate(enc, records, image_root, scores_path):
     img_emb, ok, image_report = common.encode_record_images(enc, records, image_root, IMAGE_BATCH_SIZE, NUM_WORKERS)
     bank = common.TextBank(enc)
-    pairs = {f: ([], [], []) for f in FIELDS}  # field -> (record index, caption slot, other slot)
+    inv, flips = common.Pairs(), common.Pairs()
     for k in ok:
         rec = records[k][1]
         orig = bank.add_call(rec["orig_captions"])  # the published calls: 5 originals, then each list per caption
         for i in range(len(rec["orig_captions"])):
             for field in FIELDS:
-                for s in bank.add_call(common.caption_texts(rec, field, i)):
-                    p = pairs[field]
-                    p[0].append(k), p[1].append(orig[i]), p[2].append(s)
+                texts = common.caption_texts(rec, field, i)
+                (inv if field == "same_caps" else flips).add(k, i, orig[i], bank.add_call(texts), texts,
+                                                             field[len("diff_caps_"):])
     txt_emb, rows = bank.encode(TEXT_BATCH_SIZE)
-
-    def base_and_other(p):
-        return (common.cosines(img_emb, txt_emb, p[0], rows[p[1]]),
-                common.cosines(img_emb, txt_emb, p[0], rows[p[2]]))
-
-    base, para = base_and_other(pairs["same_caps"])
-    gaps = {}
-    for t in common.FLIP_TYPES:
-        b, f = base_and_other(pairs["diff_caps_" + t])
-        gaps[t] = b - f
-    metrics = {
+    inv.score(img_emb, txt_emb, rows)
+    flips.score(img_emb, txt_emb, rows)
+    err, gaps = abs(inv.base_sim - inv.sim), flips.base_sim - flips.sim
+    rec_of = np.asarray(flips.rec)
+    m = {
         "model_tag": enc.name,
         "num_samples": len(ok),
-        "invariance_error_mean": common.mean_or_none(abs(base - para)),
-        "global_sensitivity": sensitivity(np.concatenate([gaps[t] for t in common.FLIP_TYPES])),
-        "by_flip_type": {t: sensitivity(gaps[t]) for t in common.FLIP_TYPES},
+        "invariance_error_mean": common.mean_or_none(err),
+        "global_sensitivity": sensitivity(rec_of, gaps),
+        "by_flip_type": {t: sensitivity(rec_of[flips.labels == t], gaps[flips.labels == t]) for t in common.FLIP_TYPES},
     }
-    metrics["run"] = common.eval_run_info(__file__, CONFIG, enc, image_report, len(records), bank)
-    return metrics
+    common.add_ci(m, "invariance_error_mean", inv.rec, err, BOOTSTRAP, BOOTSTRAP_SEED)
+    if WRITE_SCORES:
+        sidecar = common.ScoreSidecar(records)
+        sidecar.add("paraphrases", inv)
+        sidecar.add("flips", flips, type=flips.label)
+        m["scores_file"] = os.path.basename(sidecar.write(scores_path))
+    m["run"] = common.eval_run_info(__file__, CONFIG, enc, image_report, len(records), bank)
+    return m
 
 
 def main():
@@ -68,7 +74,7 @@ def main():
     results = []
     for spec in MODELS:
         enc = common.load_model(spec, PROTOCOL, DEVICE, DTYPE)
-        m = evaluate(enc, records, image_root)
+        m = evaluate(enc, records, image_root, common.metrics_path(JSONL_PATH, f"LGIP_fliptypes_{enc.name}.scores.jsonl"))
         by = ", ".join(f"{t} {m['by_flip_type'][t]['pos_rate'] or 0:.3f}" for t in common.FLIP_TYPES)
         print(f"{enc.name}: invariance error {m['invariance_error_mean']:.4f}, "
               f"positive rate {m['global_sensitivity']['pos_rate']:.3f} ({by})")

@@ -2,7 +2,7 @@
 
 LGIP_SPEC.md section 4. Reads `<stem>_with_perturb.jsonl` (from diff_gen_caption.py); for each
 model writes `<stem>__LGIP_<model>.metrics.json` next to it, and all models together to
-`<stem>__LGIP_ALL.metrics.json`.
+`<stem>__LGIP_ALL.metrics.json`; per-pair similarities go to `<stem>__LGIP_<model>.scores.jsonl`.
   python run_lgip_multi.py --JSONL_PATH=lgip_coco_native5_train2017_with_perturb.jsonl --PROTOCOL=reference
 """
 import os
@@ -19,42 +19,48 @@ DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = 64  # int: images per forward pass
 TEXT_BATCH_SIZE = 512  # int: texts per forward pass
 NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
+BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
+WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_<model>.scores.jsonl
 CONFIG = common.configure(globals())
 
 
-def evaluate(enc, records, image_root):
+def evaluate(enc, records, image_root, scores_path):
     img_emb, ok, image_report = common.encode_record_images(enc, records, image_root, IMAGE_BATCH_SIZE, NUM_WORKERS)
     bank = common.TextBank(enc)
-    inv, sens = ([], [], []), ([], [], [])  # (record index, caption slot, other slot)
+    inv, sens = common.Pairs(), common.Pairs()
     for k in ok:
         rec = records[k][1]
         orig = bank.add_call(rec["orig_captions"])  # the published calls: 5 originals, then per caption
         for i in range(len(rec["orig_captions"])):
-            for slots, pairs in ((bank.add_call(common.caption_texts(rec, "same_caps", i)), inv),
-                                 (bank.add_call(common.caption_texts(rec, "diff_caps", i)), sens)):
-                for s in slots:
-                    pairs[0].append(k), pairs[1].append(orig[i]), pairs[2].append(s)
+            for field, pairs in (("same_caps", inv), ("diff_caps", sens)):
+                texts = common.caption_texts(rec, field, i)
+                pairs.add(k, i, orig[i], bank.add_call(texts), texts, field)
     txt_emb, rows = bank.encode(TEXT_BATCH_SIZE)
-
-    def sims(pairs):
-        base = common.cosines(img_emb, txt_emb, pairs[0], rows[pairs[1]])
-        other = common.cosines(img_emb, txt_emb, pairs[0], rows[pairs[2]])
-        return base, other
-
-    b_inv, o_inv = sims(inv)
-    b_sens, o_sens = sims(sens)
-    gaps = b_sens - o_sens
-    metrics = {
+    inv.score(img_emb, txt_emb, rows)
+    sens.score(img_emb, txt_emb, rows)
+    err, gaps = abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim
+    m = {
         "model_tag": enc.name,
         "num_samples": len(ok),
-        "num_invariance_pairs": len(inv[0]),
-        "num_sensitivity_pairs": len(sens[0]),
-        "invariance_error_mean": common.mean_or_none(abs(b_inv - o_inv)),
+        "num_invariance_pairs": len(inv),
+        "num_sensitivity_pairs": len(sens),
+        "invariance_error_mean": common.mean_or_none(err),
         "sensitivity_gap_mean": common.mean_or_none(gaps),
         "sensitivity_pos_rate": common.mean_or_none(gaps > 0),
     }
-    metrics["run"] = common.eval_run_info(__file__, CONFIG, enc, image_report, len(records), bank)
-    return metrics
+    for key, pairs, values in (("invariance_error_mean", inv, err), ("sensitivity_gap_mean", sens, gaps),
+                               ("sensitivity_pos_rate", sens, gaps > 0)):
+        common.add_ci(m, key, pairs.rec, values, BOOTSTRAP, BOOTSTRAP_SEED)
+    if WRITE_SCORES:
+        sidecar = common.ScoreSidecar(records)
+        sidecar.add("paraphrases", inv)
+        types = [common.infer_flip_type(records[k][1]["orig_captions"][i], t)
+                 for k, i, t in zip(sens.rec, sens.cap, sens.text)]
+        sidecar.add("flips", sens, type=types)
+        m["scores_file"] = os.path.basename(sidecar.write(scores_path))
+    m["run"] = common.eval_run_info(__file__, CONFIG, enc, image_report, len(records), bank)
+    return m
 
 
 def main():
@@ -63,7 +69,8 @@ def main():
     results = []
     for spec in MODELS:
         enc = common.load_model(spec, PROTOCOL, DEVICE, DTYPE)
-        metrics = evaluate(enc, records, image_root)
+        scores = common.metrics_path(JSONL_PATH, f"LGIP_{enc.name}.scores.jsonl")
+        metrics = evaluate(enc, records, image_root, scores)
         common.write_json(common.metrics_path(JSONL_PATH, f"LGIP_{enc.name}.metrics.json"), metrics)
         print(f"{enc.name}: invariance error {metrics['invariance_error_mean']:.4f}, "
               f"gap {metrics['sensitivity_gap_mean']:.4f}, positive rate {metrics['sensitivity_pos_rate']:.3f} "

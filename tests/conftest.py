@@ -2,6 +2,8 @@ import os
 import subprocess
 import sys
 
+import shutil
+
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,3 +38,25 @@ def eval_args(jsonl, protocol="reference", models=TINY_MODELS, image_root=FIXTUR
     args = [f"--JSONL_PATH={jsonl}", f"--IMAGE_ROOT={image_root}", f"--PROTOCOL={protocol}",
             "--DEVICE=cpu", "--NUM_WORKERS=0", f"--MODELS={models!r}"]
     return args + [f"--{k}={v!r}" for k, v in extra.items()]
+
+
+CASES = [
+    ("run_lgip_multi.py", "fixture_with_perturb.jsonl",
+     ["fixture_with_perturb__LGIP_ALL.metrics.json", "fixture_with_perturb__LGIP_tiny_openclip.metrics.json",
+      "fixture_with_perturb__LGIP_tiny_siglip.metrics.json"]),
+    ("run_lgip_by_fliptype.py", "fixture_with_fliptypes.jsonl", ["fixture_with_fliptypes__LGIP_fliptypes.metrics.json"]),
+    ("rebuttal_enhanced_lgip_by_transformation.py", "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
+     ["rebuttal_enhanced_fixture_with_fliptypes__ENHANCED_LGIP_analysis.json"]),
+]
+
+
+@pytest.fixture(scope="session")
+def reference_runs(tmp_path_factory):
+    """Each script run once in reference protocol on a copy of its published input."""
+    out = {}
+    for script, jsonl, _ in CASES:
+        folder = tmp_path_factory.mktemp(script.split(".")[0])
+        src = folder / jsonl
+        shutil.copy(os.path.join(REFERENCE, jsonl), src)
+        out[script] = (folder, run_script(script, *eval_args(src)))
+    return out

@@ -6,17 +6,9 @@ import shutil
 
 import pytest
 
-from conftest import REFERENCE, eval_args, run_script
+from conftest import CASES, REFERENCE, eval_args, run_script
 
 TOL = 1e-6
-CASES = [
-    ("run_lgip_multi.py", "fixture_with_perturb.jsonl",
-     ["fixture_with_perturb__LGIP_ALL.metrics.json", "fixture_with_perturb__LGIP_tiny_openclip.metrics.json",
-      "fixture_with_perturb__LGIP_tiny_siglip.metrics.json"]),
-    ("run_lgip_by_fliptype.py", "fixture_with_fliptypes.jsonl", ["fixture_with_fliptypes__LGIP_fliptypes.metrics.json"]),
-    ("rebuttal_enhanced_lgip_by_transformation.py", "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
-     ["rebuttal_enhanced_fixture_with_fliptypes__ENHANCED_LGIP_analysis.json"]),
-]
 
 
 def assert_matches(ours, ref, path="$"):
@@ -35,18 +27,6 @@ def assert_matches(ours, ref, path="$"):
         assert isinstance(ours, (int, float)) and math.isclose(ours, ref, rel_tol=0, abs_tol=TOL), f"{path}: {ours} != {ref}"
     else:
         assert ours == ref and type(ours) is type(ref), f"{path}: {ours!r} != {ref!r}"
-
-
-@pytest.fixture(scope="module")
-def reference_runs(tmp_path_factory):
-    """Each script run once in reference protocol on a copy of its published input."""
-    out = {}
-    for script, jsonl, _ in CASES:
-        folder = tmp_path_factory.mktemp(script.split(".")[0])
-        src = folder / jsonl
-        shutil.copy(os.path.join(REFERENCE, jsonl), src)
-        out[script] = (folder, run_script(script, *eval_args(src)))
-    return out
 
 
 @pytest.mark.parametrize("script,jsonl,outputs", CASES)
