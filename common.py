@@ -185,6 +185,7 @@ def write_json(path, obj):
     with atomic_open(path) as f:
         json.dump(obj, f, indent=2, ensure_ascii=False)
         f.write("\n")
+    return path
 
 
 def run_main(main):
@@ -448,7 +449,14 @@ class Encoder:
     device = "cpu"
     dtype = None
     pad_id = 0
+    pad_needs_lengths = False  # True when a call's padding depends on its texts' lengths
     info = {}
+
+    def round_for_storage(self, emb):
+        """Embeddings as stored and used: float32 from an fp32 model, else rounded to fp16
+        (below the model's own precision), so a cached re-run gives the same numbers."""
+        import torch
+        return emb if self.dtype in (None, torch.float32) else emb.to(torch.float16).float()
 
 
 def _as_features(out):
@@ -656,6 +664,7 @@ def load_siglip(spec, protocol, device, dtype):
     enc.image_transform = SiglipImageTransform(image_processor)
     if protocol == "reference":
         enc.pad_length = lambda call_lengths: max(call_lengths)  # padding=True: longest of the call
+        enc.pad_needs_lengths = True
     else:
         enc.pad_length = lambda call_lengths: max_len  # padding="max_length" as trained
     enc.info = {"text_length": "longest in call" if protocol == "reference" else max_len, "lowercase": bool(lowercase)}
@@ -746,26 +755,69 @@ def default_num_workers():
     return max(0, min(8, (os.cpu_count() or 1) - 1))
 
 
-def embed_images(enc, paths, batch_size=64, num_workers=None, desc="images"):
-    """Encode image files: ([len(paths), D] float32 with NaN rows for failures, {index: error})."""
+class _Rows:
+    """A [n, D] float32 tensor filled in pieces; D is learnt from the first piece."""
+
+    def __init__(self, n, fill=0.0):
+        self.n, self.fill, self.data = n, fill, None
+
+    def put(self, idx, vectors):
+        import torch
+        if self.data is None:
+            self.data = torch.full((self.n, vectors.shape[1]), self.fill)
+        self.data[torch.as_tensor(idx, dtype=torch.long)] = vectors.float()
+
+    def tensor(self):
+        import torch
+        return self.data if self.data is not None else torch.full((self.n, 1), self.fill)
+
+
+def image_cache_key(path):
+    """Path, size and mtime: an edited or replaced image is never served from the cache."""
+    st = os.stat(path)
+    return f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def embed_images(enc, paths, batch_size=64, num_workers=None, desc="images", cache=None):
+    """Encode image files: ([len(paths), D] float32 with NaN rows for failures, {index: error}).
+
+    With an EmbeddingCache, images already encoded by this model (same path, size and mtime)
+    are read from it, and new ones are saved to it as they are encoded.
+    """
     import torch
-    num_workers = default_num_workers() if num_workers is None else num_workers
-    loader = torch.utils.data.DataLoader(
-        _ImageFiles(paths, enc.image_transform), batch_size=batch_size, shuffle=False,
-        num_workers=num_workers, collate_fn=_collate_images,
-        pin_memory=str(enc.device).startswith("cuda"), persistent_workers=False)
-    out, failed = None, {}
-    for idx, batch, bad in progress(loader, total=len(loader), desc=f"{enc.name}: {desc}", unit="batch", min_total=20):
-        failed.update(bad)
-        if not idx:
-            continue
-        emb = enc.encode_images(batch).cpu()
-        if out is None:
-            out = torch.full((len(paths), emb.shape[1]), float("nan"))
-        out[torch.tensor(idx)] = emb
-    if out is None:
-        out = torch.full((len(paths), 1), float("nan"))
-    return out, failed
+    out, failed = _Rows(len(paths), float("nan")), {}
+    todo = list(range(len(paths)))
+    keys = {}
+    if cache is not None:
+        for i in todo:
+            try:
+                keys[i] = image_cache_key(paths[i])
+            except OSError:
+                pass  # missing: the loader reports it
+        hit_pos, hit_emb = cache.lookup("image", [keys[i] for i in todo if i in keys])
+        have = [i for i in todo if i in keys]
+        if hit_pos:
+            out.put([have[p] for p in hit_pos], hit_emb)
+        done = {have[p] for p in hit_pos}
+        todo = [i for i in todo if i not in done]
+    if todo:
+        num_workers = default_num_workers() if num_workers is None else num_workers
+        loader = torch.utils.data.DataLoader(
+            _ImageFiles([paths[i] for i in todo], enc.image_transform), batch_size=batch_size, shuffle=False,
+            num_workers=num_workers, collate_fn=_collate_images,
+            pin_memory=str(enc.device).startswith("cuda"), persistent_workers=False)
+        writer = cache.writer("image") if cache is not None else None
+        for idx, batch, bad in progress(loader, total=len(loader), desc=f"{enc.name}: {desc}", unit="batch", min_total=20):
+            failed.update((todo[j], err) for j, err in bad)
+            if not idx:
+                continue
+            emb = enc.round_for_storage(enc.encode_images(batch).cpu())
+            out.put([todo[j] for j in idx], emb)
+            if writer is not None:
+                writer.add([keys[todo[j]] for j in idx], emb)
+        if writer is not None:
+            writer.close()
+    return out.tensor(), failed
 
 
 class TextBank:
@@ -783,6 +835,7 @@ class TextBank:
         self.enc = enc
         self.calls = []  # (first slot, texts)
         self.n_slots = 0
+        self.n_unique = self.n_encoded = 0
 
     def add_call(self, texts):
         texts = list(texts)
@@ -791,20 +844,22 @@ class TextBank:
         self.n_slots += len(texts)
         return list(range(first, first + len(texts)))
 
-    def encode(self, batch_size=512, desc="texts"):
-        import numpy as np
-        import torch
-        unique_texts = list(dict.fromkeys(t for _, texts in self.calls for t in texts))
-        tokens = {}
-        for start in range(0, len(unique_texts), 4096):
-            chunk = unique_texts[start:start + 4096]
+    def _tokenize(self, texts, tokens):
+        texts = [t for t in dict.fromkeys(texts) if t not in tokens]
+        for start in range(0, len(texts), 4096):
+            chunk = texts[start:start + 4096]
             tokens.update(zip(chunk, self.enc.tokenize(chunk)))
+
+    def _keys(self, tokens):
+        """Unique (text, padded length) keys and the slot -> key row map."""
+        import numpy as np
         key_row, keys = {}, []
         rows = np.empty(self.n_slots, dtype=np.int64)
+        fixed = None if self.enc.pad_needs_lengths else self.enc.pad_length(None)
         for first, texts in self.calls:
             if not texts:
                 continue
-            pad = self.enc.pad_length([len(tokens[t]) for t in texts])
+            pad = self.enc.pad_length([len(tokens[t]) for t in texts]) if self.enc.pad_needs_lengths else fixed
             for j, t in enumerate(texts):
                 key = (t, pad)
                 row = key_row.get(key)
@@ -812,19 +867,38 @@ class TextBank:
                     row = key_row[key] = len(keys)
                     keys.append(key)
                 rows[first + j] = row
-        # Same padded length together, shortest first, so cut-to-longest batches stay short.
-        order = sorted(range(len(keys)), key=lambda k: (keys[k][1] or 0, len(tokens[keys[k][0]])))
-        emb = None
-        batches = range(0, len(order), batch_size)
-        for start in progress(batches, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
-            idx = order[start:start + batch_size]
-            emb = self._encode_batch(idx, keys, tokens, emb, len(keys))
-        if emb is None:
-            emb = torch.zeros((0, 1))
-        self.n_unique = len(keys)
-        return emb, rows
+        return keys, rows
 
-    def _encode_batch(self, idx, keys, tokens, emb, n_keys):
+    def encode(self, batch_size=512, desc="texts", cache=None):
+        tokens = {}
+        if self.enc.pad_needs_lengths:  # published SigLIP padding: the call's longest text
+            self._tokenize((t for _, texts in self.calls for t in texts), tokens)
+        keys, rows = self._keys(tokens)
+        out = _Rows(len(keys))
+        todo = list(range(len(keys)))
+        if cache is not None:
+            cache_keys = [f"{pad if pad is not None else '-'}|{t}" for t, pad in keys]
+            hit_pos, hit_emb = cache.lookup("text", cache_keys)
+            if hit_pos:
+                out.put(hit_pos, hit_emb)
+            hits = set(hit_pos)
+            todo = [k for k in todo if k not in hits]
+        self._tokenize((keys[k][0] for k in todo), tokens)
+        # Same padded length together, shortest first, so cut-to-longest batches stay short.
+        todo.sort(key=lambda k: (keys[k][1] or 0, len(tokens[keys[k][0]])))
+        writer = cache.writer("text") if cache is not None and todo else None
+        batches = range(0, len(todo), batch_size)
+        for start in progress(batches, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
+            for ks, emb in self._encode_batch(todo[start:start + batch_size], keys, tokens):
+                out.put(ks, emb)
+                if writer is not None:
+                    writer.add([cache_keys[k] for k in ks], emb)
+        if writer is not None:
+            writer.close()
+        self.n_unique, self.n_encoded = len(keys), len(todo)
+        return out.tensor(), rows
+
+    def _encode_batch(self, idx, keys, tokens):
         import torch
         # A batch may hold several padded lengths only at a boundary: split it there.
         by_pad = {}
@@ -834,13 +908,130 @@ class TextBank:
             seqs = [tokens[keys[k][0]] for k in ks]
             length = pad or max(len(s) for s in seqs)
             ids = torch.full((len(seqs), length), self.enc.pad_id, dtype=torch.long)
-            for r, s in enumerate(seqs):
-                ids[r, :len(s)] = torch.tensor(s[:length], dtype=torch.long)
-            out = self.enc.encode_tokens(ids).cpu()
-            if emb is None:
-                emb = torch.empty((n_keys, out.shape[1]))
-            emb[torch.tensor(ks)] = out
-        return emb
+            for r, seq in enumerate(seqs):
+                ids[r, :len(seq)] = torch.tensor(seq[:length], dtype=torch.long)
+            yield ks, self.enc.round_for_storage(self.enc.encode_tokens(ids).cpu())
+
+
+class CacheError(RuntimeError):
+    pass
+
+
+class EmbeddingCache:
+    """Embeddings already computed, on disk, per model, protocol and dtype.
+
+    Layout: <CACHE_DIR>/<model>-<hash>/ with meta.json and chunk files `image-*.npz` /
+    `text-*.npz` (arrays `emb` and `keys`, the keys as UTF-8 JSON). The hash covers the model
+    spec (and a local checkpoint's size and mtime), the protocol, the dtype and the open_clip,
+    transformers and torch versions, so a changed setting never reuses stale entries. Chunks
+    are written whole (temp file, then rename) every few thousand items, so an interrupted run
+    resumes from its last chunk; a chunk that fails to load (truncated, corrupt) is reported,
+    deleted, and its items re-encoded.
+    """
+
+    def __init__(self, root, enc, spec, chunk_rows=8192):
+        import hashlib
+        ident = {"spec": {k: v for k, v in spec.items() if k != "name"}, "protocol": enc.protocol,
+                 "dtype": str(enc.dtype), "versions": package_versions(("open_clip_torch", "transformers", "torch"))}
+        for key in ("pretrained", "model_id", "model_name"):
+            path = str(spec.get(key, "")).replace("local-dir:", "")
+            if path and os.path.exists(path):
+                ident[f"{key}_stat"] = _tree_stat(path)
+        digest = hashlib.sha1(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.get("name", "model"))[:80]
+        self.dir = os.path.join(root, f"{slug}-{digest}")
+        os.makedirs(self.dir, exist_ok=True)
+        meta = os.path.join(self.dir, "meta.json")
+        if not os.path.exists(meta):
+            write_json(meta, ident)
+        self.chunk_rows = chunk_rows
+        self._index = {}
+        self.stats = {"image_hits": 0, "text_hits": 0, "corrupt_chunks": 0}
+
+    def _load(self, kind):
+        import numpy as np
+        if kind in self._index:
+            return self._index[kind]
+        index, arrays = {}, []
+        for name in sorted(os.listdir(self.dir)):
+            path = os.path.join(self.dir, name)
+            if name.startswith("." + kind + "-") and name.endswith(".tmp"):
+                os.unlink(path)  # left by an interrupted write
+                continue
+            if not (name.startswith(kind + "-") and name.endswith(".npz")):
+                continue
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    emb, keys = z["emb"], json.loads(bytes(z["keys"]).decode("utf-8"))
+                if emb.ndim != 2 or len(keys) != emb.shape[0]:
+                    raise CacheError(f"{len(keys)} keys for {emb.shape} embeddings")
+            except Exception as e:  # any unreadable chunk is rebuilt, never trusted
+                print(f"warning: cache chunk {path} is corrupt ({type(e).__name__}: {e}); "
+                      f"deleted, its entries will be encoded again", file=sys.stderr)
+                self.stats["corrupt_chunks"] += 1
+                os.unlink(path)
+                continue
+            c = len(arrays)
+            arrays.append(emb)
+            for r, k in enumerate(keys):
+                index[k] = (c, r)
+        self._index[kind] = (index, arrays)
+        return self._index[kind]
+
+    def lookup(self, kind, keys):
+        """(positions of keys found, their embeddings as a float32 tensor)."""
+        import numpy as np
+        import torch
+        index, arrays = self._load(kind)
+        pos = [p for p, k in enumerate(keys) if k in index]
+        if not pos:
+            return [], None
+        rows = np.stack([arrays[index[keys[p]][0]][index[keys[p]][1]] for p in pos])
+        self.stats[kind + "_hits"] += len(pos)
+        return pos, torch.from_numpy(rows.astype(np.float32))
+
+    def writer(self, kind):
+        return _ChunkWriter(self, kind)
+
+
+def _tree_stat(path):
+    """Sizes and mtimes of a checkpoint file or folder (to notice replaced weights)."""
+    if os.path.isfile(path):
+        st = os.stat(path)
+        return [st.st_size, st.st_mtime_ns]
+    out = []
+    for name in sorted(os.listdir(path)):
+        st = os.stat(os.path.join(path, name))
+        out.append([name, st.st_size, st.st_mtime_ns])
+    return out
+
+
+class _ChunkWriter:
+    def __init__(self, cache, kind):
+        self.cache, self.kind, self.keys, self.embs, self.n = cache, kind, [], [], 0
+
+    def add(self, keys, emb):
+        self.keys.extend(keys)
+        self.embs.append(emb)
+        self.n += len(keys)
+        if self.n >= self.cache.chunk_rows:
+            self.flush()
+
+    def flush(self):
+        import uuid
+        import numpy as np
+        import torch
+        if not self.keys:
+            return
+        emb = torch.cat(self.embs).numpy()
+        keys = np.frombuffer(json.dumps(self.keys, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
+        path = os.path.join(self.cache.dir, f"{self.kind}-{uuid.uuid4().hex}.npz")
+        with atomic_open(path, "wb") as f:
+            np.savez(f, emb=emb, keys=keys)
+        self.keys, self.embs, self.n = [], [], 0
+
+    def close(self):
+        self.flush()
 
 
 # ---------------------------------------------------------------------------
@@ -861,23 +1052,32 @@ def image_paths(records, image_root):
     return [os.path.join(image_root, rec["image_path"]) for _, rec in records]
 
 
-def encode_record_images(enc, records, image_root, batch_size, num_workers, max_listed=20):
-    """Encode each record's image once: (embeddings, indices of usable records, failure report)."""
+def encode_record_images(enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20):
+    """Encode the images of records[indices] once each.
+
+    Returns ([len(records), D] embeddings, NaN where not encoded; the usable indices; a
+    failure report {num_failed_images, failed_images: [{path, error}] (first few)}).
+    """
     import numpy as np
-    paths = image_paths(records, image_root)
-    unique = list(dict.fromkeys(paths))
-    emb, failed = embed_images(enc, unique, batch_size, num_workers)
+    import torch
+    indices = range(len(records)) if indices is None else indices
+    paths = {k: os.path.join(image_root, records[k][1]["image_path"]) for k in indices}
+    unique = list(dict.fromkeys(paths.values()))
+    emb, failed = embed_images(enc, unique, batch_size, num_workers, cache=cache)
     where = {p: j for j, p in enumerate(unique)}
-    row = np.array([where[p] for p in paths], dtype=np.int64)
+    full = torch.full((len(records), emb.shape[1]), float("nan"))
+    if paths:
+        ks = list(paths)
+        full[torch.as_tensor(ks)] = emb[torch.as_tensor(np.array([where[paths[k]] for k in ks]))]
     bad_paths = {unique[j]: err for j, err in failed.items()}
     for p, err in list(bad_paths.items())[:max_listed]:
         print(f"warning: {enc.name}: skipping unreadable image {p} ({err})", file=sys.stderr)
     if len(bad_paths) > max_listed:
         print(f"warning: {enc.name}: ... and {len(bad_paths) - max_listed} more unreadable images", file=sys.stderr)
-    ok = [k for k, p in enumerate(paths) if p not in bad_paths]
+    ok = [k for k in indices if paths[k] not in bad_paths]
     report = {"num_failed_images": len(bad_paths),
               "failed_images": [{"path": p, "error": e} for p, e in list(bad_paths.items())[:max_listed]]}
-    return emb[row], ok, report
+    return full, ok, report
 
 
 class Pairs:
@@ -898,13 +1098,34 @@ class Pairs:
     def __len__(self):
         return len(self.rec)
 
+    _FIELDS = ("rec", "cap", "base_slot", "slot", "text", "label")
+    _SCORES = ("base_sim", "sim", "labels", "text_cos")
+
+    def state(self):
+        return {n: getattr(self, n) for n in self._FIELDS + self._SCORES if hasattr(self, n)}
+
+    @classmethod
+    def merged(cls, states):
+        """Pairs from several processes, in record order (as one process would list them)."""
+        import numpy as np
+        out = cls()
+        rec = np.concatenate([np.asarray(st["rec"], dtype=np.int64) for st in states])
+        order = np.argsort(rec, kind="stable")  # each process lists its records in order
+        for name in cls._FIELDS:
+            seq = [x for st in states for x in st[name]]
+            setattr(out, name, [seq[j] for j in order])
+        for name in cls._SCORES:
+            if name in states[0]:
+                setattr(out, name, np.concatenate([st[name] for st in states])[order])
+        return out
+
     def subset(self, idx):
         """The scored pairs at positions idx."""
         out = Pairs()
-        for name in ("rec", "cap", "base_slot", "slot", "text", "label"):
+        for name in self._FIELDS:
             seq = getattr(self, name)
             setattr(out, name, [seq[j] for j in idx])
-        for name in ("base_sim", "sim", "labels", "text_cos"):
+        for name in self._SCORES:
             if hasattr(self, name):
                 setattr(out, name, getattr(self, name)[idx])
         return out
@@ -1056,3 +1277,110 @@ class ScoreSidecar:
             for key in sorted(self.rows):
                 f.write(dump_jsonl_line(self.rows[key]))
         return path
+
+
+# ---------------------------------------------------------------------------
+# 9. One model's evaluation pass: cache, sharding across processes (torchrun)
+# ---------------------------------------------------------------------------
+
+def distributed():
+    """(rank, world size), starting torch.distributed when launched by torchrun."""
+    import torch
+    import torch.distributed as dist
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() and os.environ.get("LGIP_DIST_BACKEND") != "gloo" else "gloo"
+        dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _gather(obj, world):
+    import torch.distributed as dist
+    if world == 1:
+        return [obj]
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+class ModelRun:
+    """One model over one JSONL: its Encoder, embedding cache, image embeddings and text bank.
+
+    Under torchrun each process takes every world-th record; `score` gathers the scored pairs
+    on rank 0 in record order, so the metrics equal a single process's.
+    >>> run = ModelRun(spec, records, CONFIG)       # encodes this process's images
+    >>> pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, "para")  for k in run.ok
+    >>> inv, = run.score(inv)                       # None on ranks other than 0
+    """
+
+    def __init__(self, spec, records, config):
+        self.rank, self.world = distributed()
+        device = config["DEVICE"]
+        if self.world > 1 and resolve_device(device) == "cuda":
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', self.rank))}"
+        self.config, self.records = config, records
+        self.enc = load_model(spec, config["PROTOCOL"], device, config["DTYPE"])
+        cache_dir = config.get("CACHE_DIR")
+        if cache_dir == "auto":
+            cache_dir = os.path.join(os.path.dirname(os.path.abspath(config["JSONL_PATH"])), ".lgip_cache")
+        self.cache = EmbeddingCache(cache_dir, self.enc, spec) if cache_dir else None
+        image_root = config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config["JSONL_PATH"]))
+        mine = range(self.rank, len(records), self.world)
+        self.img_emb, self.ok, self.image_report = encode_record_images(
+            self.enc, records, image_root, config["IMAGE_BATCH_SIZE"], config["NUM_WORKERS"], mine, self.cache)
+        self.bank = TextBank(self.enc)
+
+    @property
+    def is_main(self):
+        return self.rank == 0
+
+    def score(self, *pairs_list, text_cos=False):
+        """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes."""
+        txt_emb, rows = self.bank.encode(self.config["TEXT_BATCH_SIZE"], cache=self.cache)
+        for pairs in pairs_list:
+            pairs.score(self.img_emb, txt_emb, rows, text_cos=text_cos)
+        self.n_ok = len(self.ok)
+        if self.world == 1:
+            return pairs_list
+        gathered = _gather(([p.state() for p in pairs_list], len(self.ok), self.image_report,
+                            self.bank.n_unique, self.bank.n_encoded), self.world)
+        if not self.is_main:
+            return [None] * len(pairs_list)
+        self.n_ok = sum(g[1] for g in gathered)
+        reports = [g[2] for g in gathered]
+        self.image_report = {"num_failed_images": sum(r["num_failed_images"] for r in reports),
+                             "failed_images": [f for r in reports for f in r["failed_images"]][:20]}
+        self.bank.n_unique, self.bank.n_encoded = sum(g[3] for g in gathered), sum(g[4] for g in gathered)
+        return [Pairs.merged([g[0][j] for g in gathered]) for j in range(len(pairs_list))]
+
+    def info(self, script):
+        info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank)
+        info["num_processes"] = self.world
+        if self.cache is not None:
+            info["cache"] = {"dir": self.cache.dir, **self.cache.stats}
+        return info
+
+
+def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_model=None):
+    """The evaluation scripts' loop: each model of MODELS through `evaluate(run) -> metrics`.
+
+    Prints `summary(metrics)` per model; returns the list of metrics on rank 0, None elsewhere.
+    """
+    records = load_records(config["JSONL_PATH"], per_caption_fields)
+    results = []
+    for spec in config["MODELS"]:
+        with Timer() as t:
+            run = ModelRun(spec, records, config)
+            metrics = evaluate(run)
+        if not run.is_main:
+            continue
+        metrics["run"] = run.info(script)
+        metrics["run"]["seconds"] = round(t.seconds, 3)
+        if on_model:
+            on_model(metrics)
+        print(f"{run.enc.name}: {summary(metrics)} ({run.n_ok} records, "
+              f"{run.image_report['num_failed_images']} unreadable images, {t.seconds:.1f} s)")
+        results.append(metrics)
+    return results if distributed()[0] == 0 else None

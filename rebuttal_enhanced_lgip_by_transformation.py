@@ -25,6 +25,7 @@ DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = 64  # int: images per forward pass
 TEXT_BATCH_SIZE = 512  # int: texts per forward pass
 NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+CACHE_DIR = "auto"  # embedding cache folder; "auto" = .lgip_cache beside the input; None = no cache
 BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__ENHANCED_LGIP_<model>.scores.jsonl
@@ -75,12 +76,11 @@ def strength_analysis(types, gaps, s, rec_idx):
     }
 
 
-def evaluate(enc, records, image_root, scores_path):
-    img_emb, ok, image_report = common.encode_record_images(enc, records, image_root, IMAGE_BATCH_SIZE, NUM_WORKERS)
-    bank = common.TextBank(enc)
+def evaluate(run):
+    bank = run.bank
     para, flips, combined = common.Pairs(), common.Pairs(), common.Pairs()
-    for k in ok:
-        rec = records[k][1]
+    for k in run.ok:
+        rec = run.records[k][1]
         orig = bank.add_call(rec["orig_captions"])
         flip_fields = ["diff_caps"] + [f for f in rec if f.startswith("diff_caps_")]
         for i in range(len(rec["orig_captions"])):
@@ -95,15 +95,15 @@ def evaluate(enc, records, image_root, scores_path):
                 flips.add(k, i, orig[i], bank.add_call(texts), texts, f[len("diff_caps_"):] or "all")
             for item in rec.get("combined_caps", {}).get(str(i), []):
                 combined.add(k, i, orig[i], bank.add_call([item["text"]]), [item["text"]], item["combined_type"])
-    txt_emb, rows = bank.encode(TEXT_BATCH_SIZE)
-    for pairs in (para, flips, combined):
-        pairs.score(img_emb, txt_emb, rows, text_cos=True)
+    para, flips, combined = run.score(para, flips, combined, text_cos=True)
+    if not run.is_main:
+        return None
     inv, kinds = np.abs(para.base_sim - para.sim), para.labels
     gaps, types = flips.base_sim - flips.sim, flips.labels
     s = strength(types, flips.text_cos)
     rec_of = np.asarray(flips.rec)
-    m = {"model_tag": enc.name,
-         "num_samples": -(-len(ok) // PUBLISHED_BATCH),  # published: batches of 32 records (see corrected)
+    m = {"model_tag": run.enc.name,
+         "num_samples": -(-run.n_ok // PUBLISHED_BATCH),  # published: batches of 32 records (see corrected)
          "global_invariance_error_mean": common.mean_or_none(inv),
          "paraphrase_simple_inv_error_mean": common.mean_or_none(inv[kinds == "simple"]),
          "paraphrase_advanced_inv_error_mean": common.mean_or_none(inv[kinds == "advanced"]),
@@ -118,35 +118,31 @@ def evaluate(enc, records, image_root, scores_path):
     once = types != "all"  # every flip of diff_caps also sits in exactly one typed list
     c_gaps, c_types = combined.base_sim - combined.sim, combined.labels
     c_prior = np.array([t.split("+", 1)[-1] for t in c_types], dtype=object)
-    m["corrected"] = {"num_records": len(ok), **strength_analysis(types[once], gaps[once], s[once], rec_of[once]),
+    m["corrected"] = {"num_records": run.n_ok, **strength_analysis(types[once], gaps[once], s[once], rec_of[once]),
                       "combined": strength_analysis(c_types, c_gaps, strength(c_prior, combined.text_cos), combined.rec)}
     if WRITE_SCORES:
-        sidecar = common.ScoreSidecar(records)
+        sidecar = common.ScoreSidecar(run.records)
         sidecar.add("paraphrases", para, kind=para.label)
         typed = np.flatnonzero(once)
         sidecar.add("flips", flips.subset(typed), type=types[typed], strength=np.round(s[typed], 6))
         sidecar.add("combined", combined, type=combined.label)
-        m["scores_file"] = os.path.basename(sidecar.write(scores_path))
-    m["run"] = common.eval_run_info(__file__, CONFIG, enc, image_report, len(records), bank)
+        path = common.metrics_path(JSONL_PATH, f"ENHANCED_LGIP_{run.enc.name}.scores.jsonl")
+        m["scores_file"] = os.path.basename(sidecar.write(path))
     return m
 
 
+def summary(m):
+    c = m["corrected"]
+    return (f"invariance error {m['global_invariance_error_mean']:.4f} (simple {m['paraphrase_simple_inv_error_mean'] or 0:.4f}, "
+            f"advanced {m['paraphrase_advanced_inv_error_mean'] or 0:.4f}); flips once: gap "
+            f"{c['global_sensitivity']['gap_mean'] or 0:.4f}, positive rate {c['global_sensitivity']['pos_rate'] or 0:.3f}; "
+            f"combined positive rate {c['combined']['global_sensitivity']['pos_rate'] or 0:.3f}")
+
+
 def main():
-    records = common.load_records(JSONL_PATH, per_caption_fields=("same_caps", "diff_caps"))
-    image_root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
-    results = []
-    for spec in MODELS:
-        enc = common.load_model(spec, PROTOCOL, DEVICE, DTYPE)
-        m = evaluate(enc, records, image_root, common.metrics_path(JSONL_PATH, f"ENHANCED_LGIP_{enc.name}.scores.jsonl"))
-        c = m["corrected"]
-        print(f"{enc.name}: invariance error {m['global_invariance_error_mean']:.4f} "
-              f"(simple {m['paraphrase_simple_inv_error_mean'] or 0:.4f}, advanced {m['paraphrase_advanced_inv_error_mean'] or 0:.4f}); "
-              f"flips once: gap {c['global_sensitivity']['gap_mean'] or 0:.4f}, positive rate {c['global_sensitivity']['pos_rate'] or 0:.3f}; "
-              f"combined positive rate {c['combined']['global_sensitivity']['pos_rate'] or 0:.3f}")
-        results.append(m)
-    out = common.metrics_path(JSONL_PATH, "ENHANCED_LGIP_analysis.json")
-    common.write_json(out, results)
-    print(f"-> {out}")
+    results = common.run_evaluation(__file__, CONFIG, ("same_caps", "diff_caps"), evaluate, summary)
+    if results is not None:
+        print(f"-> {common.write_json(common.metrics_path(JSONL_PATH, 'ENHANCED_LGIP_analysis.json'), results)}")
 
 
 if __name__ == "__main__":

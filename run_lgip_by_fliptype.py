@@ -21,6 +21,7 @@ DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = 64  # int: images per forward pass
 TEXT_BATCH_SIZE = 512  # int: texts per forward pass
 NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+CACHE_DIR = "auto"  # embedding cache folder; "auto" = .lgip_cache beside the input; None = no cache
 BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_fliptypes_<model>.scores.jsonl
@@ -34,54 +35,47 @@ def sensitivity(rec_idx, gaps):
     return common.add_ci(block, "pos_rate", rec_idx, gaps > 0, BOOTSTRAP, BOOTSTRAP_SEED)
 
 
-def evaluate(enc, records, image_root, scores_path):
-    img_emb, ok, image_report = common.encode_record_images(enc, records, image_root, IMAGE_BATCH_SIZE, NUM_WORKERS)
-    bank = common.TextBank(enc)
+def evaluate(run):
     inv, flips = common.Pairs(), common.Pairs()
-    for k in ok:
-        rec = records[k][1]
-        orig = bank.add_call(rec["orig_captions"])  # the published calls: 5 originals, then each list per caption
+    for k in run.ok:
+        rec = run.records[k][1]
+        orig = run.bank.add_call(rec["orig_captions"])  # the published calls: 5 originals, then each list per caption
         for i in range(len(rec["orig_captions"])):
             for field in FIELDS:
                 texts = common.caption_texts(rec, field, i)
-                (inv if field == "same_caps" else flips).add(k, i, orig[i], bank.add_call(texts), texts,
-                                                             field[len("diff_caps_"):])
-    txt_emb, rows = bank.encode(TEXT_BATCH_SIZE)
-    inv.score(img_emb, txt_emb, rows)
-    flips.score(img_emb, txt_emb, rows)
+                pairs = inv if field == "same_caps" else flips
+                pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, field[len("diff_caps_"):])
+    inv, flips = run.score(inv, flips)
+    if not run.is_main:
+        return None
     err, gaps = abs(inv.base_sim - inv.sim), flips.base_sim - flips.sim
     rec_of = np.asarray(flips.rec)
     m = {
-        "model_tag": enc.name,
-        "num_samples": len(ok),
+        "model_tag": run.enc.name,
+        "num_samples": run.n_ok,
         "invariance_error_mean": common.mean_or_none(err),
         "global_sensitivity": sensitivity(rec_of, gaps),
         "by_flip_type": {t: sensitivity(rec_of[flips.labels == t], gaps[flips.labels == t]) for t in common.FLIP_TYPES},
     }
     common.add_ci(m, "invariance_error_mean", inv.rec, err, BOOTSTRAP, BOOTSTRAP_SEED)
     if WRITE_SCORES:
-        sidecar = common.ScoreSidecar(records)
+        sidecar = common.ScoreSidecar(run.records)
         sidecar.add("paraphrases", inv)
         sidecar.add("flips", flips, type=flips.label)
-        m["scores_file"] = os.path.basename(sidecar.write(scores_path))
-    m["run"] = common.eval_run_info(__file__, CONFIG, enc, image_report, len(records), bank)
+        path = common.metrics_path(JSONL_PATH, f"LGIP_fliptypes_{run.enc.name}.scores.jsonl")
+        m["scores_file"] = os.path.basename(sidecar.write(path))
     return m
 
 
+def summary(m):
+    by = ", ".join(f"{t} {m['by_flip_type'][t]['pos_rate'] or 0:.3f}" for t in common.FLIP_TYPES)
+    return f"invariance error {m['invariance_error_mean']:.4f}, positive rate {m['global_sensitivity']['pos_rate']:.3f} ({by})"
+
+
 def main():
-    records = common.load_records(JSONL_PATH, per_caption_fields=FIELDS)
-    image_root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
-    results = []
-    for spec in MODELS:
-        enc = common.load_model(spec, PROTOCOL, DEVICE, DTYPE)
-        m = evaluate(enc, records, image_root, common.metrics_path(JSONL_PATH, f"LGIP_fliptypes_{enc.name}.scores.jsonl"))
-        by = ", ".join(f"{t} {m['by_flip_type'][t]['pos_rate'] or 0:.3f}" for t in common.FLIP_TYPES)
-        print(f"{enc.name}: invariance error {m['invariance_error_mean']:.4f}, "
-              f"positive rate {m['global_sensitivity']['pos_rate']:.3f} ({by})")
-        results.append(m)
-    out = common.metrics_path(JSONL_PATH, "LGIP_fliptypes.metrics.json")
-    common.write_json(out, results)
-    print(f"-> {out}")
+    results = common.run_evaluation(__file__, CONFIG, FIELDS, evaluate, summary)
+    if results is not None:
+        print(f"-> {common.write_json(common.metrics_path(JSONL_PATH, 'LGIP_fliptypes.metrics.json'), results)}")
 
 
 if __name__ == "__main__":

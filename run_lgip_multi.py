@@ -4,6 +4,7 @@ LGIP_SPEC.md section 4. Reads `<stem>_with_perturb.jsonl` (from diff_gen_caption
 model writes `<stem>__LGIP_<model>.metrics.json` next to it, and all models together to
 `<stem>__LGIP_ALL.metrics.json`; per-pair similarities go to `<stem>__LGIP_<model>.scores.jsonl`.
   python run_lgip_multi.py --JSONL_PATH=lgip_coco_native5_train2017_with_perturb.jsonl --PROTOCOL=reference
+  torchrun --nproc_per_node=4 run_lgip_multi.py ...      # records sharded over 4 GPUs, same metrics
 """
 import os
 
@@ -19,30 +20,30 @@ DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = 64  # int: images per forward pass
 TEXT_BATCH_SIZE = 512  # int: texts per forward pass
 NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+CACHE_DIR = "auto"  # embedding cache folder; "auto" = .lgip_cache beside the input; None = no cache
 BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_<model>.scores.jsonl
 CONFIG = common.configure(globals())
 
 
-def evaluate(enc, records, image_root, scores_path):
-    img_emb, ok, image_report = common.encode_record_images(enc, records, image_root, IMAGE_BATCH_SIZE, NUM_WORKERS)
-    bank = common.TextBank(enc)
+def evaluate(run):
+    records = run.records
     inv, sens = common.Pairs(), common.Pairs()
-    for k in ok:
+    for k in run.ok:
         rec = records[k][1]
-        orig = bank.add_call(rec["orig_captions"])  # the published calls: 5 originals, then per caption
+        orig = run.bank.add_call(rec["orig_captions"])  # the published calls: 5 originals, then per caption
         for i in range(len(rec["orig_captions"])):
             for field, pairs in (("same_caps", inv), ("diff_caps", sens)):
                 texts = common.caption_texts(rec, field, i)
-                pairs.add(k, i, orig[i], bank.add_call(texts), texts, field)
-    txt_emb, rows = bank.encode(TEXT_BATCH_SIZE)
-    inv.score(img_emb, txt_emb, rows)
-    sens.score(img_emb, txt_emb, rows)
+                pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, field)
+    inv, sens = run.score(inv, sens)
+    if not run.is_main:
+        return None
     err, gaps = abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim
     m = {
-        "model_tag": enc.name,
-        "num_samples": len(ok),
+        "model_tag": run.enc.name,
+        "num_samples": run.n_ok,
         "num_invariance_pairs": len(inv),
         "num_sensitivity_pairs": len(sens),
         "invariance_error_mean": common.mean_or_none(err),
@@ -58,27 +59,25 @@ def evaluate(enc, records, image_root, scores_path):
         types = [common.infer_flip_type(records[k][1]["orig_captions"][i], t)
                  for k, i, t in zip(sens.rec, sens.cap, sens.text)]
         sidecar.add("flips", sens, type=types)
-        m["scores_file"] = os.path.basename(sidecar.write(scores_path))
-    m["run"] = common.eval_run_info(__file__, CONFIG, enc, image_report, len(records), bank)
+        path = common.metrics_path(JSONL_PATH, f"LGIP_{run.enc.name}.scores.jsonl")
+        m["scores_file"] = os.path.basename(sidecar.write(path))
     return m
 
 
+def summary(m):
+    return (f"invariance error {m['invariance_error_mean']:.4f}, gap {m['sensitivity_gap_mean']:.4f}, "
+            f"positive rate {m['sensitivity_pos_rate']:.3f}")
+
+
+def write_model(m):
+    common.write_json(common.metrics_path(JSONL_PATH, f"LGIP_{m['model_tag']}.metrics.json"), m)
+
+
 def main():
-    records = common.load_records(JSONL_PATH, per_caption_fields=("same_caps", "diff_caps"))
-    image_root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
-    results = []
-    for spec in MODELS:
-        enc = common.load_model(spec, PROTOCOL, DEVICE, DTYPE)
-        scores = common.metrics_path(JSONL_PATH, f"LGIP_{enc.name}.scores.jsonl")
-        metrics = evaluate(enc, records, image_root, scores)
-        common.write_json(common.metrics_path(JSONL_PATH, f"LGIP_{enc.name}.metrics.json"), metrics)
-        print(f"{enc.name}: invariance error {metrics['invariance_error_mean']:.4f}, "
-              f"gap {metrics['sensitivity_gap_mean']:.4f}, positive rate {metrics['sensitivity_pos_rate']:.3f} "
-              f"({metrics['num_samples']} records, {metrics['run']['num_failed_images']} unreadable images)")
-        results.append(metrics)
-    out = common.metrics_path(JSONL_PATH, "LGIP_ALL.metrics.json")
-    common.write_json(out, results)
-    print(f"-> {out}")
+    results = common.run_evaluation(__file__, CONFIG, ("same_caps", "diff_caps"), evaluate, summary, write_model)
+    if results is not None:
+        out = common.write_json(common.metrics_path(JSONL_PATH, "LGIP_ALL.metrics.json"), results)
+        print(f"-> {out}")
 
 
 if __name__ == "__main__":
