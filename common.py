@@ -956,7 +956,9 @@ class EmbeddingCache:
         for name in sorted(os.listdir(self.dir)):
             path = os.path.join(self.dir, name)
             if name.startswith("." + kind + "-") and name.endswith(".tmp"):
-                os.unlink(path)  # left by an interrupted write
+                # Left by an interrupted write; a young one may be another process's write in progress.
+                if time.time() - os.path.getmtime(path) > 3600:
+                    os.unlink(path)
                 continue
             if not (name.startswith(kind + "-") and name.endswith(".npz")):
                 continue

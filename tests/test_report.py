@@ -1,0 +1,253 @@
+"""report.py on real evaluation outputs (tiny models, CPU): files, CSV values, markdown, plots, errors."""
+import csv
+import importlib
+import json
+import os
+import re
+import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import BASE_JSONL, FIXTURES, REFERENCE, ROOT, eval_args, run_script
+
+EVALS = {  # evaluation -> (script, its input in the reference fixtures, its metrics file)
+    "multi": ("run_lgip_multi.py", "fixture_with_perturb.jsonl", "fixture_with_perturb__LGIP_ALL.metrics.json"),
+    "fliptypes": ("run_lgip_by_fliptype.py", "fixture_with_fliptypes.jsonl",
+                  "fixture_with_fliptypes__LGIP_fliptypes.metrics.json"),
+    "enhanced": ("rebuttal_enhanced_lgip_by_transformation.py", "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
+                 "rebuttal_enhanced_fixture_with_fliptypes__ENHANCED_LGIP_analysis.json"),
+}
+MODELS = ["tiny_openclip", "tiny_siglip"]
+OUTPUTS = ["fixture__LGIP_report.md", "fixture__LGIP_report.csv", "fixture__LGIP_frontier.png",
+           "fixture__LGIP_fliptypes.png"]
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """A folder holding the base JSONL `fixture.jsonl`, its three derived inputs, and the
+    metrics and score files of all three evaluations (corrected protocol, tiny models)."""
+    folder = tmp_path_factory.mktemp("report")
+    shutil.copy(BASE_JSONL, folder / "fixture.jsonl")
+
+    def run(key):
+        script, jsonl, _ = EVALS[key]
+        shutil.copy(os.path.join(REFERENCE, jsonl), folder / jsonl)
+        extra = {"BOOTSTRAP": 200}
+        with open(os.path.join(ROOT, script), encoding="utf-8") as f:
+            if "\nCACHE_DIR = " in f.read():
+                extra["CACHE_DIR"] = None  # three runs at once: no shared embedding cache
+        run_script(script, *eval_args(folder / jsonl, protocol="corrected", image_root=FIXTURES, **extra))
+
+    with ThreadPoolExecutor(len(EVALS)) as pool:
+        list(pool.map(run, EVALS))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def full_report(evaluated):
+    proc = run_script("report.py", f"--JSONL_PATH={evaluated / 'fixture.jsonl'}")
+    return evaluated, proc
+
+
+def metrics(folder, key):
+    with open(folder / EVALS[key][2], encoding="utf-8") as f:
+        return {m["model_tag"]: m for m in json.load(f)}
+
+
+def read_csv(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def check_png(path):
+    from PIL import Image
+    with Image.open(path) as img:
+        img.load()
+        assert img.format == "PNG"
+        assert 600 <= img.width <= 4000 and 300 <= img.height <= 3000, img.size
+
+
+def num(text):
+    return None if text == "" else float(text)
+
+
+def test_full_report_files_and_plots(full_report):
+    folder, proc = full_report
+    for name in OUTPUTS:
+        assert (folder / name).is_file(), name
+    check_png(folder / "fixture__LGIP_frontier.png")
+    check_png(folder / "fixture__LGIP_fliptypes.png")
+    assert "Inv. error" in proc.stdout and "tiny_openclip" in proc.stdout  # the table is printed
+    assert not list(folder.glob(".*.tmp"))  # atomic writes leave no temp files
+
+
+def test_csv_matches_metrics(full_report):
+    folder, _ = full_report
+    rows = read_csv(folder / "fixture__LGIP_report.csv")
+    assert [r["model"] for r in rows] == MODELS
+    multi, flip, enh = (metrics(folder, k) for k in ("multi", "fliptypes", "enhanced"))
+    for r in rows:
+        m, f, e = multi[r["model"]], flip[r["model"]], enh[r["model"]]
+        assert r["headline_source"] == "multi" and r["flip_type_source"] == "fliptypes"
+        assert r["protocol"] == "corrected" and int(r["num_records"]) == 12 and int(r["num_failed_images"]) == 0
+        for col, key in (("invariance_error", "invariance_error_mean"), ("gap", "sensitivity_gap_mean"),
+                         ("pos_rate", "sensitivity_pos_rate")):
+            assert num(r[col]) == m[key]
+            assert [num(r[col + "_ci_lo"]), num(r[col + "_ci_hi"])] == m[key + "_ci95"]
+        for t in ("color", "number", "object"):
+            b = f["by_flip_type"][t]
+            assert num(r[f"{t}_pos_rate"]) == b["pos_rate"]
+            assert [num(r[f"{t}_pos_rate_ci_lo"]), num(r[f"{t}_pos_rate_ci_hi"])] == b["pos_rate_ci95"]
+            assert num(r[f"{t}_gap"]) == b["gap_mean"] and int(r[f"{t}_count"]) == b["count"]
+        assert num(r["fliptypes_invariance_error"]) == f["invariance_error_mean"]
+        assert num(r["fliptypes_pos_rate"]) == f["global_sensitivity"]["pos_rate"]
+        assert num(r["enhanced_simple_invariance_error"]) == e["paraphrase_simple_inv_error_mean"]
+        assert num(r["enhanced_advanced_invariance_error_ci_hi"]) == e["paraphrase_advanced_inv_error_mean_ci95"][1]
+        assert num(r["enhanced_invariance_error"]) == e["global_invariance_error_mean"]
+        c = e["corrected"]
+        assert num(r["enhanced_pos_rate"]) == c["global_sensitivity"]["pos_rate"]
+        assert num(r["enhanced_combined_pos_rate"]) == c["combined"]["global_sensitivity"]["pos_rate"]
+        assert num(r["enhanced_combined_gap_ci_lo"]) == c["combined"]["global_sensitivity"]["gap_mean_ci95"][0]
+
+
+def test_markdown_content(full_report):
+    folder, _ = full_report
+    md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    for model in MODELS:
+        assert model in md
+    for key in EVALS:
+        assert EVALS[key][0] in md and EVALS[key][2] in md
+    assert "](fixture__LGIP_frontier.png)" in md and "](fixture__LGIP_fliptypes.png)" in md
+    assert "## Paraphrases that move the score most" in md
+    assert "## Flips most preferred over their original" in md
+    assert "corrected" in md and "Package versions" in md and "Made by `report.py`" in md
+    multi = metrics(folder, "multi")["tiny_openclip"]
+    assert f"{multi['invariance_error_mean']:.4f} [{multi['invariance_error_mean_ci95'][0]:.4f}," in md
+
+
+def test_top_lists_are_the_extremes(full_report):
+    """The first rows of the top lists are the largest |paraphrase change| and most negative flip gap
+    over every score file (brute force)."""
+    folder, _ = full_report
+    best_delta, worst_gap, n_para = 0.0, 0.0, 0
+    for path in folder.glob("*.scores.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            for p in r.get("paraphrases", []):
+                best_delta = max(best_delta, abs(p["sim"] - r["sim"]))
+            for f in r.get("flips", []):
+                worst_gap = min(worst_gap, r["sim"] - f["sim"])
+    md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    para = md.split("## Paraphrases that move the score most")[1].split("## Flips")[0]
+    flips = md.split("## Flips most preferred over their original")[1].split("\n---\n")[0]
+    para_rows = [line for line in para.splitlines() if line.startswith("|") and line.split("|")[1].strip().isdigit()]
+    flip_rows = [line for line in flips.splitlines() if line.startswith("|") and line.split("|")[1].strip().isdigit()]
+    assert len(para_rows) == 10 and 0 < len(flip_rows) <= 10
+    assert abs(float(para_rows[0].split("|")[-2])) == pytest.approx(best_delta, abs=1e-4)
+    assert float(flip_rows[0].split("|")[-2]) == pytest.approx(worst_gap, abs=1e-4)
+    deltas = [abs(float(line.split("|")[-2])) for line in para_rows]
+    assert deltas == sorted(deltas, reverse=True)
+    assert len(set(para_rows)) == len(para_rows)  # the same pair from two evaluations is listed once
+
+
+@pytest.mark.parametrize("key", list(EVALS))
+def test_only_one_evaluation(evaluated, tmp_path, key):
+    """Only one evaluation's metrics and score files beside the base JSONL."""
+    shutil.copy(evaluated / "fixture.jsonl", tmp_path / "fixture.jsonl")
+    stem = os.path.splitext(EVALS[key][1])[0]
+    for path in evaluated.glob(stem + "__*"):
+        shutil.copy(path, tmp_path / path.name)
+    run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--TOP_K=3")
+    for name in OUTPUTS[:3]:
+        assert (tmp_path / name).is_file(), name
+    check_png(tmp_path / "fixture__LGIP_frontier.png")
+    assert (tmp_path / "fixture__LGIP_fliptypes.png").is_file() == (key != "multi")
+    rows = read_csv(tmp_path / "fixture__LGIP_report.csv")
+    assert [r["model"] for r in rows] == MODELS and {r["headline_source"] for r in rows} == {key}
+    m = metrics(evaluated, key)["tiny_siglip"]
+    expected = {"multi": m.get("invariance_error_mean"), "fliptypes": m.get("invariance_error_mean"),
+                "enhanced": m.get("global_invariance_error_mean")}[key]
+    assert num(rows[1]["invariance_error"]) == expected
+    md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    assert EVALS[key][0] in md and all(EVALS[k][0] not in md for k in EVALS if k != key)
+    assert len(re.findall(r"^\|\s*1 \|", md, re.M)) == 2  # each top list has rows
+
+
+def test_evaluation_input_as_jsonl_path(evaluated, tmp_path):
+    """JSONL_PATH = an evaluation's own input: only that evaluation, outputs named after it."""
+    prefix = str(tmp_path / "out_")
+    run_script("report.py", f"--JSONL_PATH={evaluated / EVALS['fliptypes'][1]}", f"--OUTPUT_PREFIX={prefix}",
+               "--TOP_K=0", "--HEADLINE='fliptypes'")
+    assert sorted(os.listdir(tmp_path)) == ["out_fliptypes.png", "out_frontier.png", "out_report.csv", "out_report.md"]
+    md = (tmp_path / "out_report.md").read_text(encoding="utf-8")
+    assert "# LGIP report: fixture_with_fliptypes" in md and "run_lgip_multi.py" not in md
+    assert "Paraphrases that move" not in md  # TOP_K=0: no lists
+
+
+def test_headline_choice(evaluated, tmp_path):
+    run_script("report.py", f"--JSONL_PATH={evaluated / 'fixture.jsonl'}", f"--OUTPUT_PREFIX={tmp_path / 'x_'}",
+               "--HEADLINE='enhanced'", "--TOP_K=0")
+    rows = read_csv(tmp_path / "x_report.csv")
+    enh = metrics(evaluated, "enhanced")
+    for r in rows:
+        e = enh[r["model"]]
+        assert r["headline_source"] == "enhanced"
+        assert num(r["invariance_error"]) == e["global_invariance_error_mean"]
+        assert num(r["pos_rate"]) == e["corrected"]["global_sensitivity"]["pos_rate"]
+        assert int(r["num_records"]) == e["corrected"]["num_records"] == 12  # not the published batch count
+
+
+def test_no_metrics_is_a_clear_error(tmp_path):
+    proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'nothing.jsonl'}", check=False)
+    assert proc.returncode == 2
+    for looked in ("nothing__LGIP_ALL.metrics.json", "nothing_with_perturb__LGIP_ALL.metrics.json",
+                   "nothing_with_fliptypes__LGIP_fliptypes.metrics.json",
+                   "rebuttal_enhanced_nothing_with_fliptypes__ENHANCED_LGIP_analysis.json"):
+        assert str(tmp_path / looked) in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_headline_not_found_is_an_error(evaluated, tmp_path):
+    folder = tmp_path
+    shutil.copy(evaluated / EVALS["multi"][2], folder / EVALS["multi"][2])
+    proc = run_script("report.py", f"--JSONL_PATH={folder / 'fixture.jsonl'}", "--HEADLINE='enhanced'", check=False)
+    assert proc.returncode == 2 and "HEADLINE" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def report_module():
+    saved = sys.argv
+    sys.argv = ["report.py"]  # the module reads its --NAME=value overrides on import
+    try:
+        return importlib.import_module("report")
+    finally:
+        sys.argv = saved
+
+
+def test_pareto_front(report_module):
+    front = report_module.pareto_front
+    assert front([(0.1, 0.6), (0.2, 0.9), (0.3, 0.8), (0.1, 0.5)]) == [0, 1]
+    assert front([(0.2, 0.5), (0.1, 0.7)]) == [1]
+    assert front([(0.1, 0.5), (0.1, 0.5)]) == [0, 1]  # ties dominate neither
+
+
+def test_short_labels(report_module):
+    import common
+    labels = report_module.short_labels([m["name"] for m in common.PUBLISHED_MODELS] + ["tiny_siglip"])
+    assert labels["openclip_ViT-H-14_laion2b_s32b_b79k"] == "ViT-H-14 (laion2b)"
+    assert labels["openclip_EVA02-L-14_merged2b_s4b_b131k"] == "EVA02-L-14 (merged2b)"
+    assert labels["siglip2_google_siglip2-base-patch16-224"] == "siglip2-base-patch16-224"
+    assert labels["tiny_siglip"] == "tiny_siglip"
+    assert len(set(labels.values())) == len(labels)
+    assert report_module.short_labels(["openclip_A_x_s1b_b1k", "openclip_A_x_s2b_b2k"]) == \
+        {"openclip_A_x_s1b_b1k": "openclip_A_x_s1b_b1k", "openclip_A_x_s2b_b2k": "openclip_A_x_s2b_b2k"}
+
+
+def test_topk_keeps_largest_once(report_module):
+    top = report_module._TopK(3)
+    for i, score in enumerate([0.1, 0.5, 0.3, 0.5, 0.9, 0.2]):
+        top.offer(score, ("k", i), i)
+    top.offer(0.95, ("k", 4), "duplicate")  # key already held: ignored
+    assert top.rows() == [4, 1, 3]

@@ -1,0 +1,235 @@
+"""run_all.py: the whole pipeline on the demo data (tiny models, CPU), skipping, re-running, failing; COCO mode."""
+import json
+import os
+import re
+import shutil
+
+import pytest
+
+from conftest import FIXTURES, ROOT, TINY_MODELS, run_script
+
+HAVE_REPORT = os.path.isfile(os.path.join(ROOT, "report.py"))  # written separately; its step is left out when absent
+GENERATORS = ["diff_gen_caption", "make_perturb_with_fliptypes", "rebuttal_enhanced_perturb"]
+EVALUATIONS = ["run_lgip_multi", "run_lgip_by_fliptype", "rebuttal_enhanced_lgip"]
+STEPS = GENERATORS + EVALUATIONS + (["report"] if HAVE_REPORT else [])
+OUTPUTS = ["lgip_demo_with_perturb.jsonl", "lgip_demo_with_fliptypes.jsonl",
+           "rebuttal_enhanced_lgip_demo_with_fliptypes.jsonl",
+           "lgip_demo_with_perturb__LGIP_ALL.metrics.json", "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
+           "rebuttal_enhanced_lgip_demo_with_fliptypes__ENHANCED_LGIP_analysis.json"]
+REPORT_OUTPUTS = ["lgip_demo__LGIP_report.md", "lgip_demo__LGIP_report.csv", "lgip_demo__LGIP_frontier.png",
+                  "lgip_demo__LGIP_fliptypes.png"]
+
+
+def run_all(folder, *args, check=True):
+    base = [f"--DEMO_JSONL={os.path.join(folder, 'lgip_demo.jsonl')}", "--DATA=demo", f"--MODELS={TINY_MODELS!r}",
+            "--DEVICE=cpu", "--NUM_WORKERS=0"]
+    if not HAVE_REPORT and not any(a.startswith("--STEPS=") for a in args):
+        base.append(f"--STEPS={STEPS!r}")
+    return run_script("run_all.py", *base, *args, check=check)
+
+
+def ran(proc, step):
+    return re.search(rf"^\[\d+/\d+\] {step}  done in [\d.]+ s -> ", proc.stdout, re.M) is not None
+
+
+def skipped(proc, step):
+    return re.search(rf"^\[\d+/\d+\] skip {step}: up to date$", proc.stdout, re.M) is not None
+
+
+def would_run(proc, step, reason=""):
+    return re.search(rf"^\[\d+/\d+\] {step}: would run \(.*{re.escape(reason)}", proc.stdout, re.M) is not None
+
+
+def commands(proc):
+    """{step: the command line run_all shows for it}."""
+    return dict(re.findall(r"^\[\d+/\d+\] (\w+): (?:would )?run .*\n  \$ (.*)$", proc.stdout, re.M))
+
+
+def mtimes(folder):
+    return {name: os.stat(os.path.join(folder, name)).st_mtime_ns for name in os.listdir(folder)}
+
+
+@pytest.fixture(scope="module")
+def demo_done(tmp_path_factory):
+    """The demo folder after one full run (every step executed)."""
+    folder = tmp_path_factory.mktemp("run_all") / "demo"
+    shutil.copytree(os.path.join(ROOT, "demo"), folder)
+    return folder, run_all(folder)
+
+
+@pytest.fixture
+def demo_copy(demo_done, tmp_path):
+    """A copy of the finished demo folder (file times preserved) that a test may change."""
+    return shutil.copytree(demo_done[0], tmp_path / "demo")
+
+
+def test_end_to_end_writes_every_output(demo_done):
+    folder, proc = demo_done
+    for name in OUTPUTS + (REPORT_OUTPUTS if HAVE_REPORT else []):
+        assert (folder / name).is_file(), name
+    for k, step in enumerate(STEPS, 1):
+        assert re.search(rf"^\[{k}/{len(STEPS)}\] {step}  done in [\d.]+ s -> ", proc.stdout, re.M), step
+    assert f"ran {len(STEPS)} of {len(STEPS)} steps" in proc.stdout
+    if HAVE_REPORT:
+        assert re.search(r"^report: .*lgip_demo__LGIP_report\.md", proc.stdout, re.M)
+    for name in OUTPUTS[3:]:
+        for m in json.load(open(folder / name)):
+            assert m["run"]["config"]["PROTOCOL"] == "corrected" and m["run"]["config"]["MODELS"] == TINY_MODELS
+        stamp = json.load(open(folder / (name + ".run_all.meta.json")))
+        assert stamp["settings"] == {"MODELS": TINY_MODELS, "PROTOCOL": "corrected", "DTYPE": "auto"}
+
+
+def test_second_run_skips_every_step(demo_copy):
+    before = mtimes(demo_copy)
+    proc = run_all(demo_copy)
+    for step in STEPS:
+        assert skipped(proc, step) and not ran(proc, step), step
+    assert f"ran 0 of {len(STEPS)} steps" in proc.stdout
+    assert mtimes(demo_copy) == before
+    forced = run_all(demo_copy, "--FORCE=True", "--DRY_RUN=True")
+    assert all(would_run(forced, step, "FORCE=True") for step in STEPS)
+
+
+def test_newer_input_reruns_the_steps(demo_copy):
+    os.utime(demo_copy / "lgip_demo.jsonl")  # now: newer than every output
+    dry = run_all(demo_copy, "--DRY_RUN=True")
+    for step in GENERATORS:
+        assert would_run(dry, step, "lgip_demo.jsonl is newer"), step
+    for step in STEPS[3:]:
+        assert would_run(dry, step, "would be rewritten"), step
+    proc = run_all(demo_copy, f"--STEPS={GENERATORS!r}")
+    assert all(ran(proc, step) for step in GENERATORS)
+    dry = run_all(demo_copy, "--DRY_RUN=True")
+    assert all(skipped(dry, step) for step in GENERATORS)
+    for step, name in zip(EVALUATIONS, OUTPUTS[:3]):
+        assert would_run(dry, step, f"{name} is newer"), step
+
+
+def test_settings_change_reruns_the_evaluations(demo_copy):
+    dry = run_all(demo_copy, "--PROTOCOL=reference", "--DRY_RUN=True")
+    assert all(skipped(dry, step) for step in GENERATORS)
+    assert all(would_run(dry, step, "settings changed (PROTOCOL)") for step in EVALUATIONS)
+    proc = run_all(demo_copy, "--PROTOCOL=reference", "--STEPS=run_lgip_multi")
+    assert ran(proc, "run_lgip_multi") and "[1/1]" in proc.stdout
+    metrics = json.load(open(demo_copy / OUTPUTS[3]))
+    assert {m["run"]["config"]["PROTOCOL"] for m in metrics} == {"reference"}
+    assert skipped(run_all(demo_copy, "--PROTOCOL=reference", "--STEPS=run_lgip_multi"), "run_lgip_multi")
+    dry = run_all(demo_copy, "--DRY_RUN=True")  # back to the default protocol
+    assert would_run(dry, "run_lgip_multi", "settings changed (PROTOCOL)") and skipped(dry, "run_lgip_by_fliptype")
+    # An override added, or given once and dropped later, is a change; settings that only change speed are not.
+    dry = run_all(demo_copy, "--SETTINGS={'BOOTSTRAP': 10}", "--IMAGE_BATCH_SIZE=3", "--DRY_RUN=True")
+    assert would_run(dry, "run_lgip_by_fliptype", "settings changed (BOOTSTRAP)")
+    assert skipped(run_all(demo_copy, "--TEXT_BATCH_SIZE=7", "--DEVICE=cuda:1", "--DRY_RUN=True"), "run_lgip_by_fliptype")
+    stamp_path = demo_copy / (OUTPUTS[4] + ".run_all.meta.json")
+    stamp = json.load(open(stamp_path))
+    stamp["settings"]["BOOTSTRAP"] = 10  # as if the last run had --SETTINGS={'BOOTSTRAP': 10}
+    stamp_path.write_text(json.dumps(stamp))
+    assert would_run(run_all(demo_copy, "--DRY_RUN=True"), "run_lgip_by_fliptype", "settings changed (BOOTSTRAP)")
+
+
+def test_settings_read_from_the_metrics_without_a_record(demo_copy):
+    os.remove(demo_copy / (OUTPUTS[4] + ".run_all.meta.json"))
+    assert skipped(run_all(demo_copy, "--DRY_RUN=True"), "run_lgip_by_fliptype")
+    dry = run_all(demo_copy, f"--MODELS={TINY_MODELS[:1]!r}", "--DRY_RUN=True")
+    assert would_run(dry, "run_lgip_by_fliptype", "settings changed (MODELS)")
+
+
+def test_failing_step_stops_the_run(demo_copy):
+    before = mtimes(demo_copy)
+    bad = [{"name": "bad", "type": "nope"}]
+    proc = run_all(demo_copy, f"--MODELS={bad!r}", check=False)
+    assert proc.returncode != 0
+    assert f"error: step run_lgip_multi failed (exit status {proc.returncode})" in proc.stderr
+    assert "unknown type 'nope'" in proc.stderr  # the step's own message
+    assert "run_lgip_by_fliptype" not in proc.stdout  # nothing after the failing step
+    assert mtimes(demo_copy) == before
+
+
+def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
+    folder = shutil.copytree(os.path.join(ROOT, "demo"), tmp_path / "demo")
+    before = mtimes(folder)
+    proc = run_script("run_all.py", f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DRY_RUN=True",
+                      f"--ANNOTATIONS_JSON={tmp_path / 'none.json'}", f"--BASE_JSONL={tmp_path / 'none.jsonl'}",
+                      "--SETTINGS={'BOOTSTRAP': 0, 'SEED': 7}", "--IMAGE_BATCH_SIZE=8")
+    assert "data: demo" in proc.stdout
+    cmds = commands(proc)
+    assert set(cmds) == set(GENERATORS + EVALUATIONS + ["report"])
+    for step in GENERATORS:
+        assert "--SEED=7" in cmds[step] and "BOOTSTRAP" not in cmds[step] and "MODELS" not in cmds[step]
+    for step in EVALUATIONS:
+        cmd = cmds[step]
+        assert "--BOOTSTRAP=0" in cmd and "--IMAGE_BATCH_SIZE=8" in cmd and "--SEED=" not in cmd
+        assert "'openclip_ViT-B-16_openai'" in cmd and "ViT-L-14" not in cmd and "siglip" not in cmd
+    assert "BOOTSTRAP" not in cmds["report"] and "--JSONL_PATH=" in cmds["report"]
+    assert mtimes(folder) == before  # a dry run writes nothing
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--STEPS=['nope']"], "unknown step 'nope'"),
+    (["--STEPS=make_base"], "make_base, which runs only on COCO data"),
+    (["--SETTINGS={'NOPE': 1}"], "no step has a setting 'NOPE'"),
+    (["--SETTINGS={'PROTOCOL': 'reference'}"], "use --PROTOCOL"),
+    (["--SETTINGS={'INPUT_JSONL': 'x.jsonl'}"], "run_all sets it"),
+    (["--DATA=both"], "DATA must be"),
+    (["--PROTOCOL=fast"], "PROTOCOL must be"),
+])
+def test_bad_settings_are_errors(tmp_path, args, message):
+    proc = run_script("run_all.py", "--DATA=demo", "--DRY_RUN=True", *args, check=False)
+    assert proc.returncode != 0 and message in proc.stderr
+
+
+# --- COCO mode ---------------------------------------------------------------
+
+def make_coco(tmp_path, images=True):
+    """A tiny COCO layout: 3 images with 5 captions, 1 with 4; the run_all settings that point at it."""
+    records = [json.loads(line) for line in open(os.path.join(FIXTURES, "lgip_fixture_base.jsonl"))][:4]
+    coco = {"images": [{"id": r["image_id"], "file_name": os.path.basename(r["image_path"])} for r in records],
+            "annotations": []}
+    for r in records:
+        captions = r["orig_captions"][:4] if r is records[-1] else r["orig_captions"]
+        for c in captions:
+            coco["annotations"].append({"id": len(coco["annotations"]) + 1, "image_id": r["image_id"], "caption": c})
+    (tmp_path / "annotations").mkdir()
+    (tmp_path / "annotations" / "captions_train2017.json").write_text(json.dumps(coco))
+    if images:
+        (tmp_path / "train2017" / "train2017").mkdir(parents=True)
+        for img in coco["images"]:
+            shutil.copy(os.path.join(FIXTURES, "images", img["file_name"]), tmp_path / "train2017" / "train2017")
+    return [f"--ANNOTATIONS_JSON={tmp_path / 'annotations' / 'captions_train2017.json'}",
+            f"--IMAGE_DIR={tmp_path / 'train2017' / 'train2017'}",
+            f"--BASE_JSONL={tmp_path / 'lgip_coco_native5_train2017.jsonl'}",
+            f"--DEMO_JSONL={tmp_path / 'no_demo.jsonl'}"]
+
+
+def test_coco_mode_builds_the_base_then_runs(tmp_path):
+    args = make_coco(tmp_path)
+    steps = f"--STEPS={['make_base'] + GENERATORS!r}"
+    proc = run_script("run_all.py", *args, steps)
+    assert "data: COCO" in proc.stdout and re.search(r"^\[1/4\] make_base  done in", proc.stdout, re.M)
+    base = [json.loads(line) for line in open(tmp_path / "lgip_coco_native5_train2017.jsonl")]
+    assert [r["image_path"] for r in base] == [f"train2017/train2017/00000000000{i}.jpg" for i in (1, 2, 3)]
+    for name in ("lgip_coco_native5_train2017_with_perturb.jsonl", "lgip_coco_native5_train2017_with_fliptypes.jsonl",
+                 "rebuttal_enhanced_lgip_coco_native5_train2017_with_fliptypes.jsonl"):
+        assert (tmp_path / name).is_file(), name
+    assert all(ran(proc, step) for step in GENERATORS)
+
+    again = run_script("run_all.py", *args, steps)
+    assert all(skipped(again, step) for step in ["make_base"] + GENERATORS)
+    os.utime(tmp_path / "annotations" / "captions_train2017.json")
+    dry = run_script("run_all.py", *args, "--DRY_RUN=True")
+    assert would_run(dry, "make_base", "captions_train2017.json is newer")
+    assert all(would_run(dry, step, "would be rewritten") for step in GENERATORS)
+    cmd = commands(dry)["run_lgip_multi"]  # COCO: the nine published models by default
+    assert all(f"'{m}'" in cmd for m in ("openclip_ViT-H-14_laion2b_s32b_b79k", "siglip2_google_siglip2-base-patch16-224"))
+
+    os.remove(tmp_path / "annotations" / "captions_train2017.json")  # the base alone is enough
+    dry = run_script("run_all.py", *args, steps, "--DRY_RUN=True")
+    assert "skip make_base: no annotations at" in dry.stdout and all(skipped(dry, step) for step in GENERATORS)
+
+
+def test_coco_without_images_stops_at_make_base(tmp_path):
+    proc = run_script("run_all.py", *make_coco(tmp_path, images=False), check=False)
+    assert proc.returncode != 0
+    assert "error: step make_base failed" in proc.stderr and "image folder not found" in proc.stderr
+    assert not (tmp_path / "lgip_coco_native5_train2017.jsonl").exists()
+    assert "diff_gen_caption" not in proc.stdout
