@@ -324,6 +324,19 @@ def typed_flips(c, rng):
     return kept
 
 
+def add_typed_flips(fields, key, c, rng, cap, stats):
+    """Set fields["diff_caps"][key] and the per-type lists to c's flips (sampled to cap).
+
+    `fields` holds "diff_caps" and "diff_caps_<type>" dicts; the typed lists split the same
+    texts by type, in the same order, as the published fliptypes generators write them.
+    """
+    flips = cap_sample([(t, ft) for t, ft in typed_flips(c, rng) if t.strip() != c.strip()], cap, rng)
+    fields["diff_caps"][key] = [t for t, _ in flips]
+    for ftype in FLIP_TYPES:
+        fields["diff_caps_" + ftype][key] = [t for t, ft in flips if ft == ftype]
+        stats["flips_" + ftype] += len(fields["diff_caps_" + ftype][key])
+
+
 def cap_sample(items, cap, rng):
     """At most `cap` items: `rng.sample` only when there are more."""
     return rng.sample(items, cap) if len(items) > cap else items

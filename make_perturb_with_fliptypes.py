@@ -26,12 +26,7 @@ def perturb(rec, rng, stats):
         # Published RNG order here: paraphrases sampled first, then the flips' choice() calls.
         paras = [p for p in common.simple_paraphrases(c) if p.strip() != c.strip()]
         fields["same_caps"][key] = common.cap_sample(paras, MAX_SAME_PER_CAP, rng)
-        flips = [(t, ft) for t, ft in common.typed_flips(c, rng) if t.strip() != c.strip()]
-        flips = common.cap_sample(flips, MAX_DIFF_PER_CAP, rng)
-        fields["diff_caps"][key] = [t for t, _ in flips]
-        for ftype in common.FLIP_TYPES:
-            fields["diff_caps_" + ftype][key] = [t for t, ft in flips if ft == ftype]
-            stats["flips_" + ftype] += len(fields["diff_caps_" + ftype][key])
+        common.add_typed_flips(fields, key, c, rng, MAX_DIFF_PER_CAP, stats)
         stats["paraphrases"] += len(fields["same_caps"][key])
     return fields
 

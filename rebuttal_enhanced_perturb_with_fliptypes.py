@@ -38,12 +38,7 @@ def perturb(rec, rng, stats):
         paras = common.advanced_paraphrases(c, PARAPHRASE_ORDER)
         same = [p for p in paras if p.strip() != c.strip()]
         fields["same_caps"][key] = common.cap_sample(same, MAX_SAME_PER_CAP, rng)
-        flips = [(t, ft) for t, ft in common.typed_flips(c, rng) if t.strip() != c.strip()]
-        flips = common.cap_sample(flips, MAX_DIFF_PER_CAP, rng)
-        fields["diff_caps"][key] = [t for t, _ in flips]
-        for ftype in common.FLIP_TYPES:
-            fields["diff_caps_" + ftype][key] = [t for t, ft in flips if ft == ftype]
-            stats["flips_" + ftype] += len(fields["diff_caps_" + ftype][key])
+        common.add_typed_flips(fields, key, c, rng, MAX_DIFF_PER_CAP, stats)
         combined = []
         # The published script recomputes the paraphrase list here: the same list, so reuse it.
         for p in paras[:COMBINED_SOURCE_PARAS]:
