@@ -833,6 +833,23 @@ def embed_images(enc, paths, batch_size=64, num_workers=None, desc="images", cac
     return out.tensor(), failed
 
 
+def _identity(x):
+    return x
+
+
+class _TextChunks:
+    """Dataset of tokenized chunks of a text list (workers inherit the tokenizer by fork)."""
+
+    def __init__(self, texts, tokenize, chunk):
+        self.texts, self.tokenize, self.chunk = texts, tokenize, chunk
+
+    def __len__(self):
+        return -(-len(self.texts) // self.chunk)
+
+    def __getitem__(self, n):
+        return self.tokenize(self.texts[n * self.chunk:(n + 1) * self.chunk])
+
+
 class TextBank:
     """Texts to encode, deduplicated, each padded exactly as the call it belongs to pads it.
 
@@ -844,8 +861,8 @@ class TextBank:
     >>> emb, rows = bank.encode(batch_size=512)             # emb[rows[slots]] are the vectors
     """
 
-    def __init__(self, enc):
-        self.enc = enc
+    def __init__(self, enc, num_workers=0):
+        self.enc, self.num_workers = enc, default_num_workers() if num_workers is None else num_workers
         self.calls = []  # (first slot, texts)
         self.n_slots = 0
         self.n_unique = self.n_encoded = 0
@@ -857,11 +874,16 @@ class TextBank:
         self.n_slots += len(texts)
         return list(range(first, first + len(texts)))
 
-    def _tokenize(self, texts, tokens):
+    def _tokenize(self, texts, tokens, chunk=2048):
+        """Tokenize the texts not yet in `tokens`; large jobs in DataLoader worker processes
+        (tokenizers are pure Python and would otherwise bound a GPU run)."""
+        import torch
         texts = [t for t in dict.fromkeys(texts) if t not in tokens]
-        for start in range(0, len(texts), 4096):
-            chunk = texts[start:start + 4096]
-            tokens.update(zip(chunk, self.enc.tokenize(chunk)))
+        chunks = _TextChunks(texts, self.enc.tokenize, chunk)
+        workers = self.num_workers if len(texts) > 8 * chunk else 0
+        loader = torch.utils.data.DataLoader(chunks, batch_size=None, num_workers=workers, collate_fn=_identity)
+        for n, ids in enumerate(progress(loader, total=len(chunks), desc=f"{self.enc.name}: tokenize", unit="chunk", min_total=50)):
+            tokens.update(zip(texts[n * chunk:(n + 1) * chunk], ids))
 
     def _keys(self, tokens):
         """Unique (text, padded length) keys and the slot -> key row map."""
@@ -1345,7 +1367,7 @@ class ModelRun:
         mine = range(self.rank, len(records), self.world)
         self.img_emb, self.ok, self.image_report = encode_record_images(
             self.enc, records, image_root, config["IMAGE_BATCH_SIZE"], config["NUM_WORKERS"], mine, self.cache)
-        self.bank = TextBank(self.enc)
+        self.bank = TextBank(self.enc, config["NUM_WORKERS"])
 
     @property
     def is_main(self):

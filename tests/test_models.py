@@ -186,3 +186,11 @@ def test_unknown_model_type_stops_script(tmp_path):
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), src)
     proc = run_script("run_lgip_multi.py", *eval_args(src, models=[{"name": "m", "type": "blip"}]), check=False)
     assert proc.returncode == 2 and "unknown type 'blip'; valid: openclip, siglip" in proc.stderr
+
+
+def test_parallel_tokenization_matches_serial(openclip_tiny):
+    texts = [f"a photo of {n} red buses number {n}" for n in range(300)] + TEXTS
+    serial, parallel = {}, {}
+    common.TextBank(openclip_tiny, 0)._tokenize(texts, serial, chunk=16)
+    common.TextBank(openclip_tiny, 2)._tokenize(texts, parallel, chunk=16)  # > 8 chunks: worker processes
+    assert serial == parallel and len(serial) == len(set(texts))
