@@ -628,18 +628,30 @@ def _openclip_text_trimmed(model, ids):
     return x
 
 
-def _transformers_dtype_kwarg(dtype):
+def _transformers_version():
     import transformers
-    major, minor = (int(p) for p in transformers.__version__.split(".")[:2])
-    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+    return tuple(int(p) for p in transformers.__version__.split(".")[:2])
+
+
+def _transformers_dtype_kwarg(dtype):
+    return {"dtype": dtype} if _transformers_version() >= (4, 56) else {"torch_dtype": dtype}
+
+
+def _pil_image_processor_kwarg():
+    """Pin the PIL (4.x "slow") image processor: transformers 5 defaults to the torchvision one,
+    whose resize differs by up to one uint8 level (2/255 after SigLIP's normalisation)."""
+    return {"backend": "pil"} if _transformers_version() >= (5, 0) else {"use_fast": False}
 
 
 def load_siglip(spec, protocol, device, dtype):
     import torch
-    from transformers import AutoModel, AutoProcessor
+    from transformers import AutoImageProcessor, AutoModel, AutoProcessor
     model_id = spec["model_id"]
     try:
         processor = AutoProcessor.from_pretrained(model_id)
+        # Only the image processor gets the kwarg: through AutoProcessor it would reach the
+        # tokenizer too (4.x use_fast=False turns SigLIP2's Gemma tokenizer slow).
+        image_processor = AutoImageProcessor.from_pretrained(model_id, **_pil_image_processor_kwarg())
         # Pin the dtype: transformers 5 would otherwise load in the checkpoint's dtype.
         model = AutoModel.from_pretrained(model_id, **_transformers_dtype_kwarg(dtype))
     except OSError as e:
@@ -649,7 +661,6 @@ def load_siglip(spec, protocol, device, dtype):
         raise _download_hint(spec, e) from e
     model = model.eval().to(device=device, dtype=dtype)
     tok = processor.tokenizer
-    image_processor = processor.image_processor
     is_siglip2 = "siglip2" in model_id.lower() or model.config.model_type == "siglip2"
     lowercase = spec.get("lowercase", is_siglip2) and protocol == "corrected"
     max_len = min(SIGLIP_TEXT_LENGTH, getattr(tok, "model_max_length", SIGLIP_TEXT_LENGTH) or SIGLIP_TEXT_LENGTH)
