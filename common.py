@@ -930,12 +930,10 @@ class TextBank:
             hits = set(hit_pos)
             todo = [k for k in todo if k not in hits]
         self._tokenize((keys[k][0] for k in todo), tokens)
-        # Same padded length together, shortest first, so cut-to-longest batches stay short.
-        todo.sort(key=lambda k: (keys[k][1] or 0, len(tokens[keys[k][0]])))
+        batches = self._batches(todo, keys, tokens, batch_size)
         writer = cache.writer("text") if cache is not None and todo else None
-        batches = range(0, len(todo), batch_size)
-        for start in progress(batches, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
-            for ks, emb in self._encode_batch(todo[start:start + batch_size], keys, tokens):
+        for batch in progress(batches, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
+            for ks, emb in self._encode_batch(batch, keys, tokens):
                 out.put(ks, emb)
                 if writer is not None:
                     writer.add([cache_keys[k] for k in ks], emb)
@@ -944,9 +942,27 @@ class TextBank:
         self.n_unique, self.n_encoded = len(keys), len(todo)
         return out.tensor(), rows
 
+    @staticmethod
+    def _batches(todo, keys, tokens, batch_size):
+        """Batches of at most batch_size keys sharing one padded length. Texts that may be cut
+        to their batch's longest (pad None) are grouped by exact token length: no padding."""
+        def group(k):
+            pad = keys[k][1]
+            return (0, pad) if pad is not None else (1, len(tokens[keys[k][0]]))
+        batches, current, current_group = [], [], None
+        for k in sorted(todo, key=lambda k: (group(k), len(tokens[keys[k][0]]))):
+            g = group(k)
+            if current and (g != current_group or len(current) == batch_size):
+                batches.append(current)
+                current = []
+            current.append(k)
+            current_group = g
+        if current:
+            batches.append(current)
+        return batches
+
     def _encode_batch(self, idx, keys, tokens):
         import torch
-        # A batch may hold several padded lengths only at a boundary: split it there.
         by_pad = {}
         for k in idx:
             by_pad.setdefault(keys[k][1], []).append(k)
@@ -1363,13 +1379,13 @@ class ModelRun:
     >>> inv, = run.score(inv)                       # None on ranks other than 0
     """
 
-    def __init__(self, spec, records, config):
+    def __init__(self, spec, records, config, enc=None):
         self.rank, self.world = distributed()
         device = config["DEVICE"]
         if self.world > 1 and resolve_device(device) == "cuda":
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', self.rank))}"
         self.config, self.records = config, records
-        self.enc = load_model(spec, config["PROTOCOL"], device, config["DTYPE"])
+        self.enc = enc or load_model(spec, config["PROTOCOL"], device, config["DTYPE"])
         cache_dir = config.get("CACHE_DIR")
         if cache_dir == "auto":
             cache_dir = os.path.join(os.path.dirname(os.path.abspath(config["JSONL_PATH"])), ".lgip_cache")

@@ -30,11 +30,16 @@ def test_openclip_cut_to_longest_equals_full_context(openclip_tiny):
     full = open_clip.get_tokenizer(OPENCLIP_TINY["model_name"])(TEXTS)  # padded to 77, as published
     with torch.no_grad():
         expected = torch.nn.functional.normalize(enc.model.encode_text(full), dim=-1)
-    bank = common.TextBank(enc)
+    tokens = enc.tokenize(TEXTS)
+    longest = max(len(t) for t in tokens)
+    assert enc.info["text_trimmed"] and enc.pad_length([5, 9]) is None and longest < 77
+    cut = torch.zeros(len(TEXTS), longest, dtype=torch.long)  # mixed lengths, cut to the longest
+    for r, t in enumerate(tokens):
+        cut[r, :len(t)] = torch.tensor(t)
+    torch.testing.assert_close(enc.encode_tokens(cut), expected, atol=1e-6, rtol=0)
+    bank = common.TextBank(enc)  # the bank's own batches (grouped by exact length) agree too
     slots = bank.add_call(TEXTS)
-    emb, rows = bank.encode(batch_size=2)  # the last batch is cut to its own longest text
-    assert enc.info["text_trimmed"] and enc.pad_length([5, 9]) is None
-    assert max(len(t) for t in enc.tokenize(TEXTS)) < 77
+    emb, rows = bank.encode(batch_size=2)
     torch.testing.assert_close(emb[rows[slots]], expected, atol=1e-6, rtol=0)
 
 

@@ -1,0 +1,530 @@
+"""bench: the project's evaluation against a loop that encodes the way the published code does.
+
+On the same records and the same model (loaded once; load time is reported, never counted in
+either path): the project path is common.ModelRun + the pair building and scoring of
+run_lgip_multi.evaluate; the published-style path opens and encodes one image per forward
+pass, the 5 originals in one text call, then per caption the paraphrases in one call and the
+flips in one call (open_clip: tokenizer padded to the full context, 77; SigLIP: padding=True per
+call), fp32, appending |base - para| and base - flip to Python lists. Prints both times, their
+ratio, images/s, texts/s and the metrics of both paths with their largest difference; then the
+project path with CACHE_DIR set, cold then warm. On a GPU it measures the same for each
+architecture of the nine published models (random init, same cost as trained weights) and
+projects the time of the 40,000-image job. Records: N_IMAGES synthetic 640x480 JPEGs, captions
+of demo/lgip_demo.jsonl cycled (made unique per record), perturbed by diff_gen_caption.py.
+  python bench.py                                    # CPU: MODEL only (targets in BENCHMARKS.md)
+  python bench.py --ARCHS="['ViT-B-16', 'siglip-base-patch16-224']" --N_IMAGES=4
+"""
+import copy
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import common
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+N_IMAGES = 32  # int >= 1: synthetic COCO-sized (640x480) JPEG images, one record each
+MODEL = {"name": "bench_ViT-B-16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": None}  # model spec (as in MODELS of run_lgip_multi) of the main comparison and the cache test; pretrained None = random init
+PROTOCOL = "corrected"  # "corrected" or "reference": the project's text protocol (the published-style loop always encodes as the published code); identical for random-init open_clip, for SigLIP only "reference" gives comparable metrics
+DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
+DTYPE = "auto"  # project path: "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
+PUBLISHED_DTYPE = "fp32"  # published-style path: "fp32" (as the published code) or "same" (the project's DTYPE)
+IMAGE_BATCH_SIZE = 64  # int: project path, images per forward pass
+TEXT_BATCH_SIZE = 512  # int: project path, texts per forward pass
+NUM_WORKERS = None  # int: project path, image-decoding worker processes; None = from the CPU count
+ARCHS = "auto"  # "auto" (on GPU the 8 architectures of the nine published models, on CPU none: MODEL only), or a list of: ViT-B-16, ViT-L-14, ViT-H-14, EVA02-L-14 (or any open_clip model name), siglip-base-patch16-224, siglip-base-patch16-384, siglip-large-patch16-384, siglip2-base-patch16-224 (all random init), or model spec dicts
+REPEATS = 1  # int >= 1: timed runs of each path (alternating); the fastest is reported
+METRIC_TOL = 1e-4  # float: largest allowed |project - published| of a metric when both paths are fp32 and encode alike
+WORK_DIR = None  # scratch folder for images, JSONL, cache, random-init SigLIP folders; None = a temp dir removed at the end
+RESULTS_JSON = "auto"  # results file; "auto" = bench_results.json beside bench.py; None = not written
+SEED = 0  # int: seed of the synthetic images and of the random-init weights
+PROJECT_IMAGES = 40000  # int: images of the real job the projection is for
+PROJECT_CAPTIONS = 5  # float: captions per image in the real job (COCO: 5)
+PROJECT_PARAPHRASES = 6.0  # float: paraphrases per caption in the real job (diff_gen_caption keeps up to 6)
+PROJECT_FLIPS = 1.5  # float: flips per caption in the real job (assumed about 1.5 for COCO captions)
+CONFIG = common.configure(globals())
+
+DEMO_JSONL = os.path.join(_HERE, "demo", "lgip_demo.jsonl")
+SIGLIP_TOKENIZER = os.path.join(_HERE, "tests", "fixtures", "models", "siglip-tiny")  # sentencepiece ids only; texts padded/truncated to 64
+_OPENCLIP_ARCHS = ["ViT-B-16", "ViT-L-14", "ViT-H-14", "EVA02-L-14"]
+# google/siglip*-patch16-* config.json sizes (text and vision towers alike): width, MLP, heads, layers, vocab, image size.
+_SIGLIP_ARCHS = {
+    "siglip-base-patch16-224": dict(width=768, mlp=3072, heads=12, layers=12, vocab=32000, image=224),
+    "siglip-base-patch16-384": dict(width=768, mlp=3072, heads=12, layers=12, vocab=32000, image=384),
+    "siglip-large-patch16-384": dict(width=1024, mlp=4096, heads=16, layers=24, vocab=32000, image=384),
+    "siglip2-base-patch16-224": dict(width=768, mlp=3072, heads=12, layers=12, vocab=256000, image=224),
+}
+ARCH_NAMES = _OPENCLIP_ARCHS + list(_SIGLIP_ARCHS)
+_SHAPE_COLORS = [(200, 30, 30), (30, 60, 200), (40, 160, 60), (230, 200, 40), (20, 20, 20), (240, 240, 240),
+                 (120, 80, 40), (128, 128, 128), (240, 140, 20), (240, 150, 180), (120, 40, 160)]
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+def make_images(folder, n, seed):
+    """n COCO-sized JPEGs (640x480, quality 90): gradient, shapes, texture; different per image."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    names = []
+    for k in range(n):
+        a, b = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
+        t = np.linspace(0.0, 1.0, 640)[None, :, None] if k % 2 else np.linspace(0.0, 1.0, 480)[:, None, None]
+        pixels = np.broadcast_to(a * (1 - t) + b * t, (480, 640, 3)) + rng.normal(0, 14, (480, 640, 3))
+        img = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+        draw = ImageDraw.Draw(img)
+        for _ in range(int(rng.integers(3, 9))):
+            x0, y0 = int(rng.integers(0, 560)), int(rng.integers(0, 400))
+            box = [x0, y0, x0 + int(rng.integers(30, 260)), y0 + int(rng.integers(30, 220))]
+            color = _SHAPE_COLORS[int(rng.integers(len(_SHAPE_COLORS)))]
+            (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=color)
+        name = f"{k + 1:012d}.jpg"
+        img.save(os.path.join(folder, name), quality=90)
+        names.append(name)
+    return names
+
+
+def unique_caption(c, r):
+    """Cycle r of a demo caption; r > 0 adds "in photo <r+1>" so no text repeats across records
+    (COCO captions do not), which would otherwise let the project's text dedup skip work."""
+    if r == 0:
+        return c
+    s = c.rstrip()
+    end = "." if s.endswith(".") else ""
+    return f"{s.rstrip('.')} in photo {r + 1}{end}"
+
+
+def make_records(work, n, seed):
+    """Images, base JSONL, and its perturbation by diff_gen_caption.py; returns the perturbed path."""
+    names = make_images(os.path.join(work, "images"), n, seed)
+    demo = [rec for _, rec in common.iter_records(DEMO_JSONL)]
+    base = os.path.join(work, "bench_base.jsonl")
+    with common.atomic_open(base) as f:
+        for k, name in enumerate(names):
+            caps = [unique_caption(c, k // len(demo)) for c in demo[k % len(demo)]["orig_captions"]]
+            f.write(common.dump_jsonl_line({"image_id": k + 1, "image_path": f"images/{name}", "orig_captions": caps}))
+    proc = subprocess.run([sys.executable, os.path.join(_HERE, "diff_gen_caption.py"), f"--INPUT_JSONL={base}"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"diff_gen_caption.py failed:\n{proc.stdout}\n{proc.stderr}")
+    return common.default_output(base, "_with_perturb.jsonl")
+
+
+def text_counts(records):
+    caps = sum(len(rec["orig_captions"]) for _, rec in records)
+    paras = sum(len(common.caption_texts(rec, "same_caps", i)) for _, rec in records for i in range(len(rec["orig_captions"])))
+    flips = sum(len(common.caption_texts(rec, "diff_caps", i)) for _, rec in records for i in range(len(rec["orig_captions"])))
+    calls = sum(1 + sum(bool(common.caption_texts(rec, f, i)) for i in range(len(rec["orig_captions"]))
+                        for f in ("same_caps", "diff_caps")) for _, rec in records)
+    return {"images": len(records), "captions": caps, "paraphrases": paras, "flips": flips,
+            "texts": caps + paras + flips, "text_calls_published": calls,
+            "captions_per_image": caps / len(records), "paraphrases_per_caption": paras / caps,
+            "flips_per_caption": flips / caps, "texts_per_image": (caps + paras + flips) / len(records)}
+
+
+# --- models ------------------------------------------------------------------------------------
+
+def make_siglip_folder(arch, folder, seed):
+    """A random-init SigLIP of the published checkpoint's sizes, saved with a processor, so the
+    project's own loader (common.load_siglip) reads it; token ids from the fixture's tokenizer."""
+    import torch
+    from transformers import AutoModel, SiglipConfig, SiglipImageProcessor, SiglipProcessor, SiglipTokenizer
+    a = _SIGLIP_ARCHS[arch]
+    tower = dict(hidden_size=a["width"], intermediate_size=a["mlp"], num_attention_heads=a["heads"],
+                 num_hidden_layers=a["layers"])
+    config = SiglipConfig(text_config=dict(tower, vocab_size=a["vocab"], max_position_embeddings=common.SIGLIP_TEXT_LENGTH),
+                          vision_config=dict(tower, image_size=a["image"], patch_size=16))
+    torch.manual_seed(seed)
+    AutoModel.from_config(config).save_pretrained(folder)
+    tokenizer = SiglipTokenizer.from_pretrained(SIGLIP_TOKENIZER, model_max_length=common.SIGLIP_TEXT_LENGTH)
+    image_processor = SiglipImageProcessor(size={"height": a["image"], "width": a["image"]}, resample=3,
+                                           image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    SiglipProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(folder)
+    return folder
+
+
+def arch_spec(arch, work):
+    """(model spec, scratch folder or None) of one ARCHS entry."""
+    if isinstance(arch, dict):
+        return arch, None
+    if arch in _SIGLIP_ARCHS:
+        folder = make_siglip_folder(arch, os.path.join(work, "models", arch), SEED)
+        return {"name": f"bench_{arch}", "type": "siglip", "model_id": folder}, folder
+    return {"name": f"bench_{arch}", "type": "openclip", "model_name": arch, "pretrained": None}, None
+
+
+def arch_key(spec):
+    """The ARCH_NAMES entry a spec is a random-init instance of, else None."""
+    if spec.get("type") == "openclip" and spec.get("pretrained") is None and spec.get("model_name") in _OPENCLIP_ARCHS:
+        return spec["model_name"]
+    if spec.get("type") == "siglip" and os.path.basename(str(spec.get("model_id", "")).rstrip("/")) in _SIGLIP_ARCHS:
+        return os.path.basename(spec["model_id"].rstrip("/"))
+    return None
+
+
+def published_arch(spec):
+    return spec["model_name"] if spec["type"] == "openclip" else spec["model_id"].split("/")[-1]
+
+
+def load(spec):
+    """The project's Encoder for spec, and the published-style encoder on the same weights."""
+    import torch
+    torch.manual_seed(SEED)
+    enc = common.load_model(spec, PROTOCOL, DEVICE, DTYPE)
+    pub_dtype = enc.dtype if PUBLISHED_DTYPE == "same" else torch.float32
+    model = enc.model if enc.dtype == pub_dtype else copy.deepcopy(enc.model).to(dtype=pub_dtype)
+    return enc, PublishedEncoder(spec, model, enc)
+
+
+class PublishedEncoder:
+    """Encodes as the published scripts do: one PIL image per call; texts per call, padded to the
+    context length (open_clip) or to the call's longest text (SigLIP, padding=True)."""
+
+    def __init__(self, spec, model, enc):
+        import torch
+        self.model, self.device, self.dtype, self.type = model, enc.device, next(model.parameters()).dtype, spec["type"]
+        if self.type == "openclip":
+            import open_clip
+            self.preprocess = enc.image_transform  # create_model_and_transforms' preprocess
+            self.tokenizer = open_clip.get_tokenizer(spec["model_name"])
+        else:
+            from transformers import AutoProcessor
+            self.processor = AutoProcessor.from_pretrained(spec["model_id"])
+        self.no_grad = torch.no_grad
+
+    def image(self, path):
+        from PIL import Image
+        img = Image.open(path).convert("RGB")
+        with self.no_grad():
+            if self.type == "openclip":
+                x = self.model.encode_image(self.preprocess(img).unsqueeze(0).to(self.device, self.dtype))
+            else:
+                inputs = self.processor(images=img, return_tensors="pt")
+                x = _features(self.model.get_image_features(
+                    pixel_values=inputs["pixel_values"].to(self.device, self.dtype)))
+        return x / x.norm(dim=-1, keepdim=True)
+
+    def texts(self, texts):
+        with self.no_grad():
+            if self.type == "openclip":
+                x = self.model.encode_text(self.tokenizer(texts).to(self.device))
+            else:
+                inputs = self.processor.tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+                x = _features(self.model.get_text_features(input_ids=inputs["input_ids"].to(self.device)))
+        return x / x.norm(dim=-1, keepdim=True)
+
+
+class CpuShare:
+    """Share of the machine's CPU time used by other processes (and VM steal) while in the block,
+    from /proc/stat and os.times(); None where /proc/stat is missing. Others' load slows the
+    published-style loop (many small, thread-synchronised calls) far more than the project path."""
+
+    def __enter__(self):
+        self.start = self._sample()
+        return self
+
+    def __exit__(self, *exc):
+        end = self._sample()
+        self.others = None
+        if self.start and end:
+            (busy0, own0, wall0), (busy1, own1, wall1) = self.start, end
+            hz, cpus = os.sysconf("SC_CLK_TCK"), os.cpu_count() or 1
+            self.others = max(0.0, ((busy1 - busy0) / hz - (own1 - own0)) / max((wall1 - wall0) * cpus, 1e-9))
+
+    @staticmethod
+    def _sample():
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        busy = sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)  # all but idle and iowait
+        t = os.times()
+        return busy, t.user + t.system + t.children_user + t.children_system, time.perf_counter()
+
+
+def _features(out):
+    return getattr(out, "pooler_output", out)  # transformers 5: a ModelOutput; 4.x: a tensor
+
+
+# --- the two paths ------------------------------------------------------------------------------
+
+def sync(device):
+    import torch
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def metrics_of(inv_errors, gaps):
+    import numpy as np
+    inv_errors, gaps = np.asarray(inv_errors, dtype=np.float64), np.asarray(gaps, dtype=np.float64)
+    return {"num_invariance_pairs": len(inv_errors), "num_sensitivity_pairs": len(gaps),
+            "invariance_error_mean": common.mean_or_none(inv_errors),
+            "sensitivity_gap_mean": common.mean_or_none(gaps), "sensitivity_pos_rate": common.mean_or_none(gaps > 0)}
+
+
+def project_pass(enc, spec, records, config):
+    """ModelRun (images) + run_lgip_multi.evaluate's pairs and scoring (texts)."""
+    with common.Timer() as t_img:
+        run = common.ModelRun(spec, records, config, enc=enc)
+    with common.Timer() as t_txt:
+        inv, sens = common.Pairs(), common.Pairs()
+        for k in run.ok:
+            rec = records[k][1]
+            orig = run.bank.add_call(rec["orig_captions"])
+            for i in range(len(rec["orig_captions"])):
+                for field, pairs in (("same_caps", inv), ("diff_caps", sens)):
+                    texts = common.caption_texts(rec, field, i)
+                    pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, field)
+        inv, sens = run.score(inv, sens)
+        sync(enc.device)
+    out = {"image_s": t_img.seconds, "text_s": t_txt.seconds, "unique_texts_encoded": run.bank.n_encoded,
+           "metrics": metrics_of(abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim)}
+    if run.cache is not None:
+        out["cache"] = dict(run.cache.stats)
+    return out
+
+
+def published_pass(pub, records, image_root):
+    """The published loop: per record one image, the originals, then per caption paraphrases and flips."""
+    inv_errors, gaps = [], []
+    image_s = text_s = 0.0
+    for _, rec in records:
+        t0 = time.perf_counter()
+        v = pub.image(os.path.join(image_root, rec["image_path"]))
+        sync(pub.device)
+        t1 = time.perf_counter()
+        caps = rec["orig_captions"]
+        base = (v @ pub.texts(caps).T)[0].tolist()
+        for i in range(len(caps)):
+            paras = common.caption_texts(rec, "same_caps", i)
+            if paras:
+                inv_errors.extend(abs(base[i] - s) for s in (v @ pub.texts(paras).T)[0].tolist())
+            flips = common.caption_texts(rec, "diff_caps", i)
+            if flips:
+                gaps.extend(base[i] - s for s in (v @ pub.texts(flips).T)[0].tolist())
+        t2 = time.perf_counter()
+        image_s, text_s = image_s + t1 - t0, text_s + t2 - t1
+    return {"image_s": image_s, "text_s": text_s, "metrics": metrics_of(inv_errors, gaps)}
+
+
+def eval_config(jsonl, work, cache_dir=None):
+    return {"JSONL_PATH": jsonl, "IMAGE_ROOT": work, "PROTOCOL": PROTOCOL, "DEVICE": DEVICE, "DTYPE": DTYPE,
+            "IMAGE_BATCH_SIZE": IMAGE_BATCH_SIZE, "TEXT_BATCH_SIZE": TEXT_BATCH_SIZE,
+            "NUM_WORKERS": NUM_WORKERS, "CACHE_DIR": cache_dir}
+
+
+def rates(res, counts):
+    total = res["image_s"] + res["text_s"]
+    return dict(res, total_s=total, images_per_s=counts["images"] / max(res["image_s"], 1e-12),
+                texts_per_s=counts["texts"] / max(res["text_s"], 1e-12),
+                s_per_image=res["image_s"] / counts["images"], s_per_text=res["text_s"] / counts["texts"])
+
+
+def compare(spec, records, jsonl, work, counts, cache_test=False):
+    """Both paths on one model: times (fastest of REPEATS), metrics, their largest difference."""
+    import torch
+    with common.Timer() as t_load:
+        enc, pub = load(spec)
+    print(f"{spec['name']}: loaded in {t_load.seconds:.1f} s ({enc.device}, project {str(enc.dtype)[6:]}, "
+          f"published-style {str(pub.dtype)[6:]}, torch threads {torch.get_num_threads()})", flush=True)
+    config = eval_config(jsonl, work)
+    project_pass(enc, spec, records[:2], config)  # warm-up, untimed (first-call allocations, kernels)
+    published_pass(pub, records[:2], work)
+    runs = {"project": [], "published": []}
+    with CpuShare() as share:
+        for _ in range(REPEATS):
+            runs["project"].append(project_pass(enc, spec, records, config))
+            runs["published"].append(published_pass(pub, records, work))
+    best = {k: rates(min(v, key=lambda r: r["image_s"] + r["text_s"]), counts) for k, v in runs.items()}
+    a, b = best["project"]["metrics"], best["published"]["metrics"]
+    keys = ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate")
+    diff = max(abs(a[k] - b[k]) for k in keys if a[k] is not None and b[k] is not None)
+    same_counts = all(a[k] == b[k] for k in ("num_invariance_pairs", "num_sensitivity_pairs"))
+    comparable = enc.dtype == pub.dtype == torch.float32 and (enc.type == "openclip" or PROTOCOL == "reference")
+    row = {"name": spec["name"], "spec": spec, "arch": arch_key(spec), "device": str(enc.device),
+           "dtype_project": str(enc.dtype)[6:], "dtype_published": str(pub.dtype)[6:], "load_s": t_load.seconds,
+           "project": best["project"], "published": best["published"],
+           "all_runs_total_s": {k: [r["image_s"] + r["text_s"] for r in v] for k, v in runs.items()},
+           "speedup": best["published"]["total_s"] / best["project"]["total_s"], "cpu_used_by_others": share.others,
+           "max_abs_metric_diff": diff, "same_pair_counts": same_counts, "metrics_comparable": comparable,
+           "metrics_agree": (diff <= METRIC_TOL and same_counts) if comparable else None}
+    if cache_test:
+        cache_dir = os.path.join(work, "cache")
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        cold = project_pass(enc, spec, records, eval_config(jsonl, work, cache_dir))
+        warm = project_pass(enc, spec, records, eval_config(jsonl, work, cache_dir))
+        cold_s, warm_s = cold["image_s"] + cold["text_s"], warm["image_s"] + warm["text_s"]
+        row["cache"] = {"cold_s": cold_s, "warm_s": warm_s, "ratio": cold_s / max(warm_s, 1e-12),
+                        "ratio_with_load": (cold_s + t_load.seconds) / (warm_s + t_load.seconds),
+                        "warm_hits": warm.get("cache"), "warm_texts_encoded": warm["unique_texts_encoded"],
+                        "same_metrics": warm["metrics"] == cold["metrics"]}
+    del enc, pub
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return row
+
+
+# --- reporting ---------------------------------------------------------------------------------
+
+def print_comparison(row):
+    for path in ("project", "published"):
+        r = row[path]
+        print(f"  {path + ':':11s}{r['total_s']:8.2f} s (images {r['image_s']:.2f} s, texts {r['text_s']:.2f} s)  "
+              f"{r['images_per_s']:.2f} images/s  {r['texts_per_s']:.1f} texts/s")
+    print(f"  speed-up project vs published-style: {row['speedup']:.2f}x (ceiling if the project's texts were free: "
+          f"{row['published']['total_s'] / row['project']['image_s']:.2f}x)")
+    a, b = row["project"]["metrics"], row["published"]["metrics"]
+    for k in ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate"):
+        print(f"  {k:22s} project {a[k]:.6f}  published {b[k]:.6f}")
+    if row["metrics_comparable"]:
+        verdict = "agree" if row["metrics_agree"] else "DISAGREE"
+    elif row["dtype_project"] != row["dtype_published"]:
+        verdict = f"not compared: project {row['dtype_project']} vs published-style {row['dtype_published']}"
+    else:
+        verdict = "not compared: corrected SigLIP pads to 64, the published code to each call's longest text"
+    if not row["metrics_comparable"]:
+        row["metrics_note"] = verdict
+    print(f"  max abs metric diff: {row['max_abs_metric_diff']:.2e} (tolerance {METRIC_TOL:g}; pair counts "
+          f"{'equal' if row['same_pair_counts'] else 'DIFFER'}): {verdict}")
+    if row["cpu_used_by_others"] is not None:
+        busy = row["cpu_used_by_others"]
+        print(f"  other processes used {100 * busy:.0f}% of the CPUs during the timed runs"
+              + (": timings unreliable, re-run on a quiet machine" if busy > 0.1 else ""))
+    if "cache" in row:
+        c = row["cache"]
+        print(f"  cache: first run (cold) {c['cold_s']:.2f} s, re-run (warm) {c['warm_s']:.3f} s")
+        print(f"  cache speed-up warm vs cold: {c['ratio']:.1f}x (warm hits {c['warm_hits']}, "
+              f"texts encoded {c['warm_texts_encoded']}, same metrics: {c['same_metrics']})")
+        print(f"  (counting the model load of {row['load_s']:.1f} s in both runs, as a fresh script would: "
+              f"{c['ratio_with_load']:.1f}x)")
+
+
+def projection(rows_by_arch, main_row):
+    """Projected hours for PROJECT_IMAGES images from measured s/image and s/text."""
+    per_image_texts = PROJECT_CAPTIONS * (1 + PROJECT_PARAPHRASES + PROJECT_FLIPS)
+
+    def hours(r):
+        return PROJECT_IMAGES * (r["s_per_image"] + per_image_texts * r["s_per_text"]) / 3600
+
+    models = []
+    for m in common.PUBLISHED_MODELS:
+        row = rows_by_arch.get(published_arch(m))
+        models.append({"model": m["name"], "arch": published_arch(m),
+                       "project_h": hours(row["project"]) if row else None,
+                       "published_h": hours(row["published"]) if row else None})
+    done = [m for m in models if m["project_h"] is not None]
+    out = {"images": PROJECT_IMAGES, "texts_per_image": per_image_texts,
+           "assumed": {"captions_per_image": PROJECT_CAPTIONS, "paraphrases_per_caption": PROJECT_PARAPHRASES,
+                       "flips_per_caption": PROJECT_FLIPS},
+           "main_model": {"project_h": hours(main_row["project"]), "published_h": hours(main_row["published"])},
+           "models": models, "models_measured": len(done),
+           "nine_models_project_h": sum(m["project_h"] for m in done) if done else None,
+           "nine_models_published_h": sum(m["published_h"] for m in done) if done else None}
+    return out
+
+
+def print_tables(rows, proj):
+    print("\nper model (fastest of REPEATS; model load excluded)")
+    head = (f"{'model':34s} {'device':7s} {'project s':>9s} {'publ. s':>9s} {'ratio':>6s} {'proj img/s':>10s} "
+            f"{'proj txt/s':>10s} {'publ img/s':>10s} {'publ txt/s':>10s} {'max|diff|':>9s}")
+    print(head + "\n" + "-" * len(head))
+    for r in rows:
+        p, q = r["project"], r["published"]
+        print(f"{r['name'][:34]:34s} {r['device'][:7]:7s} {p['total_s']:9.2f} {q['total_s']:9.2f} {r['speedup']:5.2f}x "
+              f"{p['images_per_s']:10.2f} {p['texts_per_s']:10.1f} {q['images_per_s']:10.2f} {q['texts_per_s']:10.1f} "
+              f"{r['max_abs_metric_diff']:9.1e}")
+    a = proj["assumed"]
+    print(f"\nprojection: {proj['images']} images x {proj['texts_per_image']:g} texts/image "
+          f"({a['captions_per_image']:g} captions, {a['paraphrases_per_caption']:g} paraphrases and "
+          f"{a['flips_per_caption']:g} flips per caption)")
+    m = proj["main_model"]
+    print(f"  {rows[0]['name']}: project {m['project_h']:.2f} h, published-style {m['published_h']:.2f} h")
+    for r in proj["models"]:
+        if r["project_h"] is None:
+            print(f"  {r['model']:42s} not measured")
+        else:
+            print(f"  {r['model']:42s} project {r['project_h']:8.2f} h  published-style {r['published_h']:8.2f} h")
+    if proj["models_measured"]:
+        what = "nine models" if proj["models_measured"] == len(proj["models"]) else \
+            f"the {proj['models_measured']} measured of nine models"
+        print(f"  total, {what}: project {proj['nine_models_project_h']:.2f} h, "
+              f"published-style {proj['nine_models_published_h']:.2f} h")
+
+
+def machine_info():
+    import torch
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "platform": platform.platform(), "load_average_at_start": list(os.getloadavg())}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def resolve_archs(device):
+    if ARCHS == "auto":
+        return ARCH_NAMES if device.startswith("cuda") else []
+    return list(ARCHS)
+
+
+def main():
+    work = WORK_DIR or tempfile.mkdtemp(prefix="lgip_bench_")
+    os.makedirs(work, exist_ok=True)
+    try:
+        jsonl = make_records(work, N_IMAGES, SEED)
+        records = common.load_records(jsonl, ("same_caps", "diff_caps"))
+        counts = text_counts(records)
+        info = machine_info()
+        print(f"{counts['images']} images, {counts['texts']} texts ({counts['captions']} captions, "
+              f"{counts['paraphrases']} paraphrases, {counts['flips']} flips; "
+              f"{counts['text_calls_published']} published text calls) in {work}")
+        print(f"machine: {info}")
+        main_row = compare(MODEL, records, jsonl, work, counts, cache_test=True)
+        print_comparison(main_row)
+        rows, by_arch = [main_row], {}
+        if main_row["arch"]:
+            by_arch[main_row["arch"]] = main_row
+        for arch in resolve_archs(common.resolve_device(DEVICE)):
+            if arch == MODEL or (not isinstance(arch, dict) and arch == arch_key(MODEL)):
+                print(f"{arch if isinstance(arch, str) else arch['name']}: same model as MODEL, measured above")
+                continue
+            spec, folder = arch_spec(arch, work)
+            row = compare(spec, records, jsonl, work, counts)
+            print_comparison(row)
+            rows.append(row)
+            if row["arch"]:
+                by_arch.setdefault(row["arch"], row)
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
+        info["load_average_at_end"] = list(os.getloadavg())
+        proj = projection(by_arch, main_row)
+        print_tables(rows, proj)
+        if RESULTS_JSON:
+            path = os.path.join(_HERE, "bench_results.json") if RESULTS_JSON == "auto" else RESULTS_JSON
+            meta = common.provenance(__file__, CONFIG)
+            meta["versions"] = common.package_versions(("torch", "torchvision", "open_clip_torch", "transformers",
+                                                        "timm", "numpy", "pillow"))
+            out = dict(meta, command=" ".join([os.path.basename(sys.executable), *sys.argv]), machine=info,
+                       data=counts, results=rows, projection=proj)
+            print(f"-> {common.write_json(path, json.loads(json.dumps(out, default=str)))}")
+        bad = [r["name"] for r in rows if r["metrics_agree"] is False]
+        if bad:
+            raise SystemExit(f"error: metrics of the two paths differ by more than {METRIC_TOL:g}: {', '.join(bad)}")
+    finally:
+        if not WORK_DIR:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    common.run_main(main)

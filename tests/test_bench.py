@@ -1,0 +1,65 @@
+"""bench.py smoke tests: it runs, prints its ratios, and both paths give the same metrics.
+
+Tiny fixture models, 4 images, CPU. No timing is asserted: speed targets are measured by
+bench.py itself (BENCHMARKS.md), never by tests.
+"""
+import importlib
+import json
+import os
+import sys
+
+from conftest import OPENCLIP_TINY, ROOT, SIGLIP_TINY, run_script
+
+TOL = 1e-4
+KEYS = ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate")
+
+
+def test_bench_runs_and_paths_agree(tmp_path):
+    results = tmp_path / "bench_results.json"
+    # SigLIP compared under the reference protocol: the published padding (longest text per call).
+    proc = run_script("bench.py", f"--MODEL={OPENCLIP_TINY!r}", f"--ARCHS={[SIGLIP_TINY]!r}", "--N_IMAGES=4",
+                      "--PROTOCOL=reference", "--DEVICE=cpu", "--NUM_WORKERS=0", f"--WORK_DIR={str(tmp_path / 'work')!r}",
+                      f"--RESULTS_JSON={str(results)!r}")
+    out = proc.stdout
+    assert out.count("speed-up project vs published-style:") == 2
+    assert "cache speed-up warm vs cold:" in out
+    assert out.count("max abs metric diff:") == 2 and "DISAGREE" not in out
+    assert "projection: 40000 images x 42.5 texts/image" in out
+
+    data = json.loads(results.read_text())
+    assert data["script"] == "bench.py" and {"torch", "open_clip_torch"} <= set(data["versions"])
+    assert data["config"]["N_IMAGES"] == 4 and data["data"]["images"] == 4
+    assert [r["name"] for r in data["results"]] == ["tiny_openclip", "tiny_siglip"]
+    for row in data["results"]:
+        p, q = row["project"]["metrics"], row["published"]["metrics"]
+        assert p["num_invariance_pairs"] == q["num_invariance_pairs"] > 0
+        assert p["num_sensitivity_pairs"] == q["num_sensitivity_pairs"] > 0
+        for k in KEYS:
+            assert abs(p[k] - q[k]) <= TOL, (row["name"], k, p[k], q[k])
+        assert row["metrics_comparable"] and row["metrics_agree"] and row["max_abs_metric_diff"] <= TOL
+        for path in ("project", "published"):
+            assert row[path]["images_per_s"] > 0 and row[path]["texts_per_s"] > 0
+    cache = data["results"][0]["cache"]
+    assert cache["same_metrics"] and cache["warm_texts_encoded"] == 0
+    assert cache["warm_hits"]["image_hits"] == 4 and cache["warm_hits"]["text_hits"] > 0
+    assert (tmp_path / "work" / "bench_base_with_perturb.jsonl").read_text().count("\n") == 4
+
+
+def test_random_init_siglip_folder_loads_with_project_loader(tmp_path, monkeypatch):
+    """The GPU-only per-architecture path: a SigLIP built from sizes, saved, read by common.load_siglip."""
+    monkeypatch.setattr(sys, "argv", ["bench.py"])
+    sys.modules.pop("bench", None)
+    bench = importlib.import_module("bench")
+    import common
+    monkeypatch.setitem(bench._SIGLIP_ARCHS, "siglip-test-patch16-32",
+                        dict(width=32, mlp=64, heads=2, layers=1, vocab=1000, image=32))
+    spec, folder = bench.arch_spec("siglip-test-patch16-32", str(tmp_path))
+    assert os.path.isdir(folder) and bench.arch_key(spec) == "siglip-test-patch16-32"
+    enc = common.load_model(spec, "corrected", "cpu", "fp32")
+    assert enc.pad_length([3, 5]) == common.SIGLIP_TEXT_LENGTH  # padded to 64 as the real model
+    assert len(enc.tokenize(["a red bus"])[0]) > 1
+    pub = bench.PublishedEncoder(spec, enc.model, enc)
+    emb = pub.texts(["a red bus", "two dogs on a beach"])
+    assert emb.shape == (2, 32)
+    image = os.path.join(ROOT, "demo", "images", sorted(os.listdir(os.path.join(ROOT, "demo", "images")))[0])
+    assert pub.image(image).shape == (1, 32)
