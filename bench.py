@@ -34,10 +34,11 @@ DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # project path: "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 PUBLISHED_DTYPE = "fp32"  # published-style path: "fp32" (as the published code) or "same" (the project's DTYPE)
 IMAGE_BATCH_SIZE = 64  # int: project path, images per forward pass
-TEXT_BATCH_SIZE = 512  # int: project path, texts per forward pass
+TEXT_BATCH_SIZE = "auto"  # int, or "auto" (2048 on CUDA, 64 on CPU): project path, texts per forward pass
 NUM_WORKERS = None  # int: project path, image-decoding worker processes; None = from the CPU count
 ARCHS = "auto"  # "auto" (on GPU the 8 architectures of the nine published models, on CPU none: MODEL only), or a list of: ViT-B-16, ViT-L-14, ViT-H-14, EVA02-L-14 (or any open_clip model name), siglip-base-patch16-224, siglip-base-patch16-384, siglip-large-patch16-384, siglip2-base-patch16-224 (all random init), or model spec dicts
 REPEATS = 1  # int >= 1: timed runs of each path (alternating); the fastest is reported
+SCALE_IMAGES = 0  # int >= 0: also run the project path alone, as a user's run (cache on, cold), on this many more records, and project from its rates; 0 = project from the N_IMAGES run
 METRIC_TOL = 1e-4  # float: largest allowed |project - published| of a metric when both paths are fp32 and encode alike
 WORK_DIR = None  # scratch folder for images, JSONL, cache, random-init SigLIP folders; None = a temp dir removed at the end
 RESULTS_JSON = "auto"  # results file; "auto" = bench_results.json beside bench.py; None = not written
@@ -66,13 +67,23 @@ _SHAPE_COLORS = [(200, 30, 30), (30, 60, 200), (40, 160, 60), (230, 200, 40), (2
 # --- inputs ------------------------------------------------------------------------------------
 
 def make_images(folder, n, seed):
-    """n COCO-sized JPEGs (640x480, quality 90): gradient, shapes, texture; different per image."""
+    """n COCO-sized JPEGs (640x480, quality 90): gradient, shapes, texture; different per image.
+    Made in parallel, in slices of 256 images, each slice seeded from (seed, slice)."""
+    import multiprocessing
+    os.makedirs(folder, exist_ok=True)
+    jobs = [(folder, k, min(k + 256, n), seed) for k in range(0, n, 256)]
+    if len(jobs) == 1:
+        return _make_image_slice(*jobs[0])
+    with multiprocessing.get_context("fork").Pool(min(len(jobs), os.cpu_count() or 1)) as pool:
+        return [name for names in pool.starmap(_make_image_slice, jobs) for name in names]
+
+
+def _make_image_slice(folder, start, stop, seed):
     import numpy as np
     from PIL import Image, ImageDraw
-    os.makedirs(folder, exist_ok=True)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed if start == 0 else [seed, start // 256])
     names = []
-    for k in range(n):
+    for k in range(start, stop):
         a, b = rng.integers(0, 256, 3), rng.integers(0, 256, 3)
         t = np.linspace(0.0, 1.0, 640)[None, :, None] if k % 2 else np.linspace(0.0, 1.0, 480)[:, None, None]
         pixels = np.broadcast_to(a * (1 - t) + b * t, (480, 640, 3)) + rng.normal(0, 14, (480, 640, 3))
@@ -323,18 +334,22 @@ def rates(res, counts):
     total = res["image_s"] + res["text_s"]
     return dict(res, total_s=total, images_per_s=counts["images"] / max(res["image_s"], 1e-12),
                 texts_per_s=counts["texts"] / max(res["text_s"], 1e-12),
-                s_per_image=res["image_s"] / counts["images"], s_per_text=res["text_s"] / counts["texts"])
+                s_per_image=res["image_s"] / counts["images"], s_per_text=res["text_s"] / counts["texts"],
+                s_per_image_all=total / counts["images"])
 
 
-def compare(spec, records, jsonl, work, counts, cache_test=False):
-    """Both paths on one model: times (fastest of REPEATS), metrics, their largest difference."""
+def compare(spec, records, jsonl, work, counts, cache_test=False, scale=None):
+    """Both paths on one model: times (fastest of REPEATS), metrics, their largest difference;
+    with `scale` (records, jsonl, work, counts), the project path alone as a user runs it."""
     import torch
     with common.Timer() as t_load:
         enc, pub = load(spec)
     print(f"{spec['name']}: loaded in {t_load.seconds:.1f} s ({enc.device}, project {str(enc.dtype)[6:]}, "
           f"published-style {str(pub.dtype)[6:]}, torch threads {torch.get_num_threads()})", flush=True)
     config = eval_config(jsonl, work)
-    project_pass(enc, spec, records[:2], config)  # warm-up, untimed (first-call allocations, kernels)
+    # Untimed warm-ups: first-call allocations and kernel choices, once per shape. The project
+    # meets a shape per text length, so it warms up on all records; its cost is kept (first_pass_s).
+    first = project_pass(enc, spec, records, config)
     published_pass(pub, records[:2], work)
     runs = {"project": [], "published": []}
     with CpuShare() as share:
@@ -353,7 +368,8 @@ def compare(spec, records, jsonl, work, counts, cache_test=False):
            "all_runs_total_s": {k: [r["image_s"] + r["text_s"] for r in v] for k, v in runs.items()},
            "speedup": best["published"]["total_s"] / best["project"]["total_s"], "cpu_used_by_others": share.others,
            "max_abs_metric_diff": diff, "same_pair_counts": same_counts, "metrics_comparable": comparable,
-           "metrics_agree": (diff <= METRIC_TOL and same_counts) if comparable else None}
+           "metrics_agree": (diff <= METRIC_TOL and same_counts) if comparable else None,
+           "project_first_pass_s": first["image_s"] + first["text_s"]}
     if cache_test:
         cache_dir = os.path.join(work, "cache")
         shutil.rmtree(cache_dir, ignore_errors=True)
@@ -364,6 +380,14 @@ def compare(spec, records, jsonl, work, counts, cache_test=False):
                         "ratio_with_load": (cold_s + t_load.seconds) / (warm_s + t_load.seconds),
                         "warm_hits": warm.get("cache"), "warm_texts_encoded": warm["unique_texts_encoded"],
                         "same_metrics": warm["metrics"] == cold["metrics"]}
+    if scale:
+        s_records, s_jsonl, s_work, s_counts = scale
+        cache_dir = os.path.join(s_work, "cache")
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        res = project_pass(enc, spec, s_records, eval_config(s_jsonl, s_work, cache_dir))
+        row["scale"] = dict(rates(res, s_counts), images=s_counts["images"], texts=s_counts["texts"])
+        row["speedup_at_scale"] = row["published"]["s_per_image_all"] / (row["scale"]["total_s"] / s_counts["images"])
+        shutil.rmtree(cache_dir, ignore_errors=True)
     del enc, pub
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -396,6 +420,13 @@ def print_comparison(row):
         busy = row["cpu_used_by_others"]
         print(f"  other processes used {100 * busy:.0f}% of the CPUs during the timed runs"
               + (": timings unreliable, re-run on a quiet machine" if busy > 0.1 else ""))
+    if "scale" in row:
+        r = row["scale"]
+        print(f"  at scale, project alone on {r['images']} images (cache on, cold): {r['total_s']:.2f} s "
+              f"(images {r['image_s']:.2f} s, texts {r['text_s']:.2f} s)  {r['images_per_s']:.1f} images/s  "
+              f"{r['texts_per_s']:.0f} texts/s")
+        print(f"  speed-up at scale (per record: published-style {row['published']['s_per_image_all']:.4f} s, "
+              f"project {r['s_per_image_all']:.4f} s): {row['speedup_at_scale']:.1f}x")
     if "cache" in row:
         c = row["cache"]
         print(f"  cache: first run (cold) {c['cold_s']:.2f} s, re-run (warm) {c['warm_s']:.3f} s")
@@ -409,20 +440,26 @@ def projection(rows_by_arch, main_row):
     """Projected hours for PROJECT_IMAGES images from measured s/image and s/text."""
     per_image_texts = PROJECT_CAPTIONS * (1 + PROJECT_PARAPHRASES + PROJECT_FLIPS)
 
-    def hours(r):
-        return PROJECT_IMAGES * (r["s_per_image"] + per_image_texts * r["s_per_text"]) / 3600
+    def hours(row, path):
+        """Per-image and per-text rates (the at-scale run's, when there is one) times the job, plus
+        once per model: its construction and, for the project, its first pass's extra cost."""
+        r = row.get("scale", row["project"]) if path == "project" else row["published"]
+        once = row["load_s"]
+        if path == "project":
+            once += max(0.0, row["project_first_pass_s"] - row["project"]["total_s"])
+        return (PROJECT_IMAGES * (r["s_per_image"] + per_image_texts * r["s_per_text"]) + once) / 3600
 
     models = []
     for m in common.PUBLISHED_MODELS:
         row = rows_by_arch.get(published_arch(m))
         models.append({"model": m["name"], "arch": published_arch(m),
-                       "project_h": hours(row["project"]) if row else None,
-                       "published_h": hours(row["published"]) if row else None})
+                       "project_h": hours(row, "project") if row else None,
+                       "published_h": hours(row, "published") if row else None})
     done = [m for m in models if m["project_h"] is not None]
     out = {"images": PROJECT_IMAGES, "texts_per_image": per_image_texts,
            "assumed": {"captions_per_image": PROJECT_CAPTIONS, "paraphrases_per_caption": PROJECT_PARAPHRASES,
                        "flips_per_caption": PROJECT_FLIPS},
-           "main_model": {"project_h": hours(main_row["project"]), "published_h": hours(main_row["published"])},
+           "main_model": {"project_h": hours(main_row, "project"), "published_h": hours(main_row, "published")},
            "models": models, "models_measured": len(done),
            "nine_models_project_h": sum(m["project_h"] for m in done) if done else None,
            "nine_models_published_h": sum(m["published_h"] for m in done) if done else None}
@@ -432,13 +469,14 @@ def projection(rows_by_arch, main_row):
 def print_tables(rows, proj):
     print("\nper model (fastest of REPEATS; model load excluded)")
     head = (f"{'model':34s} {'device':7s} {'project s':>9s} {'publ. s':>9s} {'ratio':>6s} {'proj img/s':>10s} "
-            f"{'proj txt/s':>10s} {'publ img/s':>10s} {'publ txt/s':>10s} {'max|diff|':>9s}")
+            f"{'proj txt/s':>10s} {'publ img/s':>10s} {'publ txt/s':>10s} {'max|diff|':>9s} {'at scale':>8s}")
     print(head + "\n" + "-" * len(head))
     for r in rows:
         p, q = r["project"], r["published"]
+        at_scale = f"{r['speedup_at_scale']:7.1f}x" if "scale" in r else f"{'-':>8s}"
         print(f"{r['name'][:34]:34s} {r['device'][:7]:7s} {p['total_s']:9.2f} {q['total_s']:9.2f} {r['speedup']:5.2f}x "
               f"{p['images_per_s']:10.2f} {p['texts_per_s']:10.1f} {q['images_per_s']:10.2f} {q['texts_per_s']:10.1f} "
-              f"{r['max_abs_metric_diff']:9.1e}")
+              f"{r['max_abs_metric_diff']:9.1e} {at_scale}")
     a = proj["assumed"]
     print(f"\nprojection: {proj['images']} images x {proj['texts_per_image']:g} texts/image "
           f"({a['captions_per_image']:g} captions, {a['paraphrases_per_caption']:g} paraphrases and "
@@ -490,7 +528,14 @@ def main():
               f"{counts['paraphrases']} paraphrases, {counts['flips']} flips; "
               f"{counts['text_calls_published']} published text calls) in {work}")
         print(f"machine: {info}")
-        main_row = compare(MODEL, records, jsonl, work, counts, cache_test=True)
+        scale = None
+        if SCALE_IMAGES:
+            s_work = os.path.join(work, "scale")
+            s_jsonl = make_records(s_work, SCALE_IMAGES, SEED + 1)
+            s_records = common.load_records(s_jsonl, ("same_caps", "diff_caps"))
+            scale = (s_records, s_jsonl, s_work, text_counts(s_records))
+            print(f"at scale: {len(s_records)} more records, {scale[3]['texts']} texts, in {s_work}")
+        main_row = compare(MODEL, records, jsonl, work, counts, cache_test=True, scale=scale)
         print_comparison(main_row)
         rows, by_arch = [main_row], {}
         if main_row["arch"]:
@@ -500,7 +545,7 @@ def main():
                 print(f"{arch if isinstance(arch, str) else arch['name']}: same model as MODEL, measured above")
                 continue
             spec, folder = arch_spec(arch, work)
-            row = compare(spec, records, jsonl, work, counts)
+            row = compare(spec, records, jsonl, work, counts, scale=scale)
             print_comparison(row)
             rows.append(row)
             if row["arch"]:

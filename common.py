@@ -575,8 +575,8 @@ def load_openclip(spec, protocol, device, dtype):
     enc.model, enc.device, enc.dtype = model, device, dtype
     enc.image_transform = preprocess
     enc.context_length = getattr(model, "context_length", None) or tokenizer.context_length
-    trimmable = (isinstance(model, open_clip.CLIP) and getattr(model, "text_pool_type", "argmax") == "argmax"
-                 and getattr(model, "attn_mask", None) is not None)
+    tower = _openclip_causal_text_tower(model)
+    trimmable = tower is not None
     enc.pad_id = 0
 
     def tokenize(texts):
@@ -586,9 +586,9 @@ def load_openclip(spec, protocol, device, dtype):
 
     @torch.no_grad()
     def encode_tokens(ids):
-        ids = ids.to(device)
+        ids = ids.to(device, non_blocking=True)
         if trimmable:
-            x = _openclip_text_trimmed(model, ids)
+            x = _openclip_text_trimmed(tower, ids)
         else:
             full = torch.zeros(ids.shape[0], enc.context_length, dtype=ids.dtype, device=device)
             full[:, :ids.shape[1]] = ids
@@ -613,16 +613,70 @@ def _uses_quick_gelu(model):
     return any(isinstance(m, QuickGELU) for m in model.modules())
 
 
-def _openclip_text_trimmed(model, ids):
-    """open_clip CLIP.encode_text on a [N, L] batch with L <= context length."""
+def _openclip_causal_text_tower(model):
+    """The module holding an open_clip text tower that may be cut to its texts' real length
+    (causal mask, EOT = argmax pooling, no pad mask or appended class token): the model itself
+    for CLIP, `model.text` for CustomTextCLIP (EVA02, ...); None for any other tower."""
+    import open_clip
+    from open_clip.transformer import TextTransformer
+    if isinstance(model, open_clip.CLIP):
+        tower, pool = model, getattr(model, "text_pool_type", "argmax")
+    elif isinstance(getattr(model, "text", None), TextTransformer):
+        tower = model.text
+        pool = tower.pool_type
+        if tower.cls_emb is not None or getattr(tower, "use_pad_mask", False):
+            return None
+    else:
+        return None
+    return tower if pool == "argmax" and getattr(tower, "attn_mask", None) is not None else None
+
+
+def _causal_blocks(transformer):
+    """The text transformer's blocks when each is a plain self-attention ResidualAttentionBlock
+    (batch-first nn.MultiheadAttention), which `_causal_block` computes exactly; else None."""
     import torch
-    cast = model.transformer.get_cast_dtype()
+    from open_clip.transformer import ResidualAttentionBlock
+    blocks = list(getattr(transformer, "resblocks", []))
+    if not getattr(transformer, "batch_first", False) or not blocks:
+        return None
+    for b in blocks:
+        a = getattr(b, "attn", None)
+        if (type(b) is not ResidualAttentionBlock or hasattr(b, "ln_1_kv") or not isinstance(a, torch.nn.MultiheadAttention)
+                or not a.batch_first or not a._qkv_same_embed_dim or a.bias_k is not None):
+            return None
+    return blocks
+
+
+def _causal_block(block, x):
+    """ResidualAttentionBlock.forward under open_clip's causal mask, with the mask given to SDPA
+    as is_causal (flash attention on a GPU) instead of an additive [L, L] float mask."""
+    import torch.nn.functional as F
+    attn = block.attn
+    n, length, width = x.shape
+    heads = attn.num_heads
+    q, k, v = F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
+    q, k, v = (t.reshape(n, length, heads, width // heads).transpose(1, 2) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(n, length, width)
+    x = x + block.ls_1(attn.out_proj(y))
+    return x + block.ls_2(block.mlp(block.ln_2(x)))
+
+
+def _openclip_text_trimmed(tower, ids):
+    """open_clip encode_text on a [N, L] batch with L <= context length (tower: see
+    _openclip_causal_text_tower)."""
+    import torch
+    cast = tower.transformer.get_cast_dtype()
     n = ids.shape[1]
-    x = model.token_embedding(ids).to(cast) + model.positional_embedding[:n].to(cast)
-    x = model.transformer(x, attn_mask=model.attn_mask[:n, :n])
-    x = model.ln_final(x)
+    x = tower.token_embedding(ids).to(cast) + tower.positional_embedding[:n].to(cast)
+    blocks = _causal_blocks(tower.transformer)
+    if blocks is None:
+        x = tower.transformer(x, attn_mask=tower.attn_mask[:n, :n])
+    else:
+        for block in blocks:
+            x = _causal_block(block, x)
+    x = tower.ln_final(x)
     x = x[torch.arange(x.shape[0], device=x.device), ids.argmax(dim=-1)]  # EOT has the largest id
-    proj = model.text_projection
+    proj = tower.text_projection
     if proj is not None:
         x = proj(x) if isinstance(proj, torch.nn.Linear) else x @ proj
     return x
@@ -675,7 +729,7 @@ def load_siglip(spec, protocol, device, dtype):
     @torch.no_grad()
     def encode_tokens(ids):
         # input_ids only: SigLIP/SigLIP2 were trained without a text attention mask.
-        return _normalise(_as_features(model.get_text_features(input_ids=ids.to(device))))
+        return _normalise(_as_features(model.get_text_features(input_ids=ids.to(device, non_blocking=True))))
 
     @torch.no_grad()
     def encode_images(batch):
@@ -776,7 +830,49 @@ def _collate_images(items):
 
 
 def default_num_workers():
-    return max(0, min(8, (os.cpu_count() or 1) - 1))
+    """All CPUs but one (for the main process), at most 32: decoding bounds small models."""
+    return max(0, min(32, (os.cpu_count() or 1) - 1))
+
+
+def resolve_text_batch_size(value, device):
+    """TEXT_BATCH_SIZE constant -> int: "auto" = 2048 on CUDA (fewer, larger launches), 64 on
+    CPU (measured fastest there, BENCHMARKS.md)."""
+    if value in (None, "auto"):
+        return 2048 if str(device).startswith("cuda") else 64
+    if not isinstance(value, int) or value < 1:
+        raise ModelError(f"TEXT_BATCH_SIZE must be a positive int or 'auto', got {value!r}")
+    return value
+
+
+class _DeviceRows:
+    """Embeddings computed on the device, copied to the host every `flush_rows` rows.
+
+    One host-device synchronisation per flush instead of one per batch, so the GPU queue never
+    drains while the host prepares the next batch. Rows are rounded for storage, put in `out`
+    and handed to the cache writer (if any) at each flush.
+    >>> rows = _DeviceRows(enc, out, writer, keys.__getitem__); rows.add(idx, emb); rows.flush()
+    """
+
+    def __init__(self, enc, out, writer=None, key_of=None, flush_rows=16384):
+        self.enc, self.out, self.writer, self.key_of, self.flush_rows = enc, out, writer, key_of, flush_rows
+        self.items, self.n = [], 0
+
+    def add(self, idx, emb):
+        self.items.append((list(idx), emb))
+        self.n += len(idx)
+        if self.n >= self.flush_rows:
+            self.flush()
+
+    def flush(self):
+        import torch
+        if not self.items:
+            return
+        idx = [i for ii, _ in self.items for i in ii]
+        emb = self.enc.round_for_storage(torch.cat([e for _, e in self.items]).cpu())
+        self.out.put(idx, emb)
+        if self.writer is not None:
+            self.writer.add([self.key_of(i) for i in idx], emb)
+        self.items, self.n = [], 0
 
 
 class _Rows:
@@ -826,19 +922,19 @@ def embed_images(enc, paths, batch_size=64, num_workers=None, desc="images", cac
         todo = [i for i in todo if i not in done]
     if todo:
         num_workers = default_num_workers() if num_workers is None else num_workers
+        # A worker decodes a whole batch: a small job gets smaller batches so every worker has one.
+        per_worker = -(-len(todo) // max(1, num_workers))
         loader = torch.utils.data.DataLoader(
-            _ImageFiles([paths[i] for i in todo], enc.image_transform), batch_size=batch_size, shuffle=False,
-            num_workers=num_workers, collate_fn=_collate_images,
+            _ImageFiles([paths[i] for i in todo], enc.image_transform), batch_size=max(1, min(batch_size, per_worker)),
+            shuffle=False, num_workers=num_workers, collate_fn=_collate_images,
             pin_memory=str(enc.device).startswith("cuda"), persistent_workers=False)
         writer = cache.writer("image") if cache is not None else None
+        rows = _DeviceRows(enc, out, writer, keys.__getitem__)
         for idx, batch, bad in progress(loader, total=len(loader), desc=f"{enc.name}: {desc}", unit="batch", min_total=20):
             failed.update((todo[j], err) for j, err in bad)
-            if not idx:
-                continue
-            emb = enc.round_for_storage(enc.encode_images(batch).cpu())
-            out.put([todo[j] for j in idx], emb)
-            if writer is not None:
-                writer.add([keys[todo[j]] for j in idx], emb)
+            if idx:
+                rows.add([todo[j] for j in idx], enc.encode_images(batch))
+        rows.flush()
         if writer is not None:
             writer.close()
     return out.tensor(), failed
@@ -932,11 +1028,11 @@ class TextBank:
         self._tokenize((keys[k][0] for k in todo), tokens)
         batches = self._batches(todo, keys, tokens, batch_size)
         writer = cache.writer("text") if cache is not None and todo else None
+        rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
         for batch in progress(batches, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
             for ks, emb in self._encode_batch(batch, keys, tokens):
-                out.put(ks, emb)
-                if writer is not None:
-                    writer.add([cache_keys[k] for k in ks], emb)
+                rows_out.add(ks, emb)
+        rows_out.flush()
         if writer is not None:
             writer.close()
         self.n_unique, self.n_encoded = len(keys), len(todo)
@@ -962,6 +1058,8 @@ class TextBank:
         return batches
 
     def _encode_batch(self, idx, keys, tokens):
+        """(keys, embeddings on the device) per padded length in the batch."""
+        import numpy as np
         import torch
         by_pad = {}
         for k in idx:
@@ -969,10 +1067,13 @@ class TextBank:
         for pad, ks in by_pad.items():
             seqs = [tokens[keys[k][0]] for k in ks]
             length = pad or max(len(s) for s in seqs)
-            ids = torch.full((len(seqs), length), self.enc.pad_id, dtype=torch.long)
+            ids = np.full((len(seqs), length), self.enc.pad_id, dtype=np.int64)
             for r, seq in enumerate(seqs):
-                ids[r, :len(seq)] = torch.tensor(seq[:length], dtype=torch.long)
-            yield ks, self.enc.round_for_storage(self.enc.encode_tokens(ids).cpu())
+                ids[r, :len(seq)] = seq[:length]
+            ids = torch.from_numpy(ids)
+            if str(self.enc.device).startswith("cuda"):
+                ids = ids.pin_memory()  # so the copy to the GPU does not wait for the batch before
+            yield ks, self.enc.encode_tokens(ids)
 
 
 class CacheError(RuntimeError):
@@ -993,6 +1094,7 @@ class EmbeddingCache:
 
     def __init__(self, root, enc, spec, chunk_rows=8192):
         import hashlib
+        import torch
         ident = {"spec": {k: v for k, v in spec.items() if k != "name"}, "protocol": enc.protocol,
                  "dtype": str(enc.dtype), "versions": package_versions(("open_clip_torch", "transformers", "torch"))}
         for key in ("pretrained", "model_id", "model_name"):
@@ -1007,6 +1109,7 @@ class EmbeddingCache:
         if not os.path.exists(meta):
             write_json(meta, ident)
         self.chunk_rows = chunk_rows
+        self.fp16 = enc.dtype not in (None, torch.float32)  # then stored rows are fp16 values
         self._index = {}
         self.stats = {"image_hits": 0, "text_hits": 0, "corrupt_chunks": 0}
 
@@ -1087,7 +1190,10 @@ class _ChunkWriter:
         import torch
         if not self.keys:
             return
-        emb = torch.cat(self.embs).numpy()
+        emb = torch.cat(self.embs)
+        if self.cache.fp16:
+            emb = emb.to(torch.float16)  # lossless: round_for_storage already rounded to fp16
+        emb = emb.numpy()
         keys = np.frombuffer(json.dumps(self.keys, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
         path = os.path.join(self.cache.dir, f"{self.kind}-{uuid.uuid4().hex}.npz")
         with atomic_open(path, "wb") as f:
@@ -1402,7 +1508,8 @@ class ModelRun:
 
     def score(self, *pairs_list, text_cos=False):
         """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes."""
-        txt_emb, rows = self.bank.encode(self.config["TEXT_BATCH_SIZE"], cache=self.cache)
+        batch = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
+        txt_emb, rows = self.bank.encode(batch, cache=self.cache)
         for pairs in pairs_list:
             pairs.score(self.img_emb, txt_emb, rows, text_cos=text_cos)
         self.n_ok = len(self.ok)
@@ -1422,6 +1529,7 @@ class ModelRun:
     def info(self, script):
         info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank)
         info["num_processes"] = self.world
+        info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         if self.cache is not None:
             info["cache"] = {"dir": self.cache.dir, **self.cache.stats}
         return info

@@ -43,6 +43,30 @@ def test_openclip_cut_to_longest_equals_full_context(openclip_tiny):
     torch.testing.assert_close(emb[rows[slots]], expected, atol=1e-6, rtol=0)
 
 
+def test_custom_text_tower_cut_too(tmp_path):
+    """CustomTextCLIP (EVA02-L-14's "custom_text": true) has the same causal text tower in
+    model.text: it is cut to the longest text as well, through the is_causal attention blocks."""
+    import open_clip
+    cfg = json.load(open(os.path.join(FIXTURES, "models", "openclip-tiny", "open_clip_config.json")))
+    folder = tmp_path / "custom"
+    folder.mkdir()
+    (folder / "open_clip_config.json").write_text(json.dumps(
+        dict(cfg, model_cfg=dict(cfg["model_cfg"], custom_text=True))))
+    torch.manual_seed(0)
+    model = open_clip.create_model("local-dir:" + str(folder), pretrained=None)
+    torch.save(model.state_dict(), folder / "open_clip_pytorch_model.bin")
+    enc = common.load_model({"name": "custom", "type": "openclip", "model_name": "local-dir:" + str(folder)}, "corrected", "cpu")
+    assert isinstance(enc.model, open_clip.CustomTextCLIP) and enc.info["text_trimmed"]
+    assert common._causal_blocks(enc.model.text.transformer) is not None
+    full = open_clip.get_tokenizer("local-dir:" + str(folder))(TEXTS)
+    with torch.no_grad():
+        expected = torch.nn.functional.normalize(enc.model.encode_text(full), dim=-1)
+    bank = common.TextBank(enc)
+    slots = bank.add_call(TEXTS)
+    emb, rows = bank.encode(batch_size=2)
+    torch.testing.assert_close(emb[rows[slots]], expected, atol=1e-6, rtol=0)
+
+
 def test_siglip_corrected_same_embedding_alone_or_beside_longer(siglip_tiny):
     bank = common.TextBank(siglip_tiny)
     alone = bank.add_call(TEXTS[:1])
