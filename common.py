@@ -367,6 +367,22 @@ def provenance(script, config):
     }
 
 
+class _NoBar:
+    def update(self, n=1):
+        pass
+
+    def close(self):
+        pass
+
+
+def progress_bar(total, desc="", unit="it", min_total=2000):
+    """A tqdm bar updated by hand (`.update(n)`, `.close()`) when the job is large; else a no-op."""
+    if total < min_total:
+        return _NoBar()
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, mininterval=0.5)
+
+
 def progress(iterable, total=None, desc="", unit="it", min_total=2000):
     """A tqdm bar (items/s, ETA) on stderr when the job is large; the bare iterable otherwise."""
     if total is not None and total < min_total:
@@ -854,6 +870,8 @@ class _DeviceRows:
     """
 
     def __init__(self, enc, out, writer=None, key_of=None, flush_rows=16384):
+        if writer is not None:  # a cache chunk is written as soon as it is full (resume granularity)
+            flush_rows = min(flush_rows, writer.cache.chunk_rows)
         self.enc, self.out, self.writer, self.key_of, self.flush_rows = enc, out, writer, key_of, flush_rows
         self.items, self.n = [], 0
 
@@ -898,46 +916,107 @@ def image_cache_key(path):
     return f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}"
 
 
-def embed_images(enc, paths, batch_size=64, num_workers=None, desc="images", cache=None):
-    """Encode image files: ([len(paths), D] float32 with NaN rows for failures, {index: error}).
+class ImageEncoding:
+    """Encoding of image files that runs beside other GPU work (the texts' encoding).
 
-    With an EmbeddingCache, images already encoded by this model (same path, size and mtime)
-    are read from it, and new ones are saved to it as they are encoded.
+    `start()` opens the decoding worker processes, `poll()` encodes the batches they have
+    ready without waiting, `finish()` encodes the rest and returns ([len(paths), D] float32,
+    NaN rows for failures; {index: error}). CPU decoding thus overlaps the GPU's text batches,
+    while every GPU call stays in the calling thread (a helper thread only hands the decoded
+    batches over, and starts after all worker processes are forked). With an EmbeddingCache,
+    images already encoded by this model (same path, size and mtime) are read from it, and
+    new ones are saved to it as they are encoded.
+    >>> job = ImageEncoding(enc, paths, cache=cache).start()
+    >>> for batch in text_batches: encode(batch); job.poll()
+    >>> emb, failed = job.finish()
     """
-    import torch
-    out, failed = _Rows(len(paths), float("nan")), {}
-    todo = list(range(len(paths)))
-    keys = {}
-    if cache is not None:
-        for i in todo:
-            try:
-                keys[i] = image_cache_key(paths[i])
-            except OSError:
-                pass  # missing: the loader reports it
-        hit_pos, hit_emb = cache.lookup("image", [keys[i] for i in todo if i in keys])
-        have = [i for i in todo if i in keys]
-        if hit_pos:
-            out.put([have[p] for p in hit_pos], hit_emb)
-        done = {have[p] for p in hit_pos}
-        todo = [i for i in todo if i not in done]
-    if todo:
-        num_workers = default_num_workers() if num_workers is None else num_workers
+    _END = object()
+
+    def __init__(self, enc, paths, batch_size=64, num_workers=None, desc="images", cache=None):
+        self.enc, self.paths, self.batch_size, self.desc, self.cache = enc, paths, batch_size, desc, cache
+        self.num_workers = default_num_workers() if num_workers is None else num_workers
+        self.out, self.failed, self.keys = _Rows(len(paths), float("nan")), {}, {}
+        self.todo = list(range(len(paths)))
+        self._queue = None
+        if cache is not None:
+            for i in self.todo:
+                try:
+                    self.keys[i] = image_cache_key(paths[i])
+                except OSError:
+                    pass  # missing: the loader reports it
+            have = [i for i in self.todo if i in self.keys]
+            hit_pos, hit_emb = cache.lookup("image", [self.keys[i] for i in have])
+            if hit_pos:
+                self.out.put([have[p] for p in hit_pos], hit_emb)
+            done = {have[p] for p in hit_pos}
+            self.todo = [i for i in self.todo if i not in done]
+
+    def start(self):
+        import queue
+        import threading
+        import torch
+        if not self.todo or self._queue is not None:
+            return self
         # A worker decodes a whole batch: a small job gets smaller batches so every worker has one.
-        per_worker = -(-len(todo) // max(1, num_workers))
+        per_worker = -(-len(self.todo) // max(1, self.num_workers))
         loader = torch.utils.data.DataLoader(
-            _ImageFiles([paths[i] for i in todo], enc.image_transform), batch_size=max(1, min(batch_size, per_worker)),
-            shuffle=False, num_workers=num_workers, collate_fn=_collate_images,
-            pin_memory=str(enc.device).startswith("cuda"), persistent_workers=False)
-        writer = cache.writer("image") if cache is not None else None
-        rows = _DeviceRows(enc, out, writer, keys.__getitem__)
-        for idx, batch, bad in progress(loader, total=len(loader), desc=f"{enc.name}: {desc}", unit="batch", min_total=20):
-            failed.update((todo[j], err) for j, err in bad)
-            if idx:
-                rows.add([todo[j] for j in idx], enc.encode_images(batch))
-        rows.flush()
-        if writer is not None:
-            writer.close()
-    return out.tensor(), failed
+            _ImageFiles([self.paths[i] for i in self.todo], self.enc.image_transform),
+            batch_size=max(1, min(self.batch_size, per_worker)), shuffle=False, num_workers=self.num_workers,
+            collate_fn=_collate_images, pin_memory=str(self.enc.device).startswith("cuda"), persistent_workers=False)
+        self._bar = progress_bar(len(loader), desc=f"{self.enc.name}: {self.desc}", unit="batch", min_total=20)
+        self._writer = self.cache.writer("image") if self.cache is not None else None
+        self._rows = _DeviceRows(self.enc, self.out, self._writer, self.keys.__getitem__)
+        self._queue = queue.Queue(maxsize=4)  # bounded: decoded batches wait in the workers, not here
+        self._ended = False
+        batches = iter(loader)  # forks the workers, before the helper thread exists
+        threading.Thread(target=self._hand_over, args=(batches,), daemon=True).start()
+        return self
+
+    def _hand_over(self, batches):
+        try:
+            for item in batches:
+                self._queue.put(item)
+        except BaseException as e:  # re-raised in the calling thread
+            self._queue.put(e)
+        self._queue.put(self._END)
+
+    def _take(self, item):
+        if item is self._END:
+            self._ended = True
+            return
+        if isinstance(item, BaseException):
+            raise item
+        idx, batch, bad = item
+        self.failed.update((self.todo[j], err) for j, err in bad)
+        if idx:
+            self._rows.add([self.todo[j] for j in idx], self.enc.encode_images(batch))
+        self._bar.update(1)
+
+    def poll(self):
+        """Encode the batches already decoded; never waits for one."""
+        import queue
+        while self._queue is not None and not self._ended:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            self._take(item)
+
+    def finish(self):
+        self.start()
+        if self._queue is not None:
+            while not self._ended:
+                self._take(self._queue.get())
+            self._rows.flush()
+            self._bar.close()
+            if self._writer is not None:
+                self._writer.close()
+        return self.out.tensor(), self.failed
+
+
+def embed_images(enc, paths, batch_size=64, num_workers=None, desc="images", cache=None):
+    """Encode image files: ([len(paths), D] float32 with NaN rows for failures, {index: error})."""
+    return ImageEncoding(enc, paths, batch_size, num_workers, desc, cache).start().finish()
 
 
 def _identity(x):
@@ -1011,7 +1090,9 @@ class TextBank:
                 rows[first + j] = row
         return keys, rows
 
-    def encode(self, batch_size=512, desc="texts", cache=None):
+    def encode(self, batch_size=512, desc="texts", cache=None, beside=None):
+        """([unique keys, D] float32 embeddings, slot -> row). `beside`: an ImageEncoding
+        started once the texts are tokenized and polled between text batches."""
         tokens = {}
         if self.enc.pad_needs_lengths:  # published SigLIP padding: the call's longest text
             self._tokenize((t for _, texts in self.calls for t in texts), tokens)
@@ -1029,9 +1110,13 @@ class TextBank:
         batches = self._batches(todo, keys, tokens, batch_size)
         writer = cache.writer("text") if cache is not None and todo else None
         rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
+        if beside is not None:
+            beside.start()  # after the tokenizer's worker processes are done
         for batch in progress(batches, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
             for ks, emb in self._encode_batch(batch, keys, tokens):
                 rows_out.add(ks, emb)
+            if beside is not None:
+                beside.poll()
         rows_out.flush()
         if writer is not None:
             writer.close()
@@ -1222,32 +1307,42 @@ def image_paths(records, image_root):
     return [os.path.join(image_root, rec["image_path"]) for _, rec in records]
 
 
-def encode_record_images(enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20):
-    """Encode the images of records[indices] once each.
-
-    Returns ([len(records), D] embeddings, NaN where not encoded; the usable indices; a
-    failure report {num_failed_images, failed_images: [{path, error}] (first few)}).
+class RecordImages(ImageEncoding):
+    """The images of records[indices], each file once; `finish()` returns ([len(records), D]
+    embeddings, NaN where not encoded; the usable indices; a failure report
+    {num_failed_images, failed_images: [{path, error}] (first few)}).
     """
-    import numpy as np
-    import torch
-    indices = range(len(records)) if indices is None else indices
-    paths = {k: os.path.join(image_root, records[k][1]["image_path"]) for k in indices}
-    unique = list(dict.fromkeys(paths.values()))
-    emb, failed = embed_images(enc, unique, batch_size, num_workers, cache=cache)
-    where = {p: j for j, p in enumerate(unique)}
-    full = torch.full((len(records), emb.shape[1]), float("nan"))
-    if paths:
-        ks = list(paths)
-        full[torch.as_tensor(ks)] = emb[torch.as_tensor(np.array([where[paths[k]] for k in ks]))]
-    bad_paths = {unique[j]: err for j, err in failed.items()}
-    for p, err in list(bad_paths.items())[:max_listed]:
-        print(f"warning: {enc.name}: skipping unreadable image {p} ({err})", file=sys.stderr)
-    if len(bad_paths) > max_listed:
-        print(f"warning: {enc.name}: ... and {len(bad_paths) - max_listed} more unreadable images", file=sys.stderr)
-    ok = [k for k in indices if paths[k] not in bad_paths]
-    report = {"num_failed_images": len(bad_paths),
-              "failed_images": [{"path": p, "error": e} for p, e in list(bad_paths.items())[:max_listed]]}
-    return full, ok, report
+
+    def __init__(self, enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20):
+        self.n_records, self.max_listed = len(records), max_listed
+        self.indices = range(len(records)) if indices is None else indices
+        self.path_of = {k: os.path.join(image_root, records[k][1]["image_path"]) for k in self.indices}
+        super().__init__(enc, list(dict.fromkeys(self.path_of.values())), batch_size, num_workers, cache=cache)
+
+    def finish(self):
+        import numpy as np
+        import torch
+        emb, failed = super().finish()
+        where = {p: j for j, p in enumerate(self.paths)}
+        full = torch.full((self.n_records, emb.shape[1]), float("nan"))
+        if self.path_of:
+            ks = list(self.path_of)
+            full[torch.as_tensor(ks)] = emb[torch.as_tensor(np.array([where[self.path_of[k]] for k in ks]))]
+        bad_paths = {self.paths[j]: err for j, err in failed.items()}
+        for p, err in list(bad_paths.items())[:self.max_listed]:
+            print(f"warning: {self.enc.name}: skipping unreadable image {p} ({err})", file=sys.stderr)
+        if len(bad_paths) > self.max_listed:
+            print(f"warning: {self.enc.name}: ... and {len(bad_paths) - self.max_listed} more unreadable images",
+                  file=sys.stderr)
+        ok = [k for k in self.indices if self.path_of[k] not in bad_paths]
+        report = {"num_failed_images": len(bad_paths),
+                  "failed_images": [{"path": p, "error": e} for p, e in list(bad_paths.items())[:self.max_listed]]}
+        return full, ok, report
+
+
+def encode_record_images(enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20):
+    """RecordImages(...) run to the end: (embeddings, usable indices, failure report)."""
+    return RecordImages(enc, records, image_root, batch_size, num_workers, indices, cache, max_listed).start().finish()
 
 
 class Pairs:
@@ -1496,10 +1591,11 @@ class ModelRun:
         if cache_dir == "auto":
             cache_dir = os.path.join(os.path.dirname(os.path.abspath(config["JSONL_PATH"])), ".lgip_cache")
         self.cache = EmbeddingCache(cache_dir, self.enc, spec) if cache_dir else None
-        image_root = config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config["JSONL_PATH"]))
-        mine = range(self.rank, len(records), self.world)
-        self.img_emb, self.ok, self.image_report = encode_record_images(
-            self.enc, records, image_root, config["IMAGE_BATCH_SIZE"], config["NUM_WORKERS"], mine, self.cache)
+        self.image_root = config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config["JSONL_PATH"]))
+        self.mine = range(self.rank, len(records), self.world)
+        # Images are encoded in score(), beside the texts; a record whose image cannot be read
+        # is dropped there, with all its pairs.
+        self.ok = list(self.mine)
         self.bank = TextBank(self.enc, config["NUM_WORKERS"])
 
     @property
@@ -1508,8 +1604,14 @@ class ModelRun:
 
     def score(self, *pairs_list, text_cos=False):
         """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes."""
+        images = RecordImages(self.enc, self.records, self.image_root, self.config["IMAGE_BATCH_SIZE"],
+                              self.config["NUM_WORKERS"], self.mine, self.cache)
         batch = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
-        txt_emb, rows = self.bank.encode(batch, cache=self.cache)
+        txt_emb, rows = self.bank.encode(batch, cache=self.cache, beside=images)
+        self.img_emb, self.ok, self.image_report = images.finish()
+        if len(self.ok) < len(self.mine):
+            good = set(self.ok)
+            pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]
         for pairs in pairs_list:
             pairs.score(self.img_emb, txt_emb, rows, text_cos=text_cos)
         self.n_ok = len(self.ok)
