@@ -1112,9 +1112,9 @@ class TextBank:
         rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
         if beside is not None:
             beside.start()  # after the tokenizer's worker processes are done
-        for batch in progress(batches, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
-            for ks, emb in self._encode_batch(batch, keys, tokens):
-                rows_out.add(ks, emb)
+        uploaded = self._on_device(batches, keys, tokens)
+        for batch, ids in progress(uploaded, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
+            rows_out.add(batch, self.enc.encode_tokens(ids))
             if beside is not None:
                 beside.poll()
         rows_out.flush()
@@ -1125,7 +1125,7 @@ class TextBank:
 
     @staticmethod
     def _batches(todo, keys, tokens, batch_size):
-        """Batches of at most batch_size keys sharing one padded length. Texts that may be cut
+        """Batches of at most batch_size keys, each sharing one padded length. Texts that may be cut
         to their batch's longest (pad None) are grouped by exact token length: no padding."""
         def group(k):
             pad = keys[k][1]
@@ -1142,23 +1142,36 @@ class TextBank:
             batches.append(current)
         return batches
 
-    def _encode_batch(self, idx, keys, tokens):
-        """(keys, embeddings on the device) per padded length in the batch."""
+    def _ids(self, batch, keys, tokens):
+        """[n, L] int64 token ids of one batch (its keys share one padded length)."""
+        import numpy as np
+        seqs = [tokens[keys[k][0]] for k in batch]
+        length = keys[batch[0]][1] or max(len(s) for s in seqs)
+        if all(len(s) == length for s in seqs):
+            return np.array(seqs, dtype=np.int64).reshape(len(seqs), length)
+        ids = np.full((len(seqs), length), self.enc.pad_id, dtype=np.int64)
+        for r, seq in enumerate(seqs):
+            ids[r, :len(seq)] = seq[:length]
+        return ids
+
+    def _on_device(self, batches, keys, tokens, max_tokens=1 << 23):
+        """(batch, its token ids on the device) for each batch. Ids travel in groups of batches,
+        one copy of up to max_tokens ids each: a copy from pageable memory waits for the device
+        queue to drain, so a copy per batch would stall the GPU at every batch."""
         import numpy as np
         import torch
-        by_pad = {}
-        for k in idx:
-            by_pad.setdefault(keys[k][1], []).append(k)
-        for pad, ks in by_pad.items():
-            seqs = [tokens[keys[k][0]] for k in ks]
-            length = pad or max(len(s) for s in seqs)
-            ids = np.full((len(seqs), length), self.enc.pad_id, dtype=np.int64)
-            for r, seq in enumerate(seqs):
-                ids[r, :len(seq)] = seq[:length]
-            ids = torch.from_numpy(ids)
-            if str(self.enc.device).startswith("cuda"):
-                ids = ids.pin_memory()  # so the copy to the GPU does not wait for the batch before
-            yield ks, self.enc.encode_tokens(ids)
+        group, size = [], 0
+        for n, batch in enumerate(batches):
+            ids = self._ids(batch, keys, tokens)
+            group.append((batch, ids))
+            size += ids.size
+            if size >= max_tokens or n == len(batches) - 1:
+                flat = torch.from_numpy(np.concatenate([a.ravel() for _, a in group])).to(self.enc.device)
+                offset = 0
+                for b, a in group:
+                    yield b, flat[offset:offset + a.size].view(a.shape)
+                    offset += a.size
+                group, size = [], 0
 
 
 class CacheError(RuntimeError):
