@@ -182,6 +182,9 @@ def test_bad_images_are_skipped_counted_and_listed(tmp_path):
     proc = run_script("run_lgip_multi.py", *eval_args(src, "corrected", [OPENCLIP_TINY], image_root=tmp_path))
     m = json.load(open(tmp_path / "in__LGIP_tiny_openclip.metrics.json"))
     assert m["num_samples"] == 8 and m["run"]["num_failed_images"] == 4
+    good = [rec for _, rec in common.iter_records(str(src)) if rec["image_id"] not in (2, 3, 4, 5)]
+    assert m["num_invariance_pairs"] == sum(len(v) for rec in good for v in rec["same_caps"].values())
+    assert m["num_sensitivity_pairs"] == sum(len(v) for rec in good for v in rec["diff_caps"].values())
     failed = {os.path.basename(f["path"]): f["error"] for f in m["run"]["failed_images"]}
     assert set(failed) == {f"{k:012d}.jpg" for k in (2, 3, 4, 5)}
     assert "empty" in failed["000000000003.jpg"] and "truncated" in failed["000000000004.jpg"]
