@@ -294,7 +294,7 @@ def project_pass(enc, spec, records, config):
                     pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, field)
         inv, sens = run.score(inv, sens)
         sync(enc.device)
-    out = {"total_s": t.seconds, "unique_texts_encoded": run.bank.n_encoded,
+    out = {"total_s": t.seconds, "unique_texts_encoded": run.bank.n_encoded, "seconds_by_phase": run.seconds,
            "metrics": metrics_of(abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim)}
     if run.cache is not None:
         out["cache"] = dict(run.cache.stats)
@@ -423,7 +423,7 @@ def print_comparison(row):
     if "scale" in row:
         r = row["scale"]
         print(f"  at scale, project alone on {r['images']} images (cache on, cold): {r['total_s']:.2f} s  "
-              f"{r['images_per_s']:.1f} images/s  {r['texts_per_s']:.0f} texts/s")
+              f"{r['images_per_s']:.1f} images/s  {r['texts_per_s']:.0f} texts/s  (phases, s: {r['seconds_by_phase']})")
         print(f"  speed-up at scale (per record: published-style {row['published']['s_per_record']:.4f} s, "
               f"project {r['s_per_record']:.4f} s): {row['speedup_at_scale']:.1f}x")
     if "cache" in row:

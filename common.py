@@ -1052,6 +1052,7 @@ class TextBank:
         self.calls = []  # (first slot, texts)
         self.n_slots = 0
         self.n_unique = self.n_encoded = 0
+        self.seconds = {}  # wall-clock time of encode's phases: where a run's time went
 
     def add_call(self, texts):
         texts = list(texts)
@@ -1094,6 +1095,7 @@ class TextBank:
         """([unique keys, D] float32 embeddings, slot -> row). `beside`: an ImageEncoding
         started once the texts are tokenized and polled between text batches."""
         tokens = {}
+        t0 = time.perf_counter()
         if self.enc.pad_needs_lengths:  # published SigLIP padding: the call's longest text
             self._tokenize((t for _, texts in self.calls for t in texts), tokens)
         keys, rows = self._keys(tokens)
@@ -1112,6 +1114,7 @@ class TextBank:
         rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
         if beside is not None:
             beside.start()  # after the tokenizer's worker processes are done
+        t1 = time.perf_counter()
         uploaded = self._on_device(batches, keys, tokens)
         for batch, ids in progress(uploaded, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
             rows_out.add(batch, self.enc.encode_tokens(ids))
@@ -1120,6 +1123,7 @@ class TextBank:
         rows_out.flush()
         if writer is not None:
             writer.close()
+        self.seconds = {"lookup_and_tokenize": round(t1 - t0, 3), "texts": round(time.perf_counter() - t1, 3)}
         self.n_unique, self.n_encoded = len(keys), len(todo)
         return out.tensor(), rows
 
@@ -1621,7 +1625,9 @@ class ModelRun:
                               self.config["NUM_WORKERS"], self.mine, self.cache)
         batch = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         txt_emb, rows = self.bank.encode(batch, cache=self.cache, beside=images)
-        self.img_emb, self.ok, self.image_report = images.finish()
+        with Timer() as t_images:
+            self.img_emb, self.ok, self.image_report = images.finish()
+        self.seconds = dict(self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
         if len(self.ok) < len(self.mine):
             good = set(self.ok)
             pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]
@@ -1644,6 +1650,7 @@ class ModelRun:
     def info(self, script):
         info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank)
         info["num_processes"] = self.world
+        info["seconds_by_phase"] = getattr(self, "seconds", {})  # cache lookup + tokenizing; texts (images polled between); images left after
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         if self.cache is not None:
             info["cache"] = {"dir": self.cache.dir, **self.cache.stats}
