@@ -967,18 +967,37 @@ class ImageEncoding:
         self._writer = self.cache.writer("image") if self.cache is not None else None
         self._rows = _DeviceRows(self.enc, self.out, self._writer, self.keys.__getitem__)
         self._queue = queue.Queue(maxsize=4)  # bounded: decoded batches wait in the workers, not here
-        self._ended = False
+        self._ended, self._closed = False, threading.Event()
         batches = iter(loader)  # forks the workers, before the helper thread exists
-        threading.Thread(target=self._hand_over, args=(batches,), daemon=True).start()
+        self._thread = threading.Thread(target=self._hand_over, args=(batches,), daemon=True)
+        self._thread.start()
         return self
 
     def _hand_over(self, batches):
         try:
             for item in batches:
-                self._queue.put(item)
+                if not self._put(item):
+                    return  # closed: the loader's workers shut down with its iterator
         except BaseException as e:  # re-raised in the calling thread
-            self._queue.put(e)
-        self._queue.put(self._END)
+            self._put(e)
+        self._put(self._END)
+
+    def _put(self, item):
+        import queue
+        while not self._closed.is_set():
+            try:
+                self._queue.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def close(self):
+        """Stop early (the caller failed): the helper thread ends and the decoding workers with it."""
+        if self._queue is not None and not self._ended:
+            self._closed.set()
+            self._thread.join(timeout=30)
+            self._bar.close()
 
     def _take(self, item):
         if item is self._END:
@@ -1624,7 +1643,11 @@ class ModelRun:
         images = RecordImages(self.enc, self.records, self.image_root, self.config["IMAGE_BATCH_SIZE"],
                               self.config["NUM_WORKERS"], self.mine, self.cache)
         batch = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
-        txt_emb, rows = self.bank.encode(batch, cache=self.cache, beside=images)
+        try:
+            txt_emb, rows = self.bank.encode(batch, cache=self.cache, beside=images)
+        except BaseException:
+            images.close()
+            raise
         with Timer() as t_images:
             self.img_emb, self.ok, self.image_report = images.finish()
         self.seconds = dict(self.bank.seconds, images_after_texts=round(t_images.seconds, 3))

@@ -2,7 +2,9 @@
 texts, token ids uploaded in groups, the "auto" text batch, fp16 cache chunks. No timing here:
 speed is measured by bench.py (BENCHMARKS.md)."""
 import glob
+import multiprocessing
 import os
+import time
 
 import numpy as np
 import pytest
@@ -58,6 +60,19 @@ def test_a_failing_loader_reaches_the_caller(enc, monkeypatch):
                              "name": "odd", "device": "cpu"})()
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         job.start().finish()
+
+
+def test_close_stops_the_hand_over_and_the_workers(enc):
+    """A caller that fails mid-run closes the job: no thread or worker process is left waiting."""
+    job = common.ImageEncoding(enc, image_paths(), 1, num_workers=2).start()
+    job._queue.get()  # one batch taken, the rest left undecoded or queued
+    job.close()
+    assert not job._thread.is_alive()
+    for _ in range(50):  # the loader's iterator is gone with the thread: its workers exit
+        if not multiprocessing.active_children():
+            break
+        time.sleep(0.1)
+    assert not multiprocessing.active_children()
 
 
 def test_token_ids_uploaded_in_groups_keep_every_batch(enc):
