@@ -1042,8 +1042,17 @@ def _identity(x):
     return x
 
 
+def _pack(seqs):
+    """Token id lists -> (flat int64 ids, int64 lengths): compact to pickle and to index."""
+    import itertools
+    import numpy as np
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum()))
+    return flat, lengths
+
+
 class _TextChunks:
-    """Dataset of tokenized chunks of a text list (workers inherit the tokenizer by fork)."""
+    """Dataset of tokenized chunks of a text list, packed (workers inherit the tokenizer by fork)."""
 
     def __init__(self, texts, tokenize, chunk):
         self.texts, self.tokenize, self.chunk = texts, tokenize, chunk
@@ -1052,7 +1061,48 @@ class _TextChunks:
         return -(-len(self.texts) // self.chunk)
 
     def __getitem__(self, n):
-        return self.tokenize(self.texts[n * self.chunk:(n + 1) * self.chunk])
+        return _pack(self.tokenize(self.texts[n * self.chunk:(n + 1) * self.chunk]))
+
+
+class TokenTable:
+    """Token ids of many texts in one flat array: `row[text]` -> a row whose ids are
+    flat[starts[row]:starts[row] + lengths[row]].
+    >>> table = TokenTable(); table.add(["a dog"], *_pack([[49406, 320, 1929, 49407]]))
+    >>> table.ids("a dog")   # array([49406, 320, 1929, 49407])
+    """
+
+    def __init__(self):
+        import numpy as np
+        self.row = {}
+        self.flat, self.starts, self.lengths = (np.empty(0, dtype=np.int64) for _ in range(3))
+        self._parts = []
+
+    def __contains__(self, text):
+        return text in self.row
+
+    def __len__(self):
+        return len(self.row)
+
+    def add(self, texts, flat, lengths):
+        for t in texts:
+            self.row[t] = len(self.row)
+        self._parts.append((flat, lengths))
+
+    def packed(self):
+        """(flat, starts, lengths) over every text added so far."""
+        import numpy as np
+        if self._parts:
+            flats, lens = zip(*self._parts)
+            self.flat = np.concatenate([self.flat, *flats])
+            self.lengths = np.concatenate([self.lengths, *lens])
+            self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+            self._parts = []
+        return self.flat, self.starts, self.lengths
+
+    def ids(self, text):
+        flat, starts, lengths = self.packed()
+        r = self.row[text]
+        return flat[starts[r]:starts[r] + lengths[r]]
 
 
 class TextBank:
@@ -1081,15 +1131,16 @@ class TextBank:
         return list(range(first, first + len(texts)))
 
     def _tokenize(self, texts, tokens, chunk=2048):
-        """Tokenize the texts not yet in `tokens`; large jobs in DataLoader worker processes
-        (tokenizers are pure Python and would otherwise bound a GPU run)."""
+        """Add the texts not yet in `tokens` (a TokenTable); large jobs in DataLoader worker
+        processes (tokenizers are pure Python and would otherwise bound a GPU run)."""
         import torch
         texts = [t for t in dict.fromkeys(texts) if t not in tokens]
         chunks = _TextChunks(texts, self.enc.tokenize, chunk)
         workers = self.num_workers if len(texts) > 8 * chunk else 0
         loader = torch.utils.data.DataLoader(chunks, batch_size=None, num_workers=workers, collate_fn=_identity)
-        for n, ids in enumerate(progress(loader, total=len(chunks), desc=f"{self.enc.name}: tokenize", unit="chunk", min_total=50)):
-            tokens.update(zip(texts[n * chunk:(n + 1) * chunk], ids))
+        for n, (flat, lengths) in enumerate(progress(loader, total=len(chunks), desc=f"{self.enc.name}: tokenize",
+                                                     unit="chunk", min_total=50)):
+            tokens.add(texts[n * chunk:(n + 1) * chunk], flat, lengths)
 
     def _keys(self, tokens):
         """Unique (text, padded length) keys and the slot -> key row map."""
@@ -1097,10 +1148,12 @@ class TextBank:
         key_row, keys = {}, []
         rows = np.empty(self.n_slots, dtype=np.int64)
         fixed = None if self.enc.pad_needs_lengths else self.enc.pad_length(None)
+        if self.enc.pad_needs_lengths:
+            lengths = tokens.packed()[2]
         for first, texts in self.calls:
             if not texts:
                 continue
-            pad = self.enc.pad_length([len(tokens[t]) for t in texts]) if self.enc.pad_needs_lengths else fixed
+            pad = self.enc.pad_length([int(lengths[tokens.row[t]]) for t in texts]) if self.enc.pad_needs_lengths else fixed
             for j, t in enumerate(texts):
                 key = (t, pad)
                 row = key_row.get(key)
@@ -1113,7 +1166,7 @@ class TextBank:
     def encode(self, batch_size=512, desc="texts", cache=None, beside=None):
         """([unique keys, D] float32 embeddings, slot -> row). `beside`: an ImageEncoding
         started once the texts are tokenized and polled between text batches."""
-        tokens = {}
+        tokens = TokenTable()
         t0 = time.perf_counter()
         if self.enc.pad_needs_lengths:  # published SigLIP padding: the call's longest text
             self._tokenize((t for _, texts in self.calls for t in texts), tokens)
@@ -1128,13 +1181,13 @@ class TextBank:
             hits = set(hit_pos)
             todo = [k for k in todo if k not in hits]
         self._tokenize((keys[k][0] for k in todo), tokens)
-        batches = self._batches(todo, keys, tokens, batch_size)
+        batches, texts_of = self._batches(todo, keys, tokens, batch_size)
         writer = cache.writer("text") if cache is not None and todo else None
         rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
         if beside is not None:
             beside.start()  # after the tokenizer's worker processes are done
         t1 = time.perf_counter()
-        uploaded = self._on_device(batches, keys, tokens)
+        uploaded = self._on_device(batches, texts_of, tokens)
         for batch, ids in progress(uploaded, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
             rows_out.add(batch, self.enc.encode_tokens(ids))
             if beside is not None:
@@ -1148,36 +1201,44 @@ class TextBank:
 
     @staticmethod
     def _batches(todo, keys, tokens, batch_size):
-        """Batches of at most batch_size keys, each sharing one padded length. Texts that may be cut
-        to their batch's longest (pad None) are grouped by exact token length: no padding."""
-        def group(k):
-            pad = keys[k][1]
-            return (0, pad) if pad is not None else (1, len(tokens[keys[k][0]]))
-        batches, current, current_group = [], [], None
-        for k in sorted(todo, key=lambda k: (group(k), len(tokens[keys[k][0]]))):
-            g = group(k)
-            if current and (g != current_group or len(current) == batch_size):
-                batches.append(current)
-                current = []
-            current.append(k)
-            current_group = g
-        if current:
-            batches.append(current)
-        return batches
-
-    def _ids(self, batch, keys, tokens):
-        """[n, L] int64 token ids of one batch (its keys share one padded length)."""
+        """(batches, [(token table rows, padded length)] per batch): lists of at most batch_size
+        keys sharing one padded length, padded keys first (by padding, then length), then the
+        keys that may be cut to their batch's longest (pad None), grouped by exact token length:
+        no padding at all. Stable: equal keys keep their order."""
         import numpy as np
-        seqs = [tokens[keys[k][0]] for k in batch]
-        length = keys[batch[0]][1] or max(len(s) for s in seqs)
-        if all(len(s) == length for s in seqs):
-            return np.array(seqs, dtype=np.int64).reshape(len(seqs), length)
-        ids = np.full((len(seqs), length), self.enc.pad_id, dtype=np.int64)
-        for r, seq in enumerate(seqs):
-            ids[r, :len(seq)] = seq[:length]
+        text_row = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
+        lengths = tokens.packed()[2][text_row]
+        pads = np.fromiter((-1 if keys[k][1] is None else keys[k][1] for k in todo), dtype=np.int64, count=len(todo))
+        cut = pads < 0
+        group_length = np.where(cut, lengths, pads)
+        order = np.lexsort((lengths, group_length, cut))  # the last key sorts first
+        todo_sorted = np.asarray(todo, dtype=np.int64)[order]
+        starts = np.flatnonzero((np.diff(cut[order]) != 0) | (np.diff(group_length[order]) != 0)) + 1
+        batches, texts_of = [], []
+        for lo, hi in zip(np.concatenate([[0], starts]), np.concatenate([starts, [len(todo)]])):
+            for b in range(lo, hi, batch_size):
+                sel = order[b:min(b + batch_size, hi)]
+                batch = todo_sorted[b:min(b + batch_size, hi)].tolist()
+                texts_of.append((text_row[sel], None if cut[sel[0]] else int(pads[sel[0]])))
+                batches.append(batch)
+        return batches, texts_of
+
+    def _ids(self, text_rows, pad, tokens):
+        """[n, L] int64 token ids of one batch: its texts' ids, padded to `pad` or, when None,
+        cut to its longest text."""
+        import numpy as np
+        flat, starts, lengths = tokens.packed()
+        lengths, starts = lengths[text_rows], starts[text_rows]
+        length = pad if pad is not None else int(lengths.max())
+        cols = np.arange(length)
+        if (lengths == length).all():
+            return flat[starts[:, None] + cols]
+        ids = np.full((len(text_rows), length), self.enc.pad_id, dtype=np.int64)
+        keep = cols[None, :] < np.minimum(lengths, length)[:, None]
+        ids[keep] = flat[(starts[:, None] + cols)[keep]]
         return ids
 
-    def _on_device(self, batches, keys, tokens, max_tokens=1 << 23):
+    def _on_device(self, batches, texts_of, tokens, max_tokens=1 << 23):
         """(batch, its token ids on the device) for each batch. Ids travel in groups of batches,
         one copy of up to max_tokens ids each: a copy from pageable memory waits for the device
         queue to drain, so a copy per batch would stall the GPU at every batch."""
@@ -1185,7 +1246,7 @@ class TextBank:
         import torch
         group, size = [], 0
         for n, batch in enumerate(batches):
-            ids = self._ids(batch, keys, tokens)
+            ids = self._ids(*texts_of[n], tokens)
             group.append((batch, ids))
             size += ids.size
             if size >= max_tokens or n == len(batches) - 1:

@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -222,7 +223,9 @@ def test_unknown_model_type_stops_script(tmp_path):
 
 def test_parallel_tokenization_matches_serial(openclip_tiny):
     texts = [f"a photo of {n} red buses number {n}" for n in range(300)] + TEXTS
-    serial, parallel = {}, {}
+    serial, parallel = common.TokenTable(), common.TokenTable()
     common.TextBank(openclip_tiny, 0)._tokenize(texts, serial, chunk=16)
     common.TextBank(openclip_tiny, 2)._tokenize(texts, parallel, chunk=16)  # > 8 chunks: worker processes
-    assert serial == parallel and len(serial) == len(set(texts))
+    assert serial.row == parallel.row and len(serial) == len(set(texts))
+    assert all(np.array_equal(a, b) for a, b in zip(serial.packed(), parallel.packed()))
+    assert all(serial.ids(t).tolist() == openclip_tiny.tokenize([t])[0] for t in TEXTS)

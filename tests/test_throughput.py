@@ -75,18 +75,40 @@ def test_close_stops_the_hand_over_and_the_workers(enc):
     assert not multiprocessing.active_children()
 
 
+def test_batches_group_by_padding_then_exact_length(enc):
+    """Padded keys first (by padding, then length), then cut keys by exact length; at most
+    batch_size each; equal keys keep their order; ids padded or cut as their key says."""
+    bank = common.TextBank(enc)
+    tokens = common.TokenTable()
+    bank._tokenize(TEXTS, tokens)
+    lengths = {t: len(tokens.ids(t)) for t in TEXTS}
+    keys = [(t, None) for t in TEXTS] + [(TEXTS[0], 20), (TEXTS[1], 20), (TEXTS[2], 16), (TEXTS[3], 20)]
+    todo = list(range(len(keys)))
+    batches, texts_of = bank._batches(todo, keys, tokens, 2)
+    expected = sorted(todo, key=lambda k: ((0, keys[k][1]) if keys[k][1] else (1, lengths[keys[k][0]]),
+                                           lengths[keys[k][0]]))
+    assert [k for b in batches for k in b] == expected and all(len(b) <= 2 for b in batches)
+    for b, (rows, pad) in zip(batches, texts_of):
+        assert len({keys[k][1] or lengths[keys[k][0]] for k in b}) == 1
+        ids = bank._ids(rows, pad, tokens)
+        for r, k in enumerate(b):
+            t, p = keys[k]
+            want = tokens.ids(t).tolist()
+            assert ids[r].tolist() == want + [enc.pad_id] * ((p or len(want)) - len(want))
+
+
 def test_token_ids_uploaded_in_groups_keep_every_batch(enc):
     bank = common.TextBank(enc)
-    bank.add_call(TEXTS)
-    tokens = dict(zip(TEXTS, enc.tokenize(TEXTS)))
+    tokens = common.TokenTable()
+    bank._tokenize(TEXTS, tokens)
     keys = [(t, None) for t in TEXTS]
-    batches = bank._batches(list(range(len(keys))), keys, tokens, 2)
+    batches, texts_of = bank._batches(list(range(len(keys))), keys, tokens, 2)
     for max_tokens in (1, 5, 10 ** 6):  # a group per batch, a few batches per group, one group
-        out = list(bank._on_device(batches, keys, tokens, max_tokens=max_tokens))
+        out = list(bank._on_device(batches, texts_of, tokens, max_tokens=max_tokens))
         assert [b for b, _ in out] == batches
-        for b, ids in out:
-            assert np.array_equal(ids.numpy(), bank._ids(b, keys, tokens))
-            assert all(ids[r, -1] == max(tokens[keys[k][0]]) for r, k in enumerate(b))  # EOT last: no padding
+        for (b, ids), (rows, pad) in zip(out, texts_of):
+            assert np.array_equal(ids.numpy(), bank._ids(rows, pad, tokens))
+            assert all(ids[r, -1] == tokens.ids(keys[k][0]).max() for r, k in enumerate(b))  # EOT last: no padding
 
 
 def test_reduced_precision_cache_chunks_are_fp16_and_exact(tmp_path):
