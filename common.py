@@ -189,12 +189,21 @@ def write_json(path, obj):
 
 
 def run_main(main):
-    """Run a script's main(); bad input ends with its message and exit status 2."""
+    """Run a script's main(); bad input ends with its message and exit status 2, a GPU out of
+    memory with what to lower and exit status 3."""
     try:
         main()
     except (InputError, ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)
+    except Exception as e:
+        torch = sys.modules.get("torch")  # imported by then if a model ran
+        if torch is None or not isinstance(e, torch.cuda.OutOfMemoryError):
+            raise
+        print(f"error: the GPU ran out of memory ({str(e).splitlines()[0]}). Lower --TEXT_BATCH_SIZE= "
+              f"(\"auto\" is 2048 on CUDA) or --IMAGE_BATCH_SIZE=, or use --DTYPE=bf16; finished cache chunks "
+              f"are kept, so a re-run resumes.", file=sys.stderr)
+        raise SystemExit(3)
 
 
 # ---------------------------------------------------------------------------

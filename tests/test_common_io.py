@@ -84,3 +84,18 @@ def test_default_output_is_next_to_input(tmp_path):
     assert (tmp_path / "base_with_fliptypes.jsonl").exists()
     run_script("rebuttal_enhanced_perturb_with_fliptypes.py", f"--INPUT_JSONL={src}")
     assert (tmp_path / "rebuttal_enhanced_base_with_fliptypes.jsonl").exists()
+
+
+def test_gpu_out_of_memory_says_what_to_lower(capsys):
+    import torch
+
+    def main():
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(SystemExit) as exit_info:
+        common.run_main(main)
+    assert exit_info.value.code == 3
+    err = capsys.readouterr().err
+    assert "ran out of memory (CUDA out of memory. Tried to allocate 2.00 GiB)" in err and "--TEXT_BATCH_SIZE=" in err
+    with pytest.raises(ValueError):  # anything else is not swallowed
+        common.run_main(lambda: (_ for _ in ()).throw(ValueError("other")))
