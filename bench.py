@@ -2,17 +2,21 @@
 
 On the same records and the same model (loaded once; load time is reported, never counted in
 either path): the project path is common.ModelRun + the pair building and scoring of
-run_lgip_multi.evaluate; the published-style path opens and encodes one image per forward
-pass, the 5 originals in one text call, then per caption the paraphrases in one call and the
-flips in one call (open_clip: tokenizer padded to the full context, 77; SigLIP: padding=True per
-call), fp32, appending |base - para| and base - flip to Python lists. Prints both times, their
-ratio, images/s, texts/s and the metrics of both paths with their largest difference; then the
-project path with CACHE_DIR set, cold then warm. On a GPU it measures the same for each
-architecture of the nine published models (random init, same cost as trained weights) and
-projects the time of the 40,000-image job. Records: N_IMAGES synthetic 640x480 JPEGs, captions
-of demo/lgip_demo.jsonl cycled (made unique per record), perturbed by diff_gen_caption.py.
-  python bench.py                                    # CPU: MODEL only (targets in BENCHMARKS.md)
+run_lgip_multi.evaluate (images encoded beside the texts, so a pass has one time); the
+published-style path opens and encodes one image per forward pass, the 5 originals in one text
+call, then per caption the paraphrases in one call and the flips in one call (open_clip:
+tokenizer padded to the full context, 77; SigLIP: padding=True per call), fp32, appending
+|base - para| and base - flip to Python lists. Prints both times, their ratio, images/s,
+texts/s and the metrics of both paths with their largest difference; then the project path
+with CACHE_DIR set, cold then warm; with SCALE_IMAGES, the project path alone on that many more
+records, as a user runs it (cache on), whose rates the projection uses. On a GPU it measures
+the same for each architecture of the nine published models (random init, same cost as trained
+weights) and projects the time of the 40,000-image job. Records: N_IMAGES synthetic 640x480
+JPEGs, captions of demo/lgip_demo.jsonl cycled (made unique per record), perturbed by
+diff_gen_caption.py.
+  python bench.py                                        # CPU: MODEL only (targets in BENCHMARKS.md)
   python bench.py --ARCHS="['ViT-B-16', 'siglip-base-patch16-224']" --N_IMAGES=4
+  python bench.py --N_IMAGES=256 --SCALE_IMAGES=3072     # GPU: the 8 architectures (BENCHMARKS.md)
 """
 import copy
 import json

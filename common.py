@@ -59,9 +59,11 @@ def configure(namespace, argv=None):
 
     `namespace` is the script's globals(). Unknown names are an error listing the valid
     ones; `--help` prints every constant with its comment. Returns the dict of constants
-    actually in force (recorded in every output file).
+    actually in force (recorded in every output file). The command line belongs to the script
+    being run: a script imported by another (bench_host imports bench) keeps its defaults.
     """
-    argv = sys.argv[1:] if argv is None else argv
+    if argv is None:
+        argv = sys.argv[1:] if namespace.get("__name__") == "__main__" else []
     names = [k for k, v in namespace.items() if k.isupper() and not k.startswith("_")
              and not callable(v) and not isinstance(v, type(sys))]
     script = namespace.get("__file__", "")

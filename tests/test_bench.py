@@ -63,3 +63,20 @@ def test_random_init_siglip_folder_loads_with_project_loader(tmp_path, monkeypat
     assert emb.shape == (2, 32)
     image = os.path.join(ROOT, "demo", "images", sorted(os.listdir(os.path.join(ROOT, "demo", "images")))[0])
     assert pub.image(image).shape == (1, 32)
+
+
+def test_bench_host_reports_cost_per_text(tmp_path):
+    proc = run_script("bench_host.py", "--N_IMAGES=6", "--REPEATS=1", f"--WORK_DIR={str(tmp_path)!r}")
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("6 records, ") and " us per text" in line and "'lookup_and_tokenize'" in line
+    assert "override: N_IMAGES = 6" in proc.stdout and proc.stdout.count("override:") == 3  # bench.py keeps its own
+
+
+def test_imported_script_keeps_its_defaults(monkeypatch):
+    """The command line belongs to the script being run, not to the scripts it imports."""
+    import common
+    monkeypatch.setattr(sys, "argv", ["bench_host.py", "--N_IMAGES=6"])
+    ns = {"__name__": "bench", "N_IMAGES": 32}
+    assert common.configure(ns) == {"N_IMAGES": 32}
+    ns = {"__name__": "__main__", "N_IMAGES": 32}
+    assert common.configure(ns) == {"N_IMAGES": 6}

@@ -1,0 +1,64 @@
+"""bench_host: the host's (CPU, main thread) cost per text of the project's evaluation pass.
+
+A fast GPU leaves the host as the bound: building pairs, de-duplicating and batching texts,
+gathering token ids, scoring. This runs bench.py's project pass with instant stand-ins for the
+model (zero embeddings), the tokenizer (ids from the text's length) and image decoding (a 4x4
+image), so what is left is the project's own Python and numpy, measurable without a GPU.
+  python bench_host.py                       # 3072 records, ~127k texts: prints us per text
+  python bench_host.py --N_IMAGES=512 --REPEATS=5
+"""
+import os
+import shutil
+import tempfile
+
+import bench
+import common
+
+N_IMAGES = 3072  # int >= 1: records (synthetic images and demo captions, as bench.py makes them)
+REPEATS = 3  # int >= 1: timed passes; the fastest is reported
+TEXT_BATCH_SIZE = 2048  # int: texts per batch (2048: "auto" on CUDA, where the host is the bound)
+WORK_DIR = None  # scratch folder; None = a temp dir removed at the end
+CONFIG = common.configure(globals())
+
+
+def instant_encoder():
+    """The fixture's tiny open_clip model with every costly step replaced by an instant one."""
+    import torch
+    from PIL import Image
+    spec = {"name": "host", "type": "openclip",
+            "model_name": "local-dir:" + os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                      "tests", "fixtures", "models", "openclip-tiny")}
+    enc = common.load_model(spec, "corrected", "cpu")
+    enc.encode_tokens = lambda ids: torch.zeros(ids.shape[0], 32)
+    enc.encode_images = lambda batch: torch.zeros(batch.shape[0], 32)
+    enc.image_transform = lambda img: torch.zeros(3, 8, 8)
+    enc.tokenize = lambda texts: [[49406] + [1000 + len(t) % 7] * (len(t) // 5) + [49407] for t in texts]
+    tiny = Image.new("RGB", (4, 4))
+    common.open_rgb = lambda path: tiny  # no JPEG decoding
+    return spec, enc
+
+
+def main():
+    work = WORK_DIR or tempfile.mkdtemp(prefix="lgip_bench_host_")
+    try:
+        jsonl = bench.make_records(work, N_IMAGES, 0)
+        records = common.load_records(jsonl, ("same_caps", "diff_caps"))
+        spec, enc = instant_encoder()
+        config = dict(bench.eval_config(jsonl, work), NUM_WORKERS=0, DEVICE="cpu", DTYPE="fp32",
+                      TEXT_BATCH_SIZE=TEXT_BATCH_SIZE)
+        times = []
+        for _ in range(REPEATS):
+            with common.Timer() as t:
+                res = bench.project_pass(enc, spec, records, config)
+            times.append(t.seconds)
+        texts = res["unique_texts_encoded"]
+        print(f"{len(records)} records, {texts} texts: host pass {min(times):.3f} s (runs: "
+              f"{', '.join(f'{x:.3f}' for x in times)}), {min(times) / texts * 1e6:.2f} us per text, "
+              f"phases {res['seconds_by_phase']}")
+    finally:
+        if not WORK_DIR:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    common.run_main(main)
