@@ -286,6 +286,7 @@ def metrics_of(inv_errors, gaps):
 def project_pass(enc, spec, records, config):
     """ModelRun + run_lgip_multi.evaluate's pairs and scoring: images are encoded beside the
     texts, so the pass has one time (total_s)."""
+    common.forget_token_tables()  # each pass tokenizes, as a fresh process's first model does
     with common.Timer() as t:
         run = common.ModelRun(spec, records, config, enc=enc)
         inv, sens = common.Pairs(), common.Pairs()

@@ -490,6 +490,7 @@ class Encoder:
     dtype = None
     pad_id = 0
     pad_needs_lengths = False  # True when a call's padding depends on its texts' lengths
+    tokenizer_key = None  # set by load_model: equal keys tokenize alike (see shared_token_table); None: not shared
     info = {}
 
     def round_for_storage(self, emb):
@@ -627,6 +628,7 @@ def load_openclip(spec, protocol, device, dtype):
         return _normalise(model.encode_image(pixels.to(device=device, dtype=dtype, non_blocking=True)))
 
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
+    enc.tokenizer_identity = (type(tokenizer).__name__, len(getattr(tokenizer, "encoder", {})), enc.context_length)
     # Causal mask + EOT pooling: positions after a text's EOT never reach its embedding, so
     # every batch is cut to its longest member (tests/test_models.py proves it).
     enc.pad_length = lambda call_lengths: None if trimmable else enc.context_length
@@ -766,6 +768,7 @@ def load_siglip(spec, protocol, device, dtype):
         return _normalise(_as_features(model.get_image_features(**batch)))
 
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
+    enc.tokenizer_identity = (type(tok).__name__, len(tok), max_len, bool(lowercase))
     enc.image_transform = SiglipImageTransform(image_processor)
     if protocol == "reference":
         enc.pad_length = lambda call_lengths: max(call_lengths)  # padding=True: longest of the call
@@ -807,7 +810,31 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
     torch_dtype = resolve_dtype(dtype, device)
     enc = MODEL_LOADERS[spec["type"]](spec, protocol, device, torch_dtype)
     enc.name, enc.type, enc.protocol = spec["name"], spec["type"], protocol
+    enc.tokenizer_key = (enc.type, enc.tokenizer_identity, tuple(map(tuple, enc.tokenize(_TOKENIZER_PROBES))))
     return enc
+
+
+# Texts that tell tokenizations apart: case, punctuation, digits, HTML entities, non-ASCII, and
+# one longer than any context (truncation).
+_TOKENIZER_PROBES = ["A Red BUS, parked & waiting at 10:45!", "Ünïcödé café — naïve “quotes” &amp; 3½ emojis 🚌",
+                     " ".join(f"w{k}" for k in range(120))]
+_TOKEN_TABLES = {}
+
+
+def shared_token_table(key):
+    """The TokenTable of one tokenization (`Encoder.tokenizer_key`: the tokenizer's class, vocab
+    size, length limit, casing, and its ids for probe texts), shared by the models of a process
+    that tokenize alike (the paper's five open_clip models tokenize each text once). One table
+    is kept at a time."""
+    if key not in _TOKEN_TABLES:
+        _TOKEN_TABLES.clear()
+        _TOKEN_TABLES[key] = TokenTable()
+    return _TOKEN_TABLES[key]
+
+
+def forget_token_tables():
+    """Drop the shared TokenTables (a fresh process's state: bench.py times tokenizing too)."""
+    _TOKEN_TABLES.clear()
 
 
 # ---------------------------------------------------------------------------
@@ -1177,7 +1204,8 @@ class TextBank:
     def encode(self, batch_size=512, desc="texts", cache=None, beside=None):
         """([unique keys, D] float32 embeddings, slot -> row). `beside`: an ImageEncoding
         started once the texts are tokenized and polled between text batches."""
-        tokens = TokenTable()
+        key = self.enc.tokenizer_key
+        tokens = shared_token_table(key) if key is not None else TokenTable()
         t0 = time.perf_counter()
         if self.enc.pad_needs_lengths:  # published SigLIP padding: the call's longest text
             self._tokenize((t for _, texts in self.calls for t in texts), tokens)
@@ -1664,8 +1692,12 @@ def distributed():
     if world <= 1:
         return 0, 1
     if not dist.is_initialized():
+        import atexit
         backend = "nccl" if torch.cuda.is_available() and os.environ.get("LGIP_DIST_BACKEND") != "gloo" else "gloo"
         dist.init_process_group(backend)
+        # Torn down before the interpreter's own shutdown: a process group left to static
+        # destructors can abort the process ("terminate called without an active exception").
+        atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
     return dist.get_rank(), dist.get_world_size()
 
 
@@ -1772,4 +1804,9 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
         print(f"{run.enc.name}: {summary(metrics)} ({run.n_ok} records, "
               f"{run.image_report['num_failed_images']} unreadable images, {t.seconds:.1f} s)")
         results.append(metrics)
-    return results if distributed()[0] == 0 else None
+    rank, world = distributed()
+    if world > 1:  # every rank ends here together, then leaves the group before exiting
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
+    return results if rank == 0 else None

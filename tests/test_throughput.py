@@ -120,3 +120,26 @@ def test_reduced_precision_cache_chunks_are_fp16_and_exact(tmp_path):
     cache2 = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
     again, _ = common.embed_images(enc, image_paths(), 4, 0, cache=cache2)
     assert cache2.stats["image_hits"] == len(image_paths()) and torch.equal(first, again)
+
+
+def test_models_that_tokenize_alike_share_one_token_table(enc):
+    """Two open_clip models with one tokenizer: the second reuses the first's token ids (its own
+    tokenizer is never called) and gets the same embeddings; SigLIP tokenizes otherwise."""
+    from conftest import SIGLIP_TINY
+    common.forget_token_tables()
+    twin = common.load_model(dict(OPENCLIP_TINY, name="twin"), "corrected", "cpu")
+    assert twin.tokenizer_key == enc.tokenizer_key
+    assert common.load_model(SIGLIP_TINY, "corrected", "cpu").tokenizer_key != enc.tokenizer_key
+    first = common.TextBank(enc)
+    slots = first.add_call(TEXTS)
+    emb, rows = first.encode(batch_size=2)
+
+    def not_again(texts):
+        raise AssertionError(f"tokenized again: {texts}")
+
+    twin.tokenize = not_again
+    second = common.TextBank(twin)
+    slots2 = second.add_call(TEXTS)
+    emb2, rows2 = second.encode(batch_size=2)
+    assert torch.equal(emb[rows[slots]], emb2[rows2[slots2]])
+    common.forget_token_tables()
