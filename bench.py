@@ -340,7 +340,8 @@ def rates(res, counts):
     time (the project encodes images beside texts, so its time does not split)."""
     total = res["total_s"]
     return dict(res, images_per_s=counts["images"] / max(total, 1e-12), texts_per_s=counts["texts"] / max(total, 1e-12),
-                s_per_record=total / counts["images"], texts_per_record=counts["texts"] / counts["images"])
+                records=counts["images"], s_per_record=total / counts["images"],
+                texts_per_record=counts["texts"] / counts["images"])
 
 
 def compare(spec, records, jsonl, work, counts, cache_test=False, scale=None):
@@ -452,8 +453,7 @@ def projection(rows_by_arch, main_row):
         once = row["load_s"]
         if path == "published":
             r = row["published"]
-            n = r["images_per_s"] * r["total_s"]  # records of the pass
-            per_record = (r["image_s"] + r["text_s"] * per_image_texts / r["texts_per_record"]) / n
+            per_record = (r["image_s"] + r["text_s"] * per_image_texts / r["texts_per_record"]) / r["records"]
         else:
             r = row.get("scale", row["project"])
             per_record = r["s_per_record"] * per_image_texts / r["texts_per_record"]

@@ -493,11 +493,17 @@ class Encoder:
     tokenizer_key = None  # set by load_model: equal keys tokenize alike (see shared_token_table); None: not shared
     info = {}
 
+    @property
+    def rounds_to_fp16(self):
+        """True when the model runs below fp32: its embeddings are then rounded to fp16."""
+        import torch
+        return self.dtype not in (None, torch.float32)
+
     def round_for_storage(self, emb):
         """Embeddings as stored and used: float32 from an fp32 model, else rounded to fp16
         (below the model's own precision), so a cached re-run gives the same numbers."""
         import torch
-        return emb if self.dtype in (None, torch.float32) else emb.to(torch.float16).float()
+        return emb.to(torch.float16).float() if self.rounds_to_fp16 else emb
 
 
 def _as_features(out):
@@ -605,6 +611,7 @@ def load_openclip(spec, protocol, device, dtype):
     enc.context_length = getattr(model, "context_length", None) or tokenizer.context_length
     tower = _openclip_causal_text_tower(model)
     trimmable = tower is not None
+    blocks = _causal_blocks(tower.transformer) if trimmable else None
     enc.pad_id = 0
 
     def tokenize(texts):
@@ -616,7 +623,7 @@ def load_openclip(spec, protocol, device, dtype):
     def encode_tokens(ids):
         ids = ids.to(device, non_blocking=True)
         if trimmable:
-            x = _openclip_text_trimmed(tower, ids)
+            x = _openclip_text_trimmed(tower, blocks, ids)
         else:
             full = torch.zeros(ids.shape[0], enc.context_length, dtype=ids.dtype, device=device)
             full[:, :ids.shape[1]] = ids
@@ -690,14 +697,13 @@ def _causal_block(block, x):
     return x + block.ls_2(block.mlp(block.ln_2(x)))
 
 
-def _openclip_text_trimmed(tower, ids):
+def _openclip_text_trimmed(tower, blocks, ids):
     """open_clip encode_text on a [N, L] batch with L <= context length (tower: see
-    _openclip_causal_text_tower)."""
+    _openclip_causal_text_tower; blocks: _causal_blocks of its transformer, or None)."""
     import torch
     cast = tower.transformer.get_cast_dtype()
     n = ids.shape[1]
     x = tower.token_embedding(ids).to(cast) + tower.positional_embedding[:n].to(cast)
-    blocks = _causal_blocks(tower.transformer)
     if blocks is None:
         x = tower.transformer(x, attn_mask=tower.attn_mask[:n, :n])
     else:
@@ -1186,8 +1192,7 @@ class TextBank:
         key_row, keys = {}, []
         rows = np.empty(self.n_slots, dtype=np.int64)
         fixed = None if self.enc.pad_needs_lengths else self.enc.pad_length(None)
-        if self.enc.pad_needs_lengths:
-            lengths = tokens.packed()[2]
+        lengths = tokens.packed()[2] if self.enc.pad_needs_lengths else None
         for first, texts in self.calls:
             if not texts:
                 continue
@@ -1315,7 +1320,6 @@ class EmbeddingCache:
 
     def __init__(self, root, enc, spec, chunk_rows=8192):
         import hashlib
-        import torch
         ident = {"spec": {k: v for k, v in spec.items() if k != "name"}, "protocol": enc.protocol,
                  "dtype": str(enc.dtype), "versions": package_versions(("open_clip_torch", "transformers", "torch"))}
         for key in ("pretrained", "model_id", "model_name"):
@@ -1330,7 +1334,7 @@ class EmbeddingCache:
         if not os.path.exists(meta):
             write_json(meta, ident)
         self.chunk_rows = chunk_rows
-        self.fp16 = enc.dtype not in (None, torch.float32)  # then stored rows are fp16 values
+        self.fp16 = enc.rounds_to_fp16  # then stored rows are fp16 values
         self._index = {}
         self.stats = {"image_hits": 0, "text_hits": 0, "corrupt_chunks": 0}
 
