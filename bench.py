@@ -283,10 +283,13 @@ def metrics_of(inv_errors, gaps):
             "sensitivity_gap_mean": common.mean_or_none(gaps), "sensitivity_pos_rate": common.mean_or_none(gaps > 0)}
 
 
-def project_pass(enc, spec, records, config):
+def project_pass(enc, spec, records, config, fresh=True):
     """ModelRun + run_lgip_multi.evaluate's pairs and scoring: images are encoded beside the
-    texts, so the pass has one time (total_s)."""
-    common.forget_token_tables()  # each pass tokenizes, as a fresh process's first model does
+    texts, so the pass has one time (total_s). fresh: tokenize and decode everything, as a
+    fresh process's first model does (else: as a later model of one run, see run_in_sequence)."""
+    if fresh:
+        common.forget_token_tables()
+        common.forget_pixels()
     with common.Timer() as t:
         run = common.ModelRun(spec, records, config, enc=enc)
         inv, sens = common.Pairs(), common.Pairs()
@@ -300,10 +303,32 @@ def project_pass(enc, spec, records, config):
         inv, sens = run.score(inv, sens)
         sync(enc.device)
     out = {"total_s": t.seconds, "unique_texts_encoded": run.bank.n_encoded, "seconds_by_phase": run.seconds,
+           "image_sources": run.image_sources,
            "metrics": metrics_of(abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim)}
     if run.cache is not None:
         out["cache"] = dict(run.cache.stats)
     return out
+
+
+_SEQUENCE_STATE = {"token_tables": {}, "pixel_memory": []}
+
+
+def run_in_sequence(enc, spec, records, config):
+    """project_pass as the next model of one run_lgip_multi.py process over all the at-scale
+    models so far: it finds the token table and remembered pixels they left (models that
+    tokenize alike tokenize once; each image is decoded once per geometry). The same-records
+    comparison passes in between keep their own, fresh state."""
+    saved = dict(common._TOKEN_TABLES), list(common._PIXEL_MEMORY)
+    common._TOKEN_TABLES.clear()
+    common._TOKEN_TABLES.update(_SEQUENCE_STATE["token_tables"])
+    common._PIXEL_MEMORY[:] = _SEQUENCE_STATE["pixel_memory"]
+    try:
+        return project_pass(enc, spec, records, config, fresh=False)
+    finally:
+        _SEQUENCE_STATE["token_tables"], _SEQUENCE_STATE["pixel_memory"] = dict(common._TOKEN_TABLES), list(common._PIXEL_MEMORY)
+        common._TOKEN_TABLES.clear()
+        common._TOKEN_TABLES.update(saved[0])
+        common._PIXEL_MEMORY[:] = saved[1]
 
 
 def published_pass(pub, records, image_root):
@@ -351,7 +376,8 @@ def compare(spec, records, jsonl, work, counts, cache_test=False, scale=None):
     with common.Timer() as t_load:
         enc, pub = load(spec)
     print(f"{spec['name']}: loaded in {t_load.seconds:.1f} s ({enc.device}, project {str(enc.dtype)[6:]}, "
-          f"published-style {str(pub.dtype)[6:]}, torch threads {torch.get_num_threads()})", flush=True)
+          f"published-style {str(pub.dtype)[6:]}, torch threads {torch.get_num_threads()}, pixel arithmetic on the "
+          f"device, bit-identical: {enc.pixels is not None})", flush=True)
     config = eval_config(jsonl, work)
     # Untimed warm-ups: first-call allocations and kernel choices, once per shape. The project
     # meets a shape per text length, so it warms up on all records; its cost is kept (first_pass_s).
@@ -375,7 +401,7 @@ def compare(spec, records, jsonl, work, counts, cache_test=False, scale=None):
            "speedup": best["published"]["total_s"] / best["project"]["total_s"], "cpu_used_by_others": share.others,
            "max_abs_metric_diff": diff, "same_pair_counts": same_counts, "metrics_comparable": comparable,
            "metrics_agree": (diff <= METRIC_TOL and same_counts) if comparable else None,
-           "project_first_pass_s": first["total_s"]}
+           "project_first_pass_s": first["total_s"], "pixels_on_device": enc.pixels is not None}
     if cache_test:
         cache_dir = os.path.join(work, "cache")
         shutil.rmtree(cache_dir, ignore_errors=True)
@@ -390,7 +416,7 @@ def compare(spec, records, jsonl, work, counts, cache_test=False, scale=None):
         s_records, s_jsonl, s_work, s_counts = scale
         cache_dir = os.path.join(s_work, "cache")
         shutil.rmtree(cache_dir, ignore_errors=True)
-        res = project_pass(enc, spec, s_records, eval_config(s_jsonl, s_work, cache_dir))
+        res = run_in_sequence(enc, spec, s_records, eval_config(s_jsonl, s_work, cache_dir))
         row["scale"] = dict(rates(res, s_counts), images=s_counts["images"], texts=s_counts["texts"])
         row["speedup_at_scale"] = row["published"]["s_per_record"] / row["scale"]["s_per_record"]
         shutil.rmtree(cache_dir, ignore_errors=True)
@@ -428,8 +454,9 @@ def print_comparison(row):
               + (": timings unreliable, re-run on a quiet machine" if busy > 0.1 else ""))
     if "scale" in row:
         r = row["scale"]
-        print(f"  at scale, project alone on {r['images']} images (cache on, cold): {r['total_s']:.2f} s  "
-              f"{r['images_per_s']:.1f} images/s  {r['texts_per_s']:.0f} texts/s  (phases, s: {r['seconds_by_phase']})")
+        print(f"  at scale, project alone on {r['images']} images (cache on, cold; next model of one run): "
+              f"{r['total_s']:.2f} s  {r['images_per_s']:.1f} images/s  {r['texts_per_s']:.0f} texts/s  "
+              f"(phases, s: {r['seconds_by_phase']}; images: {r['image_sources']})")
         print(f"  speed-up at scale (per record: published-style {row['published']['s_per_record']:.4f} s, "
               f"project {r['s_per_record']:.4f} s): {row['speedup_at_scale']:.1f}x")
     if "cache" in row:

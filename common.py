@@ -479,7 +479,10 @@ class Encoder:
 
     image_transform(PIL RGB image) -> inputs for one image (tensor or dict of tensors);
         picklable, so it runs in DataLoader workers.
-    encode_images(batched inputs) -> [N, D] float32, L2-normalised.
+    pixels: a PixelSplit of image_transform (uint8 geometry in the workers, arithmetic on the
+        device, bit-identical) or None.
+    encode_images(batched inputs, or uint8 [N, 3, H, W] from pixels.geometry) -> [N, D] float32,
+        L2-normalised.
     tokenize(texts) -> list of token-id lists (truncated, not padded).
     pad_length(call_lengths) -> the length a published call pads its texts to (None: the
         batch may be cut to its longest member without changing any embedding).
@@ -491,6 +494,7 @@ class Encoder:
     pad_id = 0
     pad_needs_lengths = False  # True when a call's padding depends on its texts' lengths
     tokenizer_key = None  # set by load_model: equal keys tokenize alike (see shared_token_table); None: not shared
+    pixel_split = pixels = None  # PixelSplit of image_transform, if any; `pixels`: the same once checked on the device
     info = {}
 
     @property
@@ -608,16 +612,32 @@ def load_openclip(spec, protocol, device, dtype):
     enc = Encoder()
     enc.model, enc.device, enc.dtype = model, device, dtype
     enc.image_transform = preprocess
+    enc.pixel_split = pixel_split_openclip(preprocess)
     enc.context_length = getattr(model, "context_length", None) or tokenizer.context_length
     tower = _openclip_causal_text_tower(model)
     trimmable = tower is not None
     blocks = _causal_blocks(tower.transformer) if trimmable else None
     enc.pad_id = 0
 
+    simple = type(tokenizer) is open_clip.tokenizer.SimpleTokenizer and tokenizer.reduction_fn is None
+    sot, eot, context = getattr(tokenizer, "sot_token_id", None), getattr(tokenizer, "eot_token_id", None), enc.context_length
+
     def tokenize(texts):
-        ids = tokenizer(list(texts))  # [N, context] padded with 0, EOT = argmax id
-        lengths = (ids != 0).sum(dim=1).tolist()
-        return [row[:n].tolist() for row, n in zip(ids, lengths)]
+        if simple and trimmable:  # SimpleTokenizer.__call__'s ids, without its padded tensor
+            out = []
+            for t in texts:
+                ids = [sot] + tokenizer.encode(t) + [eot]
+                if len(ids) > context:
+                    ids = ids[:context]
+                    ids[-1] = eot
+                out.append(ids)
+            return out
+        ids = tokenizer(list(texts))  # [N, context]
+        if not trimmable:
+            return ids.tolist()  # full rows: the tower sees every position
+        # Up to EOT (the argmax id, where the tower pools), not "ids != 0": id 0 is "!" and
+        # occurs inside texts such as 'he said "stop!"'.
+        return [row[:n].tolist() for row, n in zip(ids, (ids.argmax(dim=1) + 1).tolist())]
 
     @torch.no_grad()
     def encode_tokens(ids):
@@ -632,7 +652,8 @@ def load_openclip(spec, protocol, device, dtype):
 
     @torch.no_grad()
     def encode_images(pixels):
-        return _normalise(model.encode_image(pixels.to(device=device, dtype=dtype, non_blocking=True)))
+        x = enc.pixels.to_input(pixels, device, dtype) if pixels.dtype == torch.uint8 else pixels.to(device=device, dtype=dtype, non_blocking=True)
+        return _normalise(model.encode_image(x))
 
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
     enc.tokenizer_identity = (type(tokenizer).__name__, len(getattr(tokenizer, "encoder", {})), enc.context_length)
@@ -768,6 +789,8 @@ def load_siglip(spec, protocol, device, dtype):
 
     @torch.no_grad()
     def encode_images(batch):
+        if torch.is_tensor(batch) and batch.dtype == torch.uint8:
+            batch = enc.pixels.to_input(batch, device, dtype)
         batch = batch if isinstance(batch, dict) else {"pixel_values": batch}
         batch = {k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device))
                  for k, v in batch.items()}
@@ -776,6 +799,7 @@ def load_siglip(spec, protocol, device, dtype):
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
     enc.tokenizer_identity = (type(tok).__name__, len(tok), max_len, bool(lowercase))
     enc.image_transform = SiglipImageTransform(image_processor)
+    enc.pixel_split = pixel_split_siglip(image_processor)
     if protocol == "reference":
         enc.pad_length = lambda call_lengths: max(call_lengths)  # padding=True: longest of the call
         enc.pad_needs_lengths = True
@@ -795,6 +819,116 @@ class SiglipImageTransform:
         out = self.image_processor(images=img, return_tensors="pt")
         out = {k: v[0] for k, v in out.items()}
         return out["pixel_values"] if len(out) == 1 else out
+
+
+class PixelSplit:
+    """A model's image preprocessing cut in two, for speed: `geometry` (PIL RGB image -> uint8
+    [3, H, W]: resize, crop; picklable, runs in the decoding workers) and `to_input` (a uint8
+    batch -> the model's input on its device: scale to [0, 1], subtract the mean, divide by the
+    std). The arithmetic repeats the CPU transform's float operations in the same order and
+    precision (IEEE-exact on both: no reciprocals, no fused ops), so the input is bit-identical
+    (`check_pixel_split` proves it on the model's device at load, else the CPU transform stays).
+    Workers thus skip the float work and send 4x fewer bytes, and `key` names the geometry:
+    models with equal keys get equal pixels (see PixelMemory).
+    >>> split = pixel_split_openclip(preprocess)          # Resize, CenterCrop | ToTensor, Normalize
+    >>> x = split.to_input(torch.stack([split.geometry(img)]), "cuda", torch.bfloat16)
+    """
+
+    def __init__(self, geometry, key, rescale, mean, std):
+        self.geometry, self.key, self.rescale = geometry, key, rescale  # rescale: ("div32", 255) or ("mul64", 1/255)
+        self.mean, self.std = [float(v) for v in mean], [float(v) for v in std]
+
+    def to_input(self, u8, device, dtype):
+        import torch
+        x = u8.to(device, non_blocking=True)
+        kind, value = self.rescale
+        if kind == "div32":  # torchvision to_tensor: float32(x).div(255); a device divisor, never a reciprocal
+            x = x.to(torch.float32) / torch.full((1, 1, 1, 1), value, dtype=torch.float32, device=device)
+        else:  # transformers rescale: float32(float64(x) * factor)
+            x = (x.to(torch.float64) * torch.full((1, 1, 1, 1), value, dtype=torch.float64, device=device)).to(torch.float32)
+        mean = torch.tensor(self.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+        return ((x - mean) / std).to(dtype)
+
+
+class _PilToUint8:
+    """PIL geometry transforms, then the image as uint8 [3, H, W] (to_tensor before its division)."""
+
+    def __init__(self, transforms):
+        self.transforms = transforms
+
+    def __call__(self, img):
+        import numpy as np
+        import torch
+        for t in self.transforms:
+            img = t(img)
+        if img.mode != "RGB":
+            raise ValueError(f"expected an RGB image after {self.transforms}, got mode {img.mode}")
+        return torch.from_numpy(np.array(img, dtype=np.uint8, copy=True)).permute(2, 0, 1).contiguous()
+
+
+def pixel_split_openclip(preprocess):
+    """PixelSplit of an open_clip preprocess Compose([Resize/CenterCrop/MaybeConvertMode...,
+    (Maybe)ToTensor, Normalize]); None for any other shape."""
+    from torchvision import transforms as T
+    steps = list(getattr(preprocess, "transforms", []))
+    known = (T.Resize, T.CenterCrop)
+    if (len(steps) < 3 or type(steps[-2]).__name__ not in ("ToTensor", "MaybeToTensor")
+            or not isinstance(steps[-1], T.Normalize)
+            or not all(isinstance(t, known) or type(t).__name__ == "MaybeConvertMode" for t in steps[:-2])):
+        return None
+    geometry = steps[:-2]
+    key = "torchvision:" + "|".join(repr(t) for t in geometry)
+    return PixelSplit(_PilToUint8(geometry), key, ("div32", 255.0), steps[-1].mean, steps[-1].std)
+
+
+class _HfGeometry:
+    """A transformers image processor run without rescale and normalize: uint8 [3, H, W]."""
+
+    def __init__(self, image_processor):
+        self.image_processor = image_processor
+
+    def __call__(self, img):
+        import torch
+        x = self.image_processor(images=img, do_rescale=False, do_normalize=False, return_tensors="pt")["pixel_values"][0]
+        if x.dtype != torch.uint8:
+            raise ValueError(f"{type(self.image_processor).__name__} without rescale gave {x.dtype}, not uint8")
+        return x
+
+
+def pixel_split_siglip(image_processor):
+    """PixelSplit of a PIL SigLIP image processor (transformers 4.x SiglipImageProcessor, 5.x
+    SiglipImageProcessorPil) that resizes, rescales and normalises, without a center crop, and
+    returns pixel_values only; None for any other processor."""
+    ip = image_processor
+    if (type(ip).__name__ not in ("SiglipImageProcessor", "SiglipImageProcessorPil")
+            or not (ip.do_resize and ip.do_rescale and ip.do_normalize) or getattr(ip, "do_center_crop", False)):
+        return None
+    key = f"transformers:{type(ip).__name__}:{ip.size}:{int(ip.resample)}:{getattr(ip, 'do_convert_rgb', None)}"
+    return PixelSplit(_HfGeometry(ip), key, ("mul64", float(ip.rescale_factor)), ip.image_mean, ip.image_std)
+
+
+def check_pixel_split(enc, split):
+    """`split` when its device input equals enc.image_transform's, bit for bit, on probe images
+    (odd sizes, full value range) on the model's device; else None (the CPU transform is used)."""
+    import numpy as np
+    import torch
+    from PIL import Image
+    if split is None:
+        return None
+    rng = np.random.default_rng(0)
+    probes = [Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)) for size in ((97, 131, 3), (300, 211, 3))]
+    try:
+        for img in probes:
+            want = enc.image_transform(img)
+            if not torch.is_tensor(want):
+                return None
+            got = split.to_input(split.geometry(img)[None], enc.device, torch.float32)[0]
+            if got.shape != want.shape or not torch.equal(got.cpu(), want.float()):
+                return None
+    except Exception:  # any surprise: keep the CPU transform
+        return None
+    return split
 
 
 MODEL_LOADERS = {"openclip": load_openclip, "siglip": load_siglip}
@@ -817,6 +951,8 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
     enc = MODEL_LOADERS[spec["type"]](spec, protocol, device, torch_dtype)
     enc.name, enc.type, enc.protocol = spec["name"], spec["type"], protocol
     enc.tokenizer_key = (enc.type, enc.tokenizer_identity, tuple(map(tuple, enc.tokenize(_TOKENIZER_PROBES))))
+    enc.pixels = check_pixel_split(enc, enc.pixel_split)
+    enc.info = dict(enc.info, pixels_on_device=enc.pixels is not None)
     return enc
 
 
@@ -960,6 +1096,87 @@ def image_cache_key(path):
     return f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}"
 
 
+def resolve_pixel_memory(value):
+    """PIXEL_MEMORY_GB constant -> bytes: "auto" = a quarter of the machine's memory, 0 = off."""
+    if value in (None, "auto"):
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+        except (ValueError, OSError, AttributeError):
+            return 0
+    if not isinstance(value, (int, float)) or value < 0:
+        raise ModelError(f"PIXEL_MEMORY_GB must be a number >= 0 or 'auto', got {value!r}")
+    return int(value * 2 ** 30)
+
+
+class PixelMemory:
+    """uint8 pixels (PixelSplit.geometry's output) of the images decoded in this process, kept in
+    host memory for the later models with the same geometry (PixelSplit.key): the paper's five
+    open_clip models share 224 px resize-and-crop pixels, its SigLIP 384 models theirs, its two
+    SigLIP 224 models theirs, so each image is decoded once per geometry, not once per model.
+    Keyed like the embedding cache (path, size, mtime); unreadable files are remembered with their
+    error. Holds up to `budget` bytes: a geometry being decoded evicts the least recently used
+    others, then, when still full, its further images are simply not kept (decoded again later).
+    """
+
+    def __init__(self, budget):
+        import collections
+        self.budget, self.bytes = budget, 0
+        self.geometries = collections.OrderedDict()  # key -> {"where": {image key: (chunk, row)}, "chunks", "errors", "bytes"}
+
+    def get(self, key):
+        """The remembered pixels of one geometry (most recently used now), or None."""
+        if key in self.geometries:
+            self.geometries.move_to_end(key)
+        return self.geometries.get(key)
+
+    def add(self, key, image_keys, batch, errors):
+        import torch
+        g = self.get(key) or self.geometries.setdefault(key, {"where": {}, "chunks": [], "errors": {}, "bytes": 0})
+        g["errors"].update((k, e) for k, e in errors.items() if k is not None)
+        if not image_keys or not torch.is_tensor(batch) or batch.dtype != torch.uint8:
+            return
+        while self.bytes + batch.numel() > self.budget and len(self.geometries) > 1:
+            old = next(iter(self.geometries))
+            if old == key:
+                break
+            self.bytes -= self.geometries.pop(old)["bytes"]
+        if self.bytes + batch.numel() > self.budget:
+            return  # full: these images are decoded again by a later model
+        g["chunks"].append(batch.clone())  # out of pinned memory
+        g["bytes"] += batch.numel()
+        self.bytes += batch.numel()
+        for r, k in enumerate(image_keys):
+            if k is not None:
+                g["where"][k] = (len(g["chunks"]) - 1, r)
+
+    def batch(self, key, image_keys, pin=False):
+        """uint8 [len(image_keys), 3, H, W] of remembered images (in pinned memory for a GPU copy)."""
+        import torch
+        g = self.geometries[key]
+        first = g["chunks"][g["where"][image_keys[0]][0]]
+        out = torch.empty((len(image_keys), *first.shape[1:]), dtype=torch.uint8, pin_memory=pin)
+        for j, k in enumerate(image_keys):
+            c, r = g["where"][k]
+            out[j] = g["chunks"][c][r]
+        return out
+
+
+_PIXEL_MEMORY = []
+
+
+def pixel_memory(budget):
+    """The process's PixelMemory (created on first use; its budget follows the latest caller)."""
+    if not _PIXEL_MEMORY:
+        _PIXEL_MEMORY.append(PixelMemory(budget))
+    _PIXEL_MEMORY[0].budget = budget
+    return _PIXEL_MEMORY[0]
+
+
+def forget_pixels():
+    """Drop remembered pixels (a fresh process's state: bench.py times decoding too)."""
+    _PIXEL_MEMORY.clear()
+
+
 class ImageEncoding:
     """Encoding of image files that runs beside other GPU work (the texts' encoding).
 
@@ -976,42 +1193,65 @@ class ImageEncoding:
     """
     _END = object()
 
-    def __init__(self, enc, paths, batch_size=64, num_workers=None, desc="images", cache=None):
+    def __init__(self, enc, paths, batch_size=64, num_workers=None, desc="images", cache=None, pixel_memory_gb="auto"):
         self.enc, self.paths, self.batch_size, self.desc, self.cache = enc, paths, batch_size, desc, cache
         self.num_workers = default_num_workers() if num_workers is None else num_workers
         self.out, self.failed, self.keys = _Rows(len(paths), float("nan")), {}, {}
         self.todo = list(range(len(paths)))
         self._queue = None
-        if cache is not None:
+        budget = resolve_pixel_memory(pixel_memory_gb)
+        self.memory = pixel_memory(budget) if enc.pixels is not None and budget > 0 else None
+        if cache is not None or self.memory is not None:
             for i in self.todo:
                 try:
                     self.keys[i] = image_cache_key(paths[i])
                 except OSError:
                     pass  # missing: the loader reports it
+        if cache is not None:
             have = [i for i in self.todo if i in self.keys]
             hit_pos, hit_emb = cache.lookup("image", [self.keys[i] for i in have])
             if hit_pos:
                 self.out.put([have[p] for p in hit_pos], hit_emb)
             done = {have[p] for p in hit_pos}
             self.todo = [i for i in self.todo if i not in done]
+        # Pixels decoded for an earlier model of this process with the same geometry: not decoded again.
+        self.remembered = []
+        known = self.memory.get(enc.pixels.key) if self.memory is not None else None
+        if known is not None:
+            for i in self.todo:
+                key = self.keys.get(i)
+                if key in known["errors"]:
+                    self.failed[i] = known["errors"][key]
+                elif key in known["where"]:
+                    self.remembered.append(i)
+            taken = set(self.remembered) | set(self.failed)
+            self.todo = [i for i in self.todo if i not in taken]
+        self.n_decoded, self.n_remembered = len(self.todo), len(self.remembered)
 
     def start(self):
         import queue
         import threading
         import torch
-        if not self.todo or self._queue is not None:
+        if self._queue is not None or not (self.todo or self.remembered):
             return self
-        # A worker decodes a whole batch: a small job gets smaller batches so every worker has one.
-        per_worker = -(-len(self.todo) // max(1, self.num_workers))
-        loader = torch.utils.data.DataLoader(
-            _ImageFiles([self.paths[i] for i in self.todo], self.enc.image_transform),
-            batch_size=max(1, min(self.batch_size, per_worker)), shuffle=False, num_workers=self.num_workers,
-            collate_fn=_collate_images, pin_memory=str(self.enc.device).startswith("cuda"), persistent_workers=False)
-        self._bar = progress_bar(len(loader), desc=f"{self.enc.name}: {self.desc}", unit="batch", min_total=20)
         self._writer = self.cache.writer("image") if self.cache is not None else None
         self._rows = _DeviceRows(self.enc, self.out, self._writer, self.keys.__getitem__)
         self._queue = queue.Queue(maxsize=4)  # bounded: decoded batches wait in the workers, not here
         self._ended, self._closed = False, threading.Event()
+        self._bar = progress_bar(-(-(len(self.todo) + len(self.remembered)) // self.batch_size),
+                                 desc=f"{self.enc.name}: {self.desc}", unit="batch", min_total=20)
+        if not self.todo:
+            self._ended = True
+            return self
+        if self.enc.pixels is None:
+            self.memory = None
+        # A worker decodes a whole batch: a small job gets smaller batches so every worker has one.
+        per_worker = -(-len(self.todo) // max(1, self.num_workers))
+        transform = self.enc.pixels.geometry if self.enc.pixels is not None else self.enc.image_transform
+        loader = torch.utils.data.DataLoader(
+            _ImageFiles([self.paths[i] for i in self.todo], transform),
+            batch_size=max(1, min(self.batch_size, per_worker)), shuffle=False, num_workers=self.num_workers,
+            collate_fn=_collate_images, pin_memory=str(self.enc.device).startswith("cuda"), persistent_workers=False)
         batches = iter(loader)  # forks the workers, before the helper thread exists
         self._thread = threading.Thread(target=self._hand_over, args=(batches,), daemon=True)
         self._thread.start()
@@ -1051,14 +1291,30 @@ class ImageEncoding:
             raise item
         idx, batch, bad = item
         self.failed.update((self.todo[j], err) for j, err in bad)
+        if self.memory is not None:
+            self.memory.add(self.enc.pixels.key, [self.keys.get(self.todo[j]) for j in idx], batch,
+                            {self.keys.get(self.todo[j]): err for j, err in bad})
         if idx:
             self._rows.add([self.todo[j] for j in idx], self.enc.encode_images(batch))
         self._bar.update(1)
 
+    def _recall(self):
+        """Encode one batch of remembered pixels (False when none is left)."""
+        if not self.remembered:
+            return False
+        take, self.remembered = self.remembered[:self.batch_size], self.remembered[self.batch_size:]
+        pinned = str(self.enc.device).startswith("cuda")
+        self._rows.add(take, self.enc.encode_images(self.memory.batch(self.enc.pixels.key, [self.keys[i] for i in take], pinned)))
+        self._bar.update(1)
+        return True
+
     def poll(self):
-        """Encode the batches already decoded; never waits for one."""
+        """Encode the batches already decoded, and one remembered batch; never waits."""
         import queue
-        while self._queue is not None and not self._ended:
+        if self._queue is None:
+            return
+        self._recall()
+        while not self._ended:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
@@ -1068,6 +1324,8 @@ class ImageEncoding:
     def finish(self):
         self.start()
         if self._queue is not None:
+            while self._recall():
+                pass
             while not self._ended:
                 self._take(self._queue.get())
             self._rows.flush()
@@ -1453,11 +1711,13 @@ class RecordImages(ImageEncoding):
     {num_failed_images, failed_images: [{path, error}] (first few)}).
     """
 
-    def __init__(self, enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20):
+    def __init__(self, enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20,
+                 pixel_memory_gb="auto"):
         self.n_records, self.max_listed = len(records), max_listed
         self.indices = range(len(records)) if indices is None else indices
         self.path_of = {k: os.path.join(image_root, records[k][1]["image_path"]) for k in self.indices}
-        super().__init__(enc, list(dict.fromkeys(self.path_of.values())), batch_size, num_workers, cache=cache)
+        super().__init__(enc, list(dict.fromkeys(self.path_of.values())), batch_size, num_workers, cache=cache,
+                         pixel_memory_gb=pixel_memory_gb)
 
     def finish(self):
         import numpy as np
@@ -1745,7 +2005,8 @@ class ModelRun:
     def score(self, *pairs_list, text_cos=False):
         """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes."""
         images = RecordImages(self.enc, self.records, self.image_root, self.config["IMAGE_BATCH_SIZE"],
-                              self.config["NUM_WORKERS"], self.mine, self.cache)
+                              self.config["NUM_WORKERS"], self.mine, self.cache,
+                              pixel_memory_gb=self.config.get("PIXEL_MEMORY_GB", "auto"))
         batch = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         try:
             txt_emb, rows = self.bank.encode(batch, cache=self.cache, beside=images)
@@ -1755,6 +2016,8 @@ class ModelRun:
         with Timer() as t_images:
             self.img_emb, self.ok, self.image_report = images.finish()
         self.seconds = dict(self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
+        self.image_sources = {"decoded": images.n_decoded, "from_pixel_memory": images.n_remembered,
+                              "from_cache": len(images.paths) - images.n_decoded - images.n_remembered}
         if len(self.ok) < len(self.mine):
             good = set(self.ok)
             pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]
@@ -1779,6 +2042,7 @@ class ModelRun:
         info["num_processes"] = self.world
         info["seconds_by_phase"] = getattr(self, "seconds", {})  # cache lookup + tokenizing; texts (images polled between); images left after
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
+        info["image_sources"] = getattr(self, "image_sources", {})  # unique images: decoded here, from an earlier model's pixels, cached embeddings
         if self.cache is not None:
             info["cache"] = {"dir": self.cache.dir, **self.cache.stats}
         return info

@@ -23,6 +23,15 @@ def run_script(script, *args, env=None, check=True):
     return proc
 
 
+@pytest.fixture(autouse=True)
+def fresh_pixel_memory():
+    """Each test starts as a fresh process would: no pixels remembered from another test."""
+    import common
+    common.forget_pixels()
+    yield
+    common.forget_pixels()
+
+
 @pytest.fixture
 def base_jsonl():
     return BASE_JSONL

@@ -57,7 +57,7 @@ def test_a_failing_loader_reaches_the_caller(enc, monkeypatch):
     sizes = iter(range(8, 100))
     job = common.ImageEncoding(enc, image_paths(), 4, num_workers=0)
     job.enc = type("E", (), {"image_transform": staticmethod(lambda img: torch.zeros(3, next(sizes), 8)),
-                             "name": "odd", "device": "cpu"})()
+                             "name": "odd", "device": "cpu", "pixels": None})()
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         job.start().finish()
 
@@ -143,3 +143,124 @@ def test_models_that_tokenize_alike_share_one_token_table(enc):
     emb2, rows2 = second.encode(batch_size=2)
     assert torch.equal(emb[rows[slots]], emb2[rows2[slots2]])
     common.forget_token_tables()
+
+
+# --- pixels: geometry in the workers, arithmetic on the device, shared between models ---------
+
+SIGLIP_TINY = {"name": "tiny_siglip", "type": "siglip", "model_id": os.path.join(FIXTURES, "models", "siglip-tiny")}
+
+
+@pytest.mark.parametrize("spec", [OPENCLIP_TINY, SIGLIP_TINY], ids=["openclip", "siglip"])
+def test_pixel_split_is_bit_identical_to_the_cpu_transform(spec):
+    """uint8 geometry + device arithmetic == the model's own CPU transform, bit for bit, on every
+    fixture image (and on a grayscale and an RGBA one, through open_rgb)."""
+    from PIL import Image
+    enc = common.load_model(spec, "corrected", "cpu")
+    assert enc.pixels is not None and enc.info["pixels_on_device"]
+    imgs = [common.open_rgb(p) for p in image_paths()]
+    imgs += [imgs[0].convert("L").convert("RGB"), Image.new("RGBA", (40, 90), (10, 250, 3, 7)).convert("RGB")]
+    for img in imgs:
+        u8 = enc.pixels.geometry(img)
+        assert u8.dtype == torch.uint8 and u8.shape[0] == 3
+        got = enc.pixels.to_input(u8[None], "cpu", torch.float32)[0]
+        assert torch.equal(got, enc.image_transform(img))
+
+
+def test_a_pixel_split_that_differs_is_refused(enc):
+    """check_pixel_split keeps the CPU transform when the device arithmetic would differ."""
+    split = common.pixel_split_openclip(enc.image_transform)
+    assert common.check_pixel_split(enc, split) is split
+    split.std = [s + 1e-7 for s in split.std]
+    assert common.check_pixel_split(enc, split) is None
+    divisor = common.pixel_split_openclip(enc.image_transform)
+    divisor.rescale = ("div32", 254.99)
+    assert common.check_pixel_split(enc, divisor) is None
+    # Why no reciprocal: float32 x * float32(1/255) differs from x / 255 for 126 of the 256 values.
+    x = torch.arange(256, dtype=torch.float32)
+    assert (x * torch.tensor(1 / 255, dtype=torch.float32) != x / torch.tensor(255.0)).sum() == 126
+    assert common.pixel_split_openclip(lambda img: img) is None
+
+
+def test_pixels_are_decoded_once_per_geometry(enc, tmp_path):
+    """A second model with the same geometry encodes the first one's remembered pixels: nothing
+    decoded, the same embeddings, unreadable files reported with the same error; another
+    geometry decodes again; PIXEL_MEMORY_GB=0 turns it off."""
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"not a jpeg")
+    paths = image_paths() + [str(bad)]
+    first = common.ImageEncoding(enc, paths, 3, num_workers=2)
+    emb1, failed1 = first.start().finish()
+    assert (first.n_decoded, first.n_remembered) == (len(paths), 0) and list(failed1) == [len(paths) - 1]
+    again = common.ImageEncoding(enc, paths, 3, num_workers=2)
+    emb2, failed2 = again.start().finish()
+    assert (again.n_decoded, again.n_remembered) == (0, len(paths) - 1)
+    assert failed2 == failed1
+    assert torch.equal(emb1[:-1], emb2[:-1]) and torch.isnan(emb2[-1]).all()
+    off = common.ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=0)
+    emb3, _ = off.start().finish()
+    assert off.n_decoded == len(paths) and torch.equal(emb1[:-1], emb3[:-1])
+    sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
+    assert sig.pixels.key != enc.pixels.key
+    other = common.ImageEncoding(sig, paths, 3, num_workers=0)
+    other.start().finish()
+    assert other.n_decoded == len(paths)
+    after = common.ImageEncoding(enc, paths, 3, num_workers=0)  # both geometries fit: ours is still there
+    after.start().finish()
+    assert (after.n_decoded, after.n_remembered) == (0, len(paths) - 1)
+
+
+def test_pixel_memory_keeps_to_its_budget(enc):
+    """Past PIXEL_MEMORY_GB the rest is decoded again by the next model, never dropped; a
+    geometry being decoded evicts the least recently used other one."""
+    paths = image_paths()
+    per_image = 3 * 64 * 64  # the tiny model's 64 px input
+    budget_gb = 4.5 * per_image / 2 ** 30  # room for 4 images: one batch of 3, not the next
+    common.ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=budget_gb).start().finish()
+    again = common.ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=budget_gb)
+    emb, failed = again.start().finish()
+    assert (again.n_remembered, again.n_decoded) == (3, len(paths) - 3) and not failed
+    torch.testing.assert_close(emb, common.embed_images(enc, paths, 3, 0)[0], atol=0, rtol=0)
+    # Another geometry needing the room evicts ours (least recently used), not its own.
+    sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
+    common.ImageEncoding(sig, paths, 3, num_workers=0, pixel_memory_gb=budget_gb).start().finish()
+    memory = common.pixel_memory(int(budget_gb * 2 ** 30))
+    assert list(memory.geometries) == [sig.pixels.key] and memory.bytes == 3 * per_image
+    with pytest.raises(common.ModelError, match="PIXEL_MEMORY_GB"):
+        common.resolve_pixel_memory(-1)
+
+
+def test_two_models_of_one_run_share_pixels(tmp_path):
+    """run_evaluation with the same model twice: the second decodes no image, same metrics."""
+    import json
+    from conftest import REFERENCE, eval_args, run_script
+    src = os.path.join(REFERENCE, "fixture_with_perturb.jsonl")
+    jsonl = tmp_path / "fixture_with_perturb.jsonl"
+    jsonl.write_text(open(src).read())
+    twin = dict(OPENCLIP_TINY, name="tiny_openclip_again")
+    run_script("run_lgip_multi.py", *eval_args(str(jsonl), models=[OPENCLIP_TINY, twin], image_root=FIXTURES,
+                                               CACHE_DIR=None))
+    a, b = (json.load(open(tmp_path / f"fixture_with_perturb__LGIP_{m['name']}.metrics.json"))
+            for m in (OPENCLIP_TINY, twin))
+    assert a["run"]["image_sources"]["decoded"] > 0 and a["run"]["image_sources"]["from_pixel_memory"] == 0
+    assert b["run"]["image_sources"] == {"decoded": 0, "from_pixel_memory": a["run"]["image_sources"]["decoded"],
+                                         "from_cache": 0}
+    for key in ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate"):
+        assert a[key] == b[key] is not None
+
+
+def test_openclip_tokenize_keeps_texts_whole_through_id_zero(enc):
+    """open_clip's id 0 is "!" (also the padding value): 'a sign saying "stop!".' holds it mid-text.
+    Tokens run to EOT (where the tower pools), equal open_clip's own padded rows, and the cut
+    embedding equals the model's encode_text on the full 77-token row."""
+    import open_clip
+    tricky = ['a sign saying "stop!".', "x !(", "A café — naïve “quotes” &amp; 3½", " ".join(["word"] * 90), "dog"]
+    tok = open_clip.get_tokenizer("local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny"))
+    full = tok(tricky)
+    ids = enc.tokenize(tricky)
+    assert 0 in ids[0][1:-1]
+    for row, cut in zip(full, ids):
+        assert cut == row[:len(cut)].tolist() and not row[len(cut):].any() and cut[-1] == tok.eot_token_id
+    assert len(ids[3]) == enc.context_length
+    with torch.no_grad():
+        want = torch.nn.functional.normalize(enc.model.encode_text(full[:1]).float(), dim=-1)
+    torch.testing.assert_close(enc.encode_tokens(torch.tensor(ids[:1])), want, atol=1e-5, rtol=0)
