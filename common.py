@@ -486,7 +486,8 @@ class Encoder:
     tokenize(texts) -> list of token-id lists (truncated, not padded).
     pad_length(call_lengths) -> the length a published call pads its texts to (None: the
         batch may be cut to its longest member without changing any embedding).
-    encode_tokens(LongTensor [N, L]) -> [N, D] float32, L2-normalised.
+    encode_tokens(LongTensor [N, L], exact_length=False) -> [N, D] float32, L2-normalised
+        (exact_length: every text ends at the last column, which a causal tower may exploit).
     """
     name = type = protocol = None
     device = "cpu"
@@ -640,10 +641,10 @@ def load_openclip(spec, protocol, device, dtype):
         return [row[:n].tolist() for row, n in zip(ids, (ids.argmax(dim=1) + 1).tolist())]
 
     @torch.no_grad()
-    def encode_tokens(ids):
+    def encode_tokens(ids, exact_length=False):
         ids = ids.to(device, non_blocking=True)
         if trimmable:
-            x = _openclip_text_trimmed(tower, blocks, ids)
+            x = _openclip_text_trimmed(tower, blocks, ids, exact_length)
         else:
             full = torch.zeros(ids.shape[0], enc.context_length, dtype=ids.dtype, device=device)
             full[:, :ids.shape[1]] = ids
@@ -718,20 +719,50 @@ def _causal_block(block, x):
     return x + block.ls_2(block.mlp(block.ln_2(x)))
 
 
-def _openclip_text_trimmed(tower, blocks, ids):
+def _causal_block_last(block, x):
+    """_causal_block's output at the last position only, [N, 1, W]: under the causal mask the
+    last query attends every position, so keys and values are needed for all rows but the
+    query, the output projection and the MLP for the last row alone."""
+    import torch.nn.functional as F
+    attn = block.attn
+    n, length, width = x.shape
+    heads = attn.num_heads
+    h = block.ln_1(x)
+    w, b = attn.in_proj_weight, attn.in_proj_bias
+    q = F.linear(h[:, -1:], w[:width], None if b is None else b[:width])
+    k, v = F.linear(h, w[width:], None if b is None else b[width:]).chunk(2, dim=-1)
+    q, k, v = (t.reshape(n, -1, heads, width // heads).transpose(1, 2) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(n, 1, width)
+    x = x[:, -1:] + block.ls_1(attn.out_proj(y))
+    return x + block.ls_2(block.mlp(block.ln_2(x)))
+
+
+def _openclip_text_trimmed(tower, blocks, ids, exact_length=False):
     """open_clip encode_text on a [N, L] batch with L <= context length (tower: see
-    _openclip_causal_text_tower; blocks: _causal_blocks of its transformer, or None)."""
+    _openclip_causal_text_tower; blocks: _causal_blocks of its transformer, or None).
+    exact_length: the caller promises every text ends (EOT) at the last column, as in the
+    project's batches of one exact length; the last block then runs for that position only
+    (the pooled one): ~7% fewer text FLOPs for 12 blocks, and no check on the device."""
     import torch
     cast = tower.transformer.get_cast_dtype()
     n = ids.shape[1]
     x = tower.token_embedding(ids).to(cast) + tower.positional_embedding[:n].to(cast)
+    eot = ids.argmax(dim=-1)  # EOT has the largest id
     if blocks is None:
         x = tower.transformer(x, attn_mask=tower.attn_mask[:n, :n])
+    elif exact_length:
+        for block in blocks[:-1]:
+            x = _causal_block(block, x)
+        return _project_text(tower, tower.ln_final(_causal_block_last(blocks[-1], x))[:, 0])
     else:
         for block in blocks:
             x = _causal_block(block, x)
     x = tower.ln_final(x)
-    x = x[torch.arange(x.shape[0], device=x.device), ids.argmax(dim=-1)]  # EOT has the largest id
+    return _project_text(tower, x[torch.arange(x.shape[0], device=x.device), eot])
+
+
+def _project_text(tower, x):
+    import torch
     proj = tower.text_projection
     if proj is not None:
         x = proj(x) if isinstance(proj, torch.nn.Linear) else x @ proj
@@ -783,7 +814,7 @@ def load_siglip(spec, protocol, device, dtype):
         return tok(texts, truncation=True, max_length=max_len, padding=False)["input_ids"]
 
     @torch.no_grad()
-    def encode_tokens(ids):
+    def encode_tokens(ids, exact_length=False):  # exact_length: unused (SigLIP pads to a fixed length)
         # input_ids only: SigLIP/SigLIP2 were trained without a text attention mask.
         return _normalise(_as_features(model.get_text_features(input_ids=ids.to(device, non_blocking=True))))
 
@@ -1490,8 +1521,9 @@ class TextBank:
             beside.start()  # after the tokenizer's worker processes are done
         t1 = time.perf_counter()
         uploaded = self._on_device(batches, texts_of, tokens)
-        for batch, ids in progress(uploaded, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20):
-            rows_out.add(batch, self.enc.encode_tokens(ids))
+        for batch, ids, exact in progress(uploaded, total=len(batches), desc=f"{self.enc.name}: {desc}", unit="batch",
+                                          min_total=20):
+            rows_out.add(batch, self.enc.encode_tokens(ids, exact_length=exact))
             if beside is not None:
                 beside.poll()
         rows_out.flush()
@@ -1541,7 +1573,8 @@ class TextBank:
         return ids
 
     def _on_device(self, batches, texts_of, tokens, max_tokens=1 << 23):
-        """(batch, its token ids on the device) for each batch. Ids travel in groups of batches,
+        """(batch, its token ids on the device, whether all its texts have the batch's exact
+        length) for each batch. Ids travel in groups of batches,
         one copy of up to max_tokens ids each: a copy from pageable memory waits for the device
         queue to drain, so a copy per batch would stall the GPU at every batch."""
         import numpy as np
@@ -1549,13 +1582,13 @@ class TextBank:
         group, size = [], 0
         for n, batch in enumerate(batches):
             ids = self._ids(*texts_of[n], tokens)
-            group.append((batch, ids))
+            group.append((batch, ids, texts_of[n][1] is None))
             size += ids.size
             if size >= max_tokens or n == len(batches) - 1:
-                flat = torch.from_numpy(np.concatenate([a.ravel() for _, a in group])).to(self.enc.device)
+                flat = torch.from_numpy(np.concatenate([a.ravel() for _, a, _ in group])).to(self.enc.device)
                 offset = 0
-                for b, a in group:
-                    yield b, flat[offset:offset + a.size].view(a.shape)
+                for b, a, exact in group:
+                    yield b, flat[offset:offset + a.size].view(a.shape), exact
                     offset += a.size
                 group, size = [], 0
 

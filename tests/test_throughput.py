@@ -105,8 +105,9 @@ def test_token_ids_uploaded_in_groups_keep_every_batch(enc):
     batches, texts_of = bank._batches(list(range(len(keys))), keys, tokens, 2)
     for max_tokens in (1, 5, 10 ** 6):  # a group per batch, a few batches per group, one group
         out = list(bank._on_device(batches, texts_of, tokens, max_tokens=max_tokens))
-        assert [b for b, _ in out] == batches
-        for (b, ids), (rows, pad) in zip(out, texts_of):
+        assert [b for b, _, _ in out] == batches
+        for (b, ids, exact), (rows, pad) in zip(out, texts_of):
+            assert exact and pad is None
             assert np.array_equal(ids.numpy(), bank._ids(rows, pad, tokens))
             assert all(ids[r, -1] == tokens.ids(keys[k][0]).max() for r, k in enumerate(b))  # EOT last: no padding
 
@@ -264,3 +265,29 @@ def test_openclip_tokenize_keeps_texts_whole_through_id_zero(enc):
     with torch.no_grad():
         want = torch.nn.functional.normalize(enc.model.encode_text(full[:1]).float(), dim=-1)
     torch.testing.assert_close(enc.encode_tokens(torch.tensor(ids[:1])), want, atol=1e-5, rtol=0)
+
+
+def test_last_block_for_the_pooled_position_only(enc):
+    """exact_length=True (every text ends at the last column): the last block runs for that
+    position only and gives the full model's embeddings (77 padded tokens, open_clip's own
+    encode_text) to 1e-6; the TextBank passes it for its exact-length batches."""
+    import open_clip
+    tok = open_clip.get_tokenizer("local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny"))
+    same_length = ["a red bus", "a blue car", "two dogs run"]
+    ids = enc.tokenize(same_length)
+    assert len({len(t) for t in ids}) == 1
+    with torch.no_grad():
+        want = torch.nn.functional.normalize(enc.model.encode_text(tok(same_length)).float(), dim=-1)
+    got = enc.encode_tokens(torch.tensor(ids), exact_length=True)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    torch.testing.assert_close(got, enc.encode_tokens(torch.tensor(ids)), atol=1e-6, rtol=0)
+    calls = []
+    real = enc.encode_tokens
+    enc.encode_tokens = lambda ids, exact_length=False: calls.append(exact_length) or real(ids, exact_length)
+    try:
+        bank = common.TextBank(enc)
+        bank.add_call(TEXTS)
+        bank.encode(batch_size=2)
+    finally:
+        enc.encode_tokens = real
+    assert calls and all(calls)
