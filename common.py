@@ -496,6 +496,7 @@ class Encoder:
     pad_needs_lengths = False  # True when a call's padding depends on its texts' lengths
     tokenizer_key = None  # set by load_model: equal keys tokenize alike (see shared_token_table); None: not shared
     pixel_split = pixels = None  # PixelSplit of image_transform, if any; `pixels`: the same once checked on the device
+    text_key_tag = ""  # prefix of this family's text cache keys: bumped when its tokenization changes
     info = {}
 
     @property
@@ -631,7 +632,9 @@ def load_openclip(spec, protocol, device, dtype):
                 if len(ids) > context:
                     ids = ids[:context]
                     ids[-1] = eot
-                out.append(ids)
+                # A literal "<end_of_text>" in a caption is an EOT id too; the tower pools at the
+                # first EOT (argmax), so nothing after it counts.
+                out.append(ids[:ids.index(eot) + 1])
             return out
         ids = tokenizer(list(texts))  # [N, context]
         if not trimmable:
@@ -658,6 +661,8 @@ def load_openclip(spec, protocol, device, dtype):
 
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
     enc.tokenizer_identity = (type(tokenizer).__name__, len(getattr(tokenizer, "encoder", {})), enc.context_length)
+    # "eot2|": texts run to EOT (earlier caches cut a text at an inner id 0, "!": never reused).
+    enc.text_key_tag = "eot2|"
     # Causal mask + EOT pooling: positions after a text's EOT never reach its embedding, so
     # every batch is cut to its longest member (tests/test_models.py proves it).
     enc.pad_length = lambda call_lengths: None if trimmable else enc.context_length
@@ -909,7 +914,8 @@ def pixel_split_openclip(preprocess):
             or not all(isinstance(t, known) or type(t).__name__ == "MaybeConvertMode" for t in steps[:-2])):
         return None
     geometry = steps[:-2]
-    key = "torchvision:" + "|".join(repr(t) for t in geometry)
+    key = "torchvision:" + "|".join(f"MaybeConvertMode({t.mode})" if type(t).__name__ == "MaybeConvertMode" else repr(t)
+                                    for t in geometry)
     return PixelSplit(_PilToUint8(geometry), key, ("div32", 255.0), steps[-1].mean, steps[-1].std)
 
 
@@ -1128,12 +1134,21 @@ def image_cache_key(path):
 
 
 def resolve_pixel_memory(value):
-    """PIXEL_MEMORY_GB constant -> bytes: "auto" = a quarter of the machine's memory, 0 = off."""
+    """PIXEL_MEMORY_GB constant -> bytes per process: "auto" = a quarter of the memory this
+    process may use (the machine's, or a smaller cgroup limit: containers, SLURM), shared
+    by the processes torchrun starts on the node; 0 = off."""
     if value in (None, "auto"):
         try:
-            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         except (ValueError, OSError, AttributeError):
             return 0
+        for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+            try:
+                with open(limit_file) as f:
+                    total = min(total, int(f.read().strip()))
+            except (OSError, ValueError):
+                pass  # absent, or "max": no limit
+        return total // 4 // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     if not isinstance(value, (int, float)) or value < 0:
         raise ModelError(f"PIXEL_MEMORY_GB must be a number >= 0 or 'auto', got {value!r}")
     return int(value * 2 ** 30)
@@ -1144,15 +1159,15 @@ class PixelMemory:
     host memory for the later models with the same geometry (PixelSplit.key): the paper's five
     open_clip models share 224 px resize-and-crop pixels, its SigLIP 384 models theirs, its two
     SigLIP 224 models theirs, so each image is decoded once per geometry, not once per model.
-    Keyed like the embedding cache (path, size, mtime); unreadable files are remembered with their
-    error. Holds up to `budget` bytes: a geometry being decoded evicts the least recently used
+    Keyed like the embedding cache (path, size, mtime); an unreadable file is not remembered (a
+    later model tries it again, as its error may have been passing). Holds up to `budget` bytes: a geometry being decoded evicts the least recently used
     others, then, when still full, its further images are simply not kept (decoded again later).
     """
 
     def __init__(self, budget):
         import collections
         self.budget, self.bytes = budget, 0
-        self.geometries = collections.OrderedDict()  # key -> {"where": {image key: (chunk, row)}, "chunks", "errors", "bytes"}
+        self.geometries = collections.OrderedDict()  # key -> {"where": {image key: (chunk, row)}, "chunks", "bytes"}
 
     def get(self, key):
         """The remembered pixels of one geometry (most recently used now), or None."""
@@ -1160,10 +1175,9 @@ class PixelMemory:
             self.geometries.move_to_end(key)
         return self.geometries.get(key)
 
-    def add(self, key, image_keys, batch, errors):
+    def add(self, key, image_keys, batch):
         import torch
-        g = self.get(key) or self.geometries.setdefault(key, {"where": {}, "chunks": [], "errors": {}, "bytes": 0})
-        g["errors"].update((k, e) for k, e in errors.items() if k is not None)
+        g = self.get(key) or self.geometries.setdefault(key, {"where": {}, "chunks": [], "bytes": 0})
         if not image_keys or not torch.is_tensor(batch) or batch.dtype != torch.uint8:
             return
         while self.bytes + batch.numel() > self.budget and len(self.geometries) > 1:
@@ -1180,10 +1194,11 @@ class PixelMemory:
             if k is not None:
                 g["where"][k] = (len(g["chunks"]) - 1, r)
 
-    def batch(self, key, image_keys, pin=False):
-        """uint8 [len(image_keys), 3, H, W] of remembered images (in pinned memory for a GPU copy)."""
+    @staticmethod
+    def batch(g, image_keys, pin=False):
+        """uint8 [len(image_keys), 3, H, W] of remembered images of geometry `g` (a `get` result,
+        held by the caller: an eviction meanwhile frees nothing it still uses), pinned for a GPU copy."""
         import torch
-        g = self.geometries[key]
         first = g["chunks"][g["where"][image_keys[0]][0]]
         out = torch.empty((len(image_keys), *first.shape[1:]), dtype=torch.uint8, pin_memory=pin)
         for j, k in enumerate(image_keys):
@@ -1199,8 +1214,11 @@ def pixel_memory(budget):
     """The process's PixelMemory (created on first use; its budget follows the latest caller)."""
     if not _PIXEL_MEMORY:
         _PIXEL_MEMORY.append(PixelMemory(budget))
-    _PIXEL_MEMORY[0].budget = budget
-    return _PIXEL_MEMORY[0]
+    memory = _PIXEL_MEMORY[0]
+    memory.budget = budget
+    while memory.bytes > budget and memory.geometries:  # a smaller budget: least recently used go first
+        memory.bytes -= memory.geometries.popitem(last=False)[1]["bytes"]
+    return memory
 
 
 def forget_pixels():
@@ -1246,16 +1264,11 @@ class ImageEncoding:
             done = {have[p] for p in hit_pos}
             self.todo = [i for i in self.todo if i not in done]
         # Pixels decoded for an earlier model of this process with the same geometry: not decoded again.
-        self.remembered = []
-        known = self.memory.get(enc.pixels.key) if self.memory is not None else None
-        if known is not None:
-            for i in self.todo:
-                key = self.keys.get(i)
-                if key in known["errors"]:
-                    self.failed[i] = known["errors"][key]
-                elif key in known["where"]:
-                    self.remembered.append(i)
-            taken = set(self.remembered) | set(self.failed)
+        self.n_cached = len(paths) - len(self.todo)
+        self._known = self.memory.get(enc.pixels.key) if self.memory is not None else None
+        self.remembered = [i for i in self.todo if self._known is not None and self.keys.get(i) in self._known["where"]]
+        if self.remembered:
+            taken = set(self.remembered)
             self.todo = [i for i in self.todo if i not in taken]
         self.n_decoded, self.n_remembered = len(self.todo), len(self.remembered)
 
@@ -1269,19 +1282,20 @@ class ImageEncoding:
         self._rows = _DeviceRows(self.enc, self.out, self._writer, self.keys.__getitem__)
         self._queue = queue.Queue(maxsize=4)  # bounded: decoded batches wait in the workers, not here
         self._ended, self._closed = False, threading.Event()
-        self._bar = progress_bar(-(-(len(self.todo) + len(self.remembered)) // self.batch_size),
+        # A worker decodes a whole batch: a small job gets smaller batches so every worker has one.
+        per_worker = -(-len(self.todo) // max(1, self.num_workers))
+        decode_batch = max(1, min(self.batch_size, per_worker))
+        self._bar = progress_bar(-(-len(self.todo) // decode_batch) + -(-len(self.remembered) // self.batch_size),
                                  desc=f"{self.enc.name}: {self.desc}", unit="batch", min_total=20)
         if not self.todo:
             self._ended = True
             return self
         if self.enc.pixels is None:
             self.memory = None
-        # A worker decodes a whole batch: a small job gets smaller batches so every worker has one.
-        per_worker = -(-len(self.todo) // max(1, self.num_workers))
         transform = self.enc.pixels.geometry if self.enc.pixels is not None else self.enc.image_transform
         loader = torch.utils.data.DataLoader(
             _ImageFiles([self.paths[i] for i in self.todo], transform),
-            batch_size=max(1, min(self.batch_size, per_worker)), shuffle=False, num_workers=self.num_workers,
+            batch_size=decode_batch, shuffle=False, num_workers=self.num_workers,
             collate_fn=_collate_images, pin_memory=str(self.enc.device).startswith("cuda"), persistent_workers=False)
         batches = iter(loader)  # forks the workers, before the helper thread exists
         self._thread = threading.Thread(target=self._hand_over, args=(batches,), daemon=True)
@@ -1309,10 +1323,12 @@ class ImageEncoding:
 
     def close(self):
         """Stop early (the caller failed): the helper thread ends and the decoding workers with it."""
-        if self._queue is not None and not self._ended:
+        if self._queue is None:
+            return
+        if not self._ended:
             self._closed.set()
             self._thread.join(timeout=30)
-            self._bar.close()
+        self._bar.close()
 
     def _take(self, item):
         if item is self._END:
@@ -1323,8 +1339,7 @@ class ImageEncoding:
         idx, batch, bad = item
         self.failed.update((self.todo[j], err) for j, err in bad)
         if self.memory is not None:
-            self.memory.add(self.enc.pixels.key, [self.keys.get(self.todo[j]) for j in idx], batch,
-                            {self.keys.get(self.todo[j]): err for j, err in bad})
+            self.memory.add(self.enc.pixels.key, [self.keys.get(self.todo[j]) for j in idx], batch)
         if idx:
             self._rows.add([self.todo[j] for j in idx], self.enc.encode_images(batch))
         self._bar.update(1)
@@ -1335,7 +1350,7 @@ class ImageEncoding:
             return False
         take, self.remembered = self.remembered[:self.batch_size], self.remembered[self.batch_size:]
         pinned = str(self.enc.device).startswith("cuda")
-        self._rows.add(take, self.enc.encode_images(self.memory.batch(self.enc.pixels.key, [self.keys[i] for i in take], pinned)))
+        self._rows.add(take, self.enc.encode_images(PixelMemory.batch(self._known, [self.keys[i] for i in take], pinned)))
         self._bar.update(1)
         return True
 
@@ -1366,9 +1381,9 @@ class ImageEncoding:
         return self.out.tensor(), self.failed
 
 
-def embed_images(enc, paths, batch_size=64, num_workers=None, desc="images", cache=None):
+def embed_images(enc, paths, batch_size=64, num_workers=None, desc="images", cache=None, pixel_memory_gb="auto"):
     """Encode image files: ([len(paths), D] float32 with NaN rows for failures, {index: error})."""
-    return ImageEncoding(enc, paths, batch_size, num_workers, desc, cache).start().finish()
+    return ImageEncoding(enc, paths, batch_size, num_workers, desc, cache, pixel_memory_gb).start().finish()
 
 
 def _identity(x):
@@ -1507,7 +1522,7 @@ class TextBank:
         out = _Rows(len(keys))
         todo = list(range(len(keys)))
         if cache is not None:
-            cache_keys = [f"{pad if pad is not None else '-'}|{t}" for t, pad in keys]
+            cache_keys = [f"{self.enc.text_key_tag}{pad if pad is not None else '-'}|{t}" for t, pad in keys]
             hit_pos, hit_emb = cache.lookup("text", cache_keys)
             if hit_pos:
                 out.put(hit_pos, hit_emb)
@@ -1773,9 +1788,11 @@ class RecordImages(ImageEncoding):
         return full, ok, report
 
 
-def encode_record_images(enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20):
+def encode_record_images(enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20,
+                         pixel_memory_gb="auto"):
     """RecordImages(...) run to the end: (embeddings, usable indices, failure report)."""
-    return RecordImages(enc, records, image_root, batch_size, num_workers, indices, cache, max_listed).start().finish()
+    return RecordImages(enc, records, image_root, batch_size, num_workers, indices, cache, max_listed,
+                        pixel_memory_gb).start().finish()
 
 
 class Pairs:
@@ -2050,7 +2067,7 @@ class ModelRun:
             self.img_emb, self.ok, self.image_report = images.finish()
         self.seconds = dict(self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
         self.image_sources = {"decoded": images.n_decoded, "from_pixel_memory": images.n_remembered,
-                              "from_cache": len(images.paths) - images.n_decoded - images.n_remembered}
+                              "from_cache": images.n_cached}
         if len(self.ok) < len(self.mine):
             good = set(self.ok)
             pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]

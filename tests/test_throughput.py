@@ -183,9 +183,9 @@ def test_a_pixel_split_that_differs_is_refused(enc):
 
 
 def test_pixels_are_decoded_once_per_geometry(enc, tmp_path):
-    """A second model with the same geometry encodes the first one's remembered pixels: nothing
-    decoded, the same embeddings, unreadable files reported with the same error; another
-    geometry decodes again; PIXEL_MEMORY_GB=0 turns it off."""
+    """A second model with the same geometry encodes the first one's remembered pixels: only
+    the unreadable file is tried again (its error may have been passing) and reported alike;
+    the same embeddings; another geometry decodes again; PIXEL_MEMORY_GB=0 turns it off."""
     bad = tmp_path / "broken.jpg"
     bad.write_bytes(b"not a jpeg")
     paths = image_paths() + [str(bad)]
@@ -194,7 +194,7 @@ def test_pixels_are_decoded_once_per_geometry(enc, tmp_path):
     assert (first.n_decoded, first.n_remembered) == (len(paths), 0) and list(failed1) == [len(paths) - 1]
     again = common.ImageEncoding(enc, paths, 3, num_workers=2)
     emb2, failed2 = again.start().finish()
-    assert (again.n_decoded, again.n_remembered) == (0, len(paths) - 1)
+    assert (again.n_decoded, again.n_remembered, again.n_cached) == (1, len(paths) - 1, 0)
     assert failed2 == failed1
     assert torch.equal(emb1[:-1], emb2[:-1]) and torch.isnan(emb2[-1]).all()
     off = common.ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=0)
@@ -207,7 +207,9 @@ def test_pixels_are_decoded_once_per_geometry(enc, tmp_path):
     assert other.n_decoded == len(paths)
     after = common.ImageEncoding(enc, paths, 3, num_workers=0)  # both geometries fit: ours is still there
     after.start().finish()
-    assert (after.n_decoded, after.n_remembered) == (0, len(paths) - 1)
+    assert (after.n_decoded, after.n_remembered) == (1, len(paths) - 1)
+    common.pixel_memory(0)  # a smaller budget evicts at once
+    assert common.pixel_memory(0).bytes == 0 and not common.pixel_memory(0).geometries
 
 
 def test_pixel_memory_keeps_to_its_budget(enc):
@@ -291,3 +293,32 @@ def test_last_block_for_the_pooled_position_only(enc):
     finally:
         enc.encode_tokens = real
     assert calls and all(calls)
+
+
+def test_a_literal_end_of_text_in_a_caption_pools_where_open_clip_does(enc, tmp_path):
+    """SimpleTokenizer reads "<end_of_text>" in a caption as the EOT id; open_clip pools at the
+    first EOT (argmax), so the project's tokens stop there, in every path; the text cache keys
+    carry the tokenization's tag, so caches from before these fixes are never reused."""
+    import open_clip
+    tok = open_clip.get_tokenizer("local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny"))
+    texts = ["a dog <end_of_text> on grass", "a cat <end_of_text> on mats", "a dog"]
+    with torch.no_grad():
+        want = torch.nn.functional.normalize(enc.model.encode_text(tok(texts)).float(), dim=-1)
+    assert [len(t) for t in enc.tokenize(texts)] == [4, 4, 4]
+    cache = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    bank = common.TextBank(enc)
+    slots = bank.add_call(texts)
+    emb, rows = bank.encode(batch_size=8, cache=cache)
+    torch.testing.assert_close(emb[rows[slots]], want, atol=1e-6, rtol=0)
+    import json
+    keys = [k for c in glob.glob(os.path.join(cache.dir, "text-*.npz")) for k in json.loads(bytes(np.load(c)["keys"]))]
+    assert keys and all(k.startswith("eot2|") for k in keys)
+
+
+def test_auto_pixel_memory_is_shared_by_torchrun_processes(monkeypatch):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    one = common.resolve_pixel_memory("auto")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert 0 < common.resolve_pixel_memory("auto") <= one // 4 + 1
+    assert one <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    assert common.resolve_pixel_memory(0) == 0 and common.resolve_pixel_memory(1.5) == int(1.5 * 2 ** 30)
