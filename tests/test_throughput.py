@@ -322,3 +322,16 @@ def test_auto_pixel_memory_is_shared_by_torchrun_processes(monkeypatch):
     assert 0 < common.resolve_pixel_memory("auto") <= one // 4 + 1
     assert one <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
     assert common.resolve_pixel_memory(0) == 0 and common.resolve_pixel_memory(1.5) == int(1.5 * 2 ** 30)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("spec", [OPENCLIP_TINY, SIGLIP_TINY], ids=["openclip", "siglip"])
+def test_pixel_split_is_bit_identical_on_the_gpu(spec):
+    """On CUDA the device arithmetic must still equal the CPU transform bit for bit (no reciprocal
+    division, no fused ops): the load-time check accepts the split, and real images agree."""
+    enc = common.load_model(spec, "corrected", "cuda", "fp32")
+    assert enc.pixels is not None
+    for path in image_paths():
+        img = common.open_rgb(path)
+        got = enc.pixels.to_input(enc.pixels.geometry(img)[None], "cuda", torch.float32)[0].cpu()
+        assert torch.equal(got, enc.image_transform(img))
