@@ -47,7 +47,7 @@ REPEATS = 1  # int >= 1: timed runs of each path (alternating); the fastest is r
 SCALE_IMAGES = 0  # int >= 0: also run the project path alone, as a user's run (cache on, cold), on this many more records, and project from its rates; 0 = project from the N_IMAGES run
 METRIC_TOL = 1e-4  # float: largest allowed |project - published| of a metric when both paths are fp32 and encode alike
 WORK_DIR = None  # scratch folder for images, JSONL, cache, random-init SigLIP folders; None = a temp dir removed at the end
-RESULTS_JSON = "auto"  # results file; "auto" = bench_results.json beside bench.py; None = not written
+RESULTS_JSON = "auto"  # results file, rewritten after every model ("complete": true at the end); "auto" = bench_results.json beside bench.py; None = not written
 SEED = 0  # int: seed of the synthetic images and of the random-init weights
 PROJECT_IMAGES = 40000  # int: images of the real job the projection is for
 PROJECT_CAPTIONS = 5  # float: captions per image in the real job (COCO: 5)
@@ -556,6 +556,20 @@ def resolve_archs(device):
     return list(ARCHS)
 
 
+def save_results(rows, proj, info, counts, complete):
+    """RESULTS_JSON with the rows so far, rewritten after every model (`complete`: all done), so
+    a run cut short (a time limit on a lent GPU) still leaves what it measured."""
+    if not RESULTS_JSON:
+        return None
+    path = os.path.join(_HERE, "bench_results.json") if RESULTS_JSON == "auto" else RESULTS_JSON
+    meta = common.provenance(__file__, CONFIG)
+    meta["versions"] = common.package_versions(("torch", "torchvision", "open_clip_torch", "transformers",
+                                                "timm", "numpy", "pillow"))
+    out = dict(meta, command=" ".join([os.path.basename(sys.executable), *sys.argv]), machine=info,
+               data=counts, complete=complete, results=rows, projection=proj)
+    return common.write_json(path, json.loads(json.dumps(out, default=str)))
+
+
 def main():
     work = WORK_DIR or tempfile.mkdtemp(prefix="lgip_bench_")
     os.makedirs(work, exist_ok=True)
@@ -580,6 +594,7 @@ def main():
         rows, by_arch = [main_row], {}
         if main_row["arch"]:
             by_arch[main_row["arch"]] = main_row
+        save_results(rows, projection(by_arch, main_row), info, counts, complete=False)
         for arch in resolve_archs(common.resolve_device(DEVICE)):
             if arch == MODEL or (not isinstance(arch, dict) and arch == arch_key(MODEL)):
                 print(f"{arch if isinstance(arch, str) else arch['name']}: same model as MODEL, measured above")
@@ -592,17 +607,13 @@ def main():
                 by_arch.setdefault(row["arch"], row)
             if folder:
                 shutil.rmtree(folder, ignore_errors=True)
+            save_results(rows, projection(by_arch, main_row), info, counts, complete=False)
         info["load_average_at_end"] = list(os.getloadavg())
         proj = projection(by_arch, main_row)
         print_tables(rows, proj)
-        if RESULTS_JSON:
-            path = os.path.join(_HERE, "bench_results.json") if RESULTS_JSON == "auto" else RESULTS_JSON
-            meta = common.provenance(__file__, CONFIG)
-            meta["versions"] = common.package_versions(("torch", "torchvision", "open_clip_torch", "transformers",
-                                                        "timm", "numpy", "pillow"))
-            out = dict(meta, command=" ".join([os.path.basename(sys.executable), *sys.argv]), machine=info,
-                       data=counts, results=rows, projection=proj)
-            print(f"-> {common.write_json(path, json.loads(json.dumps(out, default=str)))}")
+        path = save_results(rows, proj, info, counts, complete=True)
+        if path:
+            print(f"-> {path}")
         bad = [r["name"] for r in rows if r["metrics_agree"] is False]
         if bad:
             raise SystemExit(f"error: metrics of the two paths differ by more than {METRIC_TOL:g}: {', '.join(bad)}")

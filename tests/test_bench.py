@@ -27,6 +27,7 @@ def test_bench_runs_and_paths_agree(tmp_path):
     assert "projection: 40000 images x 42.5 texts/image" in out
 
     data = json.loads(results.read_text())
+    assert data["complete"] is True  # rewritten after every model; complete once all are done
     assert data["script"] == "bench.py" and {"torch", "open_clip_torch"} <= set(data["versions"])
     assert data["config"]["N_IMAGES"] == 4 and data["data"]["images"] == 4
     assert [r["name"] for r in data["results"]] == ["tiny_openclip", "tiny_siglip"]
