@@ -1532,6 +1532,7 @@ class TextBank:
         batches, texts_of = self._batches(todo, keys, tokens, batch_size)
         writer = cache.writer("text") if cache is not None and todo else None
         rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
+        t_start = time.perf_counter()
         if beside is not None:
             beside.start()  # after the tokenizer's worker processes are done
         t1 = time.perf_counter()
@@ -1544,7 +1545,8 @@ class TextBank:
         rows_out.flush()
         if writer is not None:
             writer.close()
-        self.seconds = {"lookup_and_tokenize": round(t1 - t0, 3), "texts": round(time.perf_counter() - t1, 3)}
+        self.seconds = {"lookup_and_tokenize": round(t_start - t0, 3), "start_images": round(t1 - t_start, 3),
+                        "texts": round(time.perf_counter() - t1, 3)}
         self.n_unique, self.n_encoded = len(keys), len(todo)
         return out.tensor(), rows
 
@@ -2090,7 +2092,7 @@ class ModelRun:
     def info(self, script):
         info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank)
         info["num_processes"] = self.world
-        info["seconds_by_phase"] = getattr(self, "seconds", {})  # cache lookup + tokenizing; texts (images polled between); images left after
+        info["seconds_by_phase"] = getattr(self, "seconds", {})  # cache lookup + tokenizing; forking the image decoders; texts (images polled between); images left after
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         info["image_sources"] = getattr(self, "image_sources", {})  # unique images: decoded here, from an earlier model's pixels, cached embeddings
         if self.cache is not None:
