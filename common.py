@@ -480,9 +480,9 @@ class Encoder:
     image_transform(PIL RGB image) -> inputs for one image (tensor or dict of tensors);
         picklable, so it runs in DataLoader workers.
     pixels: a PixelSplit of image_transform (uint8 geometry in the workers, arithmetic on the
-        device, bit-identical) or None.
-    encode_images(batched inputs, or uint8 [N, 3, H, W] from pixels.geometry) -> [N, D] float32,
-        L2-normalised.
+        device, bit-identical) or None; the loader sets a candidate, load_model keeps it only
+        once check_pixel_split has proven it on the device.
+    encode_images(batched inputs) -> [N, D] float32, L2-normalised.
     tokenize(texts) -> list of token-id lists (truncated, not padded).
     pad_length(call_lengths) -> the length a published call pads its texts to (None: the
         batch may be cut to its longest member without changing any embedding).
@@ -495,7 +495,7 @@ class Encoder:
     pad_id = 0
     pad_needs_lengths = False  # True when a call's padding depends on its texts' lengths
     tokenizer_key = None  # set by load_model: equal keys tokenize alike (see shared_token_table); None: not shared
-    pixel_split = pixels = None  # PixelSplit of image_transform, if any; `pixels`: the same once checked on the device
+    pixels = None  # PixelSplit of image_transform, or None (see above)
     text_key_tag = ""  # prefix of this family's text cache keys: bumped when its tokenization changes
     info = {}
 
@@ -614,7 +614,7 @@ def load_openclip(spec, protocol, device, dtype):
     enc = Encoder()
     enc.model, enc.device, enc.dtype = model, device, dtype
     enc.image_transform = preprocess
-    enc.pixel_split = pixel_split_openclip(preprocess)
+    enc.pixels = pixel_split_openclip(preprocess)
     enc.context_length = getattr(model, "context_length", None) or tokenizer.context_length
     tower = _openclip_causal_text_tower(model)
     trimmable = tower is not None
@@ -656,8 +656,7 @@ def load_openclip(spec, protocol, device, dtype):
 
     @torch.no_grad()
     def encode_images(pixels):
-        x = enc.pixels.to_input(pixels, device, dtype) if pixels.dtype == torch.uint8 else pixels.to(device=device, dtype=dtype, non_blocking=True)
-        return _normalise(model.encode_image(x))
+        return _normalise(model.encode_image(pixels.to(device=device, dtype=dtype, non_blocking=True)))
 
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
     enc.tokenizer_identity = (type(tokenizer).__name__, len(getattr(tokenizer, "encoder", {})), enc.context_length)
@@ -825,8 +824,6 @@ def load_siglip(spec, protocol, device, dtype):
 
     @torch.no_grad()
     def encode_images(batch):
-        if torch.is_tensor(batch) and batch.dtype == torch.uint8:
-            batch = enc.pixels.to_input(batch, device, dtype)
         batch = batch if isinstance(batch, dict) else {"pixel_values": batch}
         batch = {k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device))
                  for k, v in batch.items()}
@@ -835,7 +832,7 @@ def load_siglip(spec, protocol, device, dtype):
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
     enc.tokenizer_identity = (type(tok).__name__, len(tok), max_len, bool(lowercase))
     enc.image_transform = SiglipImageTransform(image_processor)
-    enc.pixel_split = pixel_split_siglip(image_processor)
+    enc.pixels = pixel_split_siglip(image_processor)
     if protocol == "reference":
         enc.pad_length = lambda call_lengths: max(call_lengths)  # padding=True: longest of the call
         enc.pad_needs_lengths = True
@@ -873,17 +870,24 @@ class PixelSplit:
     def __init__(self, geometry, key, rescale, mean, std):
         self.geometry, self.key, self.rescale = geometry, key, rescale  # rescale: ("div32", 255) or ("mul64", 1/255)
         self.mean, self.std = [float(v) for v in mean], [float(v) for v in std]
+        self._constants = {}  # (device, rescale, mean, std) -> their tensors, made once: a copy per batch would stall the GPU
 
     def to_input(self, u8, device, dtype):
         import torch
-        x = u8.to(device, non_blocking=True)
         kind, value = self.rescale
+        key = (str(device), self.rescale, tuple(self.mean), tuple(self.std))
+        if key not in self._constants:
+            wide = torch.float32 if kind == "div32" else torch.float64
+            self._constants[key] = (
+                torch.full((1, 1, 1, 1), value, dtype=wide, device=device),
+                torch.tensor(self.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1),
+                torch.tensor(self.std, dtype=torch.float32, device=device).view(1, -1, 1, 1))
+        scale, mean, std = self._constants[key]
+        x = u8.to(device, non_blocking=True)
         if kind == "div32":  # torchvision to_tensor: float32(x).div(255); a device divisor, never a reciprocal
-            x = x.to(torch.float32) / torch.full((1, 1, 1, 1), value, dtype=torch.float32, device=device)
+            x = x.to(torch.float32) / scale
         else:  # transformers rescale: float32(float64(x) * factor)
-            x = (x.to(torch.float64) * torch.full((1, 1, 1, 1), value, dtype=torch.float64, device=device)).to(torch.float32)
-        mean = torch.tensor(self.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+            x = (x.to(torch.float64) * scale).to(torch.float32)
         return ((x - mean) / std).to(dtype)
 
 
@@ -988,7 +992,7 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
     enc = MODEL_LOADERS[spec["type"]](spec, protocol, device, torch_dtype)
     enc.name, enc.type, enc.protocol = spec["name"], spec["type"], protocol
     enc.tokenizer_key = (enc.type, enc.tokenizer_identity, tuple(map(tuple, enc.tokenize(_TOKENIZER_PROBES))))
-    enc.pixels = check_pixel_split(enc, enc.pixel_split)
+    enc.pixels = check_pixel_split(enc, enc.pixels)
     enc.info = dict(enc.info, pixels_on_device=enc.pixels is not None)
     return enc
 
@@ -1290,8 +1294,6 @@ class ImageEncoding:
         if not self.todo:
             self._ended = True
             return self
-        if self.enc.pixels is None:
-            self.memory = None
         transform = self.enc.pixels.geometry if self.enc.pixels is not None else self.enc.image_transform
         loader = torch.utils.data.DataLoader(
             _ImageFiles([self.paths[i] for i in self.todo], transform),
@@ -1341,8 +1343,15 @@ class ImageEncoding:
         if self.memory is not None:
             self.memory.add(self.enc.pixels.key, [self.keys.get(self.todo[j]) for j in idx], batch)
         if idx:
-            self._rows.add([self.todo[j] for j in idx], self.enc.encode_images(batch))
+            self._rows.add([self.todo[j] for j in idx], self._encode(batch))
         self._bar.update(1)
+
+    def _encode(self, batch):
+        """Embeddings of one batch: a uint8 one (enc.pixels.geometry's) gets its arithmetic on the device first."""
+        import torch
+        if torch.is_tensor(batch) and batch.dtype == torch.uint8:
+            batch = self.enc.pixels.to_input(batch, self.enc.device, self.enc.dtype)
+        return self.enc.encode_images(batch)
 
     def _recall(self):
         """Encode one batch of remembered pixels (False when none is left)."""
@@ -1350,7 +1359,7 @@ class ImageEncoding:
             return False
         take, self.remembered = self.remembered[:self.batch_size], self.remembered[self.batch_size:]
         pinned = str(self.enc.device).startswith("cuda")
-        self._rows.add(take, self.enc.encode_images(PixelMemory.batch(self._known, [self.keys[i] for i in take], pinned)))
+        self._rows.add(take, self._encode(PixelMemory.batch(self._known, [self.keys[i] for i in take], pinned)))
         self._bar.update(1)
         return True
 

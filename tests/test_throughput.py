@@ -55,9 +55,9 @@ def test_a_failing_loader_reaches_the_caller(enc, monkeypatch):
     """An error inside the decoding pipeline (here: batches that cannot be stacked) is raised to
     the caller by finish(), never lost in the hand-over thread."""
     sizes = iter(range(8, 100))
-    job = common.ImageEncoding(enc, image_paths(), 4, num_workers=0)
-    job.enc = type("E", (), {"image_transform": staticmethod(lambda img: torch.zeros(3, next(sizes), 8)),
-                             "name": "odd", "device": "cpu", "pixels": None})()
+    odd = type("E", (), {"image_transform": staticmethod(lambda img: torch.zeros(3, next(sizes), 8)),
+                         "name": "odd", "device": "cpu", "pixels": None})()
+    job = common.ImageEncoding(odd, image_paths(), 4, num_workers=0)
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         job.start().finish()
 
