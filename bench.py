@@ -106,14 +106,14 @@ def _make_image_slice(folder, start, stop, seed):
     return names
 
 
-def unique_caption(c, r):
-    """Cycle r of a demo caption; r > 0 adds "in photo <r+1>" so no text repeats across records
-    (COCO captions do not), which would otherwise let the project's text dedup skip work."""
-    if r == 0:
-        return c
-    s = c.rstrip()
-    end = "." if s.endswith(".") else ""
-    return f"{s.rstrip('.')} in photo {r + 1}{end}"
+def unique_caption(c, r, n):
+    """Cycle r of a demo caption; r > 0 starts it with a number of its own (n: the caption's
+    index over all records), so no text repeats across records (COCO captions do not), which
+    would let the text dedup skip work, and no repeat shares its start with the original,
+    which would let prefix sharing skip work COCO would need: on the 32 records 41% of the
+    token positions are shared prefixes, as on the 12 demo records alone (real captions);
+    a marker at the end ("... in photo 3") gave 57%."""
+    return c if r == 0 else f"{n + 1} {c}"
 
 
 def make_records(work, n, seed):
@@ -123,7 +123,7 @@ def make_records(work, n, seed):
     base = os.path.join(work, "bench_base.jsonl")
     with common.atomic_open(base) as f:
         for k, name in enumerate(names):
-            caps = [unique_caption(c, k // len(demo)) for c in demo[k % len(demo)]["orig_captions"]]
+            caps = [unique_caption(c, k // len(demo), 5 * k + i) for i, c in enumerate(demo[k % len(demo)]["orig_captions"])]
             f.write(common.dump_jsonl_line({"image_id": k + 1, "image_path": f"images/{name}", "orig_captions": caps}))
     proc = subprocess.run([sys.executable, os.path.join(_HERE, "diff_gen_caption.py"), f"--INPUT_JSONL={base}"],
                           capture_output=True, text=True)

@@ -2,7 +2,7 @@
 
 A fast GPU leaves the host as the bound: building pairs, de-duplicating and batching texts,
 gathering token ids, scoring. This runs bench.py's project pass with instant stand-ins for the
-model (zero embeddings), the tokenizer (ids from the text's length) and image decoding (a 4x4
+model (zero embeddings; prefix packs planned, not computed), the tokenizer (one id per word) and image decoding (a 4x4
 image), so what is left is the project's own Python and numpy, measurable without a GPU.
   python bench_host.py                       # 3072 records, ~127k texts: prints us per text
   python bench_host.py --N_IMAGES=512 --REPEATS=5
@@ -10,6 +10,7 @@ image), so what is left is the project's own Python and numpy, measurable withou
 import os
 import shutil
 import tempfile
+import zlib
 
 import bench
 import common
@@ -30,9 +31,12 @@ def instant_encoder():
                                                       "tests", "fixtures", "models", "openclip-tiny")}
     enc = common.load_model(spec, "corrected", "cpu")
     enc.encode_tokens = lambda ids, exact_length=False: torch.zeros(ids.shape[0], 32)
+    enc.encode_packs = lambda *arrays: torch.zeros(len(arrays[-1]), 32)  # prefix packs: planned, not computed
     enc.encode_images = lambda batch: torch.zeros(batch.shape[0], 32)
     enc.image_transform = lambda img: torch.zeros(3, 8, 8)
-    enc.tokenize = lambda texts: [[49406] + [1000 + len(t) % 7] * (len(t) // 5) + [49407] for t in texts]
+    # One id per word (a real tokenizer's prefix structure, at no cost): texts that start alike share ids.
+    enc.tokenize = lambda texts: [[49406] + [1000 + zlib.crc32(w.encode()) % 48000 for w in t.lower().split()][:75] + [49407]
+                                  for t in texts]
     enc.tokenizer_key = None  # not the real tokenizer's: never share its table
     enc.pixels = None  # the stand-in transform above, not the real geometry
     tiny = Image.new("RGB", (4, 4))

@@ -105,8 +105,8 @@ def test_token_ids_uploaded_in_groups_keep_every_batch(enc):
     batches, texts_of = bank._batches(list(range(len(keys))), keys, tokens, 2)
     for max_tokens in (1, 5, 10 ** 6):  # a group per batch, a few batches per group, one group
         out = list(bank._on_device(batches, texts_of, tokens, max_tokens=max_tokens))
-        assert [b for b, _, _ in out] == batches
-        for (b, ids, exact), (rows, pad) in zip(out, texts_of):
+        assert [b for b, _ in out] == batches
+        for (b, (ids, exact)), (rows, pad) in zip(out, texts_of):
             assert exact and pad is None
             assert np.array_equal(ids.numpy(), bank._ids(rows, pad, tokens))
             assert all(ids[r, -1] == tokens.ids(keys[k][0]).max() for r, k in enumerate(b))  # EOT last: no padding
@@ -249,6 +249,9 @@ def test_two_models_of_one_run_share_pixels(tmp_path):
                                          "from_cache": 0}
     for key in ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate"):
         assert a[key] == b[key] is not None
+    # open_clip texts share their prefixes' positions: fewer computed than held, both reported
+    positions = a["run"]["text_positions"]
+    assert 0 < positions["computed"] < positions["tokens"] and a["run"]["model"]["text_prefix_sharing"]
 
 
 def test_openclip_tokenize_keeps_texts_whole_through_id_zero(enc):
@@ -284,15 +287,94 @@ def test_last_block_for_the_pooled_position_only(enc):
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
     torch.testing.assert_close(got, enc.encode_tokens(torch.tensor(ids)), atol=1e-6, rtol=0)
     calls = []
-    real = enc.encode_tokens
+    real, packs = enc.encode_tokens, enc.encode_packs
     enc.encode_tokens = lambda ids, exact_length=False: calls.append(exact_length) or real(ids, exact_length)
+    enc.encode_packs = None  # a causal tower without prefix packs: exact-length batches
     try:
         bank = common.TextBank(enc)
         bank.add_call(TEXTS)
         bank.encode(batch_size=2)
     finally:
-        enc.encode_tokens = real
+        enc.encode_tokens, enc.encode_packs = real, packs
     assert calls and all(calls)
+
+
+PREFIX_TEXTS = ["a photo of a dog.", "a photo of a dog on a mat.", "a photo of a cat.", "A photo of a dog.",
+                "a photo of", "dog", "In this image, a dog.", "In this image, two dogs.", "a photo of a red bus",
+                "a photo of a blue bus", 'a sign saying "stop!" twice', "a photo of a dog. <end_of_text> ignored",
+                "A very long caption about two white dogs and one person walking on the beach near a pier " * 6]
+
+
+def _plan(enc, texts, size, packs_per_batch):
+    tokens = common.TokenTable()
+    tokens.add(texts, *common._pack(enc.tokenize(texts)))
+    flat, starts, lengths = tokens.packed()
+    return tokens, common.PrefixPacks(flat, starts, lengths, np.arange(len(texts)), size=size,
+                                      packs_per_batch=packs_per_batch)
+
+
+@pytest.mark.parametrize("size,packs_per_batch", [(77, 1), (80, 3), (256, 4)])
+def test_prefix_packs_hold_every_text_once_and_share_only_true_prefixes(enc, size, packs_per_batch):
+    """Every text appears once; reading its path through the pack gives back its own token ids
+    at their own depths; packs never exceed their size; what is shared is a real common prefix
+    (case-folded duplicates share everything, the truncated text fills the context)."""
+    tokens, plan = _plan(enc, PREFIX_TEXTS, size, packs_per_batch)
+    seen = []
+    for where, (tok, pos, path, creator, eot, slot) in plan.batches():
+        seen += where.tolist()
+        assert tok.shape[1] == size and ((creator >= 0).sum(axis=1) <= size).all()
+        pack_of = np.repeat(np.arange(eot.shape[0]), eot.shape[1])[slot]
+        for t, (text_pos, g) in enumerate(zip(where.tolist(), pack_of.tolist())):
+            want = tokens.ids(PREFIX_TEXTS[text_pos]).tolist()
+            nodes = path[t, :len(want)]
+            assert tok[g, nodes].tolist() == want and pos[g, nodes].tolist() == list(range(len(want)))
+            assert eot.ravel()[slot[t]] == nodes[-1]
+            # each node's creator has the same prefix up to that node
+            for p, node in enumerate(nodes.tolist()):
+                assert path[creator[g, node], p] == node
+    assert sorted(seen) == list(range(len(PREFIX_TEXTS)))
+    assert plan.n_tokens == sum(len(tokens.ids(t)) for t in PREFIX_TEXTS) and plan.n_nodes < plan.n_tokens
+    with pytest.raises(ValueError, match="pack size 8 is below the longest text"):
+        _plan(enc, PREFIX_TEXTS, 8, 1)
+
+
+@pytest.mark.parametrize("size,packs_per_batch", [(77, 1), (80, 3), (256, 4)])
+def test_prefix_packs_give_open_clip_embeddings(enc, size, packs_per_batch):
+    """encode_packs equals open_clip's own encode_text (77 padded tokens) to 1e-6, however the
+    texts fall into packs and batches."""
+    import open_clip
+    tok = open_clip.get_tokenizer("local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny"))
+    with torch.no_grad():
+        want = torch.nn.functional.normalize(enc.model.encode_text(tok(PREFIX_TEXTS)).float(), dim=-1)
+    _, plan = _plan(enc, PREFIX_TEXTS, size, packs_per_batch)
+    got = torch.zeros_like(want)
+    for where, arrays in plan.batches():
+        got[torch.as_tensor(where)] = enc.encode_packs(*(torch.from_numpy(a) for a in arrays))
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+
+
+def test_text_bank_shares_prefixes_and_counts_positions(enc):
+    """A TextBank over an open_clip tower packs its texts: the same embeddings as exact-length
+    batches (1e-6), fewer positions computed than the texts hold, both reported; uploads in
+    groups keep every batch whole."""
+    def run(packs, max_ints=1 << 23):
+        saved = enc.encode_packs
+        enc.encode_packs = packs
+        real = common.TextBank._packs_on_device
+        common.TextBank._packs_on_device = lambda self, plan, todo: real(self, plan, todo, max_ints=max_ints)
+        try:
+            bank = common.TextBank(enc)
+            slots = bank.add_call(PREFIX_TEXTS)
+            emb, rows = bank.encode(batch_size=2)
+        finally:
+            enc.encode_packs = saved
+            common.TextBank._packs_on_device = real
+        return emb[rows[slots]], bank.positions
+    plain, plain_pos = run(None)
+    for max_ints in (1, 1 << 23):
+        packed, pos = run(enc.encode_packs, max_ints)
+        torch.testing.assert_close(packed, plain, atol=1e-6, rtol=0)
+        assert pos["tokens"] == plain_pos["tokens"] == plain_pos["computed"] and pos["computed"] < pos["tokens"]
 
 
 def test_a_literal_end_of_text_in_a_caption_pools_where_open_clip_does(enc, tmp_path):
@@ -335,3 +417,21 @@ def test_pixel_split_is_bit_identical_on_the_gpu(spec):
         img = common.open_rgb(path)
         got = enc.pixels.to_input(enc.pixels.geometry(img)[None], "cuda", torch.float32)[0].cpu()
         assert torch.equal(got, enc.image_transform(img))
+
+
+def test_image_last_block_for_the_class_token_only(enc):
+    """open_clip ViTs pooling their class token run the last block for that token alone: the
+    same embeddings as open_clip's encode_image (1e-6); towers pooling otherwise keep the full
+    forward."""
+    import copy
+    size = enc.model.visual.image_size
+    x = torch.randn(3, 3, *(size if isinstance(size, tuple) else (size, size)), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want = torch.nn.functional.normalize(enc.model.encode_image(x).float(), dim=-1)
+    assert enc.info["image_last_block_class_token_only"]
+    torch.testing.assert_close(enc.encode_images(x), want, atol=1e-6, rtol=0)
+    assert common._class_token_blocks(enc.model.visual) is not None
+    for attr, value in (("pool_type", "avg"), ("output_tokens", True), ("attn_pool", torch.nn.Identity())):
+        visual = copy.deepcopy(enc.model.visual)
+        setattr(visual, attr, value)
+        assert common._class_token_blocks(visual) is None, attr
