@@ -621,7 +621,7 @@ def load_openclip(spec, protocol, device, dtype):
     enc.context_length = getattr(model, "context_length", None) or tokenizer.context_length
     tower = _openclip_causal_text_tower(model)
     trimmable = tower is not None
-    blocks = _causal_blocks(tower.transformer) if trimmable else None
+    blocks = _plain_blocks(tower.transformer) if trimmable else None
     enc.pad_id = 0
 
     simple = type(tokenizer) is open_clip.tokenizer.SimpleTokenizer and tokenizer.reduction_fn is None
@@ -709,9 +709,9 @@ def _openclip_causal_text_tower(model):
     return tower if pool == "argmax" and getattr(tower, "attn_mask", None) is not None else None
 
 
-def _causal_blocks(transformer):
-    """The text transformer's blocks when each is a plain self-attention ResidualAttentionBlock
-    (batch-first nn.MultiheadAttention), which `_causal_block` computes exactly; else None."""
+def _plain_blocks(transformer):
+    """A transformer's blocks when each is a plain self-attention ResidualAttentionBlock
+    (batch-first nn.MultiheadAttention), which `_sdpa_block` computes exactly; else None."""
     import torch
     from open_clip.transformer import ResidualAttentionBlock
     blocks = list(getattr(transformer, "resblocks", []))
@@ -725,16 +725,18 @@ def _causal_blocks(transformer):
     return blocks
 
 
-def _causal_block(block, x):
+def _sdpa_block(block, x, causal=True):
     """ResidualAttentionBlock.forward under open_clip's causal mask, with the mask given to SDPA
-    as is_causal (flash attention on a GPU) instead of an additive [L, L] float mask."""
+    as is_causal (flash attention on a GPU) instead of an additive [L, L] float mask; causal
+    False: without a mask (image towers; SDPA is ~5% faster than nn.MultiheadAttention's own
+    path on a ViT-B/16 on CPU)."""
     import torch.nn.functional as F
     attn = block.attn
     n, length, width = x.shape
     heads = attn.num_heads
     q, k, v = F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
     q, k, v = (t.reshape(n, length, heads, width // heads).transpose(1, 2) for t in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(n, length, width)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2).reshape(n, length, width)
     x = x + block.ls_1(attn.out_proj(y))
     return x + block.ls_2(block.mlp(block.ln_2(x)))
 
@@ -768,21 +770,21 @@ def _class_token_blocks(visual):
             or getattr(visual, "pool_type", None) != "tok" or getattr(visual, "output_tokens", False)
             or not hasattr(visual, "_embeds")):
         return None
-    return _causal_blocks(visual.transformer)
+    return _plain_blocks(visual.transformer)
 
 
 def _openclip_image_pooled(visual, blocks, pixels):
-    """open_clip VisionTransformer.forward, with the last block run for the class token only
-    (the pooled one): ~7% fewer image FLOPs for 12 blocks, 2.6% for 32."""
+    """open_clip VisionTransformer.forward, its blocks through SDPA, the last one run for the
+    class token only (the pooled one): ~7% fewer image FLOPs for 12 blocks, 2.6% for 32."""
     x = visual._embeds(pixels)
     for block in blocks[:-1]:
-        x = block(x)
+        x = _sdpa_block(block, x, causal=False)
     x = visual.ln_post(_block_one_row(blocks[-1], x, 0)[:, 0])  # per-token LayerNorm: before or after the pool alike
     return x @ visual.proj if visual.proj is not None else x
 
 
 def _tree_block(block, x, mask, rows=None):
-    """_causal_block on prefix-tree packs [G, M, W] under their tree mask [G, M, M] (see
+    """_sdpa_block on prefix-tree packs [G, M, W] under their tree mask [G, M, M] (see
     PrefixPacks); rows [G, E]: the output of those nodes only, [G, E, W] (the last block, where
     only the pooled nodes count: keys and values for all nodes, the rest for these rows)."""
     import torch
@@ -819,7 +821,7 @@ def _openclip_text_packed(tower, blocks, tok, pos, path, creator, eot, slot):
 
 def _openclip_text_trimmed(tower, blocks, ids, exact_length=False):
     """open_clip encode_text on a [N, L] batch with L <= context length (tower: see
-    _openclip_causal_text_tower; blocks: _causal_blocks of its transformer, or None).
+    _openclip_causal_text_tower; blocks: _plain_blocks of its transformer, or None).
     exact_length: the caller promises every text ends (EOT) at the last column, as in the
     project's batches of one exact length; the last block then runs for that position only
     (the pooled one): ~7% fewer text FLOPs for 12 blocks, and no check on the device."""
@@ -832,11 +834,11 @@ def _openclip_text_trimmed(tower, blocks, ids, exact_length=False):
         x = tower.transformer(x, attn_mask=tower.attn_mask[:n, :n])
     elif exact_length:
         for block in blocks[:-1]:
-            x = _causal_block(block, x)
+            x = _sdpa_block(block, x)
         return _project_text(tower, tower.ln_final(_block_one_row(blocks[-1], x, -1))[:, 0])
     else:
         for block in blocks:
-            x = _causal_block(block, x)
+            x = _sdpa_block(block, x)
     x = tower.ln_final(x)
     return _project_text(tower, x[torch.arange(x.shape[0], device=x.device), eot])
 
@@ -862,6 +864,43 @@ def _pil_image_processor_kwarg():
     """Pin the PIL (4.x "slow") image processor: transformers 5 defaults to the torchvision one,
     whose resize differs by up to one uint8 level (2/255 after SigLIP's normalisation)."""
     return {"backend": "pil"} if _transformers_version() >= (5, 0) else {"use_fast": False}
+
+
+def _siglip_text_tower(model):
+    """The SigLIP/SigLIP2 text tower (4.x: model.text_model.text_model's transformer; 5.x:
+    model.text_model) when its parts are the ones _siglip_text_last computes; else None."""
+    tower = getattr(model, "text_model", None)
+    tower = getattr(tower, "text_model", tower)
+    layers = getattr(getattr(tower, "encoder", None), "layers", None)
+    if tower is None or not layers or not all(hasattr(tower, a) for a in ("embeddings", "final_layer_norm", "head")):
+        return None
+    for layer in layers:
+        a = getattr(layer, "self_attn", None)
+        if (not all(hasattr(layer, n) for n in ("layer_norm1", "layer_norm2", "mlp")) or a is None
+                or not all(hasattr(a, n) for n in ("q_proj", "k_proj", "v_proj", "out_proj", "num_heads", "head_dim", "scale"))):
+            return None
+    return tower
+
+
+def _siglip_text_last(tower, ids):
+    """SigLIP get_text_features without an attention mask, with the last layer run for the
+    pooled (last) position only: keys and values for every position, the rest for one
+    (~7% fewer text FLOPs for 12 layers, 3.5% for 24)."""
+    import torch.nn.functional as F
+    x = tower.embeddings(input_ids=ids)
+    layers = tower.encoder.layers
+    for layer in layers[:-1]:
+        x = layer(x, None)
+        x = x[0] if isinstance(x, tuple) else x
+    last, n = layers[-1], x.shape[0]
+    a = last.self_attn
+    h = last.layer_norm1(x)
+    q, k, v = a.q_proj(h[:, -1:]), a.k_proj(h), a.v_proj(h)
+    q, k, v = (t.reshape(n, -1, a.num_heads, a.head_dim).transpose(1, 2) for t in (q, k, v))
+    y = F.scaled_dot_product_attention(q, k, v, scale=a.scale).transpose(1, 2).reshape(n, 1, -1)
+    x = x[:, -1:] + a.out_proj(y)
+    x = x + last.mlp(last.layer_norm2(x))
+    return tower.head(tower.final_layer_norm(x)[:, 0])
 
 
 def load_siglip(spec, protocol, device, dtype):
@@ -893,10 +932,23 @@ def load_siglip(spec, protocol, device, dtype):
         texts = [t.lower() for t in texts] if lowercase else list(texts)
         return tok(texts, truncation=True, max_length=max_len, padding=False)["input_ids"]
 
+    tower = _siglip_text_tower(model)
+
     @torch.no_grad()
-    def encode_tokens(ids, exact_length=False):  # exact_length: unused (SigLIP pads to a fixed length)
+    def encode_tokens(ids, exact_length=False, last_only=True):  # exact_length: unused (SigLIP pads to a fixed length)
         # input_ids only: SigLIP/SigLIP2 were trained without a text attention mask.
-        return _normalise(_as_features(model.get_text_features(input_ids=ids.to(device, non_blocking=True))))
+        ids = ids.to(device, non_blocking=True)
+        if tower is not None and last_only:
+            return _normalise(_siglip_text_last(tower, ids))
+        return _normalise(_as_features(model.get_text_features(input_ids=ids)))
+
+    if tower is not None:  # proven on this model, device and dtype, else the full forward
+        probe = torch.tensor(tokenize(["a photo of a dog", "two red buses on a street."])[:1] * 2)
+        probe[1, -1] = enc.pad_id
+        full, last = encode_tokens(probe, last_only=False), encode_tokens(probe)
+        exact = dtype in (None, torch.float32)
+        if not (((full - last).abs().max() < 1e-4) if exact else ((full * last).sum(dim=1) > 0.99).all()):
+            tower = None
 
     @torch.no_grad()
     def encode_images(batch):
@@ -914,7 +966,8 @@ def load_siglip(spec, protocol, device, dtype):
         enc.pad_needs_lengths = True
     else:
         enc.pad_length = lambda call_lengths: max_len  # padding="max_length" as trained
-    enc.info = {"text_length": "longest in call" if protocol == "reference" else max_len, "lowercase": bool(lowercase)}
+    enc.info = {"text_length": "longest in call" if protocol == "reference" else max_len, "lowercase": bool(lowercase),
+                "text_last_layer_pooled_position_only": tower is not None}
     return enc
 
 

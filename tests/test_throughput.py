@@ -435,3 +435,21 @@ def test_image_last_block_for_the_class_token_only(enc):
         visual = copy.deepcopy(enc.model.visual)
         setattr(visual, attr, value)
         assert common._class_token_blocks(visual) is None, attr
+
+
+@pytest.mark.parametrize("protocol", ["corrected", "reference"])
+def test_siglip_last_layer_for_the_pooled_position_only(protocol):
+    """SigLIP pools its text at the last position: the last layer runs for it alone and gives
+    get_text_features' embeddings (1e-6), with and without padding; a tower whose parts are
+    not the expected ones keeps the full forward."""
+    sig = common.load_model(SIGLIP_TINY, protocol, "cpu")
+    assert sig.info["text_last_layer_pooled_position_only"]
+    ids = [sig.tokenize([t])[0] for t in TEXTS]
+    for width in (max(map(len, ids)), 64):
+        batch = torch.full((len(ids), width), sig.pad_id, dtype=torch.long)
+        for r, row in enumerate(ids):
+            batch[r, :len(row)] = torch.tensor(row[:width])
+        with torch.no_grad():
+            want = torch.nn.functional.normalize(common._as_features(sig.model.get_text_features(input_ids=batch)).float(), dim=-1)
+        torch.testing.assert_close(sig.encode_tokens(batch), want, atol=1e-6, rtol=0)
+    assert common._siglip_text_tower(torch.nn.Linear(2, 2)) is None
