@@ -478,15 +478,16 @@ def projection(rows_by_arch, main_row):
         """Seconds per record of the job, plus once per model its construction. Published-style:
         its image and text parts, the text part scaled to the job's texts per image. Project
         (images beside texts; the at-scale run when there is one): time per record scaled by the
-        job's texts per record, plus once its image decoders' start (start_images) and its first
-        pass's extra cost (kernel choice per new shape)."""
+        job's texts per record, plus once its worker processes' start (start_images,
+        start_tokenizers) and its first pass's extra cost (kernel choice per new shape)."""
         once = row["load_s"]
         if path == "published":
             r = row["published"]
             per_record = (r["image_s"] + r["text_s"] * per_image_texts / r["texts_per_record"]) / r["records"]
         else:
             r = row.get("scale", row["project"])
-            start = r.get("seconds_by_phase", {}).get("start_images", 0.0)  # forking the decoders: once per run
+            phases = r.get("seconds_by_phase", {})
+            start = phases.get("start_images", 0.0) + phases.get("start_tokenizers", 0.0)  # forking workers: once per run
             per_record = (r["total_s"] - start) / r["records"] * per_image_texts / r["texts_per_record"]
             once += start + max(0.0, row["project_first_pass_s"] - row["project"]["total_s"])
         return (PROJECT_IMAGES * per_record + once) / 3600

@@ -1748,6 +1748,9 @@ class TextBank:
         chunks = _TextChunks(texts, self.enc.tokenize, chunk)
         workers = self.num_workers if len(texts) > 8 * chunk else 0
         loader = torch.utils.data.DataLoader(chunks, batch_size=None, num_workers=workers, collate_fn=_identity)
+        t0 = time.perf_counter()
+        loader = iter(loader)  # forks the workers: a cost per run, not per text (reported apart)
+        self.seconds["start_tokenizers"] = self.seconds.get("start_tokenizers", 0.0) + time.perf_counter() - t0
         for n, (flat, lengths) in enumerate(progress(loader, total=len(chunks), desc=f"{self.enc.name}: tokenize",
                                                      unit="chunk", min_total=50)):
             tokens.add(texts[n * chunk:(n + 1) * chunk], flat, lengths)
@@ -1778,6 +1781,7 @@ class TextBank:
         import numpy as np
         key = self.enc.tokenizer_key
         tokens = shared_token_table(key) if key is not None else TokenTable()
+        self.seconds = {}
         t0 = time.perf_counter()
         if self.enc.pad_needs_lengths:  # published SigLIP padding: the call's longest text
             self._tokenize((t for _, texts in self.calls for t in texts), tokens)
@@ -1818,8 +1822,9 @@ class TextBank:
         rows_out.flush()
         if writer is not None:
             writer.close()
-        self.seconds = {"lookup_and_tokenize": round(t_start - t0, 3), "start_images": round(t1 - t_start, 3),
-                        "texts": round(time.perf_counter() - t1, 3)}
+        forks = self.seconds.pop("start_tokenizers", 0.0)
+        self.seconds = {"lookup_and_tokenize": round(t_start - t0 - forks, 3), "start_tokenizers": round(forks, 3),
+                        "start_images": round(t1 - t_start, 3), "texts": round(time.perf_counter() - t1, 3)}
         self.n_unique, self.n_encoded = len(keys), len(todo)
         return out.tensor(), rows
 
@@ -2388,7 +2393,7 @@ class ModelRun:
     def info(self, script):
         info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank)
         info["num_processes"] = self.world
-        info["seconds_by_phase"] = getattr(self, "seconds", {})  # cache lookup + tokenizing; forking the image decoders; texts (images polled between); images left after
+        info["seconds_by_phase"] = getattr(self, "seconds", {})  # cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         info["text_positions"] = self.bank.positions  # token positions of the encoded texts; computed: fewer when prefixes are shared
         info["image_sources"] = getattr(self, "image_sources", {})  # unique images: decoded here, from an earlier model's pixels, cached embeddings
