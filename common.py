@@ -592,6 +592,27 @@ def _check_openclip_name(name):
                          f"'local-dir:/path' names are accepted too")
 
 
+def _create_openclip_on(device, name, pretrained, kwargs):
+    """open_clip.create_model_and_transforms -> (model, eval transform, device it was built on).
+    On an accelerator the model is built there (a torch.device context): its random
+    initialisation, which a checkpoint then overwrites, runs on the GPU instead of the CPU
+    (ViT-H-14: 10.5 s on 2 CPU cores). Should a model's code not build that way, it is built on
+    the CPU and moved, as open_clip does by default."""
+    import open_clip
+    import torch
+    if torch.device(device).type != "cpu":
+        try:
+            with torch.device(device):
+                model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device,
+                                                                             **kwargs)
+            return model, preprocess, str(device)
+        except (RuntimeError, TypeError, NotImplementedError) as e:
+            if "download" in str(e).lower() or "connect" in str(e).lower():
+                raise
+    model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
+    return model, preprocess, "cpu"
+
+
 def load_openclip(spec, protocol, device, dtype):
     import open_clip
     import torch
@@ -605,7 +626,7 @@ def load_openclip(spec, protocol, device, dtype):
             raise ModelError(f"unknown pretrained tag {pretrained!r} for open_clip {name}; valid: {', '.join(tags) or 'none'} "
                              f"(or a checkpoint file path, or None for random init)")
     try:
-        model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
+        model, preprocess, built_on = _create_openclip_on(device, name, pretrained, kwargs)
     except (OSError, ConnectionError, TimeoutError) as e:
         raise _download_hint(spec, e) from e
     except RuntimeError as e:
@@ -680,6 +701,7 @@ def load_openclip(spec, protocol, device, dtype):
     # every batch is cut to its longest member (tests/test_models.py proves it).
     enc.pad_length = lambda call_lengths: None if trimmable else enc.context_length
     enc.info = {"quick_gelu": _uses_quick_gelu(model),
+                "built_on": built_on,
                 "text_trimmed": trimmable,
                 "text_prefix_sharing": enc.encode_packs is not None,
                 "image_last_block_class_token_only": visual_blocks is not None}

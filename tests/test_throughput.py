@@ -453,3 +453,27 @@ def test_siglip_last_layer_for_the_pooled_position_only(protocol):
             want = torch.nn.functional.normalize(common._as_features(sig.model.get_text_features(input_ids=batch)).float(), dim=-1)
         torch.testing.assert_close(sig.encode_tokens(batch), want, atol=1e-6, rtol=0)
     assert common._siglip_text_tower(torch.nn.Linear(2, 2)) is None
+
+
+def test_open_clip_models_are_built_on_their_device(monkeypatch):
+    """On an accelerator the model is built under its device context (its random init runs
+    there; "meta" stands in for a GPU here) with the same eval transform; a model whose code
+    cannot be built that way is built on the CPU instead."""
+    import open_clip
+    from PIL import Image
+    name = "local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny")
+    model, preprocess, built_on = common._create_openclip_on("meta", name, None, {})
+    assert built_on == "meta" and all(p.device.type == "meta" for p in model.parameters())
+    cpu_model, cpu_preprocess, cpu_built_on = common._create_openclip_on("cpu", name, None, {})
+    assert cpu_built_on == "cpu" and next(cpu_model.parameters()).device.type == "cpu"
+    image = Image.new("RGB", (97, 61), (200, 30, 90))
+    assert torch.equal(preprocess(image), cpu_preprocess(image))
+    real = open_clip.create_model_and_transforms
+
+    def refuses_meta(*args, **kwargs):
+        if torch.empty(0).device.type == "meta":
+            raise NotImplementedError("cannot build on meta")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(open_clip, "create_model_and_transforms", refuses_meta)
+    model, _, built_on = common._create_openclip_on("meta", name, None, {})
+    assert built_on == "cpu" and next(model.parameters()).device.type == "cpu"
