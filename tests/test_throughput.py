@@ -455,10 +455,11 @@ def test_siglip_last_layer_for_the_pooled_position_only(protocol):
     assert common._siglip_text_tower(torch.nn.Linear(2, 2)) is None
 
 
+@pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")  # meta tensors take no checkpoint values
 def test_open_clip_models_are_built_on_their_device(monkeypatch):
     """On an accelerator the model is built under its device context (its random init runs
-    there; "meta" stands in for a GPU here) with the same eval transform; a model whose code
-    cannot be built that way is built on the CPU instead."""
+    there, and its checkpoint is loaded into it; "meta" stands in for a GPU here) with the
+    same eval transform; a model whose code cannot be built that way is built on the CPU."""
     import open_clip
     from PIL import Image
     name = "local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny")
