@@ -1821,8 +1821,9 @@ class TextBank:
         packs = self.enc.encode_packs is not None and bool(todo) and all(keys[k][1] is None for k in todo)
         if packs:
             todo_rows = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
-            plan = PrefixPacks(*tokens.packed(), todo_rows, size=PACK_NODES,
-                               packs_per_batch=max(1, batch_size * PACK_TOKENS_PER_TEXT // PACK_NODES))
+            size = max(PACK_NODES, int(tokens.packed()[2][todo_rows].max()))  # a pack holds at least one whole text
+            plan = PrefixPacks(*tokens.packed(), todo_rows, size=size,
+                               packs_per_batch=max(1, batch_size * PACK_TOKENS_PER_TEXT // size))
             self.positions = {"tokens": plan.n_tokens, "computed": plan.n_nodes}
             n_batches, uploaded = -(-plan.n_packs // plan.packs_per_batch), self._packs_on_device(plan, todo)
         else:

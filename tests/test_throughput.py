@@ -375,6 +375,14 @@ def test_text_bank_shares_prefixes_and_counts_positions(enc):
         packed, pos = run(enc.encode_packs, max_ints)
         torch.testing.assert_close(packed, plain, atol=1e-6, rtol=0)
         assert pos["tokens"] == plain_pos["tokens"] == plain_pos["computed"] and pos["computed"] < pos["tokens"]
+    # packs smaller than the longest text (a long-context tower): the pack grows to hold it
+    saved = common.PACK_NODES
+    common.PACK_NODES = 8
+    try:
+        packed, _ = run(enc.encode_packs)
+    finally:
+        common.PACK_NODES = saved
+    torch.testing.assert_close(packed, plain, atol=1e-6, rtol=0)
 
 
 def test_a_literal_end_of_text_in_a_caption_pools_where_open_clip_does(enc, tmp_path):
