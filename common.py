@@ -934,14 +934,15 @@ def load_siglip(spec, protocol, device, dtype):
         # Only the image processor gets the kwarg: through AutoProcessor it would reach the
         # tokenizer too (4.x use_fast=False turns SigLIP2's Gemma tokenizer slow).
         image_processor = AutoImageProcessor.from_pretrained(model_id, **_pil_image_processor_kwarg())
-        # Pin the dtype: transformers 5 would otherwise load in the checkpoint's dtype.
-        model = AutoModel.from_pretrained(model_id, **_transformers_dtype_kwarg(dtype))
+        # Pin the dtype (transformers 5 would otherwise load in the checkpoint's dtype): fp32
+        # first, for the check of the last-layer path below, then the run's dtype.
+        model = AutoModel.from_pretrained(model_id, **_transformers_dtype_kwarg(torch.float32))
     except OSError as e:
         if os.path.isdir(model_id) or "not a valid model identifier" in str(e) or "does not appear" in str(e):
             raise ModelError(f"model {spec.get('name')!r}: {model_id!r} is not a SigLIP/SigLIP2 checkpoint "
                              f"(a Hub id like google/siglip-base-patch16-224 or a local folder): {e}") from e
         raise _download_hint(spec, e) from e
-    model = model.eval().to(device=device, dtype=dtype)
+    model = model.eval().to(device=device)
     tok = processor.tokenizer
     is_siglip2 = "siglip2" in model_id.lower() or model.config.model_type == "siglip2"
     lowercase = spec.get("lowercase", is_siglip2) and protocol == "corrected"
@@ -964,13 +965,14 @@ def load_siglip(spec, protocol, device, dtype):
             return _normalise(_siglip_text_last(tower, ids))
         return _normalise(_as_features(model.get_text_features(input_ids=ids)))
 
-    if tower is not None:  # proven on this model, device and dtype, else the full forward
-        probe = torch.tensor(tokenize(["a photo of a dog", "two red buses on a street."])[:1] * 2)
-        probe[1, -1] = enc.pad_id
-        full, last = encode_tokens(probe, last_only=False), encode_tokens(probe)
-        exact = dtype in (None, torch.float32)
-        if not (((full - last).abs().max() < 1e-4) if exact else ((full * last).sum(dim=1) > 0.99).all()):
-            tower = None
+    if tower is not None:  # proven on this model and device in fp32 (before the cast), else the full forward
+        probe = torch.full((3, max_len), enc.pad_id, dtype=torch.long)
+        for r, ids in enumerate(tokenize(["a photo of a dog", "two red buses parked on a street.", "A cat!"])):
+            probe[r, :len(ids)] = torch.tensor(ids)
+        for ids in (probe, probe[:, :8]):  # padded as trained, and cut short (the reference protocol)
+            if tower is not None and not (encode_tokens(ids, last_only=False) - encode_tokens(ids)).abs().max() < 1e-5:
+                tower = None
+    model.to(dtype=dtype)
 
     @torch.no_grad()
     def encode_images(batch):
@@ -1153,6 +1155,7 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
 _TOKENIZER_PROBES = ["A Red BUS, parked & waiting at 10:45!", "Ünïcödé café — naïve “quotes” &amp; 3½ emojis 🚌",
                      " ".join(f"w{k}" for k in range(120))]
 _TOKEN_TABLES = {}
+_LAST_PLAN = []  # [(token table, its size, rows digest, size, packs per batch), plan]: the next model of the family reuses it
 
 
 def shared_token_table(key):
@@ -1167,8 +1170,10 @@ def shared_token_table(key):
 
 
 def forget_token_tables():
-    """Drop the shared TokenTables (a fresh process's state: bench.py times tokenizing too)."""
+    """Drop the shared TokenTables and the last prefix plan (a fresh process's state: bench.py
+    times tokenizing too)."""
     _TOKEN_TABLES.clear()
+    _LAST_PLAN.clear()
 
 
 # ---------------------------------------------------------------------------
@@ -1614,6 +1619,7 @@ class TokenTable:
 
 
 PACK_NODES = 128  # tree nodes per prefix pack: larger shares a little more (1-2%), but its dense [M, M] tree mask costs attention FLOPs (~6% of a pack's at 128 on ViT-B-16 text, ~11% at 256)
+PACK_SORT_COLUMNS = 12  # texts are ordered by their first 12 ids (24 shared 0.1% more positions on the bench's texts, for 1.8 s more per 1.7M texts)
 PACK_TOKENS_PER_TEXT = 16  # packs per batch = TEXT_BATCH_SIZE * this / PACK_NODES (a batch holds about as many positions as before)
 
 
@@ -1627,43 +1633,56 @@ class PrefixPacks:
     and itself (the tree mask), at the position of its depth. Embeddings equal the plain
     causal computation up to float rounding; nothing is approximated. On COCO-like texts
     about 40% of the token positions are shared prefixes.
-    >>> plan = PrefixPacks(flat, starts, lengths, rows, size=256, packs_per_batch=4)
+    >>> plan = PrefixPacks(flat, starts, lengths, rows, size=128, packs_per_batch=8)
     >>> for texts, arrays in plan.batches(): emb = enc.encode_packs(*arrays)  # rows of `texts`
     """
 
-    def __init__(self, flat, starts, lengths, rows, size=256, packs_per_batch=4, sort_columns=24, chunk=65536):
+    def __init__(self, flat, starts, lengths, rows, size=128, packs_per_batch=8, sort_columns=24):
         import numpy as np
         rows = np.asarray(rows, dtype=np.int64)
         lens = lengths[rows]
         if len(rows) and int(lens.max()) > size:
             raise ValueError(f"pack size {size} is below the longest text ({int(lens.max())} tokens)")
         self.flat, self.starts = flat, starts
-        # Sorted by the first sort_columns ids (beyond them texts rarely share): any order is
-        # correct, since a text only takes from the text before it what the two truly share.
-        head = self._ids(rows, lens, min(int(lens.max()) if len(rows) else 1, sort_columns))
-        order = np.lexsort(head.T[::-1]) if len(rows) else np.zeros(0, dtype=np.int64)
+        # Sorted by the first sort_columns ids (beyond them texts rarely share), several ids
+        # packed in each sort key: any order is correct, since a text only takes from the
+        # text before it what the two truly share.
+        bits = int(flat.max() + 2).bit_length() if len(flat) else 1
+        per_key = max(1, 63 // bits)
+        keys = []
+        for c0 in range(0, min(int(lens.max()) if len(rows) else 0, sort_columns), per_key):
+            key = np.zeros(len(rows), dtype=np.int64)
+            for c in range(c0, min(c0 + per_key, sort_columns)):
+                ids = np.where(lens > c, flat[starts[rows] + np.minimum(c, lens - 1)] + 1, 0)  # past the end: 0, first
+                key = (key << bits) | ids
+            keys.append(key)
+        order = np.lexsort(keys[::-1]) if keys else np.arange(len(rows))
         self.rows, self.lens, self.order = rows[order], lens[order], order
+        # Common prefix with the text before, a column at a time over the pairs still equal.
+        begin = starts[self.rows]
         lcp = np.zeros(len(rows), dtype=np.int64)
-        for a in range(1, len(rows), chunk):  # common prefix with the text before, a chunk at a time (memory)
-            b = min(a + chunk, len(rows))
-            ids = self._ids(self.rows[a - 1:b], self.lens[a - 1:b])
-            same = ids[1:] == ids[:-1]
-            lcp[a:b] = np.where(same.all(axis=1), ids.shape[1], same.argmin(axis=1))
-        lcp = np.minimum(lcp, self.lens)
-        lcp[1:] = np.minimum(lcp[1:], self.lens[:-1])
-        # Greedy packs over the sorted texts: a pack's first text brings its whole path.
+        live = np.arange(1, len(rows))
+        live = live[np.minimum(self.lens[live], self.lens[live - 1]) > 0]
+        c = 0
+        while len(live):
+            same = flat[begin[live] + c] == flat[begin[live - 1] + c]
+            live = live[same]
+            lcp[live] += 1
+            c += 1
+            live = live[np.minimum(self.lens[live], self.lens[live - 1]) > c]
+        # Greedy packs over the sorted texts (a pack's first text brings its whole path): a
+        # pack starting at text a ends at the last b with lens[a] + new nodes of a+1..b <= size.
+        total = np.cumsum(self.lens - lcp)
         pack = np.empty(len(rows), dtype=np.int64)
         shared = lcp
-        g = used = 0
-        for t, (n, s) in enumerate(zip(self.lens.tolist(), lcp.tolist())):
-            if used and used + n - s > size:
-                g, used = g + 1, 0
-            if not used:
-                shared[t] = s = 0
-            used += n - s
-            pack[t] = g
+        a = g = 0
+        while a < len(rows):
+            b = int(np.searchsorted(total, size - int(self.lens[a]) + int(total[a]), side="right"))
+            pack[a:b] = g
+            shared[a] = 0
+            a, g = b, g + 1
         self.pack, self.shared, self.size, self.packs_per_batch = pack, shared, size, packs_per_batch
-        self.n_packs = g + 1 if len(rows) else 0
+        self.n_packs = g
         self.n_tokens, self.n_nodes = int(self.lens.sum()), int((self.lens - shared).sum())
 
     def _ids(self, rows, lens, width=None):
@@ -1819,11 +1838,15 @@ class TextBank:
             todo = [k for k in todo if k not in hits]
         self._tokenize((keys[k][0] for k in todo), tokens)
         packs = self.enc.encode_packs is not None and bool(todo) and all(keys[k][1] is None for k in todo)
-        if packs:
-            todo_rows = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
-            size = max(PACK_NODES, int(tokens.packed()[2][todo_rows].max()))  # a pack holds at least one whole text
-            plan = PrefixPacks(*tokens.packed(), todo_rows, size=size,
-                               packs_per_batch=max(1, batch_size * PACK_TOKENS_PER_TEXT // size))
+        writer = cache.writer("text") if cache is not None and todo else None
+        rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
+        t_start = time.perf_counter()
+        if beside is not None:
+            beside.start()  # after the tokenizer's worker processes are done
+        t1 = time.perf_counter()
+        if packs:  # planned while the image decoders start their work
+            plan = self._plan(tokens, np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo)),
+                              batch_size)
             self.positions = {"tokens": plan.n_tokens, "computed": plan.n_nodes}
             n_batches, uploaded = -(-plan.n_packs // plan.packs_per_batch), self._packs_on_device(plan, todo)
         else:
@@ -1831,12 +1854,6 @@ class TextBank:
             self.positions = {"tokens": int(tokens.packed()[2][[tokens.row[keys[k][0]] for k in todo]].sum()) if todo else 0}
             self.positions["computed"] = self.positions["tokens"]  # (texts padded longer compute their padding too)
             n_batches, uploaded = len(batches), self._on_device(batches, texts_of, tokens)
-        writer = cache.writer("text") if cache is not None and todo else None
-        rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
-        t_start = time.perf_counter()
-        if beside is not None:
-            beside.start()  # after the tokenizer's worker processes are done
-        t1 = time.perf_counter()
         for batch, inputs in progress(uploaded, total=n_batches, desc=f"{self.enc.name}: {desc}", unit="batch",
                                       min_total=20):
             rows_out.add(batch, self.enc.encode_packs(*inputs) if packs else self.enc.encode_tokens(*inputs))
@@ -1909,6 +1926,21 @@ class TextBank:
                     yield b, (flat[offset:offset + a.size].view(a.shape), exact)
                     offset += a.size
                 group, size = [], 0
+
+    @staticmethod
+    def _plan(tokens, rows, batch_size):
+        """PrefixPacks of these token-table rows; the last plan is kept, so the next model of a
+        family (the paper's five open_clip models tokenize alike) encoding the same texts
+        does not sort and pack them again (~2 s per 1.7M texts)."""
+        import hashlib
+        size = max(PACK_NODES, int(tokens.packed()[2][rows].max()))  # a pack holds at least one whole text
+        ppb = max(1, batch_size * PACK_TOKENS_PER_TEXT // size)
+        key = (len(tokens), hashlib.sha1(rows.tobytes()).hexdigest(), size, ppb)
+        if _LAST_PLAN and _LAST_PLAN[0][0] is tokens and _LAST_PLAN[0][1:] == key:
+            return _LAST_PLAN[1]
+        plan = PrefixPacks(*tokens.packed(), rows, size=size, packs_per_batch=ppb, sort_columns=PACK_SORT_COLUMNS)
+        _LAST_PLAN[:] = [(tokens, *key), plan]
+        return plan
 
     def _packs_on_device(self, plan, todo, max_ints=1 << 23):
         """(batch, its PrefixPacks arrays on the device) per batch of the plan, the arrays of

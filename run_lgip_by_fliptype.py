@@ -19,7 +19,7 @@ PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) 
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = 64  # int: images per forward pass
-TEXT_BATCH_SIZE = "auto"  # int, or "auto" (2048 on CUDA, 64 on CPU): texts per forward pass
+TEXT_BATCH_SIZE = "auto"  # int, or "auto" (2048 on CUDA, 64 on CPU): texts per forward pass (CLIP family: about 16 token positions per text, in prefix packs of 128)
 NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
 CACHE_DIR = "auto"  # embedding cache folder; "auto" = .lgip_cache beside the input; None = no cache
 PIXEL_MEMORY_GB = "auto"  # float >= 0: host memory for decoded pixels kept for the next model with the same preprocessing (each image decoded once per geometry); "auto" = a quarter of the memory this process may use (per torchrun process on a node), 0 = off

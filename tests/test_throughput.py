@@ -463,6 +463,19 @@ def test_siglip_last_layer_for_the_pooled_position_only(protocol):
     assert common._siglip_text_tower(torch.nn.Linear(2, 2)) is None
 
 
+def test_siglip_last_layer_path_is_dropped_when_it_disagrees(monkeypatch):
+    """The load-time check (fp32, before the cast) refuses a last-layer path that does not give
+    get_text_features' embeddings: the full forward is used."""
+    real = common._siglip_text_last
+    monkeypatch.setattr(common, "_siglip_text_last", lambda tower, ids: real(tower, ids) * 1.01 + 0.01)
+    sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
+    assert not sig.info["text_last_layer_pooled_position_only"]
+    ids = torch.tensor([sig.tokenize(["a red bus"])[0]])
+    with torch.no_grad():
+        want = torch.nn.functional.normalize(common._as_features(sig.model.get_text_features(input_ids=ids)).float(), dim=-1)
+    torch.testing.assert_close(sig.encode_tokens(ids), want, atol=1e-6, rtol=0)
+
+
 @pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")  # meta tensors take no checkpoint values
 def test_open_clip_models_are_built_on_their_device(monkeypatch):
     """On an accelerator the model is built under its device context (its random init runs
@@ -486,3 +499,19 @@ def test_open_clip_models_are_built_on_their_device(monkeypatch):
     monkeypatch.setattr(open_clip, "create_model_and_transforms", refuses_meta)
     model, _, built_on = common._create_openclip_on("meta", name, None, {})
     assert built_on == "cpu" and next(model.parameters()).device.type == "cpu"
+
+
+def test_prefix_plan_is_reused_by_the_next_model_of_a_family(enc):
+    """The same token table and the same rows (the next open_clip model of a run encoding the
+    same texts) reuse the last plan; other rows or another table get their own."""
+    tokens = common.TokenTable()
+    tokens.add(PREFIX_TEXTS, *common._pack(enc.tokenize(PREFIX_TEXTS)))
+    rows = np.arange(len(PREFIX_TEXTS))
+    plan = common.TextBank._plan(tokens, rows, 64)
+    assert common.TextBank._plan(tokens, rows.copy(), 64) is plan
+    assert common.TextBank._plan(tokens, rows[::-1].copy(), 64) is not plan
+    other = common.TokenTable()
+    other.add(PREFIX_TEXTS, *common._pack(enc.tokenize(PREFIX_TEXTS)))
+    assert common.TextBank._plan(other, rows, 64) is not common.TextBank._plan(tokens, rows, 64)
+    common.forget_token_tables()
+    assert not common._LAST_PLAN
