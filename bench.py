@@ -49,11 +49,14 @@ METRIC_TOL = 1e-4  # float: largest allowed |project - published| of a metric wh
 WORK_DIR = None  # scratch folder for images, JSONL, cache, random-init SigLIP folders; None = a temp dir removed at the end
 RESULTS_JSON = "auto"  # results file, rewritten after every model ("complete": true at the end); "auto" = bench_results.json beside bench.py; None = not written
 SEED = 0  # int: seed of the synthetic images and of the random-init weights
+PREFIX_PACKS = True  # True, or False: CLIP-family texts in exact-length batches instead of prefix packs (to measure what the packs buy on a device)
 PROJECT_IMAGES = 40000  # int: images of the real job the projection is for
 PROJECT_CAPTIONS = 5  # float: captions per image in the real job (COCO: 5)
 PROJECT_PARAPHRASES = 6.0  # float: paraphrases per caption in the real job (diff_gen_caption keeps up to 6)
 PROJECT_FLIPS = 1.5  # float: flips per caption in the real job (assumed about 1.5 for COCO captions)
 CONFIG = common.configure(globals())
+if not PREFIX_PACKS:
+    common.PACK_NODES = 0
 
 DEMO_JSONL = os.path.join(_HERE, "demo", "lgip_demo.jsonl")
 SIGLIP_TOKENIZER = os.path.join(_HERE, "tests", "fixtures", "models", "siglip-tiny")  # sentencepiece ids only; texts padded/truncated to 64
@@ -379,7 +382,8 @@ def compare(spec, records, jsonl, work, counts, cache_test=False, scale=None):
         enc, pub = load(spec)
     print(f"{spec['name']}: loaded in {t_load.seconds:.1f} s ({enc.device}, project {str(enc.dtype)[6:]}, "
           f"published-style {str(pub.dtype)[6:]}, torch threads {torch.get_num_threads()}, pixel arithmetic on the "
-          f"device, bit-identical: {enc.pixels is not None})", flush=True)
+          f"device, bit-identical: {enc.pixels is not None}, text prefix packs: "
+          f"{enc.encode_packs is not None and common.PACK_NODES > 0})", flush=True)
     config = eval_config(jsonl, work)
     # Untimed warm-ups: first-call allocations and kernel choices, once per shape. The project
     # meets a shape per text length, so it warms up on all records; its cost is kept (first_pass_s).

@@ -1618,7 +1618,7 @@ class TokenTable:
         return flat[starts[r]:starts[r] + lengths[r]]
 
 
-PACK_NODES = 128  # tree nodes per prefix pack: larger shares a little more (1-2%), but its dense [M, M] tree mask costs attention FLOPs (~6% of a pack's at 128 on ViT-B-16 text, ~11% at 256)
+PACK_NODES = 128  # tree nodes per prefix pack: larger shares a little more (1-2%), but its dense [M, M] tree mask costs attention FLOPs (~6% of a pack's at 128 on ViT-B-16 text, ~11% at 256); 0: no prefix packs (exact-length batches)
 PACK_SORT_COLUMNS = 12  # texts are ordered by their first 12 ids (24 shared 0.1% more positions on the bench's texts, for 1.8 s more per 1.7M texts)
 PACK_TOKENS_PER_TEXT = 16  # packs per batch = TEXT_BATCH_SIZE * this / PACK_NODES (a batch holds about as many positions as before)
 
@@ -1837,7 +1837,8 @@ class TextBank:
             hits = set(hit_pos)
             todo = [k for k in todo if k not in hits]
         self._tokenize((keys[k][0] for k in todo), tokens)
-        packs = self.enc.encode_packs is not None and bool(todo) and all(keys[k][1] is None for k in todo)
+        packs = (PACK_NODES > 0 and self.enc.encode_packs is not None and bool(todo)
+                 and all(keys[k][1] is None for k in todo))
         writer = cache.writer("text") if cache is not None and todo else None
         rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
         t_start = time.perf_counter()

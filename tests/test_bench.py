@@ -25,6 +25,7 @@ def test_bench_runs_and_paths_agree(tmp_path):
     assert "cache speed-up warm vs cold:" in out
     assert out.count("max abs metric diff:") == 2 and "DISAGREE" not in out
     assert "projection: 40000 images x 42.5 texts/image" in out
+    assert "text prefix packs: True" in out
 
     data = json.loads(results.read_text())
     assert data["complete"] is True  # rewritten after every model; complete once all are done
@@ -81,3 +82,12 @@ def test_imported_script_keeps_its_defaults(monkeypatch):
     assert common.configure(ns) == {"N_IMAGES": 32}
     ns = {"__name__": "__main__", "N_IMAGES": 32}
     assert common.configure(ns) == {"N_IMAGES": 6}
+
+
+def test_bench_measures_without_prefix_packs(tmp_path):
+    """PREFIX_PACKS=False: CLIP-family texts in exact-length batches (to measure what packing
+    buys), the same metrics as the published-style loop."""
+    proc = run_script("bench.py", f"--MODEL={OPENCLIP_TINY!r}", "--N_IMAGES=2", "--DEVICE=cpu", "--NUM_WORKERS=0",
+                      "--PREFIX_PACKS=False", f"--WORK_DIR={str(tmp_path / 'work')!r}", "--RESULTS_JSON=None")
+    assert "text prefix packs: False" in proc.stdout and "DISAGREE" not in proc.stdout
+    assert "max abs metric diff:" in proc.stdout
