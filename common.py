@@ -2451,7 +2451,8 @@ class ModelRun:
         info["num_processes"] = self.world
         info["seconds_by_phase"] = getattr(self, "seconds", {})  # cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
-        info["text_positions"] = self.bank.positions  # token positions of the encoded texts; computed: fewer when prefixes are shared
+        # token positions of the encoded texts; computed: fewer when prefixes are shared (pack_nodes 0: no prefix packs)
+        info["text_positions"] = dict(self.bank.positions, pack_nodes=PACK_NODES if self.enc.encode_packs is not None else 0)
         info["image_sources"] = getattr(self, "image_sources", {})  # unique images: decoded here, from an earlier model's pixels, cached embeddings
         if self.cache is not None:
             info["cache"] = {"dir": self.cache.dir, **self.cache.stats}

@@ -252,6 +252,7 @@ def test_two_models_of_one_run_share_pixels(tmp_path):
     # open_clip texts share their prefixes' positions: fewer computed than held, both reported
     positions = a["run"]["text_positions"]
     assert 0 < positions["computed"] < positions["tokens"] and a["run"]["model"]["text_prefix_sharing"]
+    assert positions["pack_nodes"] == common.PACK_NODES
 
 
 def test_openclip_tokenize_keeps_texts_whole_through_id_zero(enc):
