@@ -747,39 +747,42 @@ def _plain_blocks(transformer):
     return blocks
 
 
-def _sdpa_block(block, x, causal=True):
-    """ResidualAttentionBlock.forward under open_clip's causal mask, with the mask given to SDPA
-    as is_causal (flash attention on a GPU) instead of an additive [L, L] float mask; causal
-    False: without a mask (image towers; SDPA is ~5% faster than nn.MultiheadAttention's own
-    path on a ViT-B/16 on CPU)."""
-    import torch.nn.functional as F
-    attn = block.attn
-    n, length, width = x.shape
-    heads = attn.num_heads
-    q, k, v = F.linear(block.ln_1(x), attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
-    q, k, v = (t.reshape(n, length, heads, width // heads).transpose(1, 2) for t in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=causal).transpose(1, 2).reshape(n, length, width)
-    x = x + block.ls_1(attn.out_proj(y))
-    return x + block.ls_2(block.mlp(block.ln_2(x)))
-
-
-def _block_one_row(block, x, row):
-    """A ResidualAttentionBlock's output at one position only, [N, 1, W], for a position that
-    attends every position: the last one under the causal mask (text, row -1) or any without
-    a mask (image, the class token, row 0). Keys and values are needed for all rows, but the
-    query, the output projection and the MLP for that row alone."""
+def _sdpa_block(block, x, causal=False, mask=None, rows=None):
+    """A plain ResidualAttentionBlock (see _plain_blocks) on [N, L, W] through SDPA, with
+    open_clip's causal mask given as is_causal (flash attention on a GPU) instead of an additive
+    [L, L] float mask, a boolean mask [N, L, L] (prefix trees, see PrefixPacks), or no mask
+    (image towers; ~5% faster than nn.MultiheadAttention's own path on a ViT-B/16 on CPU).
+    rows: the output of some positions only (a tower's last block, where only the pooled ones
+    count): keys and values for every position, the query, output projection and MLP for these
+    alone. An int: one position that attends every position (the last one under the causal
+    mask, -1; the class token without a mask, 0) -> [N, 1, W]; a [N, E] index tensor (with a
+    mask) -> [N, E, W]."""
+    import torch
     import torch.nn.functional as F
     attn = block.attn
     n, length, width = x.shape
     heads = attn.num_heads
     h = block.ln_1(x)
     w, b = attn.in_proj_weight, attn.in_proj_bias
-    one = slice(row, row + 1 if row != -1 else None)
-    q = F.linear(h[:, one], w[:width], None if b is None else b[:width])
-    k, v = F.linear(h, w[width:], None if b is None else b[width:]).chunk(2, dim=-1)
+    if rows is None:
+        q, k, v = F.linear(h, w, b).chunk(3, dim=-1)
+    else:
+        if isinstance(rows, int):
+            one = slice(rows, rows + 1 if rows != -1 else None)
+
+            def take(t):
+                return t[:, one]
+        else:
+            def take(t):
+                return torch.gather(t, 1, rows[..., None].expand(-1, -1, t.shape[-1]))
+        q = F.linear(take(h), w[:width], None if b is None else b[:width])
+        k, v = F.linear(h, w[width:], None if b is None else b[width:]).chunk(2, dim=-1)
+        x = take(x)
+        mask = take(mask) if mask is not None else None
     q, k, v = (t.reshape(n, -1, heads, width // heads).transpose(1, 2) for t in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(n, 1, width)
-    x = x[:, one] + block.ls_1(attn.out_proj(y))
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask[:, None],
+                                       is_causal=causal and rows is None)
+    x = x + block.ls_1(attn.out_proj(y.transpose(1, 2).reshape(n, -1, width)))
     return x + block.ls_2(block.mlp(block.ln_2(x)))
 
 
@@ -800,34 +803,9 @@ def _openclip_image_pooled(visual, blocks, pixels):
     class token only (the pooled one): ~7% fewer image FLOPs for 12 blocks, 2.6% for 32."""
     x = visual._embeds(pixels)
     for block in blocks[:-1]:
-        x = _sdpa_block(block, x, causal=False)
-    x = visual.ln_post(_block_one_row(blocks[-1], x, 0)[:, 0])  # per-token LayerNorm: before or after the pool alike
+        x = _sdpa_block(block, x)
+    x = visual.ln_post(_sdpa_block(blocks[-1], x, rows=0)[:, 0])  # per-token LayerNorm: before or after the pool alike
     return x @ visual.proj if visual.proj is not None else x
-
-
-def _tree_block(block, x, mask, rows=None):
-    """_sdpa_block on prefix-tree packs [G, M, W] under their tree mask [G, M, M] (see
-    PrefixPacks); rows [G, E]: the output of those nodes only, [G, E, W] (the last block, where
-    only the pooled nodes count: keys and values for all nodes, the rest for these rows)."""
-    import torch
-    import torch.nn.functional as F
-    attn = block.attn
-    g, m, width = x.shape
-    heads = attn.num_heads
-    h = block.ln_1(x)
-    w, b = attn.in_proj_weight, attn.in_proj_bias
-    if rows is None:
-        q, k, v = F.linear(h, w, b).chunk(3, dim=-1)
-    else:
-        take = rows[..., None].expand(-1, -1, width)
-        q = F.linear(torch.gather(h, 1, take), w[:width], None if b is None else b[:width])
-        k, v = F.linear(h, w[width:], None if b is None else b[width:]).chunk(2, dim=-1)
-        x = torch.gather(x, 1, take)
-        mask = torch.gather(mask, 1, rows[..., None].expand(-1, -1, m))
-    q, k, v = (t.reshape(g, -1, heads, width // heads).transpose(1, 2) for t in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None]).transpose(1, 2).reshape(g, -1, width)
-    x = x + block.ls_1(attn.out_proj(y))
-    return x + block.ls_2(block.mlp(block.ln_2(x)))
 
 
 def _openclip_text_packed(tower, blocks, tok, pos, path, creator, eot, slot):
@@ -836,8 +814,8 @@ def _openclip_text_packed(tower, blocks, tok, pos, path, creator, eot, slot):
     x = tower.token_embedding(tok).to(cast) + tower.positional_embedding[pos].to(cast)
     mask = prefix_tree_mask(pos, path, creator)
     for block in blocks[:-1]:
-        x = _tree_block(block, x, mask)
-    x = tower.ln_final(_tree_block(blocks[-1], x, mask, rows=eot))
+        x = _sdpa_block(block, x, mask=mask)
+    x = tower.ln_final(_sdpa_block(blocks[-1], x, mask=mask, rows=eot))
     return _project_text(tower, x.reshape(-1, x.shape[-1])[slot])
 
 
@@ -856,11 +834,11 @@ def _openclip_text_trimmed(tower, blocks, ids, exact_length=False):
         x = tower.transformer(x, attn_mask=tower.attn_mask[:n, :n])
     elif exact_length:
         for block in blocks[:-1]:
-            x = _sdpa_block(block, x)
-        return _project_text(tower, tower.ln_final(_block_one_row(blocks[-1], x, -1))[:, 0])
+            x = _sdpa_block(block, x, causal=True)
+        return _project_text(tower, tower.ln_final(_sdpa_block(blocks[-1], x, causal=True, rows=-1))[:, 0])
     else:
         for block in blocks:
-            x = _sdpa_block(block, x)
+            x = _sdpa_block(block, x, causal=True)
     x = tower.ln_final(x)
     return _project_text(tower, x[torch.arange(x.shape[0], device=x.device), eot])
 
