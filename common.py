@@ -1533,6 +1533,50 @@ def _identity(x):
     return x
 
 
+def padded_ids(flat, starts, lengths, width, fill):
+    """[len(starts), width] int64 token ids: text i is flat[starts[i]:starts[i] + lengths[i]],
+    cut to width or filled up with `fill`.
+    >>> padded_ids(np.array([5, 6, 7, 8]), np.array([0, 2]), np.array([2, 2]), 3, -1)  # [[5, 6, -1], [7, 8, -1]]
+    """
+    import numpy as np
+    cols = np.arange(width)
+    if (lengths == width).all():
+        return flat[starts[:, None] + cols]
+    ids = np.full((len(starts), width), fill, dtype=np.int64)
+    keep = cols[None, :] < np.minimum(lengths, width)[:, None]
+    ids[keep] = flat[(starts[:, None] + cols)[keep]]
+    return ids
+
+
+def _upload_in_groups(items, device, max_ints=1 << 23):
+    """(key, [int64 numpy arrays]) items -> (key, [the same arrays as views of device tensors]).
+    The arrays of several items travel in one copy of up to max_ints values: a copy from
+    pageable memory waits for the device queue to drain, so a copy per batch would stall the
+    GPU at every batch."""
+    import numpy as np
+    import torch
+
+    def copied(group):
+        flat = torch.from_numpy(np.concatenate([a.ravel() for _, arrays in group for a in arrays])).to(device)
+        offset = 0
+        for key, arrays in group:
+            views = []
+            for a in arrays:
+                views.append(flat[offset:offset + a.size].view(a.shape))
+                offset += a.size
+            yield key, views
+
+    group, size = [], 0
+    for key, arrays in items:
+        group.append((key, arrays))
+        size += sum(a.size for a in arrays)
+        if size >= max_ints:
+            yield from copied(group)
+            group, size = [], 0
+    if group:
+        yield from copied(group)
+
+
 def _pack(seqs):
     """Token id lists -> (flat int64 ids, int64 lengths): compact to pickle and to index."""
     import itertools
@@ -1663,16 +1707,6 @@ class PrefixPacks:
         self.n_packs = g
         self.n_tokens, self.n_nodes = int(self.lens.sum()), int((self.lens - shared).sum())
 
-    def _ids(self, rows, lens, width=None):
-        """[len(rows), width] int64 token ids, -1 past each text's end."""
-        import numpy as np
-        width = int(lens.max()) if width is None else width
-        cols = np.arange(width)
-        keep = cols[None, :] < lens[:, None]
-        ids = np.full((len(rows), width), -1, dtype=np.int64)
-        ids[keep] = self.flat[(self.starts[rows][:, None] + cols)[keep]]
-        return ids
-
     def batches(self):
         """(positions into `rows` of the batch's texts, (tok, pos, path, creator, eot, slot)):
         tok/pos/creator [G, size] per node (token id, depth, batch-local text that created it);
@@ -1689,7 +1723,7 @@ class PrefixPacks:
         lens, shared, pack = self.lens[lo:hi], self.shared[lo:hi], self.pack[lo:hi]
         pack = pack - pack[0]
         n_texts, width = len(lens), int(lens.max())
-        ids = self._ids(self.rows[lo:hi], lens)
+        ids = padded_ids(self.flat, self.starts[self.rows[lo:hi]], lens, width, -1)
         new = lens - shared
         first = np.r_[True, pack[1:] != pack[:-1]]
         off = np.cumsum(new) - new  # batch-wide offset of each text's first new node
@@ -1874,37 +1908,16 @@ class TextBank:
     def _ids(self, text_rows, pad, tokens):
         """[n, L] int64 token ids of one batch: its texts' ids, padded to `pad` or, when None,
         cut to its longest text."""
-        import numpy as np
         flat, starts, lengths = tokens.packed()
-        lengths, starts = lengths[text_rows], starts[text_rows]
-        length = pad if pad is not None else int(lengths.max())
-        cols = np.arange(length)
-        if (lengths == length).all():
-            return flat[starts[:, None] + cols]
-        ids = np.full((len(text_rows), length), self.enc.pad_id, dtype=np.int64)
-        keep = cols[None, :] < np.minimum(lengths, length)[:, None]
-        ids[keep] = flat[(starts[:, None] + cols)[keep]]
-        return ids
+        lengths = lengths[text_rows]
+        return padded_ids(flat, starts[text_rows], lengths, pad if pad is not None else int(lengths.max()), self.enc.pad_id)
 
     def _on_device(self, batches, texts_of, tokens, max_tokens=1 << 23):
-        """(batch, its token ids on the device, whether all its texts have the batch's exact
-        length) for each batch. Ids travel in groups of batches,
-        one copy of up to max_tokens ids each: a copy from pageable memory waits for the device
-        queue to drain, so a copy per batch would stall the GPU at every batch."""
-        import numpy as np
-        import torch
-        group, size = [], 0
-        for n, batch in enumerate(batches):
-            ids = self._ids(*texts_of[n], tokens)
-            group.append((batch, ids, texts_of[n][1] is None))
-            size += ids.size
-            if size >= max_tokens or n == len(batches) - 1:
-                flat = torch.from_numpy(np.concatenate([a.ravel() for _, a, _ in group])).to(self.enc.device)
-                offset = 0
-                for b, a, exact in group:
-                    yield b, (flat[offset:offset + a.size].view(a.shape), exact)
-                    offset += a.size
-                group, size = [], 0
+        """(batch, (its token ids on the device, whether all its texts have the batch's exact
+        length)) for each batch; the ids of several batches travel in one copy (_upload_in_groups)."""
+        items = (((batch, texts_of[n][1] is None), [self._ids(*texts_of[n], tokens)]) for n, batch in enumerate(batches))
+        for (batch, exact), (ids,) in _upload_in_groups(items, self.enc.device, max_tokens):
+            yield batch, (ids, exact)
 
     @staticmethod
     def _plan(tokens, rows, batch_size):
@@ -1923,25 +1936,11 @@ class TextBank:
 
     def _packs_on_device(self, plan, todo, max_ints=1 << 23):
         """(batch, its PrefixPacks arrays on the device) per batch of the plan, the arrays of
-        several batches travelling in one copy (as _on_device)."""
+        several batches travelling in one copy (_upload_in_groups)."""
         import numpy as np
-        import torch
         todo = np.asarray(todo, dtype=np.int64)
-        group, size = [], 0
-        batches = plan.batches()
-        for n, (where, arrays) in enumerate(batches):
-            group.append((todo[where].tolist(), arrays))
-            size += sum(a.size for a in arrays)
-            if size >= max_ints or n == -(-plan.n_packs // plan.packs_per_batch) - 1:
-                flat = torch.from_numpy(np.concatenate([a.ravel() for _, arr in group for a in arr])).to(self.enc.device)
-                offset = 0
-                for b, arr in group:
-                    views = []
-                    for a in arr:
-                        views.append(flat[offset:offset + a.size].view(a.shape))
-                        offset += a.size
-                    yield b, views
-                group, size = [], 0
+        yield from _upload_in_groups(((todo[where].tolist(), arrays) for where, arrays in plan.batches()),
+                                     self.enc.device, max_ints)
 
 
 class CacheError(RuntimeError):
