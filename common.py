@@ -592,6 +592,11 @@ def _check_openclip_name(name):
                          f"'local-dir:/path' names are accepted too")
 
 
+def _is_download_error(e):
+    """open_clip reports a failed weight download as a RuntimeError naming it."""
+    return "download" in str(e).lower() or "connect" in str(e).lower()
+
+
 def _create_openclip_on(device, name, pretrained, kwargs):
     """open_clip.create_model_and_transforms -> (model, eval transform, device it was built on).
     On an accelerator the model is built there (a torch.device context): its random
@@ -607,7 +612,7 @@ def _create_openclip_on(device, name, pretrained, kwargs):
                                                                              **kwargs)
             return model, preprocess, str(device)
         except (RuntimeError, TypeError, NotImplementedError) as e:
-            if "download" in str(e).lower() or "connect" in str(e).lower():
+            if _is_download_error(e):
                 raise
     model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
     return model, preprocess, "cpu"
@@ -630,7 +635,7 @@ def load_openclip(spec, protocol, device, dtype):
     except (OSError, ConnectionError, TimeoutError) as e:
         raise _download_hint(spec, e) from e
     except RuntimeError as e:
-        if "download" in str(e).lower() or "connect" in str(e).lower():
+        if _is_download_error(e):
             raise _download_hint(spec, e) from e
         raise
     model = model.eval().to(device=device, dtype=dtype)
@@ -692,7 +697,7 @@ def load_openclip(spec, protocol, device, dtype):
         return _normalise(_openclip_text_packed(tower, blocks, *(a.to(device, non_blocking=True) for a in arrays)))
 
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
-    if trimmable and blocks is not None:
+    if blocks is not None:  # (only for a trimmable tower)
         enc.encode_packs = encode_packs
     enc.tokenizer_identity = (type(tokenizer).__name__, len(getattr(tokenizer, "encoder", {})), enc.context_length)
     # "eot2|": texts run to EOT (earlier caches cut a text at an inner id 0, "!": never reused).
@@ -1133,7 +1138,7 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
 _TOKENIZER_PROBES = ["A Red BUS, parked & waiting at 10:45!", "Ünïcödé café — naïve “quotes” &amp; 3½ emojis 🚌",
                      " ".join(f"w{k}" for k in range(120))]
 _TOKEN_TABLES = {}
-_LAST_PLAN = []  # [(token table, its size, rows digest, size, packs per batch), plan]: the next model of the family reuses it
+_LAST_PLAN = []  # [(token table, rows digest, size, packs per batch), plan]: the next model of the family reuses it
 
 
 def shared_token_table(key):
@@ -1795,18 +1800,20 @@ class TextBank:
 
     def _tokenize(self, texts, tokens, chunk=2048):
         """Add the texts not yet in `tokens` (a TokenTable); large jobs in DataLoader worker
-        processes (tokenizers are pure Python and would otherwise bound a GPU run)."""
+        processes (tokenizers are pure Python and would otherwise bound a GPU run). Returns the
+        seconds spent forking those workers (a cost per run, not per text: reported apart)."""
         import torch
         texts = [t for t in dict.fromkeys(texts) if t not in tokens]
         chunks = _TextChunks(texts, self.enc.tokenize, chunk)
         workers = self.num_workers if len(texts) > 8 * chunk else 0
         loader = torch.utils.data.DataLoader(chunks, batch_size=None, num_workers=workers, collate_fn=_identity)
         t0 = time.perf_counter()
-        loader = iter(loader)  # forks the workers: a cost per run, not per text (reported apart)
-        self.seconds["start_tokenizers"] = self.seconds.get("start_tokenizers", 0.0) + time.perf_counter() - t0
+        loader = iter(loader)  # forks the workers
+        forks = time.perf_counter() - t0
         for n, (flat, lengths) in enumerate(progress(loader, total=len(chunks), desc=f"{self.enc.name}: tokenize",
                                                      unit="chunk", min_total=50)):
             tokens.add(texts[n * chunk:(n + 1) * chunk], flat, lengths)
+        return forks
 
     def _keys(self, tokens):
         """Unique (text, padded length) keys and the slot -> key row map."""
@@ -1834,10 +1841,10 @@ class TextBank:
         import numpy as np
         key = self.enc.tokenizer_key
         tokens = shared_token_table(key) if key is not None else TokenTable()
-        self.seconds = {}
         t0 = time.perf_counter()
+        forks = 0.0
         if self.enc.pad_needs_lengths:  # published SigLIP padding: the call's longest text
-            self._tokenize((t for _, texts in self.calls for t in texts), tokens)
+            forks += self._tokenize((t for _, texts in self.calls for t in texts), tokens)
         keys, rows = self._keys(tokens)
         out = _Rows(len(keys))
         todo = list(range(len(keys)))
@@ -1848,7 +1855,7 @@ class TextBank:
                 out.put(hit_pos, hit_emb)
             hits = set(hit_pos)
             todo = [k for k in todo if k not in hits]
-        self._tokenize((keys[k][0] for k in todo), tokens)
+        forks += self._tokenize((keys[k][0] for k in todo), tokens)
         packs = (PACK_NODES > 0 and self.enc.encode_packs is not None and bool(todo)
                  and all(keys[k][1] is None for k in todo))
         writer = cache.writer("text") if cache is not None and todo else None
@@ -1857,15 +1864,15 @@ class TextBank:
         if beside is not None:
             beside.start()  # after the tokenizer's worker processes are done
         t1 = time.perf_counter()
+        todo_rows = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
+        held = int(tokens.packed()[2][todo_rows].sum())
         if packs:  # planned while the image decoders start their work
-            plan = self._plan(tokens, np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo)),
-                              batch_size)
-            self.positions = {"tokens": plan.n_tokens, "computed": plan.n_nodes}
+            plan = self._plan(tokens, todo_rows, batch_size)
+            self.positions = {"tokens": held, "computed": plan.n_nodes}
             n_batches, uploaded = -(-plan.n_packs // plan.packs_per_batch), self._packs_on_device(plan, todo)
         else:
-            batches, texts_of = self._batches(todo, keys, tokens, batch_size)
-            self.positions = {"tokens": int(tokens.packed()[2][[tokens.row[keys[k][0]] for k in todo]].sum()) if todo else 0}
-            self.positions["computed"] = self.positions["tokens"]  # (texts padded longer compute their padding too)
+            batches, texts_of = self._batches(todo, keys, tokens, batch_size, todo_rows)
+            self.positions = {"tokens": held, "computed": held}  # (texts padded longer compute their padding too)
             n_batches, uploaded = len(batches), self._on_device(batches, texts_of, tokens)
         for batch, inputs in progress(uploaded, total=n_batches, desc=f"{self.enc.name}: {desc}", unit="batch",
                                       min_total=20):
@@ -1875,20 +1882,21 @@ class TextBank:
         rows_out.flush()
         if writer is not None:
             writer.close()
-        forks = self.seconds.pop("start_tokenizers", 0.0)
         self.seconds = {"lookup_and_tokenize": round(t_start - t0 - forks, 3), "start_tokenizers": round(forks, 3),
                         "start_images": round(t1 - t_start, 3), "texts": round(time.perf_counter() - t1, 3)}
         self.n_unique, self.n_encoded = len(keys), len(todo)
         return out.tensor(), rows
 
     @staticmethod
-    def _batches(todo, keys, tokens, batch_size):
+    def _batches(todo, keys, tokens, batch_size, text_row=None):
         """(batches, [(token table rows, padded length)] per batch): lists of at most batch_size
         keys sharing one padded length, padded keys first (by padding, then length), then the
         keys that may be cut to their batch's longest (pad None), grouped by exact token length:
-        no padding at all. Stable: equal keys keep their order."""
+        no padding at all. Stable: equal keys keep their order. text_row: the token-table row
+        of each todo key, when the caller has them."""
         import numpy as np
-        text_row = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
+        if text_row is None:
+            text_row = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
         lengths = tokens.packed()[2][text_row]
         pads = np.fromiter((-1 if keys[k][1] is None else keys[k][1] for k in todo), dtype=np.int64, count=len(todo))
         cut = pads < 0
@@ -1927,7 +1935,7 @@ class TextBank:
         import hashlib
         size = max(PACK_NODES, int(tokens.packed()[2][rows].max()))  # a pack holds at least one whole text
         ppb = max(1, batch_size * PACK_TOKENS_PER_TEXT // size)
-        key = (len(tokens), hashlib.sha1(rows.tobytes()).hexdigest(), size, ppb)
+        key = (hashlib.sha1(rows.tobytes()).hexdigest(), size, ppb)  # a table only grows: a row's ids never change
         if _LAST_PLAN and _LAST_PLAN[0][0] is tokens and _LAST_PLAN[0][1:] == key:
             return _LAST_PLAN[1]
         plan = PrefixPacks(*tokens.packed(), rows, size=size, packs_per_batch=ppb, sort_columns=PACK_SORT_COLUMNS)
