@@ -315,25 +315,19 @@ def project_pass(enc, spec, records, config, fresh=True):
     return out
 
 
-_SEQUENCE_STATE = {"token_tables": {}, "pixel_memory": []}
+_SEQUENCE_STATE = {}  # common.swap_process_state's state of the simulated run_lgip_multi.py process
 
 
 def run_in_sequence(enc, spec, records, config):
     """project_pass as the next model of one run_lgip_multi.py process over all the at-scale
-    models so far: it finds the token table and remembered pixels they left (models that
-    tokenize alike tokenize once; each image is decoded once per geometry). The same-records
-    comparison passes in between keep their own, fresh state."""
-    saved = dict(common._TOKEN_TABLES), list(common._PIXEL_MEMORY)
-    common._TOKEN_TABLES.clear()
-    common._TOKEN_TABLES.update(_SEQUENCE_STATE["token_tables"])
-    common._PIXEL_MEMORY[:] = _SEQUENCE_STATE["pixel_memory"]
+    models so far: it finds the token table, prefix plan and remembered pixels they left
+    (models that tokenize alike tokenize and plan once; each image is decoded once per
+    geometry). The same-records comparison passes in between keep their own, fresh state."""
+    saved = common.swap_process_state(_SEQUENCE_STATE.get("state"))
     try:
         return project_pass(enc, spec, records, config, fresh=False)
     finally:
-        _SEQUENCE_STATE["token_tables"], _SEQUENCE_STATE["pixel_memory"] = dict(common._TOKEN_TABLES), list(common._PIXEL_MEMORY)
-        common._TOKEN_TABLES.clear()
-        common._TOKEN_TABLES.update(saved[0])
-        common._PIXEL_MEMORY[:] = saved[1]
+        _SEQUENCE_STATE["state"] = common.swap_process_state(saved)
 
 
 def published_pass(pub, records, image_root):

@@ -1369,6 +1369,19 @@ def forget_pixels():
     _PIXEL_MEMORY.clear()
 
 
+def swap_process_state(state=None):
+    """What one process keeps across its models (shared token tables, the last prefix plan,
+    remembered pixels), taken out and replaced by `state` (None: empty, a fresh process's):
+    bench.py runs passes of one simulated run between passes that must start fresh."""
+    old = {"token_tables": dict(_TOKEN_TABLES), "plan": list(_LAST_PLAN), "pixels": list(_PIXEL_MEMORY)}
+    state = state or {"token_tables": {}, "plan": [], "pixels": []}
+    _TOKEN_TABLES.clear()
+    _TOKEN_TABLES.update(state["token_tables"])
+    _LAST_PLAN[:] = state["plan"]
+    _PIXEL_MEMORY[:] = state["pixels"]
+    return old
+
+
 class ImageEncoding:
     """Encoding of image files that runs beside other GPU work (the texts' encoding).
 

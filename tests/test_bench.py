@@ -91,3 +91,27 @@ def test_bench_measures_without_prefix_packs(tmp_path):
                       "--PREFIX_PACKS=False", f"--WORK_DIR={str(tmp_path / 'work')!r}", "--RESULTS_JSON=None")
     assert "text prefix packs: False" in proc.stdout and "DISAGREE" not in proc.stdout
     assert "max abs metric diff:" in proc.stdout
+
+
+def test_at_scale_passes_run_as_one_process(tmp_path):
+    """run_in_sequence: the second model of the simulated run finds the first one's pixels, token
+    table and prefix plan, while a fresh comparison pass in between starts empty and leaves the
+    sequence's state alone; the metrics are the same either way."""
+    sys.path.insert(0, ROOT)
+    bench = importlib.import_module("bench")
+    import common
+    common.swap_process_state()
+    bench._SEQUENCE_STATE.clear()
+    jsonl = bench.make_records(str(tmp_path), 3, 0)
+    records = common.load_records(jsonl, ("same_caps", "diff_caps"))
+    enc = common.load_model(OPENCLIP_TINY, "corrected", "cpu")
+    config = dict(bench.eval_config(jsonl, str(tmp_path)), DEVICE="cpu", NUM_WORKERS=0)
+    first = bench.run_in_sequence(enc, OPENCLIP_TINY, records, config)
+    plan = bench._SEQUENCE_STATE["state"]["plan"][1]
+    fresh = bench.project_pass(enc, OPENCLIP_TINY, records, config)
+    second = bench.run_in_sequence(enc, OPENCLIP_TINY, records, config)
+    assert first["image_sources"]["decoded"] == 3 and fresh["image_sources"]["decoded"] == 3
+    assert second["image_sources"] == {"decoded": 0, "from_pixel_memory": 3, "from_cache": 0}
+    assert bench._SEQUENCE_STATE["state"]["plan"][1] is plan  # planned once for the run
+    assert first["metrics"] == second["metrics"] == fresh["metrics"]
+    common.swap_process_state()
