@@ -24,12 +24,13 @@ def run_script(script, *args, env=None, check=True):
 
 
 @pytest.fixture(autouse=True)
-def fresh_pixel_memory():
-    """Each test starts as a fresh process would: no pixels remembered from another test."""
+def fresh_process_state():
+    """Each test starts as a fresh process would: no pixels, token tables or prefix plan left
+    by another test."""
     import common
-    common.forget_pixels()
+    common.swap_process_state()
     yield
-    common.forget_pixels()
+    common.swap_process_state()
 
 
 @pytest.fixture

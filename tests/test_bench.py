@@ -100,7 +100,6 @@ def test_at_scale_passes_run_as_one_process(tmp_path):
     sys.path.insert(0, ROOT)
     bench = importlib.import_module("bench")
     import common
-    common.swap_process_state()
     bench._SEQUENCE_STATE.clear()
     jsonl = bench.make_records(str(tmp_path), 3, 0)
     records = common.load_records(jsonl, ("same_caps", "diff_caps"))
@@ -114,4 +113,3 @@ def test_at_scale_passes_run_as_one_process(tmp_path):
     assert second["image_sources"] == {"decoded": 0, "from_pixel_memory": 3, "from_cache": 0}
     assert bench._SEQUENCE_STATE["state"]["plan"][1] is plan  # planned once for the run
     assert first["metrics"] == second["metrics"] == fresh["metrics"]
-    common.swap_process_state()
