@@ -50,6 +50,7 @@ WORK_DIR = None  # scratch folder for images, JSONL, cache, random-init SigLIP f
 RESULTS_JSON = "auto"  # results file, rewritten after every model ("complete": true at the end); "auto" = bench_results.json beside bench.py; None = not written
 SEED = 0  # int: seed of the synthetic images and of the random-init weights
 PREFIX_PACKS = True  # True, or False: CLIP-family texts in exact-length batches instead of prefix packs (to measure what the packs buy on a device)
+LOOKAHEAD = True  # True, or False: the at-scale sequence without common.Lookahead (each model tokenizes and decodes for itself, as before 2026-11-23 11:00 UTC)
 PROJECT_IMAGES = 40000  # int: images of the real job the projection is for
 PROJECT_CAPTIONS = 5  # float: captions per image in the real job (COCO: 5)
 PROJECT_PARAPHRASES = 6.0  # float: paraphrases per caption in the real job (diff_gen_caption keeps up to 6)
@@ -288,15 +289,15 @@ def metrics_of(inv_errors, gaps):
             "sensitivity_gap_mean": common.mean_or_none(gaps), "sensitivity_pos_rate": common.mean_or_none(gaps > 0)}
 
 
-def project_pass(enc, spec, records, config, fresh=True):
+def project_pass(enc, spec, records, config, fresh=True, lookahead=None):
     """ModelRun + run_lgip_multi.evaluate's pairs and scoring: images are encoded beside the
     texts, so the pass has one time (total_s). fresh: tokenize and decode everything, as a
-    fresh process's first model does (else: as a later model of one run, see run_in_sequence)."""
+    fresh process's first model does (else: as a later model of one run, see at_scale_sequence)."""
     if fresh:
         common.forget_token_tables()
         common.forget_pixels()
     with common.Timer() as t:
-        run = common.ModelRun(spec, records, config, enc=enc)
+        run = common.ModelRun(spec, records, config, enc=enc, lookahead=lookahead)
         inv, sens = common.Pairs(), common.Pairs()
         for k in run.ok:
             rec = records[k][1]
@@ -308,26 +309,39 @@ def project_pass(enc, spec, records, config, fresh=True):
         inv, sens = run.score(inv, sens)
         sync(enc.device)
     out = {"total_s": t.seconds, "unique_texts_encoded": run.bank.n_encoded, "seconds_by_phase": run.seconds,
-           "image_sources": run.image_sources,
+           "image_sources": run.image_sources, "lookahead": run.ahead,
            "metrics": metrics_of(abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim)}
     if run.cache is not None:
         out["cache"] = dict(run.cache.stats)
     return out
 
 
-_SEQUENCE_STATE = {}  # common.swap_process_state's state of the simulated run_lgip_multi.py process
-
-
-def run_in_sequence(enc, spec, records, config):
-    """project_pass as the next model of one run_lgip_multi.py process over all the at-scale
-    models so far: it finds the token table, prefix plan and remembered pixels they left
-    (models that tokenize alike tokenize and plan once; each image is decoded once per
-    geometry). The same-records comparison passes in between keep their own, fresh state."""
-    saved = common.swap_process_state(_SEQUENCE_STATE.get("state"))
+def at_scale_sequence(runs, scale):
+    """The project path alone on the at-scale records, cache on and cold, as one
+    run_lgip_multi.py process runs its MODELS: `runs` [(row, spec, enc)] one after another, each
+    finding what the earlier ones left (token table, prefix plan, remembered pixels) and, with
+    LOOKAHEAD, what common.Lookahead tokenized and decoded for it while they ran. The models are
+    loaded beforehand (compare), so no load gives the lookahead free time: loads are counted
+    apart, once per model (projection). Sets row["scale"] and row["speedup_at_scale"]; yields
+    each row when done."""
+    s_records, s_jsonl, s_work, s_counts = scale
+    cache_dir = os.path.join(s_work, "cache")
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    config = eval_config(s_jsonl, s_work, cache_dir)
+    saved = common.swap_process_state()  # a fresh process
+    ahead = (common.Lookahead([spec for _, spec, _ in runs[1:]], PROTOCOL, config["NUM_WORKERS"],
+                              "auto") if LOOKAHEAD else None)
     try:
-        return project_pass(enc, spec, records, config, fresh=False)
+        for row, spec, enc in runs:
+            res = project_pass(enc, spec, s_records, config, fresh=False, lookahead=ahead)
+            row["scale"] = dict(rates(res, s_counts), images=s_counts["images"], texts=s_counts["texts"])
+            row["speedup_at_scale"] = row["published"]["s_per_record"] / row["scale"]["s_per_record"]
+            yield row
     finally:
-        _SEQUENCE_STATE["state"] = common.swap_process_state(saved)
+        if ahead is not None:
+            ahead.close()
+        common.swap_process_state(saved)
+        shutil.rmtree(cache_dir, ignore_errors=True)
 
 
 def published_pass(pub, records, image_root):
@@ -368,9 +382,9 @@ def rates(res, counts):
                 texts_per_record=counts["texts"] / counts["images"])
 
 
-def compare(spec, records, jsonl, work, counts, cache_test=False, scale=None):
-    """Both paths on one model: times (fastest of REPEATS), metrics, their largest difference;
-    with `scale` (records, jsonl, work, counts), the project path alone as a user runs it."""
+def compare(spec, records, jsonl, work, counts, cache_test=False, keep=False):
+    """Both paths on one model: (row of times (fastest of REPEATS), metrics, their largest
+    difference; the project's Encoder when `keep`, for at_scale_sequence, else None)."""
     import torch
     with common.Timer() as t_load:
         enc, pub = load(spec)
@@ -412,18 +426,13 @@ def compare(spec, records, jsonl, work, counts, cache_test=False, scale=None):
                         "ratio_with_load": (cold_s + t_load.seconds) / (warm_s + t_load.seconds),
                         "warm_hits": warm.get("cache"), "warm_texts_encoded": warm["unique_texts_encoded"],
                         "same_metrics": warm["metrics"] == cold["metrics"]}
-    if scale:
-        s_records, s_jsonl, s_work, s_counts = scale
-        cache_dir = os.path.join(s_work, "cache")
-        shutil.rmtree(cache_dir, ignore_errors=True)
-        res = run_in_sequence(enc, spec, s_records, eval_config(s_jsonl, s_work, cache_dir))
-        row["scale"] = dict(rates(res, s_counts), images=s_counts["images"], texts=s_counts["texts"])
-        row["speedup_at_scale"] = row["published"]["s_per_record"] / row["scale"]["s_per_record"]
-        shutil.rmtree(cache_dir, ignore_errors=True)
-    del enc, pub
+    del pub
+    if not keep:
+        del enc
+        enc = None
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return row
+    return row, enc
 
 
 # --- reporting ---------------------------------------------------------------------------------
@@ -452,13 +461,6 @@ def print_comparison(row):
         busy = row["cpu_used_by_others"]
         print(f"  other processes used {100 * busy:.0f}% of the CPUs during the timed runs"
               + (": timings unreliable, re-run on a quiet machine" if busy > 0.1 else ""))
-    if "scale" in row:
-        r = row["scale"]
-        print(f"  at scale, project alone on {r['images']} images (cache on, cold; next model of one run): "
-              f"{r['total_s']:.2f} s  {r['images_per_s']:.1f} images/s  {r['texts_per_s']:.0f} texts/s  "
-              f"(phases, s: {r['seconds_by_phase']}; images: {r['image_sources']})")
-        print(f"  speed-up at scale (per record: published-style {row['published']['s_per_record']:.4f} s, "
-              f"project {r['s_per_record']:.4f} s): {row['speedup_at_scale']:.1f}x")
     if "cache" in row:
         c = row["cache"]
         print(f"  cache: first run (cold) {c['cold_s']:.2f} s, re-run (warm) {c['warm_s']:.3f} s")
@@ -505,6 +507,15 @@ def projection(rows_by_arch, main_row):
            "nine_models_project_h": sum(m["project_h"] for m in done) if done else None,
            "nine_models_published_h": sum(m["published_h"] for m in done) if done else None}
     return out
+
+
+def print_at_scale(row):
+    r = row["scale"]
+    print(f"{row['name']}: at scale, project alone on {r['images']} images (cache on, cold; model of one run): "
+          f"{r['total_s']:.2f} s  {r['images_per_s']:.1f} images/s  {r['texts_per_s']:.0f} texts/s")
+    print(f"  phases, s: {r['seconds_by_phase']}; images: {r['image_sources']}; done ahead: {r['lookahead']}")
+    print(f"  speed-up at scale (per record: published-style {row['published']['s_per_record']:.4f} s, "
+          f"project {r['s_per_record']:.4f} s): {row['speedup_at_scale']:.1f}x", flush=True)
 
 
 def print_tables(rows, proj):
@@ -590,9 +601,9 @@ def main():
             s_records = common.load_records(s_jsonl, ("same_caps", "diff_caps"))
             scale = (s_records, s_jsonl, s_work, text_counts(s_records))
             print(f"at scale: {len(s_records)} more records, {scale[3]['texts']} texts, in {s_work}")
-        main_row = compare(MODEL, records, jsonl, work, counts, cache_test=True, scale=scale)
+        main_row, main_enc = compare(MODEL, records, jsonl, work, counts, cache_test=True, keep=bool(scale))
         print_comparison(main_row)
-        rows, by_arch = [main_row], {}
+        rows, by_arch, sequence = [main_row], {}, [(main_row, MODEL, main_enc)]
         if main_row["arch"]:
             by_arch[main_row["arch"]] = main_row
         save_results(rows, projection(by_arch, main_row), info, counts, complete=False)
@@ -600,15 +611,21 @@ def main():
             if arch == MODEL or (not isinstance(arch, dict) and arch == arch_key(MODEL)):
                 print(f"{arch if isinstance(arch, str) else arch['name']}: same model as MODEL, measured above")
                 continue
-            spec, folder = arch_spec(arch, work)
-            row = compare(spec, records, jsonl, work, counts, scale=scale)
+            spec, _ = arch_spec(arch, work)
+            row, enc = compare(spec, records, jsonl, work, counts, keep=bool(scale))
             print_comparison(row)
             rows.append(row)
+            sequence.append((row, spec, enc))
             if row["arch"]:
                 by_arch.setdefault(row["arch"], row)
-            if folder:
-                shutil.rmtree(folder, ignore_errors=True)
             save_results(rows, projection(by_arch, main_row), info, counts, complete=False)
+        if scale:
+            print(f"\nat scale: the {len(sequence)} models as one run_lgip_multi.py process "
+                  f"(lookahead: {LOOKAHEAD})", flush=True)
+            for row in at_scale_sequence(sequence, scale):
+                print_at_scale(row)
+                save_results(rows, projection(by_arch, main_row), info, counts, complete=False)
+        del sequence, main_enc
         info["load_average_at_end"] = list(os.getloadavg())
         proj = projection(by_arch, main_row)
         print_tables(rows, proj)

@@ -618,6 +618,39 @@ def _create_openclip_on(device, name, pretrained, kwargs):
     return model, preprocess, "cpu"
 
 
+def _openclip_tokenize_fn(tokenizer, context, trimmable):
+    """tokenize(texts) -> token id lists for an open_clip tokenizer: a causal (trimmable) tower's
+    texts end at their EOT, any other tower's are full padded rows. Shared by load_openclip and
+    prepare_openclip, so a text tokenized ahead has the ids the model would give it."""
+    import open_clip
+    simple = type(tokenizer) is open_clip.tokenizer.SimpleTokenizer and tokenizer.reduction_fn is None
+    sot, eot = getattr(tokenizer, "sot_token_id", None), getattr(tokenizer, "eot_token_id", None)
+
+    def tokenize(texts):
+        if simple and trimmable:  # SimpleTokenizer.__call__'s ids, without its padded tensor
+            out = []
+            for t in texts:
+                ids = [sot] + tokenizer.encode(t) + [eot]
+                if len(ids) > context:
+                    ids = ids[:context]
+                    ids[-1] = eot
+                # A literal "<end_of_text>" in a caption is an EOT id too; the tower pools at the
+                # first EOT (argmax), so nothing after it counts.
+                out.append(ids[:ids.index(eot) + 1])
+            return out
+        ids = tokenizer(list(texts))  # [N, context]
+        if not trimmable:
+            return ids.tolist()  # full rows: the tower sees every position
+        # Up to EOT (the argmax id, where the tower pools), not "ids != 0": id 0 is "!" and
+        # occurs inside texts such as 'he said "stop!"'.
+        return [row[:n].tolist() for row, n in zip(ids, (ids.argmax(dim=1) + 1).tolist())]
+    return tokenize
+
+
+def _openclip_tokenizer_identity(tokenizer, context):
+    return (type(tokenizer).__name__, len(getattr(tokenizer, "encoder", {})), context)
+
+
 def load_openclip(spec, protocol, device, dtype):
     import open_clip
     import torch
@@ -650,27 +683,7 @@ def load_openclip(spec, protocol, device, dtype):
     blocks = _plain_blocks(tower.transformer) if trimmable else None
     enc.pad_id = 0
 
-    simple = type(tokenizer) is open_clip.tokenizer.SimpleTokenizer and tokenizer.reduction_fn is None
-    sot, eot, context = getattr(tokenizer, "sot_token_id", None), getattr(tokenizer, "eot_token_id", None), enc.context_length
-
-    def tokenize(texts):
-        if simple and trimmable:  # SimpleTokenizer.__call__'s ids, without its padded tensor
-            out = []
-            for t in texts:
-                ids = [sot] + tokenizer.encode(t) + [eot]
-                if len(ids) > context:
-                    ids = ids[:context]
-                    ids[-1] = eot
-                # A literal "<end_of_text>" in a caption is an EOT id too; the tower pools at the
-                # first EOT (argmax), so nothing after it counts.
-                out.append(ids[:ids.index(eot) + 1])
-            return out
-        ids = tokenizer(list(texts))  # [N, context]
-        if not trimmable:
-            return ids.tolist()  # full rows: the tower sees every position
-        # Up to EOT (the argmax id, where the tower pools), not "ids != 0": id 0 is "!" and
-        # occurs inside texts such as 'he said "stop!"'.
-        return [row[:n].tolist() for row, n in zip(ids, (ids.argmax(dim=1) + 1).tolist())]
+    tokenize = _openclip_tokenize_fn(tokenizer, enc.context_length, trimmable)
 
     @torch.no_grad()
     def encode_tokens(ids, exact_length=False):
@@ -699,7 +712,7 @@ def load_openclip(spec, protocol, device, dtype):
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
     if blocks is not None:  # (only for a trimmable tower)
         enc.encode_packs = encode_packs
-    enc.tokenizer_identity = (type(tokenizer).__name__, len(getattr(tokenizer, "encoder", {})), enc.context_length)
+    enc.tokenizer_identity = _openclip_tokenizer_identity(tokenizer, enc.context_length)
     # "eot2|": texts run to EOT (earlier caches cut a text at an inner id 0, "!": never reused).
     enc.text_key_tag = "eot2|"
     # Causal mask + EOT pooling: positions after a text's EOT never reach its embedding, so
@@ -908,6 +921,20 @@ def _siglip_text_last(tower, ids):
     return tower.head(tower.final_layer_norm(x)[:, 0])
 
 
+def _siglip_tokenize_fn(tok, spec, protocol, model_type):
+    """(tokenize(texts) -> unpadded id lists, tokenizer identity, max length, lowercase) of a
+    SigLIP/SigLIP2 tokenizer: SigLIP2 lowercases under the corrected protocol (as trained).
+    Shared by load_siglip and prepare_siglip, so a text tokenized ahead has the model's ids."""
+    is_siglip2 = "siglip2" in spec["model_id"].lower() or model_type == "siglip2"
+    lowercase = bool(spec.get("lowercase", is_siglip2) and protocol == "corrected")
+    max_len = min(SIGLIP_TEXT_LENGTH, getattr(tok, "model_max_length", SIGLIP_TEXT_LENGTH) or SIGLIP_TEXT_LENGTH)
+
+    def tokenize(texts):
+        texts = [t.lower() for t in texts] if lowercase else list(texts)
+        return tok(texts, truncation=True, max_length=max_len, padding=False)["input_ids"]
+    return tokenize, (type(tok).__name__, len(tok), max_len, lowercase), max_len, lowercase
+
+
 def load_siglip(spec, protocol, device, dtype):
     import torch
     from transformers import AutoImageProcessor, AutoModel, AutoProcessor
@@ -926,17 +953,12 @@ def load_siglip(spec, protocol, device, dtype):
                              f"(a Hub id like google/siglip-base-patch16-224 or a local folder): {e}") from e
         raise _download_hint(spec, e) from e
     model = model.eval().to(device=device)
-    tok = processor.tokenizer
-    is_siglip2 = "siglip2" in model_id.lower() or model.config.model_type == "siglip2"
-    lowercase = spec.get("lowercase", is_siglip2) and protocol == "corrected"
-    max_len = min(SIGLIP_TEXT_LENGTH, getattr(tok, "model_max_length", SIGLIP_TEXT_LENGTH) or SIGLIP_TEXT_LENGTH)
+    tokenize, identity, max_len, lowercase = _siglip_tokenize_fn(processor.tokenizer, spec, protocol,
+                                                                 model.config.model_type)
     enc = Encoder()
     enc.model, enc.device, enc.dtype = model, device, dtype
+    tok = processor.tokenizer
     enc.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-
-    def tokenize(texts):
-        texts = [t.lower() for t in texts] if lowercase else list(texts)
-        return tok(texts, truncation=True, max_length=max_len, padding=False)["input_ids"]
 
     tower = _siglip_text_tower(model)
 
@@ -965,7 +987,7 @@ def load_siglip(spec, protocol, device, dtype):
         return _normalise(_as_features(model.get_image_features(**batch)))
 
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
-    enc.tokenizer_identity = (type(tok).__name__, len(tok), max_len, bool(lowercase))
+    enc.tokenizer_identity = identity
     enc.image_transform = SiglipImageTransform(image_processor)
     enc.pixels = pixel_split_siglip(image_processor)
     if protocol == "reference":
@@ -1127,7 +1149,7 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
     torch_dtype = resolve_dtype(dtype, device)
     enc = MODEL_LOADERS[spec["type"]](spec, protocol, device, torch_dtype)
     enc.name, enc.type, enc.protocol = spec["name"], spec["type"], protocol
-    enc.tokenizer_key = (enc.type, enc.tokenizer_identity, tuple(map(tuple, enc.tokenize(_TOKENIZER_PROBES))))
+    enc.tokenizer_key = tokenizer_key(enc.type, enc.tokenizer_identity, enc.tokenize)
     enc.pixels = check_pixel_split(enc, enc.pixels)
     enc.info = dict(enc.info, pixels_on_device=enc.pixels is not None)
     return enc
@@ -1138,6 +1160,46 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
 _TOKENIZER_PROBES = ["A Red BUS, parked & waiting at 10:45!", "Ünïcödé café — naïve “quotes” &amp; 3½ emojis 🚌",
                      " ".join(f"w{k}" for k in range(120))]
 _TOKEN_TABLES = {}
+
+
+def tokenizer_key(model_type, identity, tokenize):
+    """What tells tokenizations apart (see shared_token_table): equal keys, equal ids."""
+    return (model_type, identity, tuple(map(tuple, tokenize(_TOKENIZER_PROBES))))
+
+
+class Prepared:
+    """What a later model's texts and images need before the model itself: its tokenizer
+    (`tokenize`, `tokenizer_key`) and its pixel geometry (`pixels`, a PixelSplit or None), got
+    without its weights (see Lookahead). The same functions its loader uses, so equal keys
+    mean equal token ids and pixels; a loaded model whose keys differ just uses none of it."""
+
+    def __init__(self, name, key, tokenize, pixels):
+        self.name, self.tokenizer_key, self.tokenize, self.pixels = name, key, tokenize, pixels
+
+
+def prepare_openclip(spec, protocol):
+    """The tokenizer of an open_clip model (its pixels need the model built: None here)."""
+    import open_clip
+    _check_openclip_name(spec["model_name"])
+    tokenizer = open_clip.get_tokenizer(spec["model_name"])
+    context = tokenizer.context_length
+    # Tokenized as a causal CLIP tower's texts (to EOT): a tower that is not gets another key.
+    tokenize = _openclip_tokenize_fn(tokenizer, context, True)
+    return Prepared(spec["name"], tokenizer_key("openclip", _openclip_tokenizer_identity(tokenizer, context), tokenize),
+                    tokenize, None)
+
+
+def prepare_siglip(spec, protocol):
+    """The tokenizer and pixel geometry of a SigLIP/SigLIP2 model: small files, no weights."""
+    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor
+    model_id = spec["model_id"]
+    tok = AutoProcessor.from_pretrained(model_id).tokenizer
+    image_processor = AutoImageProcessor.from_pretrained(model_id, **_pil_image_processor_kwarg())
+    tokenize, identity, _, _ = _siglip_tokenize_fn(tok, spec, protocol, AutoConfig.from_pretrained(model_id).model_type)
+    return Prepared(spec["name"], tokenizer_key("siglip", identity, tokenize), tokenize, pixel_split_siglip(image_processor))
+
+
+MODEL_PREPARERS = {"openclip": prepare_openclip, "siglip": prepare_siglip}  # same keys as MODEL_LOADERS
 _LAST_PLAN = []  # [(token table, rows digest, size, packs per batch), plan]: the next model of the family reuses it
 
 
@@ -1150,6 +1212,12 @@ def shared_token_table(key):
         _TOKEN_TABLES.clear()
         _TOKEN_TABLES[key] = TokenTable()
     return _TOKEN_TABLES[key]
+
+
+def install_token_table(key, table):
+    """Make `table` (filled ahead, see Lookahead) the shared table of its tokenization."""
+    _TOKEN_TABLES.clear()
+    _TOKEN_TABLES[key] = table
 
 
 def forget_token_tables():
@@ -1309,33 +1377,41 @@ class PixelMemory:
 
     def __init__(self, budget):
         import collections
+        import threading
         self.budget, self.bytes = budget, 0
         self.geometries = collections.OrderedDict()  # key -> {"where": {image key: (chunk, row)}, "chunks", "bytes"}
+        self.lock = threading.Lock()  # a Lookahead fills a later model's geometry from its own thread
 
     def get(self, key):
         """The remembered pixels of one geometry (most recently used now), or None."""
-        if key in self.geometries:
-            self.geometries.move_to_end(key)
-        return self.geometries.get(key)
+        with self.lock:
+            if key in self.geometries:
+                self.geometries.move_to_end(key)
+            return self.geometries.get(key)
 
-    def add(self, key, image_keys, batch):
+    def add(self, key, image_keys, batch, evict=True):
+        """Keep a uint8 batch of one geometry; evict=False (pixels decoded ahead for a later
+        model) keeps it only if it fits without dropping another geometry."""
         import torch
-        g = self.get(key) or self.geometries.setdefault(key, {"where": {}, "chunks": [], "bytes": 0})
         if not image_keys or not torch.is_tensor(batch) or batch.dtype != torch.uint8:
             return
-        while self.bytes + batch.numel() > self.budget and len(self.geometries) > 1:
-            old = next(iter(self.geometries))
-            if old == key:
-                break
-            self.bytes -= self.geometries.pop(old)["bytes"]
-        if self.bytes + batch.numel() > self.budget:
-            return  # full: these images are decoded again by a later model
-        g["chunks"].append(batch.clone())  # out of pinned memory
-        g["bytes"] += batch.numel()
-        self.bytes += batch.numel()
-        for r, k in enumerate(image_keys):
-            if k is not None:
-                g["where"][k] = (len(g["chunks"]) - 1, r)
+        kept = batch.clone()  # out of pinned memory (outside the lock: it is the slow part)
+        with self.lock:
+            g = self.geometries.setdefault(key, {"where": {}, "chunks": [], "bytes": 0})
+            self.geometries.move_to_end(key)
+            while evict and self.bytes + kept.numel() > self.budget and len(self.geometries) > 1:
+                old = next(iter(self.geometries))
+                if old == key:
+                    break
+                self.bytes -= self.geometries.pop(old)["bytes"]
+            if self.bytes + kept.numel() > self.budget:
+                return  # full: these images are decoded again by a later model
+            g["chunks"].append(kept)
+            g["bytes"] += kept.numel()
+            self.bytes += kept.numel()
+            for r, k in enumerate(image_keys):
+                if k is not None:
+                    g["where"][k] = (len(g["chunks"]) - 1, r)
 
     @staticmethod
     def batch(g, image_keys, pin=False):
@@ -1358,9 +1434,10 @@ def pixel_memory(budget):
     if not _PIXEL_MEMORY:
         _PIXEL_MEMORY.append(PixelMemory(budget))
     memory = _PIXEL_MEMORY[0]
-    memory.budget = budget
-    while memory.bytes > budget and memory.geometries:  # a smaller budget: least recently used go first
-        memory.bytes -= memory.geometries.popitem(last=False)[1]["bytes"]
+    with memory.lock:
+        memory.budget = budget
+        while memory.bytes > budget and memory.geometries:  # a smaller budget: least recently used go first
+            memory.bytes -= memory.geometries.popitem(last=False)[1]["bytes"]
     return memory
 
 
@@ -1848,9 +1925,10 @@ class TextBank:
                 rows[first + j] = row
         return keys, rows
 
-    def encode(self, batch_size=512, desc="texts", cache=None, beside=None):
+    def encode(self, batch_size=512, desc="texts", cache=None, beside=None, then=None):
         """([unique keys, D] float32 embeddings, slot -> row). `beside`: an ImageEncoding
-        started once the texts are tokenized and polled between text batches."""
+        started once the texts are tokenized and polled between text batches; `then`: called
+        at that point too, when there are texts to encode (ModelRun starts a Lookahead)."""
         import numpy as np
         key = self.enc.tokenizer_key
         tokens = shared_token_table(key) if key is not None else TokenTable()
@@ -1876,6 +1954,8 @@ class TextBank:
         t_start = time.perf_counter()
         if beside is not None:
             beside.start()  # after the tokenizer's worker processes are done
+        if then is not None and todo:
+            then()
         t1 = time.perf_counter()
         todo_rows = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
         held = int(tokens.packed()[2][todo_rows].sum())
@@ -2376,6 +2456,168 @@ def _gather(obj, world):
     return out
 
 
+def _lower_priority(worker_id):
+    """DataLoader worker_init_fn of a Lookahead's workers: they get the CPU the current model leaves."""
+    try:
+        os.nice(19)
+    except OSError:
+        pass
+
+
+class Lookahead:
+    """The later models' CPU work, done while the current model keeps the GPU busy.
+
+    A run's first model of a tokenization tokenizes every text, and its first model of a pixel
+    geometry decodes every image, while the GPU waits (the paper's SigLIP and SigLIP2 models:
+    two more tokenizations, two more geometries, ~1.5-2 min of a 40,000-image run). Once a model
+    of the run has texts to encode, a helper thread prepares each later model without its
+    weights (`MODEL_PREPARERS`: its tokenizer and pixel geometry) and, one job at a time, in
+    worker processes at the lowest CPU priority, tokenizes the run's texts for each tokenization
+    no model has had yet and decodes its images for each geometry not yet remembered (into the
+    PixelMemory, only where they fit without evicting). `settle(enc)`, called as a model starts,
+    waits for a running job it needs, drops one not begun (the model does it itself, at full
+    priority), and hands it the finished token table. A failed job costs only its time: the
+    model does the work itself, and the failure is reported in its run info.
+    >>> ahead = Lookahead(later_specs, "corrected", num_workers=15, pixel_memory_gb="auto")
+    >>> ahead.settle(enc); ...; ahead.start(enc, bank.calls, image_paths)   # per model
+    >>> ahead.close()                                                        # end of the run
+    """
+
+    def __init__(self, specs, protocol, num_workers, pixel_memory_gb="auto", chunk=2048, image_batch=64):
+        import threading
+        self.specs, self.protocol, self.chunk, self.image_batch = list(specs), protocol, chunk, image_batch
+        self.num_workers = default_num_workers() if num_workers is None else num_workers
+        self.budget = resolve_pixel_memory(pixel_memory_gb)
+        self.jobs = []  # {"model", "kind": "tokens"|"pixels"|"prepare", "key", "state", "seconds", "items", "error"}
+        self._tables = {}  # tokenizer key -> TokenTable filled ahead
+        self._claimed = set()  # (kind, key) a model has started with: not begun ahead any more
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = None
+
+    @property
+    def active(self):
+        """False when there is nothing to look ahead to, or no worker processes to do it in."""
+        return bool(self.specs) and self.num_workers > 0
+
+    def start(self, enc, calls, paths):
+        """Begin (once per run) with the texts of `calls` ([(slot, texts)], a TextBank's) and
+        the image `paths`; `enc`'s own tokenization and geometry are not repeated."""
+        import threading
+        if self._thread is not None or not self.active:
+            return
+        done = {("tokens", enc.tokenizer_key), ("pixels", enc.pixels.key if enc.pixels is not None else None)}
+        self._thread = threading.Thread(target=self._work, args=(done, calls, list(paths)), daemon=True)
+        self._thread.start()
+
+    def settle(self, enc):
+        """Before a model encodes: wait for the jobs it can use; (seconds waited, their records)."""
+        wanted = {("tokens", enc.tokenizer_key), ("pixels", enc.pixels.key if enc.pixels is not None else None)}
+        t0 = time.perf_counter()
+        with self._cond:
+            self._claimed |= wanted
+            while any(j["state"] == "running" and (j["kind"], j["key"]) in wanted for j in self.jobs):
+                self._cond.wait(0.5)
+            mine = [j for j in self.jobs if (j["kind"], j["key"]) in wanted
+                    or (j["kind"] == "prepare" and j["model"] == enc.name)]
+            table = self._tables.pop(enc.tokenizer_key, None)
+        if table is not None:
+            install_token_table(enc.tokenizer_key, table)
+        report = [{k: j[k] for k in ("kind", "model", "state", "seconds", "items", "error") if j.get(k) is not None}
+                  for j in mine]
+        return round(time.perf_counter() - t0, 3), report
+
+    def close(self):
+        """Stop (the run ends or failed): the helper thread ends, its worker processes with it."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _work(self, done, calls, paths):
+        texts = None
+        for spec in self.specs:
+            if self._stop.is_set():
+                return
+            try:
+                prep = MODEL_PREPARERS[spec["type"]](spec, self.protocol)
+            except Exception as e:  # the model's own load reports it properly
+                self._record({"model": spec.get("name"), "kind": "prepare", "key": None, "state": "failed",
+                              "error": f"{type(e).__name__}: {e}"})
+                continue
+            for kind, key in (("tokens", prep.tokenizer_key), ("pixels", prep.pixels.key if prep.pixels else None)):
+                if key is None or (kind, key) in done or (kind == "pixels" and self.budget <= 0):
+                    continue
+                done.add((kind, key))
+                if kind == "tokens" and texts is None:
+                    texts = list(dict.fromkeys(t for _, ts in calls for t in ts))
+                self._job(prep, kind, key, texts if kind == "tokens" else paths)
+
+    def _record(self, job):
+        with self._cond:
+            self.jobs.append(job)
+            self._cond.notify_all()
+
+    def _job(self, prep, kind, key, items):
+        job = {"model": prep.name, "kind": kind, "key": key, "state": "running"}
+        with self._cond:
+            if (kind, key) in self._claimed:
+                job["state"] = "dropped"  # its model started first: it does the work itself
+            self.jobs.append(job)
+        if job["state"] == "dropped":
+            return
+        t0 = time.perf_counter()
+        try:
+            n = self._tokenize(prep, items) if kind == "tokens" else self._decode(prep, items)
+            job.update(state="stopped" if self._stop.is_set() else "done", items=n)
+        except Exception as e:
+            job.update(state="failed", error=f"{type(e).__name__}: {e}")
+            self._tables.pop(key, None)
+            print(f"warning: looking ahead for {prep.name} ({kind}) failed, it does that itself: {job['error']}",
+                  file=sys.stderr)
+        with self._cond:
+            job["seconds"] = round(time.perf_counter() - t0, 3)
+            self._cond.notify_all()
+
+    def _loader(self, dataset, **kwargs):
+        import torch
+        return torch.utils.data.DataLoader(dataset, num_workers=self.num_workers, worker_init_fn=_lower_priority, **kwargs)
+
+    def _tokenize(self, prep, texts):
+        table = TokenTable()
+        loader = self._loader(_TextChunks(texts, prep.tokenize, self.chunk), batch_size=None, collate_fn=_identity)
+        for n, (flat, lengths) in enumerate(loader):
+            if self._stop.is_set():
+                return n * self.chunk
+            table.add(texts[n * self.chunk:(n + 1) * self.chunk], flat, lengths)
+        with self._cond:
+            self._tables[prep.tokenizer_key] = table
+        return len(table)
+
+    def _decode(self, prep, paths):
+        memory = pixel_memory(self.budget)
+        key = prep.pixels.key
+        with memory.lock:
+            known = set(memory.geometries[key]["where"]) if key in memory.geometries else set()
+        image_keys = {}
+        for p in dict.fromkeys(paths):
+            try:
+                image_keys[p] = image_cache_key(p)
+            except OSError:
+                pass  # missing: its model reports it
+        todo = [p for p, k in image_keys.items() if k not in known]
+        if not todo:
+            return 0
+        loader = self._loader(_ImageFiles(todo, prep.pixels.geometry), batch_size=self.image_batch,
+                              collate_fn=_collate_images)
+        n = 0
+        for idx, batch, _bad in loader:  # unreadable files: their model tries them again and reports them
+            if self._stop.is_set():
+                break
+            memory.add(key, [image_keys[todo[j]] for j in idx], batch, evict=False)
+            n += len(idx)
+        return n
+
+
 class ModelRun:
     """One model over one JSONL: its Encoder, embedding cache, image embeddings and text bank.
 
@@ -2386,8 +2628,9 @@ class ModelRun:
     >>> inv, = run.score(inv)                       # None on ranks other than 0
     """
 
-    def __init__(self, spec, records, config, enc=None):
+    def __init__(self, spec, records, config, enc=None, lookahead=None):
         self.rank, self.world = distributed()
+        self.lookahead = lookahead  # a Lookahead over the run's later models, or None
         device = config["DEVICE"]
         if self.world > 1 and resolve_device(device) == "cuda":
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', self.rank))}"
@@ -2410,18 +2653,22 @@ class ModelRun:
 
     def score(self, *pairs_list, text_cos=False):
         """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes."""
+        ahead = self.lookahead
+        waited, self.ahead = ahead.settle(self.enc) if ahead is not None else (0.0, None)
         images = RecordImages(self.enc, self.records, self.image_root, self.config["IMAGE_BATCH_SIZE"],
                               self.config["NUM_WORKERS"], self.mine, self.cache,
                               pixel_memory_gb=self.config.get("PIXEL_MEMORY_GB", "auto"))
         batch = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
+        # The later models' tokenizing and decoding begin once this model's own are done.
+        then = (lambda: ahead.start(self.enc, self.bank.calls, images.paths)) if ahead is not None else None
         try:
-            txt_emb, rows = self.bank.encode(batch, cache=self.cache, beside=images)
+            txt_emb, rows = self.bank.encode(batch, cache=self.cache, beside=images, then=then)
         except BaseException:
             images.close()
             raise
         with Timer() as t_images:
             self.img_emb, self.ok, self.image_report = images.finish()
-        self.seconds = dict(self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
+        self.seconds = dict(lookahead_wait=waited, **self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
         self.image_sources = {"decoded": images.n_decoded, "from_pixel_memory": images.n_remembered,
                               "from_cache": images.n_cached}
         if len(self.ok) < len(self.mine):
@@ -2447,7 +2694,8 @@ class ModelRun:
     def info(self, script):
         info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank)
         info["num_processes"] = self.world
-        info["seconds_by_phase"] = getattr(self, "seconds", {})  # cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after
+        info["seconds_by_phase"] = getattr(self, "seconds", {})  # waiting for work done ahead for this model; cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after
+        info["lookahead"] = getattr(self, "ahead", None)  # jobs done ahead for this model while earlier ones ran (None: no Lookahead)
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         # token positions of the encoded texts; computed: fewer when prefixes are shared (pack_nodes 0: no prefix packs)
         info["text_positions"] = dict(self.bank.positions, pack_nodes=PACK_NODES if self.enc.encode_packs is not None else 0)
@@ -2464,19 +2712,26 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
     """
     records = load_records(config["JSONL_PATH"], per_caption_fields)
     results = []
-    for spec in config["MODELS"]:
-        with Timer() as t:
-            run = ModelRun(spec, records, config)
-            metrics = evaluate(run)
-        if not run.is_main:
-            continue
-        metrics["run"] = run.info(script)
-        metrics["run"]["seconds"] = round(t.seconds, 3)
-        if on_model:
-            on_model(metrics)
-        print(f"{run.enc.name}: {summary(metrics)} ({run.n_ok} records, "
-              f"{run.image_report['num_failed_images']} unreadable images, {t.seconds:.1f} s)")
-        results.append(metrics)
+    models = config["MODELS"]
+    ahead = (Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], config.get("PIXEL_MEMORY_GB", "auto"))
+             if config.get("LOOKAHEAD", True) and len(models) > 1 else None)
+    try:
+        for spec in models:
+            with Timer() as t:
+                run = ModelRun(spec, records, config, lookahead=ahead)
+                metrics = evaluate(run)
+            if not run.is_main:
+                continue
+            metrics["run"] = run.info(script)
+            metrics["run"]["seconds"] = round(t.seconds, 3)
+            if on_model:
+                on_model(metrics)
+            print(f"{run.enc.name}: {summary(metrics)} ({run.n_ok} records, "
+                  f"{run.image_report['num_failed_images']} unreadable images, {t.seconds:.1f} s)")
+            results.append(metrics)
+    finally:
+        if ahead is not None:
+            ahead.close()
     rank, world = distributed()
     if world > 1:
         # Every rank ends here together, then leaves the group: a rank that exited early with the

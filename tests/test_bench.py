@@ -18,7 +18,7 @@ def test_bench_runs_and_paths_agree(tmp_path):
     results = tmp_path / "bench_results.json"
     # SigLIP compared under the reference protocol: the published padding (longest text per call).
     proc = run_script("bench.py", f"--MODEL={OPENCLIP_TINY!r}", f"--ARCHS={[SIGLIP_TINY]!r}", "--N_IMAGES=4",
-                      "--PROTOCOL=reference", "--DEVICE=cpu", "--NUM_WORKERS=0", f"--WORK_DIR={str(tmp_path / 'work')!r}",
+                      "--SCALE_IMAGES=3", "--PROTOCOL=reference", "--DEVICE=cpu", "--NUM_WORKERS=0", f"--WORK_DIR={str(tmp_path / 'work')!r}",
                       f"--RESULTS_JSON={str(results)!r}")
     out = proc.stdout
     assert out.count("speed-up project vs published-style:") == 2
@@ -26,6 +26,7 @@ def test_bench_runs_and_paths_agree(tmp_path):
     assert out.count("max abs metric diff:") == 2 and "DISAGREE" not in out
     assert "projection: 40000 images x 42.5 texts/image" in out
     assert "text prefix packs: True" in out
+    assert "at scale: the 2 models as one run_lgip_multi.py process (lookahead: True)" in out
 
     data = json.loads(results.read_text())
     assert data["complete"] is True  # rewritten after every model; complete once all are done
@@ -41,6 +42,8 @@ def test_bench_runs_and_paths_agree(tmp_path):
         assert row["metrics_comparable"] and row["metrics_agree"] and row["max_abs_metric_diff"] <= TOL
         for path in ("project", "published"):
             assert row[path]["images_per_s"] > 0 and row[path]["texts_per_s"] > 0
+        assert row["scale"]["records"] == 3 and row["speedup_at_scale"] > 0
+    assert data["results"][1]["scale"]["image_sources"]["decoded"] == 3  # another geometry
     cache = data["results"][0]["cache"]
     assert cache["same_metrics"] and cache["warm_texts_encoded"] == 0
     assert cache["warm_hits"]["image_hits"] == 4 and cache["warm_hits"]["text_hits"] > 0
@@ -93,23 +96,33 @@ def test_bench_measures_without_prefix_packs(tmp_path):
     assert "max abs metric diff:" in proc.stdout
 
 
-def test_at_scale_passes_run_as_one_process(tmp_path):
-    """run_in_sequence: the second model of the simulated run finds the first one's pixels, token
-    table and prefix plan, while a fresh comparison pass in between starts empty and leaves the
-    sequence's state alone; the metrics are the same either way."""
+def test_at_scale_passes_run_as_one_process(tmp_path, monkeypatch):
+    """at_scale_sequence runs its models as one process would: the second model of a family
+    finds the first one's pixels and tokens; a SigLIP model after them gets what the
+    Lookahead did for it (or did it itself, had it started first); the same metrics for the
+    twins; the process state from before is back afterwards."""
     sys.path.insert(0, ROOT)
     bench = importlib.import_module("bench")
     import common
-    bench._SEQUENCE_STATE.clear()
+    from conftest import SIGLIP_TINY
+    monkeypatch.setattr(bench, "NUM_WORKERS", 1)
+    monkeypatch.setattr(bench, "DEVICE", "cpu")
     jsonl = bench.make_records(str(tmp_path), 3, 0)
     records = common.load_records(jsonl, ("same_caps", "diff_caps"))
-    enc = common.load_model(OPENCLIP_TINY, "corrected", "cpu")
-    config = dict(bench.eval_config(jsonl, str(tmp_path)), DEVICE="cpu", NUM_WORKERS=0)
-    first = bench.run_in_sequence(enc, OPENCLIP_TINY, records, config)
-    plan = bench._SEQUENCE_STATE["state"]["plan"][1]
-    fresh = bench.project_pass(enc, OPENCLIP_TINY, records, config)
-    second = bench.run_in_sequence(enc, OPENCLIP_TINY, records, config)
-    assert first["image_sources"]["decoded"] == 3 and fresh["image_sources"]["decoded"] == 3
+    enc, sig = (common.load_model(s, "corrected", "cpu") for s in (OPENCLIP_TINY, SIGLIP_TINY))
+    twin = dict(OPENCLIP_TINY, name="tiny_openclip_again")
+    rows = [{"name": s["name"], "published": {"s_per_record": 1.0}} for s in (OPENCLIP_TINY, twin, SIGLIP_TINY)]
+    marker = common.shared_token_table(("marker",))
+    runs = list(zip(rows, (OPENCLIP_TINY, twin, SIGLIP_TINY), (enc, enc, sig)))
+    done = list(bench.at_scale_sequence(runs, (records, jsonl, str(tmp_path), bench.text_counts(records))))
+    first, second, third = (r["scale"] for r in done)
+    assert first["image_sources"]["decoded"] == 3 and first["lookahead"] == []
     assert second["image_sources"] == {"decoded": 0, "from_pixel_memory": 3, "from_cache": 0}
-    assert bench._SEQUENCE_STATE["state"]["plan"][1] is plan  # planned once for the run
-    assert first["metrics"] == second["metrics"] == fresh["metrics"]
+    assert second["lookahead"] == []
+    assert first["metrics"] == second["metrics"]
+    jobs = third["lookahead"]
+    assert [j["kind"] for j in jobs] == ["tokens", "pixels"] and {j["state"] for j in jobs} <= {"done", "dropped"}
+    if jobs[1]["state"] == "done":
+        assert third["image_sources"]["from_pixel_memory"] == 3
+    assert all(r["speedup_at_scale"] > 0 for r in done)
+    assert common._TOKEN_TABLES == {("marker",): marker}  # the state from before the sequence

@@ -46,8 +46,9 @@ def test_outputs_record_configuration_and_versions(reference_runs, script, jsonl
         assert run["config"]["PROTOCOL"] == "reference" and run["config"]["DEVICE"] == "cpu"
         assert run["config"]["TEXT_BATCH_SIZE"] == "auto" and run["text_batch_size"] == 64  # "auto" on CPU
         assert len(run["config"]["MODELS"]) == 2
-        assert set(run["seconds_by_phase"]) == {"lookup_and_tokenize", "start_tokenizers", "start_images", "texts",
-                                             "images_after_texts"}
+        assert set(run["seconds_by_phase"]) == {"lookahead_wait", "lookup_and_tokenize", "start_tokenizers",
+                                                "start_images", "texts", "images_after_texts"}
+        assert run["config"]["LOOKAHEAD"] is True and "lookahead" in run  # (NUM_WORKERS=0 here: nothing done ahead)
         assert run["model"]["dtype"] == "float32" and run["model"]["protocol"] == "reference"
         assert {"torch", "open_clip_torch", "transformers"} <= set(run["versions"])
         assert run["num_failed_images"] == 0 and run["num_records_in_file"] == 12
