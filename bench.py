@@ -10,8 +10,9 @@ tokenizer padded to the full context, 77; SigLIP: padding=True per call), fp32, 
 texts/s and the metrics of both paths with their largest difference; then the project path
 with CACHE_DIR set, cold then warm; with SCALE_IMAGES, the project path alone on that many more
 records, as a user runs it (cache on), whose rates the projection uses: the architectures'
-at-scale passes run as one run_lgip_multi.py process's sequence of models (a later model reuses
-the token table and the remembered pixels of earlier ones, as in the nine-model run). On a GPU it measures
+at-scale passes run after all comparisons, back to back, as one run_lgip_multi.py process's
+sequence of models (a later model reuses the token table and the remembered pixels of earlier
+ones, and gets what the LOOKAHEAD did for it, as in the nine-model run). On a GPU it measures
 the same for each architecture of the nine published models (random init, same cost as trained
 weights) and projects the time of the 40,000-image job. Records: N_IMAGES synthetic 640x480
 JPEGs, captions of demo/lgip_demo.jsonl cycled (made unique per record), perturbed by
@@ -19,6 +20,7 @@ diff_gen_caption.py.
   python bench.py                                        # CPU: MODEL only (targets in BENCHMARKS.md)
   python bench.py --ARCHS="['ViT-B-16', 'siglip-base-patch16-224']" --N_IMAGES=4
   python bench.py --N_IMAGES=256 --SCALE_IMAGES=3072     # GPU: the 8 architectures (BENCHMARKS.md)
+  python bench.py --N_IMAGES=128 --SCALE_IMAGES=3072 --LOOKAHEAD=False   # the sequence without the lookahead
 """
 import copy
 import json
