@@ -1395,6 +1395,8 @@ class PixelMemory:
         import torch
         if not image_keys or not torch.is_tensor(batch) or batch.dtype != torch.uint8:
             return
+        if not evict and self.bytes + batch.numel() > self.budget:
+            return  # (checked again below, under the lock)
         kept = batch.clone()  # out of pinned memory (outside the lock: it is the slow part)
         with self.lock:
             g = self.geometries.setdefault(key, {"where": {}, "chunks": [], "bytes": 0})
@@ -1735,6 +1737,7 @@ class TokenTable:
         return flat[starts[r]:starts[r] + lengths[r]]
 
 
+LOOKAHEAD_STALL_S = 120  # a Lookahead job with no batch done for this long is abandoned (its model does the work itself)
 PACK_NODES = 128  # tree nodes per prefix pack: larger shares a little more (1-2%), but its dense [M, M] tree mask costs attention FLOPs (~6% of a pack's at 128 on ViT-B-16 text, ~11% at 256); 0: no prefix packs (exact-length batches)
 PACK_SORT_COLUMNS = 12  # texts are ordered by their first 12 ids (24 shared 0.1% more positions on the bench's texts, for 1.8 s more per 1.7M texts)
 PACK_TOKENS_PER_TEXT = 16  # packs per batch = TEXT_BATCH_SIZE * this / PACK_NODES (a batch holds about as many positions as before)
@@ -2456,12 +2459,40 @@ def _gather(obj, world):
     return out
 
 
-def _lower_priority(worker_id):
-    """DataLoader worker_init_fn of a Lookahead's workers: they get the CPU the current model leaves."""
+_AHEAD_ITEMS = []  # in a Lookahead worker process: the job's items (inherited through fork)
+
+
+def _ahead_worker_start(items):
+    """A Lookahead worker: lowest CPU priority (it gets what the current model leaves), one
+    thread, Ctrl-C left to the main process (which then stops the job)."""
+    import signal
+    import torch
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
     try:
         os.nice(19)
     except OSError:
         pass
+    _AHEAD_ITEMS[:] = [items]
+
+
+def _ahead_item(n):
+    return _AHEAD_ITEMS[0][n]
+
+
+class _AheadBatches:
+    """Batches n of a sequence of `n` (_TextChunks, or images batched by _collate_images)."""
+
+    def __init__(self, dataset, batch, collate):
+        self.dataset, self.batch, self.collate = dataset, batch, collate
+
+    def __len__(self):
+        return -(-len(self.dataset) // self.batch) if self.collate else len(self.dataset)
+
+    def __getitem__(self, n):
+        if not self.collate:
+            return self.dataset[n]
+        return self.collate([self.dataset[i] for i in range(n * self.batch, min((n + 1) * self.batch, len(self.dataset)))])
 
 
 class Lookahead:
@@ -2476,8 +2507,9 @@ class Lookahead:
     no model has had yet and decodes its images for each geometry not yet remembered (into the
     PixelMemory, only where they fit without evicting). `settle(enc)`, called as a model starts,
     waits for a running job it needs, drops one not begun (the model does it itself, at full
-    priority), and hands it the finished token table. A failed job costs only its time: the
-    model does the work itself, and the failure is reported in its run info.
+    priority), gives up on one with no batch done for LOOKAHEAD_STALL_S, and hands it the
+    finished token table. A failed job (a worker killed, a model that cannot be prepared) costs
+    only its time: the model does the work itself, and the failure is in its run info.
     >>> ahead = Lookahead(later_specs, "corrected", num_workers=15, pixel_memory_gb="auto")
     >>> ahead.settle(enc); ...; ahead.start(enc, bank.calls, image_paths)   # per model
     >>> ahead.close()                                                        # end of the run
@@ -2516,8 +2548,15 @@ class Lookahead:
         t0 = time.perf_counter()
         with self._cond:
             self._claimed |= wanted
-            while any(j["state"] == "running" and (j["kind"], j["key"]) in wanted for j in self.jobs):
-                self._cond.wait(0.5)
+            while True:
+                running = [j for j in self.jobs if j["state"] == "running" and (j["kind"], j["key"]) in wanted]
+                if not running:
+                    break
+                for j in running:  # no batch for a while (a stuck worker): the model does the work itself
+                    if time.perf_counter() - j["progress_at"] > LOOKAHEAD_STALL_S:
+                        j["state"] = "abandoned"
+                if any(j["state"] == "running" for j in running):
+                    self._cond.wait(0.5)
             mine = [j for j in self.jobs if (j["kind"], j["key"]) in wanted
                     or (j["kind"] == "prepare" and j["model"] == enc.name)]
             table = self._tables.pop(enc.tokenizer_key, None)
@@ -2545,6 +2584,8 @@ class Lookahead:
                               "error": f"{type(e).__name__}: {e}"})
                 continue
             for kind, key in (("tokens", prep.tokenizer_key), ("pixels", prep.pixels.key if prep.pixels else None)):
+                if self._stop.is_set():
+                    return
                 if key is None or (kind, key) in done or (kind == "pixels" and self.budget <= 0):
                     continue
                 done.add((kind, key))
@@ -2558,7 +2599,7 @@ class Lookahead:
             self._cond.notify_all()
 
     def _job(self, prep, kind, key, items):
-        job = {"model": prep.name, "kind": kind, "key": key, "state": "running"}
+        job = {"model": prep.name, "kind": kind, "key": key, "state": "running", "progress_at": time.perf_counter()}
         with self._cond:
             if (kind, key) in self._claimed:
                 job["state"] = "dropped"  # its model started first: it does the work itself
@@ -2566,34 +2607,70 @@ class Lookahead:
         if job["state"] == "dropped":
             return
         t0 = time.perf_counter()
+        error = None
         try:
-            n = self._tokenize(prep, items) if kind == "tokens" else self._decode(prep, items)
-            job.update(state="stopped" if self._stop.is_set() else "done", items=n)
+            n = self._tokenize(prep, items, job) if kind == "tokens" else self._decode(prep, items, job)
         except Exception as e:
-            job.update(state="failed", error=f"{type(e).__name__}: {e}")
-            self._tables.pop(key, None)
-            print(f"warning: looking ahead for {prep.name} ({kind}) failed, it does that itself: {job['error']}",
+            n, error = None, f"{type(e).__name__}: {e}"
+            print(f"warning: looking ahead for {prep.name} ({kind}) failed, it does that itself: {error}",
                   file=sys.stderr)
         with self._cond:
-            job["seconds"] = round(time.perf_counter() - t0, 3)
+            if job["state"] == "running":  # (not abandoned by settle meanwhile)
+                job["state"] = "failed" if error else "done" if n is not None else "stopped"
+            if job["state"] == "done" and kind == "tokens":
+                self._tables[key] = n[1]
+            job.update(seconds=round(time.perf_counter() - t0, 3), items=n[0] if kind == "tokens" and n else n,
+                       error=error)
             self._cond.notify_all()
 
-    def _loader(self, dataset, **kwargs):
-        import torch
-        return torch.utils.data.DataLoader(dataset, num_workers=self.num_workers, worker_init_fn=_lower_priority, **kwargs)
+    def _batches(self, dataset, job):
+        """Each item of `dataset` (a sequence), in order, computed by this job's worker processes
+        (at most two per worker in flight). Not a DataLoader: torch watches its workers from the
+        main thread, where a look-ahead worker's death would raise; here it fails the job only.
+        Stops early (returns) when the run stops or settle abandons the job."""
+        import collections
+        import concurrent.futures as cf
+        import multiprocessing
+        pool = cf.ProcessPoolExecutor(self.num_workers, mp_context=multiprocessing.get_context("fork"),
+                                      initializer=_ahead_worker_start, initargs=(dataset,))
+        pending, sent, finished = collections.deque(), 0, False
+        try:
+            while sent < len(dataset) or pending:
+                while sent < len(dataset) and len(pending) < 2 * self.num_workers:
+                    pending.append(pool.submit(_ahead_item, sent))
+                    sent += 1
+                try:
+                    item = pending[0].result(timeout=0.5)
+                except cf.TimeoutError:
+                    if self._stop.is_set() or job["state"] != "running":
+                        return
+                    continue
+                pending.popleft()
+                job["progress_at"] = time.perf_counter()
+                yield item
+                if self._stop.is_set() or job["state"] != "running":
+                    return
+            finished = True
+        finally:
+            procs = list((getattr(pool, "_processes", None) or {}).values())  # (shutdown forgets them)
+            pool.shutdown(wait=finished, cancel_futures=True)
+            if not finished:  # a worker may be stuck: do not leave it behind
+                for p in procs:
+                    p.terminate()
+                for p in procs:
+                    p.join(timeout=5)
 
-    def _tokenize(self, prep, texts):
+    def _tokenize(self, prep, texts, job):
+        """(texts tokenized, their TokenTable), or None when stopped early."""
         table = TokenTable()
-        loader = self._loader(_TextChunks(texts, prep.tokenize, self.chunk), batch_size=None, collate_fn=_identity)
-        for n, (flat, lengths) in enumerate(loader):
-            if self._stop.is_set():
-                return n * self.chunk
-            table.add(texts[n * self.chunk:(n + 1) * self.chunk], flat, lengths)
-        with self._cond:
-            self._tables[prep.tokenizer_key] = table
-        return len(table)
+        chunks = _AheadBatches(_TextChunks(texts, prep.tokenize, self.chunk), 1, None)
+        n = 0
+        for n, (flat, lengths) in enumerate(self._batches(chunks, job), 1):
+            table.add(texts[(n - 1) * self.chunk:n * self.chunk], flat, lengths)
+        return (len(table), table) if len(table) == len(texts) else None
 
-    def _decode(self, prep, paths):
+    def _decode(self, prep, paths, job):
+        """Images decoded and remembered (None when stopped early)."""
         memory = pixel_memory(self.budget)
         key = prep.pixels.key
         with memory.lock:
@@ -2605,17 +2682,12 @@ class Lookahead:
             except OSError:
                 pass  # missing: its model reports it
         todo = [p for p, k in image_keys.items() if k not in known]
-        if not todo:
-            return 0
-        loader = self._loader(_ImageFiles(todo, prep.pixels.geometry), batch_size=self.image_batch,
-                              collate_fn=_collate_images)
-        n = 0
-        for idx, batch, _bad in loader:  # unreadable files: their model tries them again and reports them
-            if self._stop.is_set():
-                break
-            memory.add(key, [image_keys[todo[j]] for j in idx], batch, evict=False)
-            n += len(idx)
-        return n
+        batches = _AheadBatches(_ImageFiles(todo, prep.pixels.geometry), self.image_batch, _collate_images)
+        n = done = 0
+        for b, (idx, batch, _bad) in enumerate(self._batches(batches, job), 1):  # unreadable: their model retries and reports
+            memory.add(key, [image_keys[todo[j]] for j in idx], batch, evict=False)  # idx: indices into todo
+            n, done = n + len(idx), b
+        return n if done == len(batches) else None
 
 
 class ModelRun:

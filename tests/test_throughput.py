@@ -532,7 +532,7 @@ def test_lookahead_tokenizes_and_decodes_for_a_later_model(enc, tmp_path):
     paths = image_paths() + [str(bad)]
     sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
     twin = dict(OPENCLIP_TINY, name="tiny_openclip_again")
-    ahead = common.Lookahead([twin, SIGLIP_TINY], "corrected", num_workers=1)
+    ahead = common.Lookahead([twin, SIGLIP_TINY], "corrected", num_workers=1, image_batch=5)  # several batches
     assert ahead.active
     ahead.start(enc, [(0, TEXTS), (len(TEXTS), TEXTS[:2])], paths)
     _ahead_done(ahead)
@@ -621,3 +621,59 @@ def test_a_run_with_lookahead_gives_the_same_metrics(tmp_path):
     assert got[True][0]["run"]["lookahead"] == []
     jobs = got[True][1]["run"]["lookahead"]
     assert [j["kind"] for j in jobs] == ["tokens", "pixels"] and {j["state"] for j in jobs} <= {"done", "dropped"}
+
+
+def _prepare_with(monkeypatch, tokenize_hook):
+    """SigLIP's preparer, its tokenize wrapped by tokenize_hook(texts) (runs in the workers)."""
+    real = common.MODEL_PREPARERS["siglip"]
+
+    def prepare(spec, protocol):
+        prep = real(spec, protocol)
+        inner = prep.tokenize
+        prep.tokenize = lambda texts: (tokenize_hook(texts), inner(texts))[1]
+        return prep
+    monkeypatch.setitem(common.MODEL_PREPARERS, "siglip", prepare)
+
+
+def test_a_dying_lookahead_worker_fails_its_job_only(enc, monkeypatch):
+    """A worker killed mid-job (OOM killer, a crash in a tokenizer) fails that job, reported;
+    the main process goes on, its own DataLoaders too, and the next job still runs."""
+    import signal
+
+    def die(texts):
+        if any("poison" in t for t in texts):
+            os.kill(os.getpid(), signal.SIGKILL)
+    _prepare_with(monkeypatch, die)
+    ahead = common.Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=2)
+    ahead.start(enc, [(0, TEXTS + ["poison text"])], image_paths())
+    emb, failed = common.ImageEncoding(enc, image_paths(), 3, num_workers=1).start().finish()  # meanwhile
+    _ahead_done(ahead)
+    assert not failed and not torch.isnan(emb).any()
+    tokens, pixels = ahead.jobs
+    assert tokens["state"] == "failed" and "BrokenProcessPool" in tokens["error"] and not ahead._tables
+    assert pixels["state"] == "done" and pixels["items"] == len(image_paths())
+    assert not multiprocessing.active_children()
+
+
+def test_a_stuck_lookahead_job_is_abandoned(enc, monkeypatch):
+    """settle() stops waiting for a job that has done no batch for LOOKAHEAD_STALL_S (the model
+    does the work itself); close() leaves no worker behind."""
+    def stall(texts):
+        if any("stall" in t for t in texts):
+            time.sleep(60)
+    _prepare_with(monkeypatch, stall)
+    monkeypatch.setattr(common, "LOOKAHEAD_STALL_S", 1.0)
+    sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
+    ahead = common.Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=2)
+    ahead.start(enc, [(0, ["stall here"] + TEXTS)], [])
+    deadline = time.time() + 60
+    while not ahead.jobs and time.time() < deadline:
+        time.sleep(0.05)
+    waited, report = ahead.settle(sig)
+    assert 0.5 < waited < 30 and report[0]["state"] == "abandoned"
+    assert sig.tokenizer_key not in common._TOKEN_TABLES  # nothing half-done is handed over
+    t0 = time.time()
+    ahead.close()
+    assert time.time() - t0 < 10 and not ahead._thread.is_alive()
+    time.sleep(0.5)
+    assert not multiprocessing.active_children()
