@@ -22,6 +22,7 @@ diff_gen_caption.py.
   python bench.py --N_IMAGES=256 --SCALE_IMAGES=3072     # GPU: the 8 architectures (BENCHMARKS.md)
   python bench.py --N_IMAGES=128 --SCALE_IMAGES=3072 --LOOKAHEAD=False   # the sequence without the lookahead
 """
+import contextlib
 import copy
 import json
 import os
@@ -570,6 +571,18 @@ def resolve_archs(device):
     return list(ARCHS)
 
 
+@contextlib.contextmanager
+def scratch_dir(work_dir, prefix):
+    """The WORK_DIR-style folder `work_dir` (created, kept), or a temp dir removed at the end."""
+    work = work_dir or tempfile.mkdtemp(prefix=prefix)
+    os.makedirs(work, exist_ok=True)
+    try:
+        yield work
+    finally:
+        if not work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def save_results(rows, proj, info, counts, complete):
     """RESULTS_JSON with the rows so far, rewritten after every model (`complete`: all done), so
     a run cut short (a time limit on a lent GPU) still leaves what it measured."""
@@ -585,9 +598,7 @@ def save_results(rows, proj, info, counts, complete):
 
 
 def main():
-    work = WORK_DIR or tempfile.mkdtemp(prefix="lgip_bench_")
-    os.makedirs(work, exist_ok=True)
-    try:
+    with scratch_dir(WORK_DIR, "lgip_bench_") as work:
         jsonl = make_records(work, N_IMAGES, SEED)
         records = common.load_records(jsonl, ("same_caps", "diff_caps"))
         counts = text_counts(records)
@@ -637,9 +648,6 @@ def main():
         bad = [r["name"] for r in rows if r["metrics_agree"] is False]
         if bad:
             raise SystemExit(f"error: metrics of the two paths differ by more than {METRIC_TOL:g}: {', '.join(bad)}")
-    finally:
-        if not WORK_DIR:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,6 @@ image), so what is left is the project's own Python and numpy, measurable withou
   python bench_host.py --N_IMAGES=512 --REPEATS=5
 """
 import os
-import shutil
-import tempfile
 import zlib
 
 import bench
@@ -45,8 +43,7 @@ def instant_encoder():
 
 
 def main():
-    work = WORK_DIR or tempfile.mkdtemp(prefix="lgip_bench_host_")
-    try:
+    with bench.scratch_dir(WORK_DIR, "lgip_bench_host_") as work:
         jsonl = bench.make_records(work, N_IMAGES, 0)
         records = common.load_records(jsonl, ("same_caps", "diff_caps"))
         spec, enc = instant_encoder()
@@ -61,9 +58,6 @@ def main():
         print(f"{len(records)} records, {texts} texts: host pass {min(times):.3f} s (runs: "
               f"{', '.join(f'{x:.3f}' for x in times)}), {min(times) / texts * 1e6:.2f} us per text, "
               f"phases {res['seconds_by_phase']}")
-    finally:
-        if not WORK_DIR:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

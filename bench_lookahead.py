@@ -15,8 +15,6 @@ Choose the device times so the twin is device-bound for longer than SigLIP's tok
 decoding take on this machine's workers (on an H100 with 15 workers that holds by far: BENCHMARKS.md).
 """
 import os
-import shutil
-import tempfile
 import time
 
 import bench
@@ -61,8 +59,7 @@ def sequence(encs, scale, lookahead):
 
 
 def main():
-    work = WORK_DIR or tempfile.mkdtemp(prefix="lgip_bench_lookahead_")
-    try:
+    with bench.scratch_dir(WORK_DIR, "lgip_bench_lookahead_") as work:
         bench.NUM_WORKERS, bench.DEVICE = NUM_WORKERS, "cpu"
         jsonl = bench.make_records(work, N_IMAGES, 0)
         records = common.load_records(jsonl, ("same_caps", "diff_caps"))
@@ -88,9 +85,6 @@ def main():
         saved = best[False][0] - best[True][0]
         print(f"\nthe lookahead took {saved:.2f} s off the sequence ({best[False][0]:.2f} -> {best[True][0]:.2f} s); "
               f"SigLIP's own pass {best[False][1][-1]['total_s']:.2f} -> {best[True][1][-1]['total_s']:.2f} s")
-    finally:
-        if not WORK_DIR:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

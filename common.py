@@ -935,15 +935,21 @@ def _siglip_tokenize_fn(tok, spec, protocol, model_type):
     return tokenize, (type(tok).__name__, len(tok), max_len, lowercase), max_len, lowercase
 
 
+def _siglip_preprocessors(model_id):
+    """(tokenizer, PIL image processor) of a SigLIP/SigLIP2 checkpoint."""
+    from transformers import AutoImageProcessor, AutoProcessor
+    # Only the image processor gets the kwarg: through AutoProcessor it would reach the
+    # tokenizer too (4.x use_fast=False turns SigLIP2's Gemma tokenizer slow).
+    return (AutoProcessor.from_pretrained(model_id).tokenizer,
+            AutoImageProcessor.from_pretrained(model_id, **_pil_image_processor_kwarg()))
+
+
 def load_siglip(spec, protocol, device, dtype):
     import torch
-    from transformers import AutoImageProcessor, AutoModel, AutoProcessor
+    from transformers import AutoModel
     model_id = spec["model_id"]
     try:
-        processor = AutoProcessor.from_pretrained(model_id)
-        # Only the image processor gets the kwarg: through AutoProcessor it would reach the
-        # tokenizer too (4.x use_fast=False turns SigLIP2's Gemma tokenizer slow).
-        image_processor = AutoImageProcessor.from_pretrained(model_id, **_pil_image_processor_kwarg())
+        tok, image_processor = _siglip_preprocessors(model_id)
         # Pin the dtype (transformers 5 would otherwise load in the checkpoint's dtype): fp32
         # first, for the check of the last-layer path below, then the run's dtype.
         model = AutoModel.from_pretrained(model_id, **_transformers_dtype_kwarg(torch.float32))
@@ -953,11 +959,10 @@ def load_siglip(spec, protocol, device, dtype):
                              f"(a Hub id like google/siglip-base-patch16-224 or a local folder): {e}") from e
         raise _download_hint(spec, e) from e
     model = model.eval().to(device=device)
-    tokenize, identity, max_len, lowercase = _siglip_tokenize_fn(processor.tokenizer, spec, protocol,
+    tokenize, identity, max_len, lowercase = _siglip_tokenize_fn(tok, spec, protocol,
                                                                  model.config.model_type)
     enc = Encoder()
     enc.model, enc.device, enc.dtype = model, device, dtype
-    tok = processor.tokenizer
     enc.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
 
     tower = _siglip_text_tower(model)
@@ -1191,10 +1196,9 @@ def prepare_openclip(spec, protocol):
 
 def prepare_siglip(spec, protocol):
     """The tokenizer and pixel geometry of a SigLIP/SigLIP2 model: small files, no weights."""
-    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor
+    from transformers import AutoConfig
     model_id = spec["model_id"]
-    tok = AutoProcessor.from_pretrained(model_id).tokenizer
-    image_processor = AutoImageProcessor.from_pretrained(model_id, **_pil_image_processor_kwarg())
+    tok, image_processor = _siglip_preprocessors(model_id)
     tokenize, identity, _, _ = _siglip_tokenize_fn(tok, spec, protocol, AutoConfig.from_pretrained(model_id).model_type)
     return Prepared(spec["name"], tokenizer_key("siglip", identity, tokenize), tokenize, pixel_split_siglip(image_processor))
 
@@ -1344,6 +1348,17 @@ def image_cache_key(path):
     return f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}"
 
 
+def image_cache_keys(paths):
+    """{index: image_cache_key} of the paths that exist (a missing file: its loader reports it)."""
+    keys = {}
+    for i, p in enumerate(paths):
+        try:
+            keys[i] = image_cache_key(p)
+        except OSError:
+            pass
+    return keys
+
+
 def resolve_pixel_memory(value):
     """PIXEL_MEMORY_GB constant -> bytes per process: "auto" = a quarter of the memory this
     process may use (the machine's, or a smaller cgroup limit: containers, SLURM), shared
@@ -1486,11 +1501,7 @@ class ImageEncoding:
         budget = resolve_pixel_memory(pixel_memory_gb)
         self.memory = pixel_memory(budget) if enc.pixels is not None and budget > 0 else None
         if cache is not None or self.memory is not None:
-            for i in self.todo:
-                try:
-                    self.keys[i] = image_cache_key(paths[i])
-                except OSError:
-                    pass  # missing: the loader reports it
+            self.keys = image_cache_keys(paths)
         if cache is not None:
             have = [i for i in self.todo if i in self.keys]
             hit_pos, hit_emb = cache.lookup("image", [self.keys[i] for i in have])
@@ -2480,19 +2491,17 @@ def _ahead_item(n):
     return _AHEAD_ITEMS[0][n]
 
 
-class _AheadBatches:
-    """Batches n of a sequence of `n` (_TextChunks, or images batched by _collate_images)."""
+class _ImageBatches:
+    """An _ImageFiles in batches, each as _collate_images makes it (a DataLoader's batches, as a sequence)."""
 
-    def __init__(self, dataset, batch, collate):
-        self.dataset, self.batch, self.collate = dataset, batch, collate
+    def __init__(self, files, batch):
+        self.files, self.batch = files, batch
 
     def __len__(self):
-        return -(-len(self.dataset) // self.batch) if self.collate else len(self.dataset)
+        return -(-len(self.files) // self.batch)
 
     def __getitem__(self, n):
-        if not self.collate:
-            return self.dataset[n]
-        return self.collate([self.dataset[i] for i in range(n * self.batch, min((n + 1) * self.batch, len(self.dataset)))])
+        return _collate_images([self.files[i] for i in range(n * self.batch, min((n + 1) * self.batch, len(self.files)))])
 
 
 class Lookahead:
@@ -2538,13 +2547,17 @@ class Lookahead:
         import threading
         if self._thread is not None or not self.active:
             return
-        done = {("tokens", enc.tokenizer_key), ("pixels", enc.pixels.key if enc.pixels is not None else None)}
-        self._thread = threading.Thread(target=self._work, args=(done, calls, list(paths)), daemon=True)
+        self._thread = threading.Thread(target=self._work, args=(self._needs(enc), calls, list(paths)), daemon=True)
         self._thread.start()
+
+    @staticmethod
+    def _needs(enc):
+        """The (kind, key) jobs whose work a model (an Encoder or a Prepared) can use."""
+        return {("tokens", enc.tokenizer_key), ("pixels", enc.pixels.key if enc.pixels is not None else None)}
 
     def settle(self, enc):
         """Before a model encodes: wait for the jobs it can use; (seconds waited, their records)."""
-        wanted = {("tokens", enc.tokenizer_key), ("pixels", enc.pixels.key if enc.pixels is not None else None)}
+        wanted = self._needs(enc)
         t0 = time.perf_counter()
         with self._cond:
             self._claimed |= wanted
@@ -2583,7 +2596,7 @@ class Lookahead:
                 self._record({"model": spec.get("name"), "kind": "prepare", "key": None, "state": "failed",
                               "error": f"{type(e).__name__}: {e}"})
                 continue
-            for kind, key in (("tokens", prep.tokenizer_key), ("pixels", prep.pixels.key if prep.pixels else None)):
+            for kind, key in sorted(self._needs(prep), key=lambda job: job[0] != "tokens"):  # tokens first
                 if self._stop.is_set():
                     return
                 if key is None or (kind, key) in done or (kind == "pixels" and self.budget <= 0):
@@ -2663,8 +2676,7 @@ class Lookahead:
     def _tokenize(self, prep, texts, job):
         """(texts tokenized, their TokenTable), or None when stopped early."""
         table = TokenTable()
-        chunks = _AheadBatches(_TextChunks(texts, prep.tokenize, self.chunk), 1, None)
-        n = 0
+        chunks = _TextChunks(texts, prep.tokenize, self.chunk)
         for n, (flat, lengths) in enumerate(self._batches(chunks, job), 1):
             table.add(texts[(n - 1) * self.chunk:n * self.chunk], flat, lengths)
         return (len(table), table) if len(table) == len(texts) else None
@@ -2675,17 +2687,12 @@ class Lookahead:
         key = prep.pixels.key
         with memory.lock:
             known = set(memory.geometries[key]["where"]) if key in memory.geometries else set()
-        image_keys = {}
-        for p in dict.fromkeys(paths):
-            try:
-                image_keys[p] = image_cache_key(p)
-            except OSError:
-                pass  # missing: its model reports it
-        todo = [p for p, k in image_keys.items() if k not in known]
-        batches = _AheadBatches(_ImageFiles(todo, prep.pixels.geometry), self.image_batch, _collate_images)
+        paths = list(dict.fromkeys(paths))
+        todo = [(paths[i], k) for i, k in image_cache_keys(paths).items() if k not in known]
+        batches = _ImageBatches(_ImageFiles([p for p, _ in todo], prep.pixels.geometry), self.image_batch)
         n = done = 0
         for b, (idx, batch, _bad) in enumerate(self._batches(batches, job), 1):  # unreadable: their model retries and reports
-            memory.add(key, [image_keys[todo[j]] for j in idx], batch, evict=False)  # idx: indices into todo
+            memory.add(key, [todo[j][1] for j in idx], batch, evict=False)  # idx: indices into todo
             n, done = n + len(idx), b
         return n if done == len(batches) else None
 
