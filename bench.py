@@ -293,27 +293,25 @@ def metrics_of(inv_errors, gaps):
 
 
 def project_pass(enc, spec, records, config, fresh=True, lookahead=None):
-    """ModelRun + run_lgip_multi.evaluate's pairs and scoring: images are encoded beside the
-    texts, so the pass has one time (total_s). fresh: tokenize and decode everything, as a
-    fresh process's first model does (else: as a later model of one run, see at_scale_sequence)."""
+    """ModelRun + run_lgip_multi.evaluate, as run_lgip_multi.py runs a model (its pairs,
+    scoring, confidence intervals and score file, written into the records' folder): images are
+    encoded beside the texts, so the pass has one time (total_s). fresh: tokenize and decode
+    everything, as a fresh process's first model does (else: as a later model of one run, see
+    at_scale_sequence)."""
+    import run_lgip_multi
     if fresh:
         common.forget_token_tables()
         common.forget_pixels()
+    run_lgip_multi.JSONL_PATH = config["JSONL_PATH"]  # its score file goes beside the records
     with common.Timer() as t:
         run = common.ModelRun(spec, records, config, enc=enc, lookahead=lookahead)
-        inv, sens = common.Pairs(), common.Pairs()
-        for k in run.ok:
-            rec = records[k][1]
-            orig = run.bank.add_call(rec["orig_captions"])
-            for i in range(len(rec["orig_captions"])):
-                for field, pairs in (("same_caps", inv), ("diff_caps", sens)):
-                    texts = common.caption_texts(rec, field, i)
-                    pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, field)
-        inv, sens = run.score(inv, sens)
+        m = run_lgip_multi.evaluate(run)
+        run.finished()
         sync(enc.device)
     out = {"total_s": t.seconds, "unique_texts_encoded": run.bank.n_encoded, "seconds_by_phase": run.seconds,
            "image_sources": run.image_sources, "lookahead": run.ahead,
-           "metrics": metrics_of(abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim)}
+           "metrics": {k: m[k] for k in ("num_invariance_pairs", "num_sensitivity_pairs", "invariance_error_mean",
+                                         "sensitivity_gap_mean", "sensitivity_pos_rate")}}
     if run.cache is not None:
         out["cache"] = dict(run.cache.stats)
     return out

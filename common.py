@@ -11,6 +11,8 @@ Example (a generator script):
     common.configure(globals())                   # applies --INPUT_JSONL=... from sys.argv
 """
 import ast
+import functools
+import itertools
 import json
 import os
 import platform
@@ -1687,7 +1689,6 @@ def _upload_in_groups(items, device, max_ints=1 << 23):
 
 def _pack(seqs):
     """Token id lists -> (flat int64 ids, int64 lengths): compact to pickle and to index."""
-    import itertools
     import numpy as np
     lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
     flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum()))
@@ -2256,9 +2257,12 @@ class Pairs:
         self.rec, self.cap, self.base_slot, self.slot, self.text, self.label = [], [], [], [], [], []
 
     def add(self, k, i, base_slot, slots, texts, label):
-        for s, t in zip(slots, texts):
-            self.rec.append(k), self.cap.append(i), self.base_slot.append(base_slot)
-            self.slot.append(s), self.text.append(t), self.label.append(label)
+        n = len(texts)
+        if len(slots) != n:
+            raise ValueError(f"{len(slots)} slots for {n} texts")
+        repeat = itertools.repeat
+        self.rec.extend(repeat(k, n)), self.cap.extend(repeat(i, n)), self.base_slot.extend(repeat(base_slot, n))
+        self.slot.extend(slots), self.text.extend(texts), self.label.extend(repeat(label, n))
 
     def __len__(self):
         return len(self.rec)
@@ -2344,6 +2348,36 @@ def eval_run_info(script, config, enc, image_report, n_records, bank=None):
 # 8. Confidence intervals and per-pair score sidecars
 # ---------------------------------------------------------------------------
 
+BOOTSTRAP_CACHE_BYTES = 1 << 29  # resample draws kept for later metrics and models (1000 x 40,000 images: 40 MB)
+_BOOTSTRAP_DRAWS = {}  # (records, resamples, seed, chunk) -> [resamples, records] draw counts, most recent last
+
+
+def bootstrap_draws(n, resamples, seed, chunk=50):
+    """[resamples, n] draw counts of bootstrap_ci's resamples over n records: row r how often
+    resample r drew each record, exactly as rng.multinomial(n, uniform, size=chunk) gives them
+    chunk after chunk. They depend on (n, resamples, seed) alone, so every metric of a run and
+    every model over the same records share them: drawn once (numpy's multinomial is O(n) per
+    resample, ~1.6 s for 1000 x 40,000 images, which each CI paid), kept as uint8.
+    >>> bootstrap_draws(3, 4, seed=0).sum(axis=1).tolist()  # each resample draws 3 records
+    [3, 3, 3, 3]
+    """
+    import numpy as np
+    key = (n, resamples, seed, chunk)
+    draws = _BOOTSTRAP_DRAWS.pop(key, None)
+    if draws is None:
+        rng = np.random.default_rng(seed)
+        draws = np.empty((resamples, n), dtype=np.uint8)
+        for start in range(0, resamples, chunk):
+            block = rng.multinomial(n, np.full(n, 1.0 / n), size=min(chunk, resamples - start))
+            if draws.dtype == np.uint8 and block.max() > 255:  # (n > 255 draws landing on one record)
+                draws = draws.astype(np.int64)
+            draws[start:start + len(block)] = block
+    _BOOTSTRAP_DRAWS[key] = draws
+    while sum(d.nbytes for d in _BOOTSTRAP_DRAWS.values()) > BOOTSTRAP_CACHE_BYTES and len(_BOOTSTRAP_DRAWS) > 1:
+        del _BOOTSTRAP_DRAWS[next(iter(_BOOTSTRAP_DRAWS))]  # the least recently used
+    return draws
+
+
 def bootstrap_ci(record_idx, values, resamples=1000, seed=0, level=0.95, chunk=50):
     """Percentile bootstrap CI of a pair mean, resampling images (records) with replacement.
 
@@ -2362,11 +2396,10 @@ def bootstrap_ci(record_idx, values, resamples=1000, seed=0, level=0.95, chunk=5
     pos = np.searchsorted(used, record_idx)
     sums = np.bincount(pos, weights=values, minlength=len(used))
     counts = np.bincount(pos, minlength=len(used)).astype(np.float64)
-    rng = np.random.default_rng(seed)
+    draws = bootstrap_draws(len(used), resamples, seed, chunk)
     stats = []
-    for start in range(0, resamples, chunk):
-        n = min(chunk, resamples - start)
-        w = rng.multinomial(len(used), np.full(len(used), 1.0 / len(used)), size=n).astype(np.float64)
+    for start in range(0, resamples, chunk):  # float64 blocks of the shape the draws came in: the same sums, bit for bit
+        w = draws[start:start + chunk].astype(np.float64)
         stats.append((w @ sums) / np.maximum(w @ counts, 1e-300))
     stats = np.concatenate(stats)
     alpha = (1.0 - level) / 2
@@ -2389,6 +2422,7 @@ def add_ci(block, key, record_idx, values, resamples, seed):
 _FLIP_WORD_TYPE = {w: t for t, words in FLIP_LISTS for w in words}
 
 
+@functools.lru_cache(maxsize=1 << 21)  # every model of a run asks again for the same (caption, flip)
 def infer_flip_type(caption, flip):
     """The flip type of a one-word flip of caption ("color", "number", "object"), or None.
 
@@ -2406,41 +2440,105 @@ def infer_flip_type(caption, flip):
     return t if t is not None and _FLIP_WORD_TYPE.get(y) == t else None
 
 
+def _json_values(values):
+    """[json.dumps(v, ensure_ascii=False) for v in values], at C speed for the str, int, None
+    and float values of a score file (texts, similarities, labels)."""
+    import math
+    values = values.tolist() if hasattr(values, "tolist") else list(values)
+    kinds = set(map(type, values))
+    if kinds <= {str}:
+        return list(map(json.encoder.encode_basestring, values))
+    if kinds <= {float} and all(map(math.isfinite, values)):
+        return list(map(float.__repr__, values))
+    if kinds <= {int}:
+        return list(map(int.__repr__, values))
+    fast = {str: json.encoder.encode_basestring, int: int.__repr__, type(None): lambda v: "null",
+            float: lambda v: float.__repr__(v) if math.isfinite(v) else json.dumps(v)}  # NaN, Infinity as json writes them
+    if kinds <= set(fast):
+        return [fast[type(v)](v) for v in values]
+    return [json.dumps(v, ensure_ascii=False) for v in values]
+
+
+def _rounded(values, digits=6):
+    """round(float(v), digits) of each value (Python's correctly rounded round, not numpy's)."""
+    return [round(v, digits) for v in map(float, values.tolist() if hasattr(values, "tolist") else values)]
+
+
 class ScoreSidecar:
     """Per record and caption: the caption's similarity and each paraphrase's, flip's (and
     combined text's) similarity, written as one JSON line per caption next to the metrics.
 
     Line format: {"line", "image_id", "image_path", "caption_index", "caption", "sim",
                   "paraphrases": [{"text", "sim", ...}], "flips": [{"text", "sim", "type"}], ...}
+    Similarities are rounded to 6 decimals; lines are in (record, caption) order, a line's
+    groups in the order they were added, each group's items in pair order. The JSON is made a
+    column at a time (~1.4M pairs at 40,000 images: a dict per pair, dumped line by line, took
+    ~6 s per model while the GPU waited).
+    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.write(path)
     """
 
     def __init__(self, records):
         self.records = records
-        self.rows = {}  # (record index, caption index) -> dict
-
-    def _row(self, k, i):
-        row = self.rows.get((k, i))
-        if row is None:
-            line, rec = self.records[k]
-            row = self.rows[(k, i)] = {"line": line, "image_id": rec.get("image_id"),
-                                       "image_path": rec["image_path"], "caption_index": i,
-                                       "caption": rec["orig_captions"][i], "sim": None}
-        return row
+        self.groups = []  # (group name, Pairs, labels), in the order added
 
     def add(self, group, pairs, **labels):
         """Append scored `pairs` to `group` ("paraphrases", "flips", "combined") of their captions;
         `labels` maps a field name to one value per pair."""
-        for n in range(len(pairs)):
-            row = self._row(pairs.rec[n], pairs.cap[n])
-            row["sim"] = round(float(pairs.base_sim[n]), 6)
-            item = {"text": pairs.text[n], "sim": round(float(pairs.sim[n]), 6)}
-            item.update({k: v[n] for k, v in labels.items()})
-            row.setdefault(group, []).append(item)
+        if any(group == g for g, _, _ in self.groups):
+            raise ValueError(f"score group {group!r} added twice: add all its pairs in one call")
+        self.groups.append((group, pairs, labels))
+
+    @staticmethod
+    def _items(pairs, labels):
+        """The JSON text of each pair's item: {"text", "sim", *labels}."""
+        items = ['{"text": ' + t + ', "sim": ' + x for t, x in zip(_json_values(pairs.text), _json_values(_rounded(pairs.sim)))]
+        for name, values in labels.items():
+            sep = ", " + _json_values([name])[0] + ": "
+            items = [a + sep + b for a, b in zip(items, _json_values(values))]
+        return [a + "}" for a in items]
+
+    def lines(self):
+        """The file's lines, in order."""
+        import numpy as np
+        groups = [(g, p, labels) for g, p, labels in self.groups if len(p)]
+        if not groups:
+            return []
+        width = 1 + max(int(np.max(p.cap)) for _, p, _ in groups)
+        runs = []  # per group: {line key (record, caption): its JSON ', "group": [item, ...]'}
+        for name, pairs, labels in groups:
+            key = np.asarray(pairs.rec, dtype=np.int64) * width + np.asarray(pairs.cap, dtype=np.int64)
+            order = np.argsort(key, kind="stable")  # (evaluations add pairs in record order: already sorted)
+            items = self._items(pairs, labels)
+            if np.any(np.diff(order) != 1):
+                items = [items[j] for j in order.tolist()]
+            key = key[order]
+            starts = np.flatnonzero(np.diff(key, prepend=-1))
+            head = ", " + _json_values([name])[0] + ": ["
+            texts = [head + ", ".join(items[a:b]) + "]" for a, b in zip(starts.tolist(), np.append(starts[1:], len(key)).tolist())]
+            last = np.append(starts[1:], len(key)) - 1
+            runs.append((key[starts], texts, np.asarray(pairs.base_sim, dtype=np.float64)[order][last]))
+        keys = np.unique(np.concatenate([k for k, _, _ in runs]))
+        columns, sim = [], np.zeros(len(keys))
+        for k, texts, base in runs:
+            at = np.searchsorted(keys, k)
+            column = [""] * len(keys)
+            for j, text in zip(at.tolist(), texts):
+                column[j] = text
+            columns.append(column)
+            sim[at] = base  # the caption's "sim": that of its last pair added
+        recs = [self.records[k] for k in (keys // width).tolist()]
+        caps = (keys % width).tolist()
+        heads = zip(_json_values([line for line, _ in recs]), _json_values([r.get("image_id") for _, r in recs]),
+                    _json_values([r["image_path"] for _, r in recs]), caps,
+                    _json_values([r["orig_captions"][i] for (_, r), i in zip(recs, caps)]),
+                    _json_values(_rounded(sim)), *columns)
+        return [f'{{"line": {line}, "image_id": {image_id}, "image_path": {path}, "caption_index": {i}, '
+                f'"caption": {caption}, "sim": {s}' + "".join(groups_text) + "}\n"
+                for line, image_id, path, i, caption, s, *groups_text in heads]
 
     def write(self, path):
         with atomic_open(path) as f:
-            for key in sorted(self.rows):
-                f.write(dump_jsonl_line(self.rows[key]))
+            f.writelines(self.lines())
         return path
 
 
@@ -2708,6 +2806,7 @@ class ModelRun:
     """
 
     def __init__(self, spec, records, config, enc=None, lookahead=None):
+        t0 = time.perf_counter()
         self.rank, self.world = distributed()
         self.lookahead = lookahead  # a Lookahead over the run's later models, or None
         device = config["DEVICE"]
@@ -2725,6 +2824,8 @@ class ModelRun:
         # is dropped there, with all its pairs.
         self.ok = list(self.mine)
         self.bank = TextBank(self.enc, config["NUM_WORKERS"])
+        self._mark = time.perf_counter()
+        self.seconds = {"load": round(self._mark - t0, 3)}  # where the model's time went (see info)
 
     @property
     def is_main(self):
@@ -2732,6 +2833,7 @@ class ModelRun:
 
     def score(self, *pairs_list, text_cos=False):
         """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes."""
+        self.seconds["pairs"] = round(time.perf_counter() - self._mark, 3)
         ahead = self.lookahead
         waited, self.ahead = ahead.settle(self.enc) if ahead is not None else (0.0, None)
         images = RecordImages(self.enc, self.records, self.image_root, self.config["IMAGE_BATCH_SIZE"],
@@ -2747,7 +2849,8 @@ class ModelRun:
             raise
         with Timer() as t_images:
             self.img_emb, self.ok, self.image_report = images.finish()
-        self.seconds = dict(lookahead_wait=waited, **self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
+        self.seconds.update(lookahead_wait=waited, **self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
+        t_scoring = time.perf_counter()
         self.image_sources = {"decoded": images.n_decoded, "from_pixel_memory": images.n_remembered,
                               "from_cache": images.n_cached}
         if len(self.ok) < len(self.mine):
@@ -2757,6 +2860,7 @@ class ModelRun:
             pairs.score(self.img_emb, txt_emb, rows, text_cos=text_cos)
         self.n_ok = len(self.ok)
         if self.world == 1:
+            self._scored(t_scoring)
             return pairs_list
         gathered = _gather(([p.state() for p in pairs_list], len(self.ok), self.image_report,
                             self.bank.n_unique, self.bank.n_encoded, self.bank.positions), self.world)
@@ -2768,12 +2872,23 @@ class ModelRun:
                              "failed_images": [f for r in reports for f in r["failed_images"]][:20]}
         self.bank.n_unique, self.bank.n_encoded = sum(g[3] for g in gathered), sum(g[4] for g in gathered)
         self.bank.positions = {k: sum(g[5].get(k, 0) for g in gathered) for k in ("tokens", "computed")}
-        return [Pairs.merged([g[0][j] for g in gathered]) for j in range(len(pairs_list))]
+        merged = [Pairs.merged([g[0][j] for g in gathered]) for j in range(len(pairs_list))]
+        self._scored(t_scoring)
+        return merged
+
+    def _scored(self, since):
+        self._mark = time.perf_counter()
+        self.seconds["scoring"] = round(self._mark - since, 3)
+
+    def finished(self):
+        """Called once the evaluation's metrics are made: the time since scoring (confidence
+        intervals, the score file) is its last phase."""
+        self.seconds["metrics_and_scores_file"] = round(time.perf_counter() - self._mark, 3)
 
     def info(self, script):
         info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank)
         info["num_processes"] = self.world
-        info["seconds_by_phase"] = getattr(self, "seconds", {})  # waiting for work done ahead for this model; cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after
+        info["seconds_by_phase"] = self.seconds  # in order: loading the model; building the pairs; waiting for work done ahead for this model; cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after; similarities (and gathering them from other processes); confidence intervals and score file
         info["lookahead"] = getattr(self, "ahead", None)  # jobs done ahead for this model while earlier ones ran (None: no Lookahead)
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         # token positions of the encoded texts; computed: fewer when prefixes are shared (pack_nodes 0: no prefix packs)
@@ -2799,6 +2914,7 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
             with Timer() as t:
                 run = ModelRun(spec, records, config, lookahead=ahead)
                 metrics = evaluate(run)
+                run.finished()
             if not run.is_main:
                 continue
             metrics["run"] = run.info(script)

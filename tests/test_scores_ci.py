@@ -72,3 +72,116 @@ def test_infer_flip_type():
     assert common.infer_flip_type("two dogs", "five dogs") == "number"
     assert common.infer_flip_type("A red bus.", "A blue bus.") == "color"
     assert common.infer_flip_type("a red bus", "a big red bus") is None
+
+
+def _reference_ci(record_idx, values, resamples, seed, chunk=50):
+    """bootstrap_ci as first written: a fresh multinomial draw for every interval."""
+    values, record_idx = np.asarray(values, dtype=np.float64), np.asarray(record_idx)
+    used = np.unique(record_idx)
+    pos = np.searchsorted(used, record_idx)
+    sums, counts = np.bincount(pos, weights=values), np.bincount(pos).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    stats = []
+    for start in range(0, resamples, chunk):
+        w = rng.multinomial(len(used), np.full(len(used), 1.0 / len(used)), size=min(chunk, resamples - start))
+        stats.append((w.astype(np.float64) @ sums) / np.maximum(w.astype(np.float64) @ counts, 1e-300))
+    lo, hi = np.quantile(np.concatenate(stats), [0.025, 0.975])
+    return [float(lo), float(hi)]
+
+
+def test_ci_draws_are_shared_and_equal_fresh_draws(monkeypatch):
+    monkeypatch.setattr(common, "_BOOTSTRAP_DRAWS", {})
+    rng = np.random.default_rng(2)
+    for n, resamples, seed in ((3000, 1000, 0), (40, 333, 7), (5, 120, 1)):
+        rec = np.repeat(np.arange(n), 3)[rng.permutation(3 * n)]
+        values = rng.random(3 * n)
+        assert common.bootstrap_ci(rec, values, resamples, seed) == _reference_ci(rec, values, resamples, seed)
+        drawn = common._BOOTSTRAP_DRAWS[(n, resamples, seed, 50)]
+        assert drawn.dtype == np.uint8 and drawn.shape == (resamples, n)
+        # another metric over records of the same count: the same draws, no new ones, same interval as fresh
+        again = values > 0.5
+        assert common.bootstrap_ci(rec + 7, again, resamples, seed) == _reference_ci(rec + 7, again, resamples, seed)
+        assert common._BOOTSTRAP_DRAWS[(n, resamples, seed, 50)] is drawn
+
+
+def test_ci_draws_kept_within_their_budget(monkeypatch):
+    monkeypatch.setattr(common, "_BOOTSTRAP_DRAWS", {})
+    monkeypatch.setattr(common, "BOOTSTRAP_CACHE_BYTES", 2500)
+    for n in (10, 11, 12, 10):  # 1000 bytes each: two fit; 10 is used again, so 11 is the oldest
+        common.bootstrap_draws(n, 100, 0)
+    assert list(common._BOOTSTRAP_DRAWS) == [(12, 100, 0, 50), (10, 100, 0, 50)]
+    monkeypatch.setattr(common, "BOOTSTRAP_CACHE_BYTES", 0)
+    common.bootstrap_draws(13, 100, 0)  # over budget alone: still returned, kept until the next
+    assert list(common._BOOTSTRAP_DRAWS) == [(13, 100, 0, 50)]
+
+
+class _DictSidecar:
+    """The score file as first written: a dict per caption, filled pair by pair, dumped per line."""
+
+    def __init__(self, records):
+        self.records, self.rows = records, {}
+
+    def add(self, group, pairs, **labels):
+        for n in range(len(pairs)):
+            k, i = pairs.rec[n], pairs.cap[n]
+            if (k, i) not in self.rows:
+                line, rec = self.records[k]
+                self.rows[(k, i)] = {"line": line, "image_id": rec.get("image_id"), "image_path": rec["image_path"],
+                                     "caption_index": i, "caption": rec["orig_captions"][i], "sim": None}
+            row = self.rows[(k, i)]
+            row["sim"] = round(float(pairs.base_sim[n]), 6)
+            item = {"text": pairs.text[n], "sim": round(float(pairs.sim[n]), 6)}
+            item.update({key: v[n] for key, v in labels.items()})
+            row.setdefault(group, []).append(item)
+
+    def lines(self):
+        return [common.dump_jsonl_line(self.rows[key]) for key in sorted(self.rows)]
+
+
+def test_score_file_lines_equal_one_dict_per_caption(tmp_path):
+    rng = np.random.default_rng(0)
+    records = [(k + 3, {"image_id": k if k % 3 else f"id-{k}", "image_path": f"images/{k}.jpg",
+                        "orig_captions": [f'caption {k}.{i} "quoted" \\ café ☃' for i in range(5)]}) for k in range(60)]
+    para, flips, combined = common.Pairs(), common.Pairs(), common.Pairs()
+    for k in rng.permutation(60):  # pairs of a group out of record order, some captions without a group
+        for i in range(5):
+            c = records[k][1]["orig_captions"][i]
+            if (k + i) % 4:
+                texts = [f"a photo of {c}", f"{c} in the scene", "ünïcode\n\ttab"]
+                para.add(k, i, 0, [0, 1, 2], texts, "simple" if k % 2 else "advanced")
+            if (3 * k + i) % 5:
+                flips.add(k, i, 0, [0], [c.replace("caption", "bus")], "all")
+            if k % 7 == 0:
+                combined.add(k, i, 0, [0, 1], ["x", "y"], "color+object")
+    for pairs in (para, flips, combined):
+        base = {}
+        pairs.base_sim = np.array([base.setdefault(key, rng.normal()) for key in zip(pairs.rec, pairs.cap)])
+        pairs.sim = rng.normal(size=len(pairs)) * 10.0 ** rng.integers(-9, 2, size=len(pairs))
+    para.sim[:3] = [np.nan, np.inf, -0.0]
+    flip_types = [None if n % 3 == 0 else "color" for n in range(len(flips))]
+    strength = np.round(rng.random(len(combined)), 6)
+    files = []
+    for sidecar in (_DictSidecar(records), common.ScoreSidecar(records)):
+        sidecar.add("paraphrases", para, kind=para.label)
+        sidecar.add("flips", flips, type=flip_types, n=list(range(len(flips))))
+        sidecar.add("combined", combined, type=combined.label, strength=strength)
+        files.append(list(sidecar.lines()))
+    assert files[0] == files[1] and len(files[0]) == len({(k, i) for p in (para, flips, combined) for k, i in zip(p.rec, p.cap)})
+    path = common.ScoreSidecar(records)
+    path.add("flips", flips, type=flip_types)
+    written = path.write(tmp_path / "s.jsonl")
+    rows = [json.loads(line) for line in open(written, encoding="utf-8")]
+    assert [(r["line"], r["caption_index"]) for r in rows] == sorted({(k + 3, i) for k, i in zip(flips.rec, flips.cap)})
+    assert all(list(r) == ["line", "image_id", "image_path", "caption_index", "caption", "sim", "flips"] for r in rows)
+    assert common.ScoreSidecar(records).lines() == []
+    with pytest.raises(ValueError, match="added twice"):
+        path.add("flips", flips)
+
+
+def test_pairs_need_a_slot_per_text():
+    pairs = common.Pairs()
+    pairs.add(4, 1, 9, [10, 11], ["a", "b"], "same_caps")
+    assert (pairs.rec, pairs.cap, pairs.base_slot, pairs.slot, pairs.text, pairs.label) == (
+        [4, 4], [1, 1], [9, 9], [10, 11], ["a", "b"], ["same_caps"] * 2)
+    with pytest.raises(ValueError, match="2 slots for 3 texts"):
+        pairs.add(4, 1, 9, [10, 11], ["a", "b", "c"], "same_caps")
