@@ -108,9 +108,11 @@ def test_interrupted_write_leaves_no_chunk_and_resumes(tmp_path):
 
 
 def test_kill_9_mid_run_then_resume(tmp_path):
-    """A process killed mid-write leaves only finished chunks; the re-run completes from them."""
+    """A process killed mid-run leaves only finished chunks; the re-run completes from them.
+    (Chunks are written by the cache's own thread: the kill waits until the two handed over
+    are on disk, as they are within milliseconds in a real run.)"""
     script = f"""
-import os, signal, sys
+import glob, os, signal, sys, time
 sys.path.insert(0, {ROOT!r})
 import common
 enc = common.load_model({OPENCLIP_TINY!r}, "corrected", "cpu")
@@ -119,10 +121,12 @@ real, n = enc.encode_images, [0]
 def enc_then_die(batch):
     n[0] += 1
     if n[0] == 3:
+        deadline = time.time() + 60
+        while len(glob.glob(os.path.join(cache.dir, "image-*.npz"))) < 2 and time.time() < deadline:
+            time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGKILL)
     return real(batch)
 enc.encode_images = enc_then_die
-import glob
 common.embed_images(enc, sorted(glob.glob({os.path.join(FIXTURES, 'images', '*.jpg')!r})), 4, 0, cache=cache)
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True)
