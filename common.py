@@ -1209,6 +1209,7 @@ def prepare_siglip(spec, protocol):
 
 MODEL_PREPARERS = {"openclip": prepare_openclip, "siglip": prepare_siglip}  # same keys as MODEL_LOADERS
 _LAST_PLAN = []  # [(token table, rows digest, size, packs per batch), plan]: the next model of the family reuses it
+_LAST_CALLS = []  # [(build, records, rank, world), RunCalls]: the next model of the run adopts them (ModelRun.pairs)
 
 
 def shared_token_table(key):
@@ -1229,10 +1230,11 @@ def install_token_table(key, table):
 
 
 def forget_token_tables():
-    """Drop the shared TokenTables and the last prefix plan (a fresh process's state: bench.py
-    times tokenizing too)."""
+    """Drop the shared TokenTables, the last prefix plan and the last run's calls (a fresh
+    process's state: bench.py times tokenizing and building the pairs too)."""
     _TOKEN_TABLES.clear()
     _LAST_PLAN.clear()
+    _LAST_CALLS.clear()
 
 
 # ---------------------------------------------------------------------------
@@ -1488,13 +1490,15 @@ def forget_pixels():
 
 def swap_process_state(state=None):
     """What one process keeps across its models (shared token tables, the last prefix plan,
-    remembered pixels), taken out and replaced by `state` (None: empty, a fresh process's):
+    the last run's calls and pairs, remembered pixels), taken out and replaced by `state` (None: empty, a fresh process's):
     bench.py runs passes of one simulated run between passes that must start fresh."""
-    old = {"token_tables": dict(_TOKEN_TABLES), "plan": list(_LAST_PLAN), "pixels": list(_PIXEL_MEMORY)}
-    state = state or {"token_tables": {}, "plan": [], "pixels": []}
+    old = {"token_tables": dict(_TOKEN_TABLES), "plan": list(_LAST_PLAN), "calls": list(_LAST_CALLS),
+           "pixels": list(_PIXEL_MEMORY)}
+    state = state or {"token_tables": {}, "plan": [], "calls": [], "pixels": []}
     _TOKEN_TABLES.clear()
     _TOKEN_TABLES.update(state["token_tables"])
     _LAST_PLAN[:] = state["plan"]
+    _LAST_CALLS[:] = state["calls"]
     _PIXEL_MEMORY[:] = state["pixels"]
     return old
 
@@ -1905,6 +1909,18 @@ def prefix_tree_mask(pos, path, creator):
     return mask | torch.eye(m, dtype=torch.bool, device=pos.device)
 
 
+class RunCalls:
+    """An evaluation's text calls and pairs, built once per run: they depend on the records
+    alone, so every model of the run adopts them (ModelRun.pairs), with what its TextBank
+    derives from them: the keys of each padding and their rows in each token table (building
+    and deriving took ~4 s per model at 40,000 images)."""
+
+    def __init__(self, calls, n_slots, pairs):
+        self.calls, self.n_slots, self.pairs = calls, n_slots, pairs
+        self.keys = {}  # padding -> (keys, slot -> key row), for models whose padding is fixed
+        self.table_rows = {}  # (id(token table), padding) -> (the table, each key's row in it)
+
+
 class TextBank:
     """Texts to encode, deduplicated, each padded exactly as the call it belongs to pads it.
 
@@ -1920,6 +1936,7 @@ class TextBank:
         self.enc, self.num_workers = enc, default_num_workers() if num_workers is None else num_workers
         self.calls = []  # (first slot, texts)
         self.n_slots = 0
+        self.run_calls = None  # the RunCalls these calls are, once shared by the models of a run
         self.n_unique = self.n_encoded = 0
         self.seconds = {}  # wall-clock time of encode's phases: where a run's time went
         self.positions = {}  # token positions of the encoded texts, and how many were computed (prefix sharing)
@@ -1948,8 +1965,23 @@ class TextBank:
             tokens.add(texts[n * chunk:(n + 1) * chunk], flat, lengths)
         return forks
 
+    def adopt(self, run_calls):
+        """Take a RunCalls' calls as this bank's (made for another model of the run)."""
+        self.calls, self.n_slots, self.run_calls = list(run_calls.calls), run_calls.n_slots, run_calls
+
     def _keys(self, tokens):
-        """Unique (text, padded length) keys and the slot -> key row map."""
+        """Unique (text, padded length) keys and the slot -> key row map (the same for every
+        model of a run that pads alike: made once for its RunCalls)."""
+        import numpy as np
+        shared = self.run_calls is not None and not self.enc.pad_needs_lengths
+        if shared and self.enc.pad_length(None) in self.run_calls.keys:
+            return self.run_calls.keys[self.enc.pad_length(None)]
+        keys, rows = self._make_keys(tokens)
+        if shared:
+            self.run_calls.keys[self.enc.pad_length(None)] = keys, rows
+        return keys, rows
+
+    def _make_keys(self, tokens):
         import numpy as np
         key_row, keys = {}, []
         rows = np.empty(self.n_slots, dtype=np.int64)
@@ -1989,7 +2021,11 @@ class TextBank:
                 out.put(hit_pos, hit_emb)
             hits = set(hit_pos)
             todo = [k for k in todo if k not in hits]
-        forks += self._tokenize((keys[k][0] for k in todo), tokens)
+        # Rows of every key in the token table: known when another model of the run with this
+        # table and padding had them (nothing to tokenize or look up), else found after tokenizing.
+        known = self.run_calls.table_rows.get((id(tokens), keys[0][1] if keys else None)) if self.run_calls else None
+        if known is None or known[0] is not tokens:
+            forks += self._tokenize((keys[k][0] for k in todo), tokens)
         packs = (PACK_NODES > 0 and self.enc.encode_packs is not None and bool(todo)
                  and all(keys[k][1] is None for k in todo))
         writer = cache.writer("text") if cache is not None and todo else None
@@ -2000,7 +2036,12 @@ class TextBank:
         if then is not None and todo:
             then()
         t1 = time.perf_counter()
-        todo_rows = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
+        if known is not None and known[0] is tokens:
+            todo_rows = known[1][np.asarray(todo, dtype=np.int64)]
+        else:
+            todo_rows = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
+            if self.run_calls is not None and len(todo) == len(keys) and not self.enc.pad_needs_lengths:
+                self.run_calls.table_rows[(id(tokens), keys[0][1] if keys else None)] = (tokens, todo_rows)
         held = int(tokens.packed()[2][todo_rows].sum())
         if packs:  # planned while the image decoders start their work
             plan = self._plan(tokens, todo_rows, batch_size)
@@ -2902,6 +2943,23 @@ class ModelRun:
     @property
     def is_main(self):
         return self.rank == 0
+
+    def pairs(self, build):
+        """build(run) -> Pairs: the evaluation's published calls, registered through
+        run.bank.add_call. Built by a run's first model and adopted by the next ones of the same
+        process, records and shard (the calls depend on the records alone); each model gets
+        its own copies of the Pairs to score.
+        >>> inv, sens = run.score(*run.pairs(published_calls))
+        """
+        import copy
+        key = (build, self.records, self.rank, self.world)
+        if _LAST_CALLS and all(a is b for a, b in zip(_LAST_CALLS[0][:2], key[:2])) and _LAST_CALLS[0][2:] == key[2:]:
+            self.bank.adopt(_LAST_CALLS[1])
+        else:
+            pairs = build(self)
+            self.bank.run_calls = RunCalls(list(self.bank.calls), self.bank.n_slots, pairs)
+            _LAST_CALLS[:] = [key, self.bank.run_calls]
+        return [copy.copy(p) for p in self.bank.run_calls.pairs]
 
     def score(self, *pairs_list, text_cos=False):
         """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes."""

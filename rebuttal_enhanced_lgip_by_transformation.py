@@ -78,7 +78,7 @@ def strength_analysis(types, gaps, s, rec_idx):
     }
 
 
-def evaluate(run):
+def published_calls(run):
     bank = run.bank
     para, flips, combined = common.Pairs(), common.Pairs(), common.Pairs()
     for k in run.ok:
@@ -97,7 +97,11 @@ def evaluate(run):
                 flips.add(k, i, orig[i], bank.add_call(texts), texts, f[len("diff_caps_"):] or "all")
             for item in rec.get("combined_caps", {}).get(str(i), []):
                 combined.add(k, i, orig[i], bank.add_call([item["text"]]), [item["text"]], item["combined_type"])
-    para, flips, combined = run.score(para, flips, combined, text_cos=True)
+    return para, flips, combined
+
+
+def evaluate(run):
+    para, flips, combined = run.score(*run.pairs(published_calls), text_cos=True)  # (the pairs are built once per run)
     if not run.is_main:
         return None
     inv, kinds = np.abs(para.base_sim - para.sim), para.labels

@@ -37,7 +37,7 @@ def sensitivity(rec_idx, gaps):
     return common.add_ci(block, "pos_rate", rec_idx, gaps > 0, BOOTSTRAP, BOOTSTRAP_SEED)
 
 
-def evaluate(run):
+def published_calls(run):
     inv, flips = common.Pairs(), common.Pairs()
     for k in run.ok:
         rec = run.records[k][1]
@@ -47,7 +47,11 @@ def evaluate(run):
                 texts = common.caption_texts(rec, field, i)
                 pairs = inv if field == "same_caps" else flips
                 pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, field[len("diff_caps_"):])
-    inv, flips = run.score(inv, flips)
+    return inv, flips
+
+
+def evaluate(run):
+    inv, flips = run.score(*run.pairs(published_calls))  # (the pairs are built once per run)
     if not run.is_main:
         return None
     err, gaps = abs(inv.base_sim - inv.sim), flips.base_sim - flips.sim

@@ -29,17 +29,21 @@ WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_<m
 CONFIG = common.configure(globals())
 
 
-def evaluate(run):
-    records = run.records
+def published_calls(run):
     inv, sens = common.Pairs(), common.Pairs()
     for k in run.ok:
-        rec = records[k][1]
+        rec = run.records[k][1]
         orig = run.bank.add_call(rec["orig_captions"])  # the published calls: 5 originals, then per caption
         for i in range(len(rec["orig_captions"])):
             for field, pairs in (("same_caps", inv), ("diff_caps", sens)):
                 texts = common.caption_texts(rec, field, i)
                 pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, field)
-    inv, sens = run.score(inv, sens)
+    return inv, sens
+
+
+def evaluate(run):
+    records = run.records
+    inv, sens = run.score(*run.pairs(published_calls))  # (the pairs are built once per run)
     if not run.is_main:
         return None
     err, gaps = abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim
