@@ -2419,12 +2419,14 @@ class Pairs:
         return self
 
 
-def cosines(a, b, ia, ib, chunk=1 << 18):
+def cosines(a, b, ia, ib, chunk=None):
     """float64 array of cos(a[ia[k]], b[ib[k]]) for L2-normalised rows, computed in float32 on
-    the device the rows are on (a GPU run's embeddings stay there: 1.7M pairs at 40,000 images
-    took ~12 s on the host)."""
+    the device the rows are on (a GPU run's embeddings stay there: 1.5M pairs at 40,000 images
+    took ~12 s on the host). chunk: pairs per step; None: 4096 on the CPU (fits its caches:
+    2.5-5x faster than 262,144 at 768 dimensions, the same sums), 262,144 on a GPU."""
     import numpy as np
     import torch
+    chunk = chunk or (4096 if a.device.type == "cpu" else 1 << 18)
     b = b.to(a.device)
     ia = torch.from_numpy(np.asarray(ia, dtype=np.int64)).to(a.device)
     ib = torch.from_numpy(np.asarray(ib, dtype=np.int64)).to(a.device)
