@@ -157,10 +157,13 @@ def count_lines(path):
 
 
 @contextmanager
-def atomic_open(path, mode="w"):
+def atomic_open(path, mode="w", durable=True):
     """Write `path` through a temp file in the same folder, renamed into place on success.
 
     An exception or a kill mid-write leaves any previous file untouched and no partial one.
+    durable: the data reaches the disk before the rename (fsync), so a power loss cannot
+    leave a renamed but empty file either; files whose readers detect that (checksummed cache
+    chunks) skip it.
     """
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -170,7 +173,8 @@ def atomic_open(path, mode="w"):
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -2267,7 +2271,7 @@ class _ChunkWriter:
         emb = emb.cpu().numpy()
         keys = np.frombuffer(json.dumps(keys, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
         path = os.path.join(self.cache.dir, f"{self.kind}-{uuid.uuid4().hex}.npz")
-        with atomic_open(path, "wb") as f:
+        with atomic_open(path, "wb", durable=False) as f:  # (np.load checks the zip's CRCs: a chunk lost to a power cut is rebuilt)
             np.savez(f, emb=emb, keys=keys)
 
     def close(self):
