@@ -123,9 +123,17 @@ def unique_caption(c, r, n):
     return c if r == 0 else f"{n + 1} {c}"
 
 
-def make_records(work, n, seed):
-    """Images, base JSONL, and its perturbation by diff_gen_caption.py; returns the perturbed path."""
-    names = make_images(os.path.join(work, "images"), n, seed)
+def make_records(work, n, seed, placeholder_images=False):
+    """Images, base JSONL, and its perturbation by diff_gen_caption.py; returns the perturbed path.
+    placeholder_images: one-byte files instead of JPEGs, for passes that never decode them."""
+    if placeholder_images:
+        names = [f"{k + 1:012d}.jpg" for k in range(n)]
+        os.makedirs(os.path.join(work, "images"), exist_ok=True)
+        for name in names:
+            with open(os.path.join(work, "images", name), "wb") as f:
+                f.write(b"\xff")
+    else:
+        names = make_images(os.path.join(work, "images"), n, seed)
     demo = [rec for _, rec in common.iter_records(DEMO_JSONL)]
     base = os.path.join(work, "bench_base.jsonl")
     with common.atomic_open(base) as f:

@@ -3,6 +3,7 @@
 Tiny fixture models, 4 images, CPU. No timing is asserted: speed targets are measured by
 bench.py itself (BENCHMARKS.md), never by tests.
 """
+import glob
 import importlib
 import json
 import os
@@ -75,6 +76,11 @@ def test_bench_host_reports_cost_per_text(tmp_path):
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith("6 records, ") and " us per text" in line and "'lookup_and_tokenize'" in line
     assert "override: N_IMAGES = 6" in proc.stdout and proc.stdout.count("override:") == 3  # bench.py keeps its own
+    assert "6 records, " in proc.stdout.split("first model")[0] and "later model" in line
+    proc = run_script("bench_host.py", "--N_IMAGES=6", "--REPEATS=1", "--WIDTH=8", "--DTYPE=bf16", "--CACHE=True",
+                      f"--WORK_DIR={str(tmp_path / 'w2')!r}")
+    assert proc.stdout.count(" us per text") == 2
+    assert glob.glob(str(tmp_path / "w2" / "cache" / "*" / "text-*.npz"))  # (the last pass's cache, cold)
 
 
 def test_imported_script_keeps_its_defaults(monkeypatch):
