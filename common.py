@@ -1976,7 +1976,6 @@ class TextBank:
     def _keys(self, tokens):
         """Unique (text, padded length) keys and the slot -> key row map (the same for every
         model of a run that pads alike: made once for its RunCalls)."""
-        import numpy as np
         shared = self.run_calls is not None and not self.enc.pad_needs_lengths
         if shared and self.enc.pad_length(None) in self.run_calls.keys:
             return self.run_calls.keys[self.enc.pad_length(None)]
@@ -2430,11 +2429,12 @@ def cosines(a, b, ia, ib, chunk=None):
     2.5-5x faster than 262,144 at 768 dimensions, the same sums), 262,144 on a GPU."""
     import numpy as np
     import torch
-    chunk = chunk or (4096 if a.device.type == "cpu" else 1 << 18)
-    b = b.to(a.device)
-    ia = torch.from_numpy(np.asarray(ia, dtype=np.int64)).to(a.device)
-    ib = torch.from_numpy(np.asarray(ib, dtype=np.int64)).to(a.device)
-    out = torch.empty(len(ia), dtype=torch.float64, device=a.device)
+    device = a.device if a.device == b.device else torch.device("cpu")  # (a table the device had no room for)
+    a, b = a.to(device), b.to(device)
+    chunk = chunk or (4096 if device.type == "cpu" else 1 << 18)
+    ia = torch.from_numpy(np.asarray(ia, dtype=np.int64)).to(device)
+    ib = torch.from_numpy(np.asarray(ib, dtype=np.int64)).to(device)
+    out = torch.empty(len(ia), dtype=torch.float64, device=device)
     for s in range(0, len(ia), chunk):
         x = a[ia[s:s + chunk]].float()
         y = b[ib[s:s + chunk]].float()
@@ -2623,7 +2623,7 @@ class ScoreSidecar:
         if not groups:
             return []
         width = 1 + max(int(np.max(p.cap)) for _, p, _ in groups)
-        runs = []  # per group: {line key (record, caption): its JSON ', "group": [item, ...]'}
+        runs = []  # per group: (its line keys: record * width + caption, each line's JSON ', "group": [...]', each line's caption sim)
         for name, pairs, labels in groups:
             key = np.asarray(pairs.rec, dtype=np.int64) * width + np.asarray(pairs.cap, dtype=np.int64)
             order = np.argsort(key, kind="stable")  # (evaluations add pairs in record order: already sorted)
@@ -2919,9 +2919,9 @@ class ModelRun:
 
     Under torchrun each process takes every world-th record; `score` gathers the scored pairs
     on rank 0 in record order, so the metrics equal a single process's.
-    >>> run = ModelRun(spec, records, CONFIG)       # encodes this process's images
-    >>> pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, "para")  for k in run.ok
-    >>> inv, = run.score(inv)                       # None on ranks other than 0
+    >>> run = ModelRun(spec, records, CONFIG)       # loads the model
+    >>> inv, sens = run.pairs(published_calls)      # pairs.add(k, i, orig[i], run.bank.add_call(texts), ...) for k in run.ok
+    >>> inv, sens = run.score(inv, sens)            # encodes images and texts; None on ranks other than 0
     """
 
     def __init__(self, spec, records, config, enc=None, lookahead=None):
@@ -2958,13 +2958,13 @@ class ModelRun:
         >>> inv, sens = run.score(*run.pairs(published_calls))
         """
         import copy
-        key = (build, self.records, self.rank, self.world)
-        if _LAST_CALLS and all(a is b for a, b in zip(_LAST_CALLS[0][:2], key[:2])) and _LAST_CALLS[0][2:] == key[2:]:
+        last = _LAST_CALLS[0] if _LAST_CALLS else None
+        if last is not None and last[0] is build and last[1] is self.records and last[2:] == (self.rank, self.world):
             self.bank.adopt(_LAST_CALLS[1])
         else:
             pairs = build(self)
             self.bank.run_calls = RunCalls(list(self.bank.calls), self.bank.n_slots, pairs)
-            _LAST_CALLS[:] = [key, self.bank.run_calls]
+            _LAST_CALLS[:] = [(build, self.records, self.rank, self.world), self.bank.run_calls]
         return [copy.copy(p) for p in self.bank.run_calls.pairs]
 
     def score(self, *pairs_list, text_cos=False):
