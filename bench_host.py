@@ -2,9 +2,8 @@
 
 A fast GPU leaves the host as the bound: building pairs, de-duplicating and batching texts,
 gathering token ids, confidence intervals, the score file. This runs bench.py's project pass
-(run_lgip_multi.evaluate) with instant stand-ins for the model (zero embeddings of width 32:
-the tables and similarities are device work in a GPU run; prefix packs planned, not
-computed), the tokenizer (one id per word) and image decoding (a 4x4 image), so what is left is
+(run_lgip_multi.evaluate) with instant stand-ins for the model (zero embeddings; prefix packs
+planned, not computed), the tokenizer (one id per word) and image decoding (a 4x4 image), so what is left is
 the project's own Python and numpy, measurable without a GPU: as a run's first model (it
 tokenizes, builds the calls and pairs), then as a later one (it finds them made). WIDTH,
 DTYPE and CACHE make the stand-in's embeddings as wide, stored and cached as a real model's
