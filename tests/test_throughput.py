@@ -784,3 +784,31 @@ def test_models_of_a_run_share_its_calls_and_what_derives_from_them(tmp_path, mo
     other = list(records)  # other records: built again
     run_lgip_multi.evaluate(common.ModelRun(twin, other, config))
     assert len(built) == 3
+
+
+def test_fast_clip_encode_gives_open_clips_ids():
+    """The fast path (plain ASCII skips ftfy and html.unescape; word ids kept) equals
+    SimpleTokenizer.encode on random texts, plain or not; other texts take encode itself."""
+    import random
+    import open_clip
+    tokenizer = open_clip.tokenizer.SimpleTokenizer()
+    fast = common._fast_clip_encode(tokenizer)
+    rng = random.Random(0)
+    plain = "".join(chr(c) for c in range(0x20, 0x7f) if chr(c) != "&")
+    words = ["a", "photo", "of", "Dog", "DOGS", "isn't", "<end_of_text>", "<start_of_text>", "10:45", "x" * 40]
+    texts = []
+    for _ in range(3000):
+        parts = [rng.choice(words) if rng.random() < 0.5 else "".join(rng.choice(plain) for _ in range(rng.randint(0, 12)))
+                 for _ in range(rng.randint(0, 8))]
+        texts.append((rng.choice([" ", "  ", ""])).join(parts))
+    others = ["a &amp; b", "caf\u00e9 &lt;3", "tab\there", "new\nline", "cr\r\nlf", "\u201cquoted\u201d", "\x1b[31mred",
+              "ﬁne ligature", "ｆｕｌｌ width", "mojibake Ã©", "nul\x00byte", "  &  ", "&#39;s"]
+    assert [fast(t) for t in texts + others] == [tokenizer.encode(t) for t in texts + others]
+    calls = []
+    real = tokenizer.encode
+    tokenizer.encode = lambda t: calls.append(t) or real(t)
+    fast("A plain caption, as COCO's mostly are.")
+    fast("caf\u00e9")
+    assert calls == ["caf\u00e9"]
+    other = open_clip.tokenizer.SimpleTokenizer(clean="whitespace")
+    assert common._fast_clip_encode(other) is None  # another cleaning: encode itself
