@@ -54,6 +54,7 @@ RESULTS_JSON = "auto"  # results file, rewritten after every model ("complete": 
 SEED = 0  # int: seed of the synthetic images and of the random-init weights
 PREFIX_PACKS = True  # True, or False: CLIP-family texts in exact-length batches instead of prefix packs (to measure what the packs buy on a device)
 LOOKAHEAD = True  # True, or False: the at-scale sequence without common.Lookahead (each model tokenizes and decodes for itself, as before 2026-11-23 11:00 UTC)
+PROFILE = None  # None, a model name of the at-scale sequence (e.g. "bench_ViT-B-16", "siglip-large-patch16-384"), or "all": its at-scale pass runs under torch.profiler, which prints and saves (row "scale" -> "profile") how long the device was busy against the pass's wall time, and the top operations; the profiler's own overhead is then in that pass's time
 PROJECT_IMAGES = 40000  # int: images of the real job the projection is for
 PROJECT_CAPTIONS = 5  # float: captions per image in the real job (COCO: 5)
 PROJECT_PARAPHRASES = 6.0  # float: paraphrases per caption in the real job (diff_gen_caption keeps up to 6)
@@ -342,7 +343,10 @@ def at_scale_sequence(runs, scale):
                               "auto") if LOOKAHEAD else None)
     try:
         for row, spec, enc in runs:
-            res = project_pass(enc, spec, s_records, config, fresh=False, lookahead=ahead)
+            with profiled(PROFILE in ("all", row["name"]), enc.device) as prof:
+                res = project_pass(enc, spec, s_records, config, fresh=False, lookahead=ahead)
+            if prof:
+                res["profile"] = profile_summary(prof, res["total_s"])
             row["scale"] = dict(rates(res, s_counts), images=s_counts["images"], texts=s_counts["texts"])
             row["speedup_at_scale"] = row["published"]["s_per_record"] / row["scale"]["s_per_record"]
             yield row
@@ -351,6 +355,42 @@ def at_scale_sequence(runs, scale):
             ahead.close()
         common.swap_process_state(saved)
         shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def profiled(on, device):
+    """torch.profiler over the block when `on` (CPU operations, and the GPU's kernels on CUDA), else None."""
+    if not on:
+        yield None
+        return
+    import torch
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if str(device).startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        yield prof
+
+
+def profile_summary(prof, wall_s, top=12):
+    """{device_busy_s: the union of the device's kernel times (None on the CPU), device_busy_share
+    of the pass's wall time, top: the operations with the most time (device time on a GPU, own
+    CPU time else) as [name, ms, calls]}: where a pass's time goes, and how long the GPU idled."""
+    import torch
+    events = prof.events()
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    busy, end = 0.0, float("-inf")
+    for start, stop in spans:  # union of the intervals (us)
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    on_gpu = bool(spans)
+    key = "device_time_total" if on_gpu else "self_cpu_time_total"
+    ops = sorted(prof.key_averages(), key=lambda a: getattr(a, key, 0) or getattr(a, "cuda_time_total", 0), reverse=True)
+    return {"device_busy_s": round(busy / 1e6, 3) if on_gpu else None,
+            "device_busy_share": round(busy / 1e6 / wall_s, 3) if on_gpu and wall_s > 0 else None,
+            "top": [[a.key, round((getattr(a, key, 0) or getattr(a, "cuda_time_total", 0)) / 1e3, 2), a.count]
+                    for a in ops[:top]]}
 
 
 def published_pass(pub, records, image_root):
@@ -523,6 +563,10 @@ def print_at_scale(row):
     print(f"{row['name']}: at scale, project alone on {r['images']} images (cache on, cold; model of one run): "
           f"{r['total_s']:.2f} s  {r['images_per_s']:.1f} images/s  {r['texts_per_s']:.0f} texts/s")
     print(f"  phases, s: {r['seconds_by_phase']}; images: {r['image_sources']}; done ahead: {r['lookahead']}")
+    if r.get("profile"):
+        p = r["profile"]
+        print(f"  profile: device busy {p['device_busy_s']} s ({p['device_busy_share']} of the pass); top: "
+              + "; ".join(f"{name} {ms:.1f} ms x{n}" for name, ms, n in p["top"]))
     print(f"  speed-up at scale (per record: published-style {row['published']['s_per_record']:.4f} s, "
           f"project {r['s_per_record']:.4f} s): {row['speedup_at_scale']:.1f}x", flush=True)
 

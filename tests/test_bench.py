@@ -20,7 +20,7 @@ def test_bench_runs_and_paths_agree(tmp_path):
     # SigLIP compared under the reference protocol: the published padding (longest text per call).
     proc = run_script("bench.py", f"--MODEL={OPENCLIP_TINY!r}", f"--ARCHS={[SIGLIP_TINY]!r}", "--N_IMAGES=4",
                       "--SCALE_IMAGES=3", "--PROTOCOL=reference", "--DEVICE=cpu", "--NUM_WORKERS=0", f"--WORK_DIR={str(tmp_path / 'work')!r}",
-                      f"--RESULTS_JSON={str(results)!r}")
+                      f"--RESULTS_JSON={str(results)!r}", "--PROFILE='tiny_siglip'")
     out = proc.stdout
     assert out.count("speed-up project vs published-style:") == 2
     assert "cache speed-up warm vs cold:" in out
@@ -45,6 +45,10 @@ def test_bench_runs_and_paths_agree(tmp_path):
             assert row[path]["images_per_s"] > 0 and row[path]["texts_per_s"] > 0
         assert row["scale"]["records"] == 3 and row["speedup_at_scale"] > 0
     assert data["results"][1]["scale"]["image_sources"]["decoded"] == 3  # another geometry
+    profile = data["results"][1]["scale"]["profile"]  # PROFILE: that model's pass only; on the CPU no device time
+    assert "profile" not in data["results"][0]["scale"] and profile["device_busy_s"] is None
+    assert len(profile["top"]) == 12 and all(ms >= 0 and calls >= 1 for _, ms, calls in profile["top"])
+    assert "  profile: device busy None s" in out
     cache = data["results"][0]["cache"]
     assert cache["same_metrics"] and cache["warm_texts_encoded"] == 0
     assert cache["warm_hits"]["image_hits"] == 4 and cache["warm_hits"]["text_hits"] > 0
