@@ -1962,8 +1962,8 @@ class RunCalls:
 
     def __init__(self, calls, n_slots, pairs):
         self.calls, self.n_slots, self.pairs = calls, n_slots, pairs
-        self.keys = {}  # padding -> (keys, slot -> key row), for models whose padding is fixed
-        self.table_rows = {}  # (id(token table), padding) -> (the table, each key's row in it)
+        self.keys = {}  # TextBank._padding() -> (keys, slot -> key row)
+        self.table_rows = {}  # (id(token table), TextBank._padding()) -> (the table, each key's row in it)
 
 
 class TextBank:
@@ -2014,16 +2014,28 @@ class TextBank:
         """Take a RunCalls' calls as this bank's (made for another model of the run)."""
         self.calls, self.n_slots, self.run_calls = list(run_calls.calls), run_calls.n_slots, run_calls
 
+    def _padding(self):
+        """What a text's padding depends on: one length for all, or (published SigLIP) the token
+        lengths of its call under this tokenizer; None when that cannot be shared."""
+        if not self.enc.pad_needs_lengths:
+            return "fixed", self.enc.pad_length(None)
+        return ("lengths", self.enc.tokenizer_key) if self.enc.tokenizer_key is not None else None
+
     def _keys(self, tokens):
-        """Unique (text, padded length) keys and the slot -> key row map (the same for every
-        model of a run that pads alike: made once for its RunCalls)."""
-        shared = self.run_calls is not None and not self.enc.pad_needs_lengths
-        if shared and self.enc.pad_length(None) in self.run_calls.keys:
-            return self.run_calls.keys[self.enc.pad_length(None)]
+        """(unique (text, padded length) keys, the slot -> key row map, seconds forking
+        tokenizers). The same for every model of a run that pads alike: made once for its
+        RunCalls (a call padded to its longest text needs its texts tokenized first)."""
+        padding = self._padding()
+        shared = self.run_calls is not None and padding is not None
+        if shared and padding in self.run_calls.keys:
+            return (*self.run_calls.keys[padding], 0.0)
+        forks = 0.0
+        if self.enc.pad_needs_lengths:  # published SigLIP padding: the call's longest text
+            forks = self._tokenize((t for _, texts in self.calls for t in texts), tokens)
         keys, rows = self._make_keys(tokens)
         if shared:
-            self.run_calls.keys[self.enc.pad_length(None)] = keys, rows
-        return keys, rows
+            self.run_calls.keys[padding] = keys, rows
+        return keys, rows, forks
 
     def _make_keys(self, tokens):
         import numpy as np
@@ -2052,10 +2064,7 @@ class TextBank:
         key = self.enc.tokenizer_key
         tokens = shared_token_table(key) if key is not None else TokenTable()
         t0 = time.perf_counter()
-        forks = 0.0
-        if self.enc.pad_needs_lengths:  # published SigLIP padding: the call's longest text
-            forks += self._tokenize((t for _, texts in self.calls for t in texts), tokens)
-        keys, rows = self._keys(tokens)
+        keys, rows, forks = self._keys(tokens)
         out = _Rows(len(keys), 0.0, self.enc.device, self.enc.storage_dtype)
         todo = list(range(len(keys)))
         if cache is not None:
@@ -2067,7 +2076,7 @@ class TextBank:
             todo = [k for k in todo if k not in hits]
         # Rows of every key in the token table: known when another model of the run with this
         # table and padding had them (nothing to tokenize or look up), else found after tokenizing.
-        known = self.run_calls.table_rows.get((id(tokens), keys[0][1] if keys else None)) if self.run_calls else None
+        known = self.run_calls.table_rows.get((id(tokens), self._padding())) if self.run_calls else None
         if known is None or known[0] is not tokens:
             forks += self._tokenize((keys[k][0] for k in todo), tokens)
         packs = (PACK_NODES > 0 and self.enc.encode_packs is not None and bool(todo)
@@ -2084,8 +2093,8 @@ class TextBank:
             todo_rows = known[1][np.asarray(todo, dtype=np.int64)]
         else:
             todo_rows = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
-            if self.run_calls is not None and len(todo) == len(keys) and not self.enc.pad_needs_lengths:
-                self.run_calls.table_rows[(id(tokens), keys[0][1] if keys else None)] = (tokens, todo_rows)
+            if self.run_calls is not None and len(todo) == len(keys) and self._padding() is not None:
+                self.run_calls.table_rows[(id(tokens), self._padding())] = (tokens, todo_rows)
         held = int(tokens.packed()[2][todo_rows].sum())
         if packs:  # planned while the image decoders start their work
             plan = self._plan(tokens, todo_rows, batch_size)

@@ -753,32 +753,38 @@ def test_embeddings_stay_on_the_gpu_and_score_as_on_the_cpu(tmp_path):
             assert cached[key] == gpu[key]
 
 
-def test_models_of_a_run_share_its_calls_and_what_derives_from_them(tmp_path, monkeypatch):
+@pytest.mark.parametrize("family,protocol", [("openclip", "corrected"), ("siglip", "reference")])
+def test_models_of_a_run_share_its_calls_and_what_derives_from_them(tmp_path, monkeypatch, family, protocol):
     """The second model of a run adopts the first's calls and pairs (built once), its keys and
-    token-table rows (no tokenizing, no lookups): the same metrics as a run of its own."""
+    token-table rows (no tokenizing, no lookups): the same metrics as a run of its own. Also
+    for the published SigLIP padding (each call to its longest text), shared by the models of
+    one tokenizer."""
     import shutil
     import run_lgip_multi
-    from conftest import REFERENCE
+    from conftest import REFERENCE, SIGLIP_TINY
+    spec = OPENCLIP_TINY if family == "openclip" else SIGLIP_TINY
     jsonl = tmp_path / "fixture_with_perturb.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), jsonl)
     monkeypatch.setattr(run_lgip_multi, "JSONL_PATH", str(jsonl))
-    config = {"JSONL_PATH": str(jsonl), "IMAGE_ROOT": FIXTURES, "PROTOCOL": "corrected", "DEVICE": "cpu",
+    config = {"JSONL_PATH": str(jsonl), "IMAGE_ROOT": FIXTURES, "PROTOCOL": protocol, "DEVICE": "cpu",
               "DTYPE": "fp32", "IMAGE_BATCH_SIZE": 4, "TEXT_BATCH_SIZE": 16, "NUM_WORKERS": 0, "CACHE_DIR": None}
     records = common.load_records(str(jsonl), ("same_caps", "diff_caps"))
-    twin = dict(OPENCLIP_TINY, name="twin")
+    twin = dict(spec, name="twin")
     built, tokenized = [], []
     real_build, real_tokenize = run_lgip_multi.published_calls, common.TextBank._tokenize
     monkeypatch.setattr(run_lgip_multi, "published_calls", lambda run: built.append(1) or real_build(run))
     monkeypatch.setattr(common.TextBank, "_tokenize", lambda self, *a: tokenized.append(1) or real_tokenize(self, *a))
-    first = common.ModelRun(OPENCLIP_TINY, records, config)
+    first = common.ModelRun(spec, records, config)
     m1 = run_lgip_multi.evaluate(first)
+    n_first = len(tokenized)
     second = common.ModelRun(twin, records, config)
     m2 = run_lgip_multi.evaluate(second)
-    assert len(built) == 1 and len(tokenized) == 1 and second.bank.run_calls is first.bank.run_calls
-    assert second.bank.calls == first.bank.calls and list(first.bank.run_calls.keys) == [None]
+    assert len(built) == 1 and len(tokenized) == n_first and second.bank.run_calls is first.bank.run_calls
+    padding = ("fixed", None) if family == "openclip" else ("lengths", first.enc.tokenizer_key)
+    assert second.bank.calls == first.bank.calls and list(first.bank.run_calls.keys) == [padding]
     common.swap_process_state()  # a fresh process: the twin alone builds and tokenizes for itself
     alone = run_lgip_multi.evaluate(common.ModelRun(twin, records, config))
-    assert len(built) == 2 and len(tokenized) == 2
+    assert len(built) == 2 and len(tokenized) == 2 * n_first
     for key in ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate", "num_invariance_pairs"):
         assert m2[key] == alone[key] and m1[key] == alone[key]  # (the twin has the same random-init weights)
     other = list(records)  # other records: built again
