@@ -2076,7 +2076,8 @@ class TextBank:
             todo = [k for k in todo if k not in hits]
         # Rows of every key in the token table: known when another model of the run with this
         # table and padding had them (nothing to tokenize or look up), else found after tokenizing.
-        known = self.run_calls.table_rows.get((id(tokens), self._padding())) if self.run_calls else None
+        padding = self._padding()
+        known = self.run_calls.table_rows.get((id(tokens), padding)) if self.run_calls else None
         if known is None or known[0] is not tokens:
             forks += self._tokenize((keys[k][0] for k in todo), tokens)
         packs = (PACK_NODES > 0 and self.enc.encode_packs is not None and bool(todo)
@@ -2093,8 +2094,8 @@ class TextBank:
             todo_rows = known[1][np.asarray(todo, dtype=np.int64)]
         else:
             todo_rows = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
-            if self.run_calls is not None and len(todo) == len(keys) and self._padding() is not None:
-                self.run_calls.table_rows[(id(tokens), self._padding())] = (tokens, todo_rows)
+            if self.run_calls is not None and len(todo) == len(keys) and padding is not None:
+                self.run_calls.table_rows[(id(tokens), padding)] = (tokens, todo_rows)
         held = int(tokens.packed()[2][todo_rows].sum())
         if packs:  # planned while the image decoders start their work
             plan = self._plan(tokens, todo_rows, batch_size)
