@@ -2661,11 +2661,10 @@ class ScoreSidecar:
     @staticmethod
     def _items(pairs, labels):
         """The JSON text of each pair's item: {"text", "sim", *labels}."""
-        items = ['{"text": ' + t + ', "sim": ' + x for t, x in zip(_json_values(pairs.text), _json_values(_rounded(pairs.sim)))]
-        for name, values in labels.items():
-            sep = ", " + _json_values([name])[0] + ": "
-            items = [a + sep + b for a, b in zip(items, _json_values(values))]
-        return [a + "}" for a in items]
+        names = _json_values(["text", "sim", *labels])
+        form = "{" + ", ".join(name.replace("%", "%%") + ": %s" for name in names) + "}"
+        columns = [_json_values(pairs.text), _json_values(_rounded(pairs.sim)), *map(_json_values, labels.values())]
+        return [form % item for item in zip(*columns)]
 
     def lines(self):
         """The file's lines, in order."""
