@@ -2682,10 +2682,10 @@ class ScoreSidecar:
                 items = [items[j] for j in order.tolist()]
             key = key[order]
             starts = np.flatnonzero(np.diff(key, prepend=-1))
+            stops = np.append(starts[1:], len(key))
             head = ", " + _json_values([name])[0] + ": ["
-            texts = [head + ", ".join(items[a:b]) + "]" for a, b in zip(starts.tolist(), np.append(starts[1:], len(key)).tolist())]
-            last = np.append(starts[1:], len(key)) - 1
-            runs.append((key[starts], texts, np.asarray(pairs.base_sim, dtype=np.float64)[order][last]))
+            texts = [head + ", ".join(items[a:b]) + "]" for a, b in zip(starts.tolist(), stops.tolist())]
+            runs.append((key[starts], texts, np.asarray(pairs.base_sim, dtype=np.float64)[order][stops - 1]))
         keys = np.unique(np.concatenate([k for k, _, _ in runs]))
         columns, sim = [], np.zeros(len(keys))
         for k, texts, base in runs:
