@@ -14,6 +14,7 @@ import ast
 import functools
 import itertools
 import json
+import operator
 import os
 import platform
 import random
@@ -1268,11 +1269,12 @@ def install_token_table(key, table):
 
 
 def forget_token_tables():
-    """Drop the shared TokenTables, the last prefix plan and the last run's calls (a fresh
-    process's state: bench.py times tokenizing and building the pairs too)."""
+    """Drop the shared TokenTables, the last prefix plan, the last run's calls and score-file
+    layout (a fresh process's state: bench.py times tokenizing and building the pairs too)."""
     _TOKEN_TABLES.clear()
     _LAST_PLAN.clear()
     _LAST_CALLS.clear()
+    _SCORE_LAYOUT.clear()
 
 
 # ---------------------------------------------------------------------------
@@ -1535,16 +1537,17 @@ def forget_pixels():
 
 def swap_process_state(state=None):
     """What one process keeps across its models (shared token tables, the last prefix plan,
-    the last run's calls and pairs, remembered pixels), taken out and replaced by `state` (None: empty, a fresh process's):
+    the last run's calls and pairs and score-file layout, remembered pixels), taken out and replaced by `state` (None: empty, a fresh process's):
     bench.py runs passes of one simulated run between passes that must start fresh."""
     old = {"token_tables": dict(_TOKEN_TABLES), "plan": list(_LAST_PLAN), "calls": list(_LAST_CALLS),
-           "pixels": list(_PIXEL_MEMORY)}
-    state = state or {"token_tables": {}, "plan": [], "calls": [], "pixels": []}
+           "pixels": list(_PIXEL_MEMORY), "score_layout": list(_SCORE_LAYOUT)}
+    state = state or {"token_tables": {}, "plan": [], "calls": [], "pixels": [], "score_layout": []}
     _TOKEN_TABLES.clear()
     _TOKEN_TABLES.update(state["token_tables"])
     _LAST_PLAN[:] = state["plan"]
     _LAST_CALLS[:] = state["calls"]
     _PIXEL_MEMORY[:] = state["pixels"]
+    _SCORE_LAYOUT[:] = state["score_layout"]
     return old
 
 
@@ -2634,6 +2637,78 @@ def _rounded(values, digits=6):
     return [round(v, digits) for v in map(float, values.tolist() if hasattr(values, "tolist") else values)]
 
 
+_SCORE_LAYOUT = []  # [what it was made from, _ScoreLayout]: the last score file's layout, for the run's next model
+
+
+class _ScoreLayout:
+    """A score file's text with the similarities left out: `pieces`, [text before, similarity,
+    text after] per similarity, whose similarities come from `src` in the groups' [base_sim,
+    sim, ...] values. It depends on the records and the pairs alone, which every model of a run shares,
+    so the run's later models only round, format and place their similarities (40,000 images:
+    1.2M of the file's 1.9M strings are texts and labels, the same for every model).
+    >>> layout = _ScoreLayout(records, groups); text = layout.text(groups)
+    """
+
+    def __init__(self, records, groups):
+        import numpy as np
+        width = 1 + max(int(np.max(p.cap)) for _, p, _ in groups)
+        keys, subs, positions, srcs, befores, afters = [], [], [], [], [], []
+        line_keys, line_src, offset = [], [], 0  # per group: its lines, and the value each would give its caption's "sim"
+        for g, (name, pairs, labels) in enumerate(groups):
+            n = len(pairs)
+            key = np.asarray(pairs.rec, dtype=np.int64) * width + np.asarray(pairs.cap, dtype=np.int64)
+            order = np.argsort(key, kind="stable")  # (evaluations add pairs in record order: already sorted)
+            key = key[order]
+            first = np.diff(key, prepend=-1) != 0
+            last = np.append(key[1:] != key[:-1], True)
+            line_keys.append(key[first])
+            line_src.append(offset + order[last])  # a caption's "sim": the base_sim of its last pair added
+            head = ", " + _json_values([name])[0] + ": ["
+            label_names = _json_values(list(labels))
+            columns = [_json_values(pairs.text), *map(_json_values, labels.values())]
+            order_list = order.tolist()
+            texts = columns[0]
+            before = [(head if f else ", ") + '{"text": ' + texts[j] + ', "sim": ' for j, f in zip(order_list, first.tolist())]
+            if labels:
+                form = "".join(", " + nm.replace("%", "%%") + ": %s" for nm in label_names) + "}"
+                tails = [form % item for item in zip(*columns[1:])]
+                after = [tails[j] + "]" if e else tails[j] for j, e in zip(order_list, last.tolist())]
+            else:
+                after = ["}]" if e else "}" for e in last.tolist()]
+            keys.append(key), subs.append(np.full(n, g)), positions.append(np.arange(n))
+            srcs.append(offset + n + order), befores.append(before), afters.append(after)
+            offset += 2 * n
+        lines = np.unique(np.concatenate(line_keys))
+        sim_src = np.zeros(len(lines), dtype=np.int64)
+        for k, src in zip(line_keys, line_src):
+            sim_src[np.searchsorted(lines, k)] = src  # (a later group's caption sim wins, as the groups were added)
+        recs = [records[k] for k in (lines // width).tolist()]
+        caps = (lines % width).tolist()
+        heads = zip(_json_values([line for line, _ in recs]), _json_values([r.get("image_id") for _, r in recs]),
+                    _json_values([r["image_path"] for _, r in recs]), caps,
+                    _json_values([r["orig_captions"][i] for (_, r), i in zip(recs, caps)]))
+        keys.insert(0, lines), subs.insert(0, np.full(len(lines), -1)), positions.insert(0, np.zeros(len(lines), dtype=np.int64))
+        srcs.insert(0, sim_src), afters.insert(0, [""] * len(lines))
+        befores.insert(0, [f'{{"line": {line}, "image_id": {image_id}, "image_path": {path}, "caption_index": {i}, '
+                           f'"caption": {caption}, "sim": ' for line, image_id, path, i, caption in heads])
+        key = np.concatenate(keys)
+        slot = np.lexsort((np.concatenate(positions), np.concatenate(subs), key))  # per line: its sim, then each group's items
+        self.src = np.concatenate(srcs)[slot]
+        before, after = list(itertools.chain.from_iterable(befores)), list(itertools.chain.from_iterable(afters))
+        for j in slot[np.append(key[slot][1:] != key[slot][:-1], True)].tolist():
+            after[j] += "}\n"  # (the line's last item)
+        take = operator.itemgetter(*slot.tolist()) if len(slot) > 1 else lambda seq: (seq[int(slot[0])],)
+        self.pieces = [None] * (3 * len(slot))  # [before, similarity, after] per place
+        self.pieces[0::3], self.pieces[2::3] = take(before), take(after)
+
+    def text(self, groups):
+        """The file's text, with these groups' similarities."""
+        import numpy as np
+        values = np.concatenate([np.asarray(x, dtype=np.float64) for _, p, _ in groups for x in (p.base_sim, p.sim)])
+        self.pieces[1::3] = _json_values(_rounded(values[self.src]))
+        return "".join(self.pieces)
+
+
 class ScoreSidecar:
     """Per record and caption: the caption's similarity and each paraphrase's, flip's (and
     combined text's) similarity, written as one JSON line per caption next to the metrics.
@@ -2641,9 +2716,10 @@ class ScoreSidecar:
     Line format: {"line", "image_id", "image_path", "caption_index", "caption", "sim",
                   "paraphrases": [{"text", "sim", ...}], "flips": [{"text", "sim", "type"}], ...}
     Similarities are rounded to 6 decimals; lines are in (record, caption) order, a line's
-    groups in the order they were added, each group's items in pair order. The JSON is made a
+    groups in the order they were added, each group's items in pair order. The text is made a
     column at a time (~1.4M pairs at 40,000 images: a dict per pair, dumped line by line, took
-    ~6 s per model while the GPU waited).
+    ~6 s per model while the GPU waited), and all but the similarities once per run
+    (_ScoreLayout: the run's models score the same pairs, and label them alike).
     >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.write(path)
     """
 
@@ -2658,56 +2734,33 @@ class ScoreSidecar:
             raise ValueError(f"score group {group!r} added twice: add all its pairs in one call")
         self.groups.append((group, pairs, labels))
 
-    @staticmethod
-    def _items(pairs, labels):
-        """The JSON text of each pair's item: {"text", "sim", *labels}."""
-        names = _json_values(["text", "sim", *labels])
-        form = "{" + ", ".join(name.replace("%", "%%") + ": %s" for name in names) + "}"
-        columns = [_json_values(pairs.text), _json_values(_rounded(pairs.sim)), *map(_json_values, labels.values())]
-        return [form % item for item in zip(*columns)]
+    def _layout(self, groups):
+        """The layout of these groups: the last one made, when made from the same records, pair
+        lists (the run's models share them: ModelRun.pairs) and labels."""
+        made_from = [self.records, [(name, p.rec, p.cap, p.text, len(p), list(labels),
+                                     [v.tolist() if hasattr(v, "tolist") else list(v) for v in labels.values()])
+                                    for name, p, labels in groups]]
+        if _SCORE_LAYOUT:
+            last = _SCORE_LAYOUT[0]
+            if last[0] is made_from[0] and len(last[1]) == len(made_from[1]) and all(
+                    a[0] == b[0] and all(x is y for x, y in zip(a[1:4], b[1:4])) and a[4:] == b[4:]
+                    for a, b in zip(last[1], made_from[1])):
+                return _SCORE_LAYOUT[1]
+        _SCORE_LAYOUT[:] = [made_from, _ScoreLayout(self.records, groups)]
+        return _SCORE_LAYOUT[1]
+
+    def text(self):
+        """The file's text."""
+        groups = [(g, p, labels) for g, p, labels in self.groups if len(p)]
+        return self._layout(groups).text(groups) if groups else ""
 
     def lines(self):
-        """The file's lines, in order."""
-        import numpy as np
-        groups = [(g, p, labels) for g, p, labels in self.groups if len(p)]
-        if not groups:
-            return []
-        width = 1 + max(int(np.max(p.cap)) for _, p, _ in groups)
-        runs = []  # per group: (its line keys: record * width + caption, each line's JSON ', "group": [...]', each line's caption sim)
-        for name, pairs, labels in groups:
-            key = np.asarray(pairs.rec, dtype=np.int64) * width + np.asarray(pairs.cap, dtype=np.int64)
-            order = np.argsort(key, kind="stable")  # (evaluations add pairs in record order: already sorted)
-            items = self._items(pairs, labels)
-            if np.any(np.diff(order) != 1):
-                items = [items[j] for j in order.tolist()]
-            key = key[order]
-            starts = np.flatnonzero(np.diff(key, prepend=-1))
-            stops = np.append(starts[1:], len(key))
-            head = ", " + _json_values([name])[0] + ": ["
-            texts = [head + ", ".join(items[a:b]) + "]" for a, b in zip(starts.tolist(), stops.tolist())]
-            runs.append((key[starts], texts, np.asarray(pairs.base_sim, dtype=np.float64)[order][stops - 1]))
-        keys = np.unique(np.concatenate([k for k, _, _ in runs]))
-        columns, sim = [], np.zeros(len(keys))
-        for k, texts, base in runs:
-            at = np.searchsorted(keys, k)
-            column = [""] * len(keys)
-            for j, text in zip(at.tolist(), texts):
-                column[j] = text
-            columns.append(column)
-            sim[at] = base  # the caption's "sim": that of its last pair added
-        recs = [self.records[k] for k in (keys // width).tolist()]
-        caps = (keys % width).tolist()
-        heads = zip(_json_values([line for line, _ in recs]), _json_values([r.get("image_id") for _, r in recs]),
-                    _json_values([r["image_path"] for _, r in recs]), caps,
-                    _json_values([r["orig_captions"][i] for (_, r), i in zip(recs, caps)]),
-                    _json_values(_rounded(sim)), *columns)
-        return [f'{{"line": {line}, "image_id": {image_id}, "image_path": {path}, "caption_index": {i}, '
-                f'"caption": {caption}, "sim": {s}' + "".join(groups_text) + "}\n"
-                for line, image_id, path, i, caption, s, *groups_text in heads]
+        """The file's lines, in order (JSON escapes a newline inside a string: each ends one)."""
+        return [line + "\n" for line in self.text().split("\n")[:-1]]
 
     def write(self, path):
         with atomic_open(path) as f:
-            f.writelines(self.lines())
+            f.write(self.text())
         return path
 
 

@@ -138,8 +138,8 @@ class _DictSidecar:
         return [common.dump_jsonl_line(self.rows[key]) for key in sorted(self.rows)]
 
 
-def test_score_file_lines_equal_one_dict_per_caption(tmp_path):
-    rng = np.random.default_rng(0)
+def _score_groups(rng):
+    """Records and three scored groups: out of record order, quotes, non-ASCII, NaN, None labels."""
     records = [(k + 3, {"image_id": k if k % 3 else f"id-{k}", "image_path": f"images/{k}.jpg",
                         "orig_captions": [f'caption {k}.{i} "quoted" \\ café ☃' for i in range(5)]}) for k in range(60)]
     para, flips, combined = common.Pairs(), common.Pairs(), common.Pairs()
@@ -160,6 +160,11 @@ def test_score_file_lines_equal_one_dict_per_caption(tmp_path):
     para.sim[:3] = [np.nan, np.inf, -0.0]
     flip_types = [None if n % 3 == 0 else "color" for n in range(len(flips))]
     strength = np.round(rng.random(len(combined)), 6)
+    return records, para, flips, combined, flip_types, strength
+
+
+def test_score_file_lines_equal_one_dict_per_caption(tmp_path):
+    records, para, flips, combined, flip_types, strength = _score_groups(np.random.default_rng(0))
     files = []
     for sidecar in (_DictSidecar(records), common.ScoreSidecar(records)):
         sidecar.add("paraphrases", para, kind=para.label)
@@ -185,3 +190,39 @@ def test_pairs_need_a_slot_per_text():
         [4, 4], [1, 1], [9, 9], [10, 11], ["a", "b"], ["same_caps"] * 2)
     with pytest.raises(ValueError, match="2 slots for 3 texts"):
         pairs.add(4, 1, 9, [10, 11], ["a", "b", "c"], "same_caps")
+
+
+def _rescored(pairs, rng):
+    """A later model's copy of the pairs (ModelRun.pairs: the same lists), with its own similarities."""
+    import copy
+    out = copy.copy(pairs)
+    base = {}
+    out.base_sim = np.array([base.setdefault(key, rng.normal()) for key in zip(pairs.rec, pairs.cap)])
+    out.sim = rng.normal(size=len(pairs))
+    return out
+
+
+def test_later_models_score_files_reuse_the_layout_and_equal_a_fresh_one():
+    rng = np.random.default_rng(5)
+    records, para, flips, combined, flip_types, strength = _score_groups(rng)
+    common._SCORE_LAYOUT.clear()
+    layouts = []
+    for model in range(4):  # a run's models: the same pair lists and labels, new similarities
+        p, f, c = (_rescored(x, rng) for x in (para, flips, combined))
+        labels = flip_types if model != 2 else ["number"] * len(flips)  # changed labels: a layout of their own
+        files = []
+        for sidecar in (_DictSidecar(records), common.ScoreSidecar(records)):
+            sidecar.add("paraphrases", p, kind=p.label)
+            sidecar.add("flips", f, type=labels)
+            sidecar.add("combined", c, strength=strength)
+            files.append(list(sidecar.lines()))
+        assert files[0] == files[1]
+        layouts.append(common._SCORE_LAYOUT[1])
+    assert layouts[1] is layouts[0] and layouts[2] is not layouts[0] and layouts[3] is not layouts[2]
+    sub = flips.subset(list(range(0, len(flips), 2)))  # (a model whose failed images dropped pairs: other lists)
+    sub.base_sim, sub.sim = rng.normal(size=len(sub)), rng.normal(size=len(sub))
+    files = []
+    for sidecar in (_DictSidecar(records), common.ScoreSidecar(records)):
+        sidecar.add("flips", sub, type=sub.label)
+        files.append(list(sidecar.lines()))
+    assert files[0] == files[1] and common._SCORE_LAYOUT[1] not in layouts
