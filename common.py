@@ -2640,6 +2640,26 @@ def _rounded(values, digits=6):
 _SCORE_LAYOUT = []  # [what it was made from, _ScoreLayout]: the last score file's layout, for the run's next model
 
 
+def _rounded_json(values):
+    """_json_values(_rounded(values)) at twice its speed: "%.6f" gives round(v, 6)'s correctly
+    rounded digits, and for 2e-4 <= |v| < 0.99 the shortest repr of that rounded double is those
+    digits without trailing zeros (any shorter decimal is another multiple of 1e-6, ~1e10 ulps
+    away); other values (near 0 or 1, NaN) go through round and repr.
+    >>> _rounded_json([0.12345650000000001, 0.5, 3e-05])
+    ['0.123457', '0.5', '3e-05']
+    """
+    import numpy as np
+    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        other = np.flatnonzero(~((np.abs(x) >= 2e-4) & (np.abs(x) < 0.99)))
+    if 4 * len(other) > len(x):  # (mostly zeros: a stand-in model's)
+        return _json_values(_rounded(x))
+    out = [s.rstrip("0") for s in map("%.6f".__mod__, x.tolist())]
+    for j, text in zip(other.tolist(), _json_values(_rounded(x[other]))):
+        out[j] = text
+    return out
+
+
 class _ScoreLayout:
     """A score file's text with the similarities left out: `pieces`, [text before, similarity,
     text after] per similarity, whose similarities come from `src` in the groups' [base_sim,
@@ -2705,7 +2725,7 @@ class _ScoreLayout:
         """The file's text, with these groups' similarities."""
         import numpy as np
         values = np.concatenate([np.asarray(x, dtype=np.float64) for _, p, _ in groups for x in (p.base_sim, p.sim)])
-        self.pieces[1::3] = _json_values(_rounded(values[self.src]))
+        self.pieces[1::3] = _rounded_json(values[self.src])
         return "".join(self.pieces)
 
 

@@ -226,3 +226,14 @@ def test_later_models_score_files_reuse_the_layout_and_equal_a_fresh_one():
         sidecar.add("flips", sub, type=sub.label)
         files.append(list(sidecar.lines()))
     assert files[0] == files[1] and common._SCORE_LAYOUT[1] not in layouts
+
+
+def test_rounded_similarities_are_written_as_round_and_repr_write_them():
+    rng = np.random.default_rng(11)
+    ties = (rng.integers(-10 ** 6, 10 ** 6, size=20000) + 0.5) / 1e6  # x.xxxxxx5: round half to even, on the binary value
+    edges = np.array([0.0, -0.0, 2e-4, -2e-4, 1e-4, 5e-7, -5e-7, 0.99, -0.99, 0.9999995, 1.0, -1.0, 1.5, np.nan, np.inf, -np.inf])
+    values = np.concatenate([rng.normal(0.2, 0.15, 50000), rng.normal(size=20000) * 10.0 ** rng.integers(-9, 3, size=20000),
+                             ties, np.nextafter(ties, 2), np.nextafter(ties, -2), edges, np.nextafter(edges, 2),
+                             np.nextafter(edges, -2)])
+    assert common._rounded_json(values) == common._json_values(common._rounded(values))
+    assert common._rounded_json(np.clip(values, -1e30, 1e30).astype(np.float32)) == common._json_values(common._rounded(np.clip(values, -1e30, 1e30).astype(np.float32)))
