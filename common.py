@@ -2637,7 +2637,7 @@ def _rounded(values, digits=6):
     return [round(v, digits) for v in map(float, values.tolist() if hasattr(values, "tolist") else values)]
 
 
-_SCORE_LAYOUT = []  # [what it was made from, _ScoreLayout]: the last score file's layout, for the run's next model
+_SCORE_LAYOUT = []  # [what it was made from, _ScoreLayout]: the last score file's layout, for the run's next model (~0.4 GB at 40,000 images)
 
 
 def _rounded_json(values):
