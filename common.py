@@ -2421,6 +2421,7 @@ class Pairs:
 
     def __init__(self):
         self.rec, self.cap, self.base_slot, self.slot, self.text, self.label = [], [], [], [], [], []
+        self._subsets = {}  # idx bytes -> the subset's lists; shared by shallow copies (the run's models: ModelRun.pairs)
 
     def add(self, k, i, base_slot, slots, texts, label):
         n = len(texts)
@@ -2455,11 +2456,20 @@ class Pairs:
         return out
 
     def subset(self, idx):
-        """The scored pairs at positions idx."""
+        """The scored pairs at positions idx. Its lists are those of the last such subset of
+        these pairs, when there was one: the run's later models take the same subsets (of the
+        images that decode; the typed flips), and a score file's layout is made for those lists."""
+        import numpy as np
+        key = np.asarray(idx, dtype=np.int64).tobytes()
+        fields = self._subsets.get(key)  # (the lists only grow while pairs are built: positions keep their pair)
+        if fields is None:
+            fields = [[seq[j] for j in idx] for seq in (getattr(self, name) for name in self._FIELDS)]
+            if len(self._subsets) >= 4:
+                self._subsets.pop(next(iter(self._subsets)))
+            self._subsets[key] = fields
         out = Pairs()
-        for name in self._FIELDS:
-            seq = getattr(self, name)
-            setattr(out, name, [seq[j] for j in idx])
+        for name, seq in zip(self._FIELDS, fields):
+            setattr(out, name, seq)
         for name in self._SCORES:
             if hasattr(self, name):
                 setattr(out, name, getattr(self, name)[idx])
@@ -2660,20 +2670,35 @@ def _rounded_json(values):
     return out
 
 
+class PerModel:
+    """A score-file label whose values differ between the models of a run (floats, written as
+    json writes them: round them first), so that the file's layout can still be shared.
+    >>> sidecar.add("flips", pairs, type=types, strength=PerModel(np.round(s, 6)))
+    """
+
+    def __init__(self, values):
+        import numpy as np
+        self.values = np.asarray(values, dtype=np.float64)
+
+    def __len__(self):
+        return len(self.values)
+
+
 class _ScoreLayout:
-    """A score file's text with the similarities left out: `pieces`, [text before, similarity,
-    text after] per similarity, whose similarities come from `src` in the groups' [base_sim,
-    sim, ...] values. It depends on the records, pairs and labels alone, which every model of a
-    run shares, so the run's later models only round, format and place their similarities
-    (40,000 images: 200,000 lines of record fields, 1.46M texts with their labels, made once;
-    1.66M similarities per model: 2.7 -> 0.9 s per later model, BENCHMARKS.md).
+    """A score file's text with its numbers left out: `pieces`, [text before, number, text
+    after] per number, whose numbers come from `src` in the groups' [base_sim, sim, *PerModel
+    labels] values (similarities rounded to 6 decimals; PerModel labels written as they are,
+    `raw`). It depends on the records, pairs and other labels alone, which every model of a run
+    shares, so the run's later models only format and place their numbers (40,000 images:
+    200,000 lines of record fields, 1.46M texts with their labels, made once; 1.66M similarities
+    per model: 2.7 -> 0.9 s per later model, BENCHMARKS.md).
     >>> layout = _ScoreLayout(records, groups); text = layout.text(groups)
     """
 
     def __init__(self, records, groups):
         import numpy as np
         width = 1 + max(int(np.max(p.cap)) for _, p, _ in groups)
-        keys, subs, positions, srcs, befores, afters = [], [], [], [], [], []
+        keys, grps, positions, srcs, raws, befores, afters = [], [], [], [], [], [], []
         line_keys, line_src, offset = [], [], 0  # per group: its lines, and the value each would give its caption's "sim"
         for g, (name, pairs, labels) in enumerate(groups):
             n = len(pairs)
@@ -2684,21 +2709,30 @@ class _ScoreLayout:
             last = np.append(key[1:] != key[:-1], True)
             line_keys.append(key[first])
             line_src.append(offset + order[last])  # a caption's "sim": the base_sim of its last pair added
+            order_list, last_list = order.tolist(), last.tolist()
             head = ", " + _json_values([name])[0] + ": ["
-            label_names = _json_values(list(labels))
-            columns = [_json_values(pairs.text), *map(_json_values, labels.values())]
-            order_list = order.tolist()
-            texts = columns[0]
-            before = [(head if f else ", ") + '{"text": ' + texts[j] + ', "sim": ' for j, f in zip(order_list, first.tolist())]
-            if labels:
-                form = "".join(", " + nm.replace("%", "%%") + ": %s" for nm in label_names) + "}"
-                tails = [form % item for item in zip(*columns[1:])]
-                after = [tails[j] + "]" if e else tails[j] for j, e in zip(order_list, last.tolist())]
-            else:
-                after = ["}]" if e else "}" for e in last.tolist()]
-            keys.append(key), subs.append(np.full(n, g)), positions.append(np.arange(n))
-            srcs.append(offset + n + order), befores.append(before), afters.append(after)
-            offset += 2 * n
+            texts = _json_values(pairs.text)
+            slot_befores = [[(head if f else ", ") + '{"text": ' + texts[j] + ', "sim": '
+                             for j, f in zip(order_list, first.tolist())]]
+            slot_afters, form, columns = [], "", []  # the text after each number of an item: its labels up to the next number
+            for label, values in [*labels.items(), (None, None)]:
+                if label is not None and not isinstance(values, PerModel):
+                    form += ", " + _json_values([label])[0].replace("%", "%%") + ": %s"
+                    columns.append(_json_values(values))
+                    continue
+                form += "}" if label is None else ", " + _json_values([label])[0].replace("%", "%%") + ": "
+                tails = [form % item for item in zip(*columns)] if columns else [form % ()] * n
+                slot_afters.append([tails[j] for j in order_list])
+                form, columns = "", []
+                if label is not None:
+                    slot_befores.append([""] * n)
+            slot_afters[-1] = [a + "]" if e else a for a, e in zip(slot_afters[-1], last_list)]
+            per_item = len(slot_afters)  # the similarity, then each PerModel label
+            for t in range(per_item):
+                keys.append(key), grps.append(np.full(n, g)), positions.append(np.arange(n) * per_item + t)
+                srcs.append(offset + (1 + t) * n + order), raws.append(np.full(n, t > 0))
+                befores.append(slot_befores[t]), afters.append(slot_afters[t])
+            offset += (1 + per_item) * n
         lines = np.unique(np.concatenate(line_keys))
         sim_src = np.zeros(len(lines), dtype=np.int64)
         for k, src in zip(line_keys, line_src):
@@ -2708,25 +2742,31 @@ class _ScoreLayout:
         heads = zip(_json_values([line for line, _ in recs]), _json_values([r.get("image_id") for _, r in recs]),
                     _json_values([r["image_path"] for _, r in recs]), caps,
                     _json_values([r["orig_captions"][i] for (_, r), i in zip(recs, caps)]))
-        keys.insert(0, lines), subs.insert(0, np.full(len(lines), -1)), positions.insert(0, np.zeros(len(lines), dtype=np.int64))
-        srcs.insert(0, sim_src), afters.insert(0, [""] * len(lines))
+        keys.insert(0, lines), grps.insert(0, np.full(len(lines), -1)), positions.insert(0, np.zeros(len(lines), dtype=np.int64))
+        srcs.insert(0, sim_src), raws.insert(0, np.zeros(len(lines), dtype=bool)), afters.insert(0, [""] * len(lines))
         befores.insert(0, [f'{{"line": {line}, "image_id": {image_id}, "image_path": {path}, "caption_index": {i}, '
                            f'"caption": {caption}, "sim": ' for line, image_id, path, i, caption in heads])
         key = np.concatenate(keys)
-        slot = np.lexsort((np.concatenate(positions), np.concatenate(subs), key))  # per line: its sim, then each group's items
+        slot = np.lexsort((np.concatenate(positions), np.concatenate(grps), key))  # per line: its sim, then each group's items
         self.src = np.concatenate(srcs)[slot]
+        self.raw = np.flatnonzero(np.concatenate(raws)[slot])
         before, after = list(itertools.chain.from_iterable(befores)), list(itertools.chain.from_iterable(afters))
         for j in slot[np.append(key[slot][1:] != key[slot][:-1], True)].tolist():
             after[j] += "}\n"  # (the line's last item)
         take = operator.itemgetter(*slot.tolist()) if len(slot) > 1 else lambda seq: (seq[int(slot[0])],)
-        self.pieces = [None] * (3 * len(slot))  # [before, similarity, after] per place
+        self.pieces = [None] * (3 * len(slot))  # [before, number, after] per place
         self.pieces[0::3], self.pieces[2::3] = take(before), take(after)
 
     def text(self, groups):
-        """The file's text, with these groups' similarities."""
+        """The file's text, with these groups' similarities and PerModel labels."""
         import numpy as np
-        values = np.concatenate([np.asarray(x, dtype=np.float64) for _, p, _ in groups for x in (p.base_sim, p.sim)])
-        self.pieces[1::3] = _rounded_json(values[self.src])
+        values = np.concatenate([np.asarray(x, dtype=np.float64) for _, p, labels in groups for x in
+                                 (p.base_sim, p.sim, *(v.values for v in labels.values() if isinstance(v, PerModel)))])
+        values = values[self.src]
+        numbers = _rounded_json(values)
+        for j, number in zip(self.raw.tolist(), _json_values(values[self.raw])):
+            numbers[j] = number
+        self.pieces[1::3] = numbers
         return "".join(self.pieces)
 
 
@@ -2750,17 +2790,21 @@ class ScoreSidecar:
 
     def add(self, group, pairs, **labels):
         """Append scored `pairs` to `group` ("paraphrases", "flips", "combined") of their captions;
-        `labels` maps a field name to one value per pair."""
+        `labels` maps a field name to one value per pair (a PerModel for values that differ
+        between the run's models)."""
         if any(group == g for g, _, _ in self.groups):
             raise ValueError(f"score group {group!r} added twice: add all its pairs in one call")
+        for name, values in labels.items():
+            if len(values) != len(pairs):
+                raise ValueError(f"score label {name!r} of group {group!r} has {len(values)} values for {len(pairs)} pairs")
         self.groups.append((group, pairs, labels))
 
     def _layout(self, groups):
         """The layout of these groups: the last one made, when made from the same records, pair
         lists (the run's models share them: ModelRun.pairs) and labels."""
         made_from = [self.records, [(name, p.rec, p.cap, p.text, len(p), list(labels),
-                                     [v.tolist() if hasattr(v, "tolist") else list(v) for v in labels.values()])
-                                    for name, p, labels in groups]]
+                                     [None if isinstance(v, PerModel) else v.tolist() if hasattr(v, "tolist") else list(v)
+                                      for v in labels.values()]) for name, p, labels in groups]]
         if _SCORE_LAYOUT:
             last = _SCORE_LAYOUT[0]
             if last[0] is made_from[0] and len(last[1]) == len(made_from[1]) and all(

@@ -130,7 +130,7 @@ def evaluate(run):
         sidecar = common.ScoreSidecar(run.records)
         sidecar.add("paraphrases", para, kind=para.label)
         typed = np.flatnonzero(once)
-        sidecar.add("flips", flips.subset(typed), type=types[typed], strength=np.round(s[typed], 6))
+        sidecar.add("flips", flips.subset(typed), type=types[typed], strength=common.PerModel(np.round(s[typed], 6)))
         sidecar.add("combined", combined, type=combined.label)
         path = common.metrics_path(JSONL_PATH, f"ENHANCED_LGIP_{run.enc.name}.scores.jsonl")
         m["scores_file"] = os.path.basename(sidecar.write(path))

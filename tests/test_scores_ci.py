@@ -183,6 +183,28 @@ def test_score_file_lines_equal_one_dict_per_caption(tmp_path):
         path.add("flips", flips)
 
 
+def test_score_labels_need_a_value_per_pair():
+    pairs = common.Pairs()
+    pairs.add(0, 0, 0, [1, 2], ["a", "b"], "x")
+    sidecar = common.ScoreSidecar([(1, {"image_path": "a.jpg", "orig_captions": ["c"]})])
+    with pytest.raises(ValueError, match="'strength' of group 'flips' has 3 values for 2 pairs"):
+        sidecar.add("flips", pairs, strength=common.PerModel([0.1, 0.2, 0.3]))
+    with pytest.raises(ValueError, match="'type' of group 'flips' has 1 values for 2 pairs"):
+        sidecar.add("flips", pairs, type=["color"])
+
+
+def test_pairs_subsets_of_the_run_share_their_lists():
+    import copy
+    pairs = common.Pairs()
+    for k in range(5):
+        pairs.add(k, 0, 0, [1, 2], [f"a{k}", f"b{k}"], "x")
+    first, later = copy.copy(pairs), copy.copy(pairs)  # two models' copies (ModelRun.pairs)
+    first.sim = later.sim = np.arange(10.0)
+    a, b, c = first.subset([1, 3, 4]), later.subset(np.array([1, 3, 4])), later.subset([1, 3])
+    assert a.text is b.text and a.rec is b.rec and a.text == ["b0", "b1", "a2"] and list(b.sim) == [1.0, 3.0, 4.0]
+    assert c.text == ["b0", "b1"] and c.text is not a.text
+
+
 def test_pairs_need_a_slot_per_text():
     pairs = common.Pairs()
     pairs.add(4, 1, 9, [10, 11], ["a", "b"], "same_caps")
@@ -210,11 +232,13 @@ def test_later_models_score_files_reuse_the_layout_and_equal_a_fresh_one():
     for model in range(4):  # a run's models: the same pair lists and labels, new similarities
         p, f, c = (_rescored(x, rng) for x in (para, flips, combined))
         labels = flip_types if model != 2 else ["number"] * len(flips)  # changed labels: a layout of their own
+        sub = f.subset(np.flatnonzero(np.arange(len(f)) % 3))  # (the same subset for every model: the same lists)
+        strength = np.round(rng.random(len(sub)), 6)  # a label of this model's own
         files = []
-        for sidecar in (_DictSidecar(records), common.ScoreSidecar(records)):
+        for sidecar, per_model in ((_DictSidecar(records), lambda v: v), (common.ScoreSidecar(records), common.PerModel)):
             sidecar.add("paraphrases", p, kind=p.label)
-            sidecar.add("flips", f, type=labels)
-            sidecar.add("combined", c, strength=strength)
+            sidecar.add("flips", sub, type=[labels[j] for j in range(len(f)) if j % 3], strength=per_model(strength), n=sub.cap)
+            sidecar.add("combined", c, strength=per_model(-strength[:len(c)] * 1e-7), last=per_model(strength[:len(c)]))
             files.append(list(sidecar.lines()))
         assert files[0] == files[1]
         layouts.append(common._SCORE_LAYOUT[1])
