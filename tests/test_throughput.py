@@ -534,7 +534,7 @@ def test_lookahead_tokenizes_and_decodes_for_a_later_model(enc, tmp_path):
     twin = dict(OPENCLIP_TINY, name="tiny_openclip_again")
     ahead = common.Lookahead([twin, SIGLIP_TINY], "corrected", num_workers=1, image_batch=5)  # several batches
     assert ahead.active
-    ahead.start(enc, [(0, TEXTS), (len(TEXTS), TEXTS[:2])], paths)
+    ahead.start(enc, common.TextCalls(TEXTS + TEXTS[:2], [0, len(TEXTS)]), paths)
     _ahead_done(ahead)
     assert [(j["model"], j["kind"], j["state"]) for j in ahead.jobs] == [("tiny_siglip", "tokens", "done"),
                                                                         ("tiny_siglip", "pixels", "done")]
@@ -560,7 +560,7 @@ def test_lookahead_leaves_work_a_model_has_started_to_that_model(enc):
     ahead = common.Lookahead([broken, SIGLIP_TINY], "corrected", num_workers=1)
     waited, report = ahead.settle(sig)  # before start: nothing to wait for
     assert report == []
-    ahead.start(enc, [(0, TEXTS)], image_paths())
+    ahead.start(enc, common.TextCalls(TEXTS, [0]), image_paths())
     _ahead_done(ahead)
     states = [(j["model"], j["kind"], j["state"]) for j in ahead.jobs]
     assert states == [("broken_siglip", "prepare", "failed"), ("tiny_siglip", "tokens", "dropped"),
@@ -575,7 +575,7 @@ def test_lookahead_leaves_work_a_model_has_started_to_that_model(enc):
 def test_lookahead_close_stops_a_running_job(enc):
     ahead = common.Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=8)
     texts = [f"{n} dogs on a red bus number {n}" for n in range(20000)]
-    ahead.start(enc, [(0, texts)], [])
+    ahead.start(enc, common.TextCalls(texts, [0]), [])
     deadline = time.time() + 60
     while not ahead.jobs and time.time() < deadline:
         time.sleep(0.05)
@@ -645,7 +645,7 @@ def test_a_dying_lookahead_worker_fails_its_job_only(enc, monkeypatch):
             os.kill(os.getpid(), signal.SIGKILL)
     _prepare_with(monkeypatch, die)
     ahead = common.Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=2)
-    ahead.start(enc, [(0, TEXTS + ["poison text"])], image_paths())
+    ahead.start(enc, common.TextCalls(TEXTS + ["poison text"], [0]), image_paths())
     emb, failed = common.ImageEncoding(enc, image_paths(), 3, num_workers=1).start().finish()  # meanwhile
     _ahead_done(ahead)
     assert not failed and not torch.isnan(emb).any()
@@ -665,7 +665,7 @@ def test_a_stuck_lookahead_job_is_abandoned(enc, monkeypatch):
     monkeypatch.setattr(common, "LOOKAHEAD_STALL_S", 1.0)
     sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
     ahead = common.Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=2)
-    ahead.start(enc, [(0, ["stall here"] + TEXTS)], [])
+    ahead.start(enc, common.TextCalls(["stall here"] + TEXTS, [0]), [])
     deadline = time.time() + 60
     while not ahead.jobs and time.time() < deadline:
         time.sleep(0.05)
