@@ -2011,8 +2011,8 @@ class RunCalls:
     derives from them: the keys of each padding and their rows in each token table (building
     and deriving took ~4 s per model at 40,000 images)."""
 
-    def __init__(self, calls, n_slots, pairs):
-        self.calls, self.n_slots, self.pairs = calls, n_slots, pairs
+    def __init__(self, calls, pairs):
+        self.calls, self.pairs = calls, pairs
         self.keys = {}  # TextBank._padding() -> (keys, slot -> key row)
         self.table_rows = {}  # (id(token table), TextBank._padding()) -> (the table, each key's row in it)
 
@@ -2031,16 +2031,18 @@ class TextBank:
     def __init__(self, enc, num_workers=0):
         self.enc, self.num_workers = enc, default_num_workers() if num_workers is None else num_workers
         self.calls = TextCalls()
-        self.n_slots = 0
         self.run_calls = None  # the RunCalls these calls are, once shared by the models of a run
         self.n_unique = self.n_encoded = 0
         self.seconds = {}  # wall-clock time of encode's phases: where a run's time went
         self.positions = {}  # token positions of the encoded texts, and how many were computed (prefix sharing)
 
+    @property
+    def n_slots(self):
+        return len(self.calls.texts)
+
     def add_call(self, texts):
         first = self.n_slots
         self.calls.add(texts)
-        self.n_slots = len(self.calls.texts)
         return list(range(first, self.n_slots))
 
     def _tokenize(self, texts, tokens, chunk=2048):
@@ -2062,7 +2064,7 @@ class TextBank:
 
     def adopt(self, run_calls):
         """Take a RunCalls' calls as this bank's (made for another model of the run)."""
-        self.calls, self.n_slots, self.run_calls = run_calls.calls.copy(), run_calls.n_slots, run_calls
+        self.calls, self.run_calls = run_calls.calls.copy(), run_calls
 
     def _padding(self):
         """What a text's padding depends on: one length for all, or (published SigLIP) the token
@@ -3179,7 +3181,7 @@ class ModelRun:
             self.bank.adopt(_LAST_CALLS[1])
         else:
             pairs = build(self)
-            self.bank.run_calls = RunCalls(self.bank.calls.copy(), self.bank.n_slots, pairs)
+            self.bank.run_calls = RunCalls(self.bank.calls.copy(), pairs)
             _LAST_CALLS[:] = [(build, self.records, self.rank, self.world), self.bank.run_calls]
         return [copy.copy(p) for p in self.bank.run_calls.pairs]
 
