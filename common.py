@@ -108,7 +108,9 @@ def _expect_str_list(value, where, field):
 
 
 def validate_record(rec, where, per_caption_fields=()):
-    """Check the fields the scripts read; `where` is "file:line"."""
+    """Check the fields the scripts read; `where` is "file:line". per_caption_fields: names of
+    required {caption index: [texts]} fields; "prefix*" checks every field with that prefix;
+    "combined_caps" (optional) holds lists of {"text", "combined_type"} objects."""
     if not isinstance(rec, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(rec).__name__}")
     for field in ("image_path", "orig_captions"):
@@ -117,14 +119,31 @@ def validate_record(rec, where, per_caption_fields=()):
     if not isinstance(rec["image_path"], str):
         raise InputError(f"{where}: field 'image_path' is {type(rec['image_path']).__name__}, expected a string")
     _expect_str_list(rec["orig_captions"], where, "orig_captions")
-    for field in per_caption_fields:
-        block = rec.get(field)
-        if block is None:
-            raise InputError(f"{where}: missing field {field!r} (run the generator first)")
-        if not isinstance(block, dict):
-            raise InputError(f"{where}: field {field!r} is {type(block).__name__}, expected an object keyed by caption index")
-        for key, texts in block.items():
-            _expect_str_list(texts, where, f"{field}.{key}")
+    for pattern in per_caption_fields:
+        # "diff_caps_*": every field with that prefix, however many (none is fine)
+        fields = [f for f in rec if f.startswith(pattern[:-1])] if pattern.endswith("*") else [pattern]
+        for field in fields:
+            block = rec.get(field)
+            if block is None:
+                if field == "combined_caps":
+                    continue
+                raise InputError(f"{where}: missing field {field!r} (run the generator first)")
+            if not isinstance(block, dict):
+                raise InputError(f"{where}: field {field!r} is {type(block).__name__}, expected an object keyed by caption index")
+            for key, items in block.items():
+                if field == "combined_caps":
+                    _expect_combined(items, where, f"{field}.{key}")
+                else:
+                    _expect_str_list(items, where, f"{field}.{key}")
+
+
+def _expect_combined(items, where, field):
+    if not isinstance(items, list):
+        raise InputError(f"{where}: field {field!r} is {type(items).__name__}, expected a list of objects")
+    for j, item in enumerate(items):
+        for name in ("text", "combined_type"):
+            if not isinstance(item, dict) or not isinstance(item.get(name), str):
+                raise InputError(f"{where}: field '{field}[{j}].{name}' is missing or not a string")
 
 
 def iter_records(path, per_caption_fields=()):
@@ -2040,9 +2059,14 @@ class TextBank:
     def n_slots(self):
         return len(self.calls.texts)
 
-    def add_call(self, texts):
+    def add_call(self, texts, batch=None):
+        """Register one published `encode_text` call; returns a slot per text. An empty list
+        makes no call (as published). batch: the published script's text batch inside a call
+        (64, or 512 in the rebuttal): each batch of the call is padded on its own."""
         first = self.n_slots
-        self.calls.add(texts)
+        step = batch or len(texts)
+        for b in range(0, len(texts), max(step, 1)):
+            self.calls.add(texts[b:b + step])
         return list(range(first, self.n_slots))
 
     def _tokenize(self, texts, tokens, chunk=2048):
@@ -2559,6 +2583,14 @@ def cosines(a, b, ia, ib, chunk=None):
 def mean_or_none(values):
     import numpy as np
     return float(np.mean(values)) if len(values) else None
+
+
+def fmt(value, spec=".4f"):
+    """A metric for a summary line: "n/a" for None (no pairs of that kind).
+    >>> fmt(0.12345), fmt(None)
+    ('0.1235', 'n/a')
+    """
+    return "n/a" if value is None else format(value, spec)
 
 
 def metrics_path(jsonl_path, suffix):
@@ -3205,20 +3237,26 @@ class ModelRun:
         t_scoring = time.perf_counter()
         self.image_sources = {"decoded": images.n_decoded, "from_pixel_memory": images.n_remembered,
                               "from_cache": images.n_cached}
-        if len(self.ok) < len(self.mine):
-            good = set(self.ok)
+        good = set(self.ok)
+        self.failed = [k for k in self.mine if k not in good]  # records whose image could not be read
+        if self.failed:
             pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]
         for pairs in pairs_list:
             pairs.score(self.img_emb, txt_emb, rows, text_cos=text_cos)
         self.n_ok = len(self.ok)
+        # the published scripts count a record once its image and captions encode: not one without captions
+        self.n_samples = sum(1 for k in self.ok if self.records[k][1]["orig_captions"])
         if self.world == 1:
             self._scored(t_scoring)
             return pairs_list
         gathered = _gather(([p.state() for p in pairs_list], len(self.ok), self.image_report,
-                            self.bank.n_unique, self.bank.n_encoded, self.bank.positions), self.world)
+                            self.bank.n_unique, self.bank.n_encoded, self.bank.positions, self.n_samples,
+                            self.failed), self.world)
         if not self.is_main:
             return [None] * len(pairs_list)
         self.n_ok = sum(g[1] for g in gathered)
+        self.n_samples = sum(g[6] for g in gathered)
+        self.failed = sorted(k for g in gathered for k in g[7])
         reports = [g[2] for g in gathered]
         self.image_report = {"num_failed_images": sum(r["num_failed_images"] for r in reports),
                              "failed_images": [f for r in reports for f in r["failed_images"]][:20]}

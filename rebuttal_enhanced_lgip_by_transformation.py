@@ -35,7 +35,8 @@ CONFIG = common.configure(globals())
 
 SIMPLE_MARKERS = ["a photo of", "an image of", "a picture of", "in this image", "in the picture", "this image shows"]
 PRIORS = {"color": 0.25, "number": 0.55, "object": 1.0, "spatial": 0.80, "all": 0.60}
-PUBLISHED_BATCH = 32  # the published script's record batch; its num_samples counts these
+PUBLISHED_BATCH = 32  # the published script's record batch (IMAGE_BATCH_SIZE): its num_samples counts these, and one unreadable image drops its whole batch
+PUBLISHED_TEXT_BATCH = 512  # the published encode_text's batch: a longer call is padded per 512 texts
 
 
 def strength(ftype, text_cos):
@@ -55,10 +56,16 @@ def block(gaps, weights):
             "w_pos_rate": float(weights[gaps > 0].sum() / weights.sum())}
 
 
-def strength_analysis(types, gaps, s, rec_idx):
-    """Global figures plus per-type weak/medium/strong bins, as the published script computes them."""
+def strength_analysis(types, gaps, s, rec_idx, published=False):
+    """Global figures plus per-type weak/medium/strong bins, as the published script computes them
+    (published: with no flips at all its bin edges are 0.0 and 1.0; else None)."""
     w = np.maximum(1e-4, s)
-    q_low, q_high = (float(q) for q in np.quantile(s, [0.25, 0.75])) if len(s) else (None, None)
+    no_edges = (0.0, 1.0) if published else (None, None)
+    # published: in float32, as torch.quantile on the published list, so a strength that is itself
+    # an edge falls in the published bin (its float32 edge may round below it); corrected: float64,
+    # where such a strength is always in the lower bin, whatever the last bits of its value
+    q_low, q_high = (float(q) for q in np.quantile(s.astype(np.float32) if published else s, [0.25, 0.75])) \
+        if len(s) else no_edges
     bins = np.where(s <= q_low, "weak", np.where(s <= q_high, "medium", "strong")) if len(s) else s
     stats = {}
     for t in dict.fromkeys(types):  # types in order of first appearance
@@ -78,54 +85,95 @@ def strength_analysis(types, gaps, s, rec_idx):
     }
 
 
+def flip_type(field):
+    """The published type of a flip field: diff_caps -> all, diff_caps_color -> color (lowercased, stripped)."""
+    t = field.lower().strip().replace("flip_", "").replace("diff_caps_", "")
+    return "all" if field == "diff_caps" else t
+
+
 def published_calls(run):
     bank = run.bank
     para, flips, combined = common.Pairs(), common.Pairs(), common.Pairs()
+    orig_of = {}
     for k in run.ok:
         rec = run.records[k][1]
-        orig = bank.add_call(rec["orig_captions"])
+        orig = orig_of[k] = bank.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)
         flip_fields = ["diff_caps"] + [f for f in rec if f.startswith("diff_caps_")]
         for i in range(len(rec["orig_captions"])):
             texts = common.caption_texts(rec, "same_caps", i)
             simple = [p for p in texts if any(m in p.lower() for m in SIMPLE_MARKERS)]
             advanced = [p for p in texts if not any(m in p.lower() for m in SIMPLE_MARKERS)]
-            # published calls: simple and advanced paraphrases apart, then each flip list
-            para.add(k, i, orig[i], bank.add_call(simple), simple, "simple")
-            para.add(k, i, orig[i], bank.add_call(advanced), advanced, "advanced")
-            for f in flip_fields:  # "all" first, then each typed list
-                texts = common.caption_texts(rec, f, i)
-                flips.add(k, i, orig[i], bank.add_call(texts), texts, f[len("diff_caps_"):] or "all")
+            # published calls: simple and advanced paraphrases apart, then ONE call of all flip items
+            para.add(k, i, orig[i], bank.add_call(simple, PUBLISHED_TEXT_BATCH), simple, "simple")
+            para.add(k, i, orig[i], bank.add_call(advanced, PUBLISHED_TEXT_BATCH), advanced, "advanced")
+            lists = [(flip_type(f), common.caption_texts(rec, f, i)) for f in flip_fields]  # "all" first, then typed
+            slots = bank.add_call([t for _, texts in lists for t in texts], PUBLISHED_TEXT_BATCH)
+            for ftype, texts in lists:
+                flips.add(k, i, orig[i], slots[:len(texts)], texts, ftype)
+                slots = slots[len(texts):]
+    for k in run.ok:  # never encoded by the published script: calls of their own, after all the published ones
+        rec = run.records[k][1]
+        for i in range(len(rec["orig_captions"])):
             for item in rec.get("combined_caps", {}).get(str(i), []):
-                combined.add(k, i, orig[i], bank.add_call([item["text"]]), [item["text"]], item["combined_type"])
+                combined.add(k, i, orig_of[k][i], bank.add_call([item["text"]]), [item["text"]], item["combined_type"])
     return para, flips, combined
+
+
+def invariance(para):
+    """The paraphrase figures: all, simple and advanced."""
+    inv, kinds, rec_of = np.abs(para.base_sim - para.sim), para.labels, np.asarray(para.rec)
+    m = {"global_invariance_error_mean": common.mean_or_none(inv),
+         "paraphrase_simple_inv_error_mean": common.mean_or_none(inv[kinds == "simple"]),
+         "paraphrase_advanced_inv_error_mean": common.mean_or_none(inv[kinds == "advanced"]),
+         "paraphrase_simple_count": int((kinds == "simple").sum()),
+         "paraphrase_advanced_count": int((kinds == "advanced").sum())}
+    common.add_ci(m, "global_invariance_error_mean", rec_of, inv, BOOTSTRAP, BOOTSTRAP_SEED)
+    for kind in ("simple", "advanced"):
+        common.add_ci(m, f"paraphrase_{kind}_inv_error_mean", rec_of[kinds == kind], inv[kinds == kind],
+                      BOOTSTRAP, BOOTSTRAP_SEED)
+    return m
+
+
+_ONCE = {}  # the flips' record list -> its once mask: the run's models share the lists (ModelRun.pairs)
+
+
+def flips_once(flips):
+    """Mask of each flip counted once: the typed items, and an "all" item only where no typed list
+    of its caption holds its text (generator output always has one: every "all" item is dropped)."""
+    if _ONCE.get("rec") is not flips.rec:
+        typed = {(k, i, t) for k, i, t, f in zip(flips.rec, flips.cap, flips.text, flips.label) if f != "all"}
+        once = np.fromiter((f != "all" or (k, i, t) not in typed
+                            for k, i, t, f in zip(flips.rec, flips.cap, flips.text, flips.label)), bool, len(flips))
+        _ONCE.update(rec=flips.rec, once=once)
+    return _ONCE["once"]
 
 
 def evaluate(run):
     para, flips, combined = run.score(*run.pairs(published_calls), text_cos=True)  # (the pairs are built once per run)
     if not run.is_main:
         return None
-    inv, kinds = np.abs(para.base_sim - para.sim), para.labels
     gaps, types = flips.base_sim - flips.sim, flips.labels
     s = strength(types, flips.text_cos)
     rec_of = np.asarray(flips.rec)
+    # published: an unreadable image drops its whole batch of 32 records, and num_samples counts batches
+    dropped = sorted({k // PUBLISHED_BATCH for k in run.failed})
+    kept_flips = slice(None)
+    if dropped:
+        kept_para = np.flatnonzero(~np.isin(np.asarray(para.rec) // PUBLISHED_BATCH, dropped))
+        kept_flips = np.flatnonzero(~np.isin(rec_of // PUBLISHED_BATCH, dropped))
+    corrected_inv = invariance(para)
     m = {"model_tag": run.enc.name,
-         "num_samples": -(-run.n_ok // PUBLISHED_BATCH),  # published: batches of 32 records (see corrected)
-         "global_invariance_error_mean": common.mean_or_none(inv),
-         "paraphrase_simple_inv_error_mean": common.mean_or_none(inv[kinds == "simple"]),
-         "paraphrase_advanced_inv_error_mean": common.mean_or_none(inv[kinds == "advanced"]),
-         "paraphrase_simple_count": int((kinds == "simple").sum()),
-         "paraphrase_advanced_count": int((kinds == "advanced").sum())}
-    para_rec = np.asarray(para.rec)
-    common.add_ci(m, "global_invariance_error_mean", para_rec, inv, BOOTSTRAP, BOOTSTRAP_SEED)
-    for kind in ("simple", "advanced"):
-        common.add_ci(m, f"paraphrase_{kind}_inv_error_mean", para_rec[kinds == kind], inv[kinds == kind],
-                      BOOTSTRAP, BOOTSTRAP_SEED)
-    m.update(strength_analysis(types, gaps, s, rec_of))
-    once = types != "all"  # every flip of diff_caps also sits in exactly one typed list
+         "num_samples": -(-len(run.records) // PUBLISHED_BATCH) - len(dropped),  # batches of 32 records (see corrected)
+         **(invariance(para.subset(kept_para)) if dropped else corrected_inv),
+         **strength_analysis(types[kept_flips], gaps[kept_flips], s[kept_flips], rec_of[kept_flips], published=True)}
+    once = flips_once(flips)
     c_gaps, c_types = combined.base_sim - combined.sim, combined.labels
     c_prior = np.array([t.split("+", 1)[-1] for t in c_types], dtype=object)
-    m["corrected"] = {"num_records": run.n_ok, **strength_analysis(types[once], gaps[once], s[once], rec_of[once]),
-                      "combined": strength_analysis(c_types, c_gaps, strength(c_prior, combined.text_cos), combined.rec)}
+    m["corrected"] = {"num_records": run.n_samples,
+                      **corrected_inv,
+                      **strength_analysis(types[once], gaps[once], s[once], rec_of[once]),
+                      "combined": strength_analysis(c_types, c_gaps, strength(c_prior, combined.text_cos), combined.rec),
+                      "published_batches_dropped": len(dropped)}
     if WRITE_SCORES:
         sidecar = common.ScoreSidecar(run.records)
         sidecar.add("paraphrases", para, kind=para.label)
@@ -139,14 +187,16 @@ def evaluate(run):
 
 def summary(m):
     c = m["corrected"]
-    return (f"invariance error {m['global_invariance_error_mean']:.4f} (simple {m['paraphrase_simple_inv_error_mean'] or 0:.4f}, "
-            f"advanced {m['paraphrase_advanced_inv_error_mean'] or 0:.4f}); flips once: gap "
-            f"{c['global_sensitivity']['gap_mean'] or 0:.4f}, positive rate {c['global_sensitivity']['pos_rate'] or 0:.3f}; "
-            f"combined positive rate {c['combined']['global_sensitivity']['pos_rate'] or 0:.3f}")
+    f = common.fmt
+    return (f"invariance error {f(m['global_invariance_error_mean'])} (simple {f(m['paraphrase_simple_inv_error_mean'])}, "
+            f"advanced {f(m['paraphrase_advanced_inv_error_mean'])}); flips once: gap "
+            f"{f(c['global_sensitivity']['gap_mean'])}, positive rate {f(c['global_sensitivity']['pos_rate'], '.3f')}; "
+            f"combined positive rate {f(c['combined']['global_sensitivity']['pos_rate'], '.3f')}")
 
 
 def main():
-    results = common.run_evaluation(__file__, CONFIG, ("same_caps", "diff_caps"), evaluate, summary)
+    results = common.run_evaluation(__file__, CONFIG, ("same_caps", "diff_caps", "diff_caps_*", "combined_caps"),
+                                     evaluate, summary)
     if results is not None:
         print(f"-> {common.write_json(common.metrics_path(JSONL_PATH, 'ENHANCED_LGIP_analysis.json'), results)}")
 

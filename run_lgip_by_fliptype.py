@@ -28,7 +28,8 @@ BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_fliptypes_<model>.scores.jsonl
 CONFIG = common.configure(globals())
-FIELDS = ["same_caps"] + ["diff_caps_" + t for t in common.FLIP_TYPES]
+FIELDS = ["same_caps", "diff_caps"] + ["diff_caps_" + t for t in common.FLIP_TYPES]
+PUBLISHED_TEXT_BATCH = 64  # the published encode_text's batch: a longer call is padded per 64 texts
 
 
 def sensitivity(rec_idx, gaps):
@@ -38,44 +39,45 @@ def sensitivity(rec_idx, gaps):
 
 
 def published_calls(run):
-    inv, flips = common.Pairs(), common.Pairs()
+    inv, flips, typed = common.Pairs(), common.Pairs(), common.Pairs()
     for k in run.ok:
         rec = run.records[k][1]
-        orig = run.bank.add_call(rec["orig_captions"])  # the published calls: 5 originals, then each list per caption
+        orig = run.bank.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)  # the published calls: 5 originals, then each list per caption
         for i in range(len(rec["orig_captions"])):
-            for field in FIELDS:
+            for field in FIELDS:  # diff_caps is its own call (the global figures), then each typed list
                 texts = common.caption_texts(rec, field, i)
-                pairs = inv if field == "same_caps" else flips
-                pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, field[len("diff_caps_"):])
-    return inv, flips
+                pairs = inv if field == "same_caps" else flips if field == "diff_caps" else typed
+                pairs.add(k, i, orig[i], run.bank.add_call(texts, PUBLISHED_TEXT_BATCH), texts, field[len("diff_caps_"):])
+    return inv, flips, typed
 
 
 def evaluate(run):
-    inv, flips = run.score(*run.pairs(published_calls))  # (the pairs are built once per run)
+    inv, flips, typed = run.score(*run.pairs(published_calls))  # (the pairs are built once per run)
     if not run.is_main:
         return None
-    err, gaps = abs(inv.base_sim - inv.sim), flips.base_sim - flips.sim
-    rec_of = np.asarray(flips.rec)
+    err, gaps, typed_gaps = abs(inv.base_sim - inv.sim), flips.base_sim - flips.sim, typed.base_sim - typed.sim
+    rec_of = np.asarray(typed.rec)
     m = {
         "model_tag": run.enc.name,
-        "num_samples": run.n_ok,
+        "num_samples": run.n_samples,  # published: records with a readable image and a caption
         "invariance_error_mean": common.mean_or_none(err),
-        "global_sensitivity": sensitivity(rec_of, gaps),
-        "by_flip_type": {t: sensitivity(rec_of[flips.labels == t], gaps[flips.labels == t]) for t in common.FLIP_TYPES},
+        "global_sensitivity": sensitivity(np.asarray(flips.rec), gaps),
+        "by_flip_type": {t: sensitivity(rec_of[typed.labels == t], typed_gaps[typed.labels == t]) for t in common.FLIP_TYPES},
     }
     common.add_ci(m, "invariance_error_mean", inv.rec, err, BOOTSTRAP, BOOTSTRAP_SEED)
     if WRITE_SCORES:
         sidecar = common.ScoreSidecar(run.records)
         sidecar.add("paraphrases", inv)
-        sidecar.add("flips", flips, type=flips.label)
+        sidecar.add("flips", typed, type=typed.label)
         path = common.metrics_path(JSONL_PATH, f"LGIP_fliptypes_{run.enc.name}.scores.jsonl")
         m["scores_file"] = os.path.basename(sidecar.write(path))
     return m
 
 
 def summary(m):
-    by = ", ".join(f"{t} {m['by_flip_type'][t]['pos_rate'] or 0:.3f}" for t in common.FLIP_TYPES)
-    return f"invariance error {m['invariance_error_mean']:.4f}, positive rate {m['global_sensitivity']['pos_rate']:.3f} ({by})"
+    by = ", ".join(f"{t} {common.fmt(m['by_flip_type'][t]['pos_rate'], '.3f')}" for t in common.FLIP_TYPES)
+    return (f"invariance error {common.fmt(m['invariance_error_mean'])}, "
+            f"positive rate {common.fmt(m['global_sensitivity']['pos_rate'], '.3f')} ({by})")
 
 
 def main():

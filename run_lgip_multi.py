@@ -27,17 +27,18 @@ BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_<model>.scores.jsonl
 CONFIG = common.configure(globals())
+PUBLISHED_TEXT_BATCH = 64  # the published encode_text's batch: a longer call is padded per 64 texts
 
 
 def published_calls(run):
     inv, sens = common.Pairs(), common.Pairs()
     for k in run.ok:
         rec = run.records[k][1]
-        orig = run.bank.add_call(rec["orig_captions"])  # the published calls: 5 originals, then per caption
+        orig = run.bank.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)  # the published calls: 5 originals, then per caption
         for i in range(len(rec["orig_captions"])):
             for field, pairs in (("same_caps", inv), ("diff_caps", sens)):
                 texts = common.caption_texts(rec, field, i)
-                pairs.add(k, i, orig[i], run.bank.add_call(texts), texts, field)
+                pairs.add(k, i, orig[i], run.bank.add_call(texts, PUBLISHED_TEXT_BATCH), texts, field)
     return inv, sens
 
 
@@ -49,7 +50,7 @@ def evaluate(run):
     err, gaps = abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim
     m = {
         "model_tag": run.enc.name,
-        "num_samples": run.n_ok,
+        "num_samples": run.n_samples,  # published: records with a readable image and a caption
         "num_invariance_pairs": len(inv),
         "num_sensitivity_pairs": len(sens),
         "invariance_error_mean": common.mean_or_none(err),
@@ -71,8 +72,8 @@ def evaluate(run):
 
 
 def summary(m):
-    return (f"invariance error {m['invariance_error_mean']:.4f}, gap {m['sensitivity_gap_mean']:.4f}, "
-            f"positive rate {m['sensitivity_pos_rate']:.3f}")
+    return (f"invariance error {common.fmt(m['invariance_error_mean'])}, gap {common.fmt(m['sensitivity_gap_mean'])}, "
+            f"positive rate {common.fmt(m['sensitivity_pos_rate'], '.3f')}")
 
 
 def write_model(m):

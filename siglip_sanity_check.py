@@ -1,11 +1,14 @@
 """siglip_sanity_check: does SigLIP score a caption above its flips? Shown under both protocols.
 
-LGIP_SPEC.md section 4. Picks N_RECORDS random records that have a flip, one random caption with
-flips from each and up to MAX_FLIPS of its flips, and prints sim(image, caption), sim(image, flip)
-and their difference, encoded as the model was trained (corrected: text padded to 64) beside the
-published encoding (reference: each call padded to its longest text). Also writes the table to
+LGIP_SPEC.md section 4. Draws as the published script does, in its order of random calls (seed
+42): the records with at least one flip are shuffled and the first N_RECORDS taken; for each whose
+image reads, one caption with flips is chosen, and MAX_FLIPS of its flips sampled when it has more.
+So with the same seed and JSONL it shows the published printout's records, captions and flips.
+It prints sim(image, caption), sim(image, flip) and their difference, encoded as the model was
+trained (corrected: text padded to 64) beside the published encoding (reference: caption and
+flips in one call, padded to its longest text). Also writes the table to
 `<stem>__siglip_sanity.json` next to the input.
-  python siglip_sanity_check.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes.jsonl
+  python siglip_sanity_check.py --JSONL_PATH=lgip_coco_native5_train2017_with_perturb.jsonl
 """
 import os
 import random
@@ -13,60 +16,74 @@ import random
 import common
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # any JSONL with diff_caps
+JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_perturb.jsonl")  # any JSONL with diff_caps (published default: the diff_gen_caption output)
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
 MODEL = {"name": "siglip_google_siglip-base-patch16-224", "type": "siglip", "model_id": "google/siglip-base-patch16-224"}  # one model spec
-N_RECORDS = 10  # int: records drawn (among those with at least one flip)
-MAX_FLIPS = 5  # int: flips shown per caption
-SEED = 0  # int: seeds which records and captions are drawn
+N_RECORDS = 10  # int: records drawn (among those with at least one flip); published: 10
+MAX_FLIPS = 5  # int: flips shown per caption (sampled when a caption has more); published: 5
+SEED = 42  # int: seed of the draws (one random.Random, in the published order of calls); published: 42
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", ...
 DTYPE = "fp32"  # "fp32", "bf16", "fp16", "auto"
 CONFIG = common.configure(globals())
 
 
-def draw(records, rng):
-    """[(line, record, caption index)] for up to N_RECORDS records with flips."""
-    with_flips = [(n, r) for n, r in records if any(r["diff_caps"].get(str(i)) for i in range(len(r["orig_captions"])))]
-    picked = rng.sample(with_flips, min(N_RECORDS, len(with_flips)))
-    out = []
-    for n, r in picked:
-        i = rng.choice([i for i in range(len(r["orig_captions"])) if r["diff_caps"].get(str(i))])
-        out.append((n, r, i))
-    return out
+def select(records, rng):
+    """The published selection: records with a non-empty flip list, shuffled, the first N_RECORDS."""
+    valid = [(n, r) for n, r in records if any(len(v) > 0 for v in r["diff_caps"].values())]
+    rng.shuffle(valid)
+    return valid[:N_RECORDS]
 
 
-def similarities(enc, picks, image_root):
+def draw(selected, readable, rng):
+    """Per selected record: (caption index, flips), or None when its image fails or no caption has
+    flips (then, as published, no random call is made)."""
+    picks = []
+    for k, (_, r) in enumerate(selected):
+        candidates = [i for i in range(len(r["orig_captions"])) if r["diff_caps"].get(str(i))]
+        if k not in readable or not candidates:
+            picks.append(None)
+            continue
+        i = rng.choice(candidates)
+        flips = r["diff_caps"][str(i)]
+        picks.append((i, rng.sample(flips, MAX_FLIPS) if len(flips) > MAX_FLIPS else list(flips)))
+    return picks
+
+
+def similarities(enc, img, selected, picks):
     """Per pick: (sim(image, caption), [sim(image, flip)]); caption and flips form one text call."""
-    img, ok, report = common.encode_record_images(enc, [(n, r) for n, r, _ in picks], image_root, 16, 0)
     bank = common.TextBank(enc)
-    calls = [bank.add_call([r["orig_captions"][i]] + r["diff_caps"][str(i)][:MAX_FLIPS]) for _, r, i in picks]
+    calls = [bank.add_call([r["orig_captions"][p[0]]] + p[1]) if p else None for (_, r), p in zip(selected, picks)]
     txt, rows = bank.encode(256)
     out = []
     for k, slots in enumerate(calls):
-        if k not in ok:
+        if slots is None:
             out.append(None)
             continue
         sims = common.cosines(img, txt, [k] * len(slots), rows[slots])
         out.append((float(sims[0]), [float(s) for s in sims[1:]]))
-    return out, report
+    return out
 
 
 def main():
     records = common.load_records(JSONL_PATH, per_caption_fields=("diff_caps",))
     image_root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
-    picks = draw(records, random.Random(SEED))
-    results = {p: similarities(common.load_model(MODEL, p, DEVICE, DTYPE), picks, image_root) for p in common.PROTOCOLS}
+    rng = random.Random(SEED)
+    selected = select(records, rng)
+    encoders = {p: common.load_model(MODEL, p, DEVICE, DTYPE) for p in common.PROTOCOLS}
+    # the image tower is the same under both protocols: images encoded once, before the draws that depend on them
+    img, readable, report = common.encode_record_images(encoders["corrected"], selected, image_root, 16, 0)
+    picks = draw(selected, set(readable), rng)
+    results = {p: similarities(enc, img, selected, picks) for p, enc in encoders.items()}
     rows = []
     print(f"{MODEL['name']}: similarity to the image, corrected (as trained) | reference (published encoding)")
     print(f"{'text':<60} {'corr':>7} {'delta':>7} | {'ref':>7} {'delta':>7}")
-    for k, (line, rec, i) in enumerate(picks):
-        corr, ref = results["corrected"][0][k], results["reference"][0][k]
+    for k, ((line, rec), pick) in enumerate(zip(selected, picks)):
         print(f"-- line {line}: {rec['image_path']}")
-        if corr is None:
-            print("   (image unreadable: skipped)")
+        if pick is None:
+            print("   (image unreadable: skipped)" if k not in readable else "   (no caption with flips: skipped)")
             continue
-        texts = [rec["orig_captions"][i]] + rec["diff_caps"][str(i)][:MAX_FLIPS]
-        for j, text in enumerate(texts):
+        (i, flips), corr, ref = pick, results["corrected"][k], results["reference"][k]
+        for j, text in enumerate([rec["orig_captions"][i]] + flips):
             c = corr[0] if j == 0 else corr[1][j - 1]
             r = ref[0] if j == 0 else ref[1][j - 1]
             dc, dr = ("", "") if j == 0 else (f"{c - corr[0]:+.4f}", f"{r - ref[0]:+.4f}")
@@ -80,8 +97,7 @@ def main():
         below = sum(r[f"sim_{p}"] < base[(r["line"], r["caption_index"])] for r in flips)
         print(f"{p}: {below}/{len(flips)} flips score below their caption")
     out = common.metrics_path(JSONL_PATH, "siglip_sanity.json")
-    common.write_json(out, {"rows": rows, "run": common.provenance(__file__, CONFIG),
-                            "image_report": results["corrected"][1]})
+    common.write_json(out, {"rows": rows, "run": common.provenance(__file__, CONFIG), "image_report": report})
     print(f"-> {out}")
 
 
