@@ -34,6 +34,7 @@ import tempfile
 import time
 
 import common
+from lgip import accelerations
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 N_IMAGES = 32  # int >= 1: synthetic COCO-sized (640x480) JPEG images, one record each
@@ -61,7 +62,7 @@ PROJECT_PARAPHRASES = 6.0  # float: paraphrases per caption in the real job (dif
 PROJECT_FLIPS = 1.5  # float: flips per caption in the real job (assumed about 1.5 for COCO captions)
 CONFIG = common.configure(globals())
 if not PREFIX_PACKS:
-    common.PACK_NODES = 0
+    accelerations.switch_off(["PREFIX_PACKS"])
 
 DEMO_JSONL = os.path.join(_HERE, "demo", "lgip_demo.jsonl")
 SIGLIP_TOKENIZER = os.path.join(_HERE, "tests", "fixtures", "models", "siglip-tiny")  # sentencepiece ids only; texts padded/truncated to 64
@@ -164,7 +165,7 @@ def text_counts(records):
 
 def make_siglip_folder(arch, folder, seed):
     """A random-init SigLIP of the published checkpoint's sizes, saved with a processor, so the
-    project's own loader (common.load_siglip) reads it; token ids from the fixture's tokenizer."""
+    project's own loader (lgip.siglip_models.load_siglip) reads it; token ids from the fixture's tokenizer."""
     import torch
     from transformers import AutoModel, SiglipConfig, SiglipImageProcessor, SiglipProcessor, SiglipTokenizer
     a = _SIGLIP_ARCHS[arch]
@@ -440,7 +441,7 @@ def compare(spec, records, jsonl, work, counts, cache_test=False, keep=False):
     print(f"{spec['name']}: loaded in {t_load.seconds:.1f} s ({enc.device}, project {str(enc.dtype)[6:]}, "
           f"published-style {str(pub.dtype)[6:]}, torch threads {torch.get_num_threads()}, pixel arithmetic on the "
           f"device, bit-identical: {enc.pixels is not None}, text prefix packs: "
-          f"{enc.encode_packs is not None and common.PACK_NODES > 0})", flush=True)
+          f"{enc.encode_packs is not None and accelerations.PREFIX_PACKS})", flush=True)
     config = eval_config(jsonl, work)
     # Untimed warm-ups: first-call allocations and kernel choices, once per shape. The project
     # meets a shape per text length, so it warms up on all records; its cost is kept (first_pass_s).

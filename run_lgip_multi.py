@@ -23,6 +23,7 @@ NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU 
 CACHE_DIR = "auto"  # embedding cache folder; "auto" = .lgip_cache beside the input; None = no cache
 PIXEL_MEMORY_GB = "auto"  # float >= 0: host memory for decoded pixels kept for the next model with the same preprocessing (each image decoded once per geometry); "auto" = a quarter of the memory this process may use (per torchrun process on a node), 0 = off
 LOOKAHEAD = True  # True: while a model runs, the later models' tokenizing and image decoding are done in low-priority background workers (their GPU then never waits for them); False: each model does its own
+ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off, or "all": the plain computation (slower; the same numbers to float rounding)
 BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_<model>.scores.jsonl

@@ -27,10 +27,10 @@ def run_script(script, *args, env=None, check=True):
 def fresh_process_state():
     """Each test starts as a fresh process would: no pixels, token tables or prefix plan left
     by another test."""
-    import common
-    common.swap_process_state()
+    from lgip.evaluation import swap_process_state
+    swap_process_state()
     yield
-    common.swap_process_state()
+    swap_process_state()
 
 
 @pytest.fixture

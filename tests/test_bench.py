@@ -9,6 +9,12 @@ import json
 import os
 import sys
 
+from lgip.cli import configure
+from lgip.encoder import SIGLIP_TEXT_LENGTH
+from lgip.models import load_model
+from lgip.records import load_records
+from lgip.tokens import _TOKEN_TABLES, shared_token_table
+
 from conftest import OPENCLIP_TINY, ROOT, SIGLIP_TINY, run_script
 
 TOL = 1e-4
@@ -56,17 +62,16 @@ def test_bench_runs_and_paths_agree(tmp_path):
 
 
 def test_random_init_siglip_folder_loads_with_project_loader(tmp_path, monkeypatch):
-    """The GPU-only per-architecture path: a SigLIP built from sizes, saved, read by common.load_siglip."""
+    """The GPU-only per-architecture path: a SigLIP built from sizes, saved, read by load_siglip."""
     monkeypatch.setattr(sys, "argv", ["bench.py"])
     sys.modules.pop("bench", None)
     bench = importlib.import_module("bench")
-    import common
     monkeypatch.setitem(bench._SIGLIP_ARCHS, "siglip-test-patch16-32",
                         dict(width=32, mlp=64, heads=2, layers=1, vocab=1000, image=32))
     spec, folder = bench.arch_spec("siglip-test-patch16-32", str(tmp_path))
     assert os.path.isdir(folder) and bench.arch_key(spec) == "siglip-test-patch16-32"
-    enc = common.load_model(spec, "corrected", "cpu", "fp32")
-    assert enc.pad_length([3, 5]) == common.SIGLIP_TEXT_LENGTH  # padded to 64 as the real model
+    enc = load_model(spec, "corrected", "cpu", "fp32")
+    assert enc.pad_length([3, 5]) == SIGLIP_TEXT_LENGTH  # padded to 64 as the real model
     assert len(enc.tokenize(["a red bus"])[0]) > 1
     pub = bench.PublishedEncoder(spec, enc.model, enc)
     emb = pub.texts(["a red bus", "two dogs on a beach"])
@@ -89,12 +94,11 @@ def test_bench_host_reports_cost_per_text(tmp_path):
 
 def test_imported_script_keeps_its_defaults(monkeypatch):
     """The command line belongs to the script being run, not to the scripts it imports."""
-    import common
     monkeypatch.setattr(sys, "argv", ["bench_host.py", "--N_IMAGES=6"])
     ns = {"__name__": "bench", "N_IMAGES": 32}
-    assert common.configure(ns) == {"N_IMAGES": 32}
+    assert configure(ns) == {"N_IMAGES": 32}
     ns = {"__name__": "__main__", "N_IMAGES": 32}
-    assert common.configure(ns) == {"N_IMAGES": 6}
+    assert configure(ns) == {"N_IMAGES": 6}
 
 
 def test_bench_measures_without_prefix_packs(tmp_path):
@@ -113,16 +117,15 @@ def test_at_scale_passes_run_as_one_process(tmp_path, monkeypatch):
     twins; the process state from before is back afterwards."""
     sys.path.insert(0, ROOT)
     bench = importlib.import_module("bench")
-    import common
     from conftest import SIGLIP_TINY
     monkeypatch.setattr(bench, "NUM_WORKERS", 1)
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     jsonl = bench.make_records(str(tmp_path), 3, 0)
-    records = common.load_records(jsonl, ("same_caps", "diff_caps"))
-    enc, sig = (common.load_model(s, "corrected", "cpu") for s in (OPENCLIP_TINY, SIGLIP_TINY))
+    records = load_records(jsonl, ("same_caps", "diff_caps"))
+    enc, sig = (load_model(s, "corrected", "cpu") for s in (OPENCLIP_TINY, SIGLIP_TINY))
     twin = dict(OPENCLIP_TINY, name="tiny_openclip_again")
     rows = [{"name": s["name"], "published": {"s_per_record": 1.0}} for s in (OPENCLIP_TINY, twin, SIGLIP_TINY)]
-    marker = common.shared_token_table(("marker",))
+    marker = shared_token_table(("marker",))
     runs = list(zip(rows, (OPENCLIP_TINY, twin, SIGLIP_TINY), (enc, enc, sig)))
     done = list(bench.at_scale_sequence(runs, (records, jsonl, str(tmp_path), bench.text_counts(records))))
     first, second, third = (r["scale"] for r in done)
@@ -135,4 +138,4 @@ def test_at_scale_passes_run_as_one_process(tmp_path, monkeypatch):
     if jobs[1]["state"] == "done":
         assert third["image_sources"]["from_pixel_memory"] == 3
     assert all(r["speedup_at_scale"] > 0 for r in done)
-    assert common._TOKEN_TABLES == {("marker",): marker}  # the state from before the sequence
+    assert _TOKEN_TABLES == {("marker",): marker}  # the state from before the sequence

@@ -9,7 +9,10 @@ import sys
 import pytest
 import torch
 
-import common
+from lgip.cache import EmbeddingCache, image_cache_key
+from lgip.images import embed_images
+from lgip.models import load_model
+from lgip.texts import TextBank
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, TINY_MODELS, eval_args, run_script
 
 TEXTS = ["a red bus", "two dogs on the beach", "A cat sits on a computer.", "dog"]
@@ -20,19 +23,19 @@ def image_paths():
 
 
 def encode_all(enc, cache):
-    bank = common.TextBank(enc)
+    bank = TextBank(enc)
     slots = bank.add_call(TEXTS)
     txt, rows = bank.encode(3, cache=cache)
-    img, failed = common.embed_images(enc, image_paths(), 4, 0, cache=cache)
+    img, failed = embed_images(enc, image_paths(), 4, 0, cache=cache)
     return txt[rows[slots]], img, bank
 
 
 def test_cache_serves_identical_embeddings_and_skips_work(tmp_path):
-    enc = common.load_model(SIGLIP_TINY, "reference", "cpu")
-    cache = common.EmbeddingCache(str(tmp_path), enc, SIGLIP_TINY)
+    enc = load_model(SIGLIP_TINY, "reference", "cpu")
+    cache = EmbeddingCache(str(tmp_path), enc, SIGLIP_TINY)
     txt1, img1, bank1 = encode_all(enc, cache)
     assert bank1.n_encoded == 4
-    cache2 = common.EmbeddingCache(str(tmp_path), enc, SIGLIP_TINY)
+    cache2 = EmbeddingCache(str(tmp_path), enc, SIGLIP_TINY)
     txt2, img2, bank2 = encode_all(enc, cache2)
     assert bank2.n_encoded == 0 and cache2.stats["image_hits"] == 12 and cache2.stats["text_hits"] == 4
     assert torch.equal(txt1, txt2) and torch.equal(img1, img2)
@@ -41,53 +44,53 @@ def test_cache_serves_identical_embeddings_and_skips_work(tmp_path):
 @pytest.mark.parametrize("change", ["protocol", "dtype", "spec", "weights"])
 def test_changed_setting_never_reuses_entries(tmp_path, change):
     spec = dict(SIGLIP_TINY)
-    enc = common.load_model(spec, "reference", "cpu")
-    first = common.EmbeddingCache(str(tmp_path / "c"), enc, spec).dir
+    enc = load_model(spec, "reference", "cpu")
+    first = EmbeddingCache(str(tmp_path / "c"), enc, spec).dir
     if change == "protocol":
-        enc = common.load_model(spec, "corrected", "cpu")
+        enc = load_model(spec, "corrected", "cpu")
     elif change == "dtype":
-        enc = common.load_model(spec, "reference", "cpu", "bf16")
+        enc = load_model(spec, "reference", "cpu", "bf16")
     elif change == "spec":
         spec = dict(OPENCLIP_TINY, name=spec["name"])
     else:  # same spec, replaced weights in a local folder
         local = tmp_path / "model"
         shutil.copytree(spec["model_id"], local)
         spec = dict(spec, model_id=str(local))
-        first = common.EmbeddingCache(str(tmp_path / "c"), enc, spec).dir
+        first = EmbeddingCache(str(tmp_path / "c"), enc, spec).dir
         os.utime(local / "model.safetensors", ns=(1, 1))
-    assert common.EmbeddingCache(str(tmp_path / "c"), enc, spec).dir != first
+    assert EmbeddingCache(str(tmp_path / "c"), enc, spec).dir != first
 
 
 def test_image_cache_key_follows_file_changes(tmp_path):
     p = tmp_path / "a.jpg"
     shutil.copy(image_paths()[0], p)
-    k1 = common.image_cache_key(str(p))
+    k1 = image_cache_key(str(p))
     shutil.copy(image_paths()[1], p)
-    assert common.image_cache_key(str(p)) != k1
+    assert image_cache_key(str(p)) != k1
 
 
 def test_corrupt_or_truncated_chunk_is_reported_and_rebuilt(tmp_path, capsys):
-    enc = common.load_model(OPENCLIP_TINY, "corrected", "cpu")
-    cache = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
+    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     txt1, img1, _ = encode_all(enc, cache)
     chunks = sorted(glob.glob(os.path.join(cache.dir, "image-*.npz")))
     assert len(chunks) == 3  # 12 images, a chunk every 4 rows (resumable granularity)
     data = open(chunks[0], "rb").read()
     open(chunks[0], "wb").write(data[: len(data) // 2])  # truncated
     open(chunks[1], "r+b").write(b"garbage!")  # corrupt header
-    cache2 = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache2 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     txt2, img2, _ = encode_all(enc, cache2)
     assert cache2.stats["corrupt_chunks"] == 2 and cache2.stats["image_hits"] == 4
     assert "is corrupt" in capsys.readouterr().err
     torch.testing.assert_close(img1, img2, atol=1e-6, rtol=0)
-    cache3 = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache3 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     encode_all(enc, cache3)
     assert cache3.stats["corrupt_chunks"] == 0 and cache3.stats["image_hits"] == 12
 
 
 def test_interrupted_write_leaves_no_chunk_and_resumes(tmp_path):
-    enc = common.load_model(OPENCLIP_TINY, "corrected", "cpu")
-    cache = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
+    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     calls = {"n": 0}
     real = enc.encode_images
 
@@ -99,11 +102,11 @@ def test_interrupted_write_leaves_no_chunk_and_resumes(tmp_path):
 
     enc.encode_images = dies_on_third_batch
     with pytest.raises(KeyboardInterrupt):
-        common.embed_images(enc, image_paths(), 4, 0, cache=cache)
+        embed_images(enc, image_paths(), 4, 0, cache=cache)
     enc.encode_images = real
     assert len(glob.glob(os.path.join(cache.dir, "image-*.npz"))) == 2
-    cache2 = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
-    common.embed_images(enc, image_paths(), 4, 0, cache=cache2)
+    cache2 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    embed_images(enc, image_paths(), 4, 0, cache=cache2)
     assert cache2.stats["image_hits"] == 8
 
 
@@ -114,9 +117,11 @@ def test_kill_9_mid_run_then_resume(tmp_path):
     script = f"""
 import glob, os, signal, sys, time
 sys.path.insert(0, {ROOT!r})
-import common
-enc = common.load_model({OPENCLIP_TINY!r}, "corrected", "cpu")
-cache = common.EmbeddingCache({str(tmp_path)!r}, enc, {OPENCLIP_TINY!r}, chunk_rows=4)
+from lgip.cache import EmbeddingCache
+from lgip.images import embed_images
+from lgip.models import load_model
+enc = load_model({OPENCLIP_TINY!r}, "corrected", "cpu")
+cache = EmbeddingCache({str(tmp_path)!r}, enc, {OPENCLIP_TINY!r}, chunk_rows=4)
 real, n = enc.encode_images, [0]
 def enc_then_die(batch):
     n[0] += 1
@@ -127,13 +132,13 @@ def enc_then_die(batch):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(batch)
 enc.encode_images = enc_then_die
-common.embed_images(enc, sorted(glob.glob({os.path.join(FIXTURES, 'images', '*.jpg')!r})), 4, 0, cache=cache)
+embed_images(enc, sorted(glob.glob({os.path.join(FIXTURES, 'images', '*.jpg')!r})), 4, 0, cache=cache)
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True)
     assert proc.returncode == -9
-    enc = common.load_model(OPENCLIP_TINY, "corrected", "cpu")
-    cache = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
-    img, failed = common.embed_images(enc, image_paths(), 4, 0, cache=cache)
+    enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
+    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    img, failed = embed_images(enc, image_paths(), 4, 0, cache=cache)
     assert cache.stats["image_hits"] == 8 and not failed and not torch.isnan(img).any()
 
 
@@ -178,14 +183,14 @@ def test_torchrun_two_gloo_processes_give_single_process_metrics(tmp_path, scrip
 def test_a_chunk_with_a_changed_byte_is_caught_by_its_checksum(tmp_path, capsys):
     """Cache chunks are written without fsync: what a power cut could leave (any bytes changed,
     the zip structure intact) must still be caught, reported and rebuilt."""
-    enc = common.load_model(OPENCLIP_TINY, "corrected", "cpu")
-    cache = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
-    first, _ = common.embed_images(enc, image_paths(), 4, 0, cache=cache)
+    enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
+    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    first, _ = embed_images(enc, image_paths(), 4, 0, cache=cache)
     chunk = sorted(glob.glob(os.path.join(cache.dir, "image-*.npz")))[0]
     data = bytearray(open(chunk, "rb").read())
     data[len(data) // 3] ^= 0xFF  # inside the embeddings' bytes
     open(chunk, "wb").write(bytes(data))
-    cache2 = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
-    again, _ = common.embed_images(enc, image_paths(), 4, 0, cache=cache2)
+    cache2 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    again, _ = embed_images(enc, image_paths(), 4, 0, cache=cache2)
     assert cache2.stats["corrupt_chunks"] == 1 and cache2.stats["image_hits"] == 8
     assert "is corrupt" in capsys.readouterr().err and torch.equal(first, again)

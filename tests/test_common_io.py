@@ -4,7 +4,10 @@ import os
 
 import pytest
 
-import common
+from lgip.cli import configure, run_main
+from lgip.errors import InputError
+from lgip.records import iter_records
+from lgip.util import atomic_open
 from conftest import BASE_JSONL, run_script
 
 
@@ -39,22 +42,22 @@ def test_malformed_record_stops_with_file_line_field(tmp_path, script, bad_line,
 
 def test_blank_lines_are_skipped(tmp_path):
     src = write_lines(tmp_path / "in.jsonl", ["", GOOD, "   ", GOOD, ""])
-    assert [n for n, _ in common.iter_records(str(src))] == [2, 4]
+    assert [n for n, _ in iter_records(str(src))] == [2, 4]
 
 
 def test_per_caption_fields_are_validated(tmp_path):
     rec = {"image_path": "a.jpg", "orig_captions": ["x"], "same_caps": {"0": ["ok", None]}}
     src = write_lines(tmp_path / "in.jsonl", [json.dumps(rec)])
-    with pytest.raises(common.InputError, match=r"in.jsonl:1: field 'same_caps.0\[1\]' is NoneType"):
-        list(common.iter_records(str(src), per_caption_fields=["same_caps"]))
-    with pytest.raises(common.InputError, match=r"in.jsonl:1: missing field 'diff_caps'"):
-        list(common.iter_records(str(src), per_caption_fields=["diff_caps"]))
+    with pytest.raises(InputError, match=r"in.jsonl:1: field 'same_caps.0\[1\]' is NoneType"):
+        list(iter_records(str(src), per_caption_fields=["same_caps"]))
+    with pytest.raises(InputError, match=r"in.jsonl:1: missing field 'diff_caps'"):
+        list(iter_records(str(src), per_caption_fields=["diff_caps"]))
 
 
 def test_atomic_open_leaves_nothing_on_error(tmp_path):
     target = tmp_path / "x.json"
     with pytest.raises(RuntimeError):
-        with common.atomic_open(str(target)) as f:
+        with atomic_open(str(target)) as f:
             f.write("partial")
             raise RuntimeError("interrupted")
     assert os.listdir(tmp_path) == []
@@ -62,13 +65,13 @@ def test_atomic_open_leaves_nothing_on_error(tmp_path):
 
 def test_configure_overrides_and_errors(capsys):
     ns = {"__file__": "x.py", "BATCH": 32, "NAME": "a", "PATH": None}
-    cfg = common.configure(ns, ["--BATCH=64", "--NAME=cuda:0", "--PATH=[1, 'b']"])
+    cfg = configure(ns, ["--BATCH=64", "--NAME=cuda:0", "--PATH=[1, 'b']"])
     assert cfg == {"BATCH": 64, "NAME": "cuda:0", "PATH": [1, "b"]} and ns["BATCH"] == 64
     assert "override: BATCH = 64" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="unknown setting 'BATC'; valid settings: BATCH, NAME, PATH"):
-        common.configure(ns, ["--BATC=1"])
+        configure(ns, ["--BATC=1"])
     with pytest.raises(SystemExit, match="expected --NAME=value"):
-        common.configure(ns, ["BATCH=1"])
+        configure(ns, ["BATCH=1"])
 
 
 def test_help_lists_constants_with_comments():
@@ -93,9 +96,9 @@ def test_gpu_out_of_memory_says_what_to_lower(capsys):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     with pytest.raises(SystemExit) as exit_info:
-        common.run_main(main)
+        run_main(main)
     assert exit_info.value.code == 3
     err = capsys.readouterr().err
     assert "ran out of memory (CUDA out of memory. Tried to allocate 2.00 GiB)" in err and "--TEXT_BATCH_SIZE=" in err
     with pytest.raises(ValueError):  # anything else is not swallowed
-        common.run_main(lambda: (_ for _ in ()).throw(ValueError("other")))
+        run_main(lambda: (_ for _ in ()).throw(ValueError("other")))

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-import common
+from lgip.method import COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, advanced_paraphrases, passive_paraphrases, simple_paraphrases, synonym_paraphrases, typed_flips
 from conftest import BASE_JSONL, REFERENCE, run_script
 
 GENERATORS = [
@@ -63,11 +63,11 @@ def test_enhanced_draws_from_published_candidate_pool(tmp_path):
     for mine, theirs in zip(ours, ref):
         for i, c in enumerate(mine["orig_captions"]):
             # flips: the same words flipped as published (the new word follows the RNG stream)
-            for t in common.FLIP_TYPES:
+            for t in FLIP_TYPES:
                 allowed = possible_flips(c)
                 for ours_f, theirs_f in zip(mine["diff_caps_" + t][str(i)], theirs["diff_caps_" + t][str(i)], strict=True):
                     assert (ours_f, t) in allowed and (theirs_f, t) in allowed
-            pool = set(common.advanced_paraphrases(c, "set"))
+            pool = set(advanced_paraphrases(c, "set"))
             assert set(theirs["same_caps"][str(i)]) <= pool  # the pool is the published one
             same = mine["same_caps"][str(i)]
             assert set(same) <= pool and len(set(same)) == len(same)
@@ -88,22 +88,22 @@ class _Forced:
 
 def possible_flips(c):
     """Every (text, type) any RNG state could make of c."""
-    words = common.COLORS + common.NUMBER_WORDS + common.OBJECTS
-    return {flip for w in words for flip in common.typed_flips(c, _Forced(w))}
+    words = COLORS + NUMBER_WORDS + OBJECTS
+    return {flip for w in words for flip in typed_flips(c, _Forced(w))}
 
 
 def test_typed_flips_consume_one_choice_per_matching_list():
     rng_a, rng_b = random.Random(7), random.Random(7)
-    flips = common.typed_flips("two red dog", rng_a)
+    flips = typed_flips("two red dog", rng_a)
     assert [t for _, t in flips] == ["color", "number", "object"]
     for _ in range(3):
         rng_b.choice([0])
     assert rng_a.getstate() == rng_b.getstate()
-    assert common.typed_flips("a kitchen", rng_a) == []
+    assert typed_flips("a kitchen", rng_a) == []
 
 
 def test_paraphrases_rules():
-    assert "dog" not in common.simple_paraphrases("dog")  # len("dog") < 5 is dropped
-    assert common.passive_paraphrases("A cat sits on a computer.") == ["A a computer sits on cat."]  # as published
-    assert "A feline sits on a computer." in common.synonym_paraphrases("A cat sits on a computer.")
-    assert "A feline rests on a computer." in common.synonym_paraphrases("A cat sits on a computer.")
+    assert "dog" not in simple_paraphrases("dog")  # len("dog") < 5 is dropped
+    assert passive_paraphrases("A cat sits on a computer.") == ["A a computer sits on cat."]  # as published
+    assert "A feline sits on a computer." in synonym_paraphrases("A cat sits on a computer.")
+    assert "A feline rests on a computer." in synonym_paraphrases("A cat sits on a computer.")

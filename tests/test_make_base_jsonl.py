@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-import common
+from lgip.records import dump_jsonl_line, iter_records
 from conftest import run_script
 
 SCRIPT = "make_base_jsonl.py"
@@ -65,7 +65,7 @@ class Coco:
                           f"--OUTPUT_JSONL={self.output}", *args, check=check)
 
     def records(self):
-        return [rec for _, rec in common.iter_records(str(self.output))]
+        return [rec for _, rec in iter_records(str(self.output))]
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_records_are_first_five_captions_by_annotation_id(coco):
         assert r["orig_captions"] == expected_captions(r["image_id"])
     assert recs[0]["orig_captions"][0] == VERBATIM  # not stripped
     lines = coco.output.read_text(encoding="utf-8").splitlines(keepends=True)
-    assert lines == [common.dump_jsonl_line(r) for r in recs]
+    assert lines == [dump_jsonl_line(r) for r in recs]
 
 
 def test_image_paths_are_relative_to_the_output(coco):

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-import common
+from lgip.encoder import _as_features
+from lgip.errors import ModelError
+from lgip.images import open_rgb
+from lgip.models import PUBLISHED_MODELS, load_model
+from lgip.openclip_models import openclip_create_kwargs
+from lgip.records import iter_records
+from lgip.texts import TextBank
+from lgip.tokens import TokenTable
+from lgip.towers import _plain_blocks
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, eval_args, run_script
 
 TEXTS = ["dog", "a red bus waiting at a stop",
@@ -16,12 +24,12 @@ TEXTS = ["dog", "a red bus waiting at a stop",
 
 @pytest.fixture(scope="module")
 def openclip_tiny():
-    return common.load_model(OPENCLIP_TINY, "reference", "cpu")
+    return load_model(OPENCLIP_TINY, "reference", "cpu")
 
 
 @pytest.fixture(scope="module")
 def siglip_tiny():
-    return common.load_model(SIGLIP_TINY, "corrected", "cpu")
+    return load_model(SIGLIP_TINY, "corrected", "cpu")
 
 
 def test_openclip_cut_to_longest_equals_full_context(openclip_tiny):
@@ -38,7 +46,7 @@ def test_openclip_cut_to_longest_equals_full_context(openclip_tiny):
     for r, t in enumerate(tokens):
         cut[r, :len(t)] = torch.tensor(t)
     torch.testing.assert_close(enc.encode_tokens(cut), expected, atol=1e-6, rtol=0)
-    bank = common.TextBank(enc)  # the bank's own batches (grouped by exact length) agree too
+    bank = TextBank(enc)  # the bank's own batches (grouped by exact length) agree too
     slots = bank.add_call(TEXTS)
     emb, rows = bank.encode(batch_size=2)
     torch.testing.assert_close(emb[rows[slots]], expected, atol=1e-6, rtol=0)
@@ -56,20 +64,20 @@ def test_custom_text_tower_cut_too(tmp_path):
     torch.manual_seed(0)
     model = open_clip.create_model("local-dir:" + str(folder), pretrained=None)
     torch.save(model.state_dict(), folder / "open_clip_pytorch_model.bin")
-    enc = common.load_model({"name": "custom", "type": "openclip", "model_name": "local-dir:" + str(folder)}, "corrected", "cpu")
+    enc = load_model({"name": "custom", "type": "openclip", "model_name": "local-dir:" + str(folder)}, "corrected", "cpu")
     assert isinstance(enc.model, open_clip.CustomTextCLIP) and enc.info["text_trimmed"]
-    assert common._plain_blocks(enc.model.text.transformer) is not None
+    assert _plain_blocks(enc.model.text.transformer) is not None
     full = open_clip.get_tokenizer("local-dir:" + str(folder))(TEXTS)
     with torch.no_grad():
         expected = torch.nn.functional.normalize(enc.model.encode_text(full), dim=-1)
-    bank = common.TextBank(enc)
+    bank = TextBank(enc)
     slots = bank.add_call(TEXTS)
     emb, rows = bank.encode(batch_size=2)
     torch.testing.assert_close(emb[rows[slots]], expected, atol=1e-6, rtol=0)
 
 
 def test_siglip_corrected_same_embedding_alone_or_beside_longer(siglip_tiny):
-    bank = common.TextBank(siglip_tiny)
+    bank = TextBank(siglip_tiny)
     alone = bank.add_call(TEXTS[:1])
     beside = bank.add_call(TEXTS)
     emb, rows = bank.encode(batch_size=2)
@@ -78,8 +86,8 @@ def test_siglip_corrected_same_embedding_alone_or_beside_longer(siglip_tiny):
 
 
 def test_siglip_reference_pads_each_call_to_its_longest():
-    enc = common.load_model(SIGLIP_TINY, "reference", "cpu")
-    bank = common.TextBank(enc)
+    enc = load_model(SIGLIP_TINY, "reference", "cpu")
+    bank = TextBank(enc)
     alone = bank.add_call(TEXTS[:1])
     beside = bank.add_call(TEXTS)
     emb, rows = bank.encode(batch_size=512)
@@ -91,24 +99,24 @@ def test_siglip_reference_pads_each_call_to_its_longest():
 def test_siglip_reference_matches_processor_call():
     """Reference protocol encodes exactly as processor(text=call, padding=True, truncation=True)."""
     from transformers import AutoModel, AutoProcessor
-    enc = common.load_model(SIGLIP_TINY, "reference", "cpu")
+    enc = load_model(SIGLIP_TINY, "reference", "cpu")
     proc = AutoProcessor.from_pretrained(SIGLIP_TINY["model_id"])
     model = AutoModel.from_pretrained(SIGLIP_TINY["model_id"]).eval()
     inputs = proc(text=TEXTS, padding=True, truncation=True, return_tensors="pt")
     assert set(inputs) == {"input_ids"}
     with torch.no_grad():
-        expected = torch.nn.functional.normalize(common._as_features(model.get_text_features(**inputs)), dim=-1)
-    bank = common.TextBank(enc)
+        expected = torch.nn.functional.normalize(_as_features(model.get_text_features(**inputs)), dim=-1)
+    bank = TextBank(enc)
     slots = bank.add_call(TEXTS)
     emb, rows = bank.encode(batch_size=2)
     torch.testing.assert_close(emb[rows[slots]], expected, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("spec", [m for m in common.PUBLISHED_MODELS if m["type"] == "openclip"])
+@pytest.mark.parametrize("spec", [m for m in PUBLISHED_MODELS if m["type"] == "openclip"])
 def test_quick_gelu_for_weights_trained_with_it(spec):
     import open_clip
-    name, tag, corrected = common.openclip_create_kwargs(spec, "corrected")
-    _, _, reference = common.openclip_create_kwargs(spec, "reference")
+    name, tag, corrected = openclip_create_kwargs(spec, "corrected")
+    _, _, reference = openclip_create_kwargs(spec, "reference")
     trained_with_quick_gelu = bool(open_clip.get_pretrained_cfg(name, tag).get("quick_gelu"))
     assert trained_with_quick_gelu == (tag == "openai")
     assert corrected == ({"force_quick_gelu": True} if tag == "openai" else {})
@@ -121,7 +129,7 @@ def test_force_quick_gelu_reaches_the_network():
     from open_clip.transformer import QuickGELU
     model = open_clip.create_model(OPENCLIP_TINY["model_name"], force_quick_gelu=True)
     assert any(isinstance(m, QuickGELU) for m in model.modules())
-    assert not common.load_model(OPENCLIP_TINY, "corrected", "cpu").info["quick_gelu"]
+    assert not load_model(OPENCLIP_TINY, "corrected", "cpu").info["quick_gelu"]
 
 
 @pytest.mark.parametrize("spec,message", [
@@ -131,8 +139,8 @@ def test_force_quick_gelu_reaches_the_network():
     ({"name": "x", "type": "siglip"}, "needs 'model_id'"),
 ])
 def test_bad_model_spec_lists_valid_choices(spec, message):
-    with pytest.raises(common.ModelError, match=message.replace("(", r"\(")):
-        common.load_model(spec, "corrected", "cpu")
+    with pytest.raises(ModelError, match=message.replace("(", r"\(")):
+        load_model(spec, "corrected", "cpu")
 
 
 @pytest.mark.parametrize("spec", [
@@ -144,8 +152,8 @@ def test_weights_that_cannot_be_downloaded_name_model_and_local_copy(tmp_path, m
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache: nothing to fall back on
     import huggingface_hub.constants as hc
     monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
-    with pytest.raises(common.ModelError) as err:
-        common.load_model(spec, "corrected", "cpu")
+    with pytest.raises(ModelError) as err:
+        load_model(spec, "corrected", "cpu")
     msg = str(err.value)
     assert spec["name"] in msg and "local" in msg
 
@@ -183,7 +191,7 @@ def test_bad_images_are_skipped_counted_and_listed(tmp_path):
     proc = run_script("run_lgip_multi.py", *eval_args(src, "corrected", [OPENCLIP_TINY], image_root=tmp_path))
     m = json.load(open(tmp_path / "in__LGIP_tiny_openclip.metrics.json"))
     assert m["num_samples"] == 8 and m["run"]["num_failed_images"] == 4
-    good = [rec for _, rec in common.iter_records(str(src)) if rec["image_id"] not in (2, 3, 4, 5)]
+    good = [rec for _, rec in iter_records(str(src)) if rec["image_id"] not in (2, 3, 4, 5)]
     assert m["num_invariance_pairs"] == sum(len(v) for rec in good for v in rec["same_caps"].values())
     assert m["num_sensitivity_pairs"] == sum(len(v) for rec in good for v in rec["diff_caps"].values())
     failed = {os.path.basename(f["path"]): f["error"] for f in m["run"]["failed_images"]}
@@ -200,7 +208,7 @@ def test_open_rgb_converts_every_mode(tmp_path, mode):
     if mode == "P":
         img.info["transparency"] = 0
     img.save(path)
-    assert common.open_rgb(path).mode == "RGB"
+    assert open_rgb(path).mode == "RGB"
 
 
 def test_malformed_eval_record_stops_with_file_line(tmp_path):
@@ -223,9 +231,9 @@ def test_unknown_model_type_stops_script(tmp_path):
 
 def test_parallel_tokenization_matches_serial(openclip_tiny):
     texts = [f"a photo of {n} red buses number {n}" for n in range(300)] + TEXTS
-    serial, parallel = common.TokenTable(), common.TokenTable()
-    common.TextBank(openclip_tiny, 0)._tokenize(texts, serial, chunk=16)
-    common.TextBank(openclip_tiny, 2)._tokenize(texts, parallel, chunk=16)  # > 8 chunks: worker processes
+    serial, parallel = TokenTable(), TokenTable()
+    TextBank(openclip_tiny, 0)._tokenize(texts, serial, chunk=16)
+    TextBank(openclip_tiny, 2)._tokenize(texts, parallel, chunk=16)  # > 8 chunks: worker processes
     assert serial.row == parallel.row and len(serial) == len(set(texts))
     assert all(np.array_equal(a, b) for a, b in zip(serial.packed(), parallel.packed()))
     assert all(serial.ids(t).tolist() == openclip_tiny.tokenize([t])[0] for t in TEXTS)

@@ -6,11 +6,10 @@ published rebuttal drops the whole batch of 32 records around one). Each publish
 agree to 1e-6 (counts exactly), with tiny_openclip and the SigLIP whose words split unevenly."""
 import json
 import os
-import shutil
 
 import pytest
 
-import common
+from lgip.records import dump_jsonl_line, load_records
 import published_style
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_PIECES, eval_args, run_script
 from test_evaluation import assert_matches
@@ -71,7 +70,7 @@ def edge_records(script, n=40):
 
 def write_jsonl(path, recs):
     with open(path, "w", encoding="utf-8") as f:
-        f.writelines(common.dump_jsonl_line(r) for r in recs)
+        f.writelines(dump_jsonl_line(r) for r in recs)
     return path
 
 
@@ -82,7 +81,7 @@ def edge_runs(tmp_path_factory):
         folder = tmp_path_factory.mktemp(script.split(".")[0])
         src = write_jsonl(folder / "edge.jsonl", edge_records(script))
         proc = run_script(script, *eval_args(src, models=MODELS, BOOTSTRAP=0, WRITE_SCORES=False))
-        out[script] = (json.load(open(folder / f"edge__{OUTPUT[script]}")), proc, common.load_records(str(src)))
+        out[script] = (json.load(open(folder / f"edge__{OUTPUT[script]}")), proc, load_records(str(src)))
     return out
 
 
@@ -136,7 +135,7 @@ def test_rebuttal_without_any_flip_has_published_bin_edges(tmp_path):
     run_script("rebuttal_enhanced_lgip_by_transformation.py", *eval_args(src, models=[OPENCLIP_TINY]))
     m = json.load(open(tmp_path / "flat__ENHANCED_LGIP_analysis.json"))[0]
     theirs, _ = published_style.evaluate("rebuttal_enhanced_lgip_by_transformation.py", [OPENCLIP_TINY],
-                                         common.load_records(str(src)), FIXTURES)
+                                         load_records(str(src)), FIXTURES)
     assert_matches([m], theirs)
     assert (m["global_strength"]["q_low"], m["global_strength"]["q_high"]) == (0.0, 1.0)
     assert m["corrected"]["global_strength"]["q_low"] is None and m["error_type_stats"] == {}

@@ -9,7 +9,8 @@ import types
 
 import pytest
 
-import common
+from lgip.records import dump_jsonl_line, load_records
+from lgip.texts import TextBank
 from conftest import CASES, REFERENCE
 from test_evaluation import assert_matches
 
@@ -20,14 +21,14 @@ def calls_of(script, records, ok=None, with_pairs=False):
     """The calls the script's published_calls registers for records[ok], as lists of texts."""
     mod = importlib.import_module(script[:-3])
     run = types.SimpleNamespace(records=records, ok=range(len(records)) if ok is None else ok,
-                                bank=common.TextBank(None, 0))
+                                bank=TextBank(None, 0))
     pairs = mod.published_calls(run)
     calls = [texts for _, texts in run.bank.calls]
     return (calls, pairs) if with_pairs else calls
 
 
 def project_calls(script, jsonl):
-    records = common.load_records(os.path.join(REFERENCE, jsonl))
+    records = load_records(os.path.join(REFERENCE, jsonl))
     calls, pairs = calls_of(script, records, with_pairs=True)
     return calls, records, pairs
 
@@ -73,7 +74,7 @@ def test_rebuttal_flip_items_share_one_call_per_caption():
 
 
 def test_add_call_splits_a_call_into_published_batches():
-    bank = common.TextBank(None, 0)
+    bank = TextBank(None, 0)
     assert bank.add_call([]) == [] and len(bank.calls) == 0  # an empty list makes no call
     slots = bank.add_call([f"t{j}" for j in range(130)], 64)
     assert slots == list(range(130)) and [len(t) for _, t in bank.calls] == [64, 64, 2]
@@ -105,7 +106,7 @@ def test_siglip_sanity_check_draws_and_encodes_as_published(tmp_path):
     recs[7]["diff_caps"] = {"1": [f"{recs[7]['orig_captions'][1]} {w}" for w in "abcdefg"]}  # 7 flips: 5 sampled
     recs.append({"image_path": "images/000000000001.jpg", "orig_captions": ["A red bus."], "diff_caps": {"0": []}})
     src = tmp_path / "in.jsonl"
-    src.write_text("".join(common.dump_jsonl_line(r) for r in recs), encoding="utf-8")
+    src.write_text("".join(dump_jsonl_line(r) for r in recs), encoding="utf-8")
 
     rng = random.Random(42)  # the published script: random.seed(42), then the module's functions
     valid = [(n + 1, r) for n, r in enumerate(recs) if any(len(v) > 0 for v in r.get("diff_caps", {}).values())]

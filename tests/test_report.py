@@ -234,8 +234,8 @@ def test_pareto_front(report_module):
 
 
 def test_short_labels(report_module):
-    import common
-    labels = report_module.short_labels([m["name"] for m in common.PUBLISHED_MODELS] + ["tiny_siglip"])
+    from lgip.models import PUBLISHED_MODELS
+    labels = report_module.short_labels([m["name"] for m in PUBLISHED_MODELS] + ["tiny_siglip"])
     assert labels["openclip_ViT-H-14_laion2b_s32b_b79k"] == "ViT-H-14 (laion2b)"
     assert labels["openclip_EVA02-L-14_merged2b_s4b_b131k"] == "EVA02-L-14 (merged2b)"
     assert labels["siglip2_google_siglip2-base-patch16-224"] == "siglip2-base-patch16-224"

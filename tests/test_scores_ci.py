@@ -4,7 +4,11 @@ import json
 import numpy as np
 import pytest
 
-import common
+from lgip import scoring
+from lgip.method import infer_flip_type
+from lgip.records import dump_jsonl_line
+from lgip.scorefile import PerModel, ScoreSidecar, _SCORE_LAYOUT, _json_values, _rounded, _rounded_json
+from lgip.scoring import Pairs, bootstrap_ci, bootstrap_draws
 from conftest import CASES
 
 
@@ -14,7 +18,7 @@ def test_ci_contains_estimate_and_narrows_with_more_images():
     for n in (50, 500, 5000):
         rec = np.repeat(np.arange(n), 5)
         values = rng.normal(0.1, 0.05, size=n)[rec] + rng.normal(0, 0.02, size=len(rec))
-        lo, hi = common.bootstrap_ci(rec, values, resamples=400, seed=0)
+        lo, hi = bootstrap_ci(rec, values, resamples=400, seed=0)
         assert lo <= values.mean() <= hi
         widths.append(hi - lo)
     assert widths[0] > widths[1] > widths[2]
@@ -23,9 +27,9 @@ def test_ci_contains_estimate_and_narrows_with_more_images():
 
 def test_ci_is_seeded_and_handles_empty():
     rec, vals = [0, 0, 1, 2, 3], [0.1, 0.3, 0.2, 0.5, 0.4]
-    assert common.bootstrap_ci(rec, vals, 200, seed=3) == common.bootstrap_ci(rec, vals, 200, seed=3)
-    assert common.bootstrap_ci([], [], 200) is None
-    assert common.bootstrap_ci(rec, vals, 0) is None
+    assert bootstrap_ci(rec, vals, 200, seed=3) == bootstrap_ci(rec, vals, 200, seed=3)
+    assert bootstrap_ci([], [], 200) is None
+    assert bootstrap_ci(rec, vals, 0) is None
 
 
 def test_metrics_carry_ci_for_every_headline_metric(reference_runs):
@@ -68,10 +72,10 @@ def test_sidecar_reproduces_the_metrics(reference_runs):
 
 
 def test_infer_flip_type():
-    assert common.infer_flip_type("a red bus", "a red car") == "object"
-    assert common.infer_flip_type("two dogs", "five dogs") == "number"
-    assert common.infer_flip_type("A red bus.", "A blue bus.") == "color"
-    assert common.infer_flip_type("a red bus", "a big red bus") is None
+    assert infer_flip_type("a red bus", "a red car") == "object"
+    assert infer_flip_type("two dogs", "five dogs") == "number"
+    assert infer_flip_type("A red bus.", "A blue bus.") == "color"
+    assert infer_flip_type("a red bus", "a big red bus") is None
 
 
 def _reference_ci(record_idx, values, resamples, seed, chunk=50):
@@ -90,29 +94,29 @@ def _reference_ci(record_idx, values, resamples, seed, chunk=50):
 
 
 def test_ci_draws_are_shared_and_equal_fresh_draws(monkeypatch):
-    monkeypatch.setattr(common, "_BOOTSTRAP_DRAWS", {})
+    monkeypatch.setattr(scoring, "_BOOTSTRAP_DRAWS", {})
     rng = np.random.default_rng(2)
     for n, resamples, seed in ((3000, 1000, 0), (40, 333, 7), (5, 120, 1)):
         rec = np.repeat(np.arange(n), 3)[rng.permutation(3 * n)]
         values = rng.random(3 * n)
-        assert common.bootstrap_ci(rec, values, resamples, seed) == _reference_ci(rec, values, resamples, seed)
-        drawn = common._BOOTSTRAP_DRAWS[(n, resamples, seed, 50)]
+        assert bootstrap_ci(rec, values, resamples, seed) == _reference_ci(rec, values, resamples, seed)
+        drawn = scoring._BOOTSTRAP_DRAWS[(n, resamples, seed, 50)]
         assert drawn.dtype == np.uint8 and drawn.shape == (resamples, n)
         # another metric over records of the same count: the same draws, no new ones, same interval as fresh
         again = values > 0.5
-        assert common.bootstrap_ci(rec + 7, again, resamples, seed) == _reference_ci(rec + 7, again, resamples, seed)
-        assert common._BOOTSTRAP_DRAWS[(n, resamples, seed, 50)] is drawn
+        assert bootstrap_ci(rec + 7, again, resamples, seed) == _reference_ci(rec + 7, again, resamples, seed)
+        assert scoring._BOOTSTRAP_DRAWS[(n, resamples, seed, 50)] is drawn
 
 
 def test_ci_draws_kept_within_their_budget(monkeypatch):
-    monkeypatch.setattr(common, "_BOOTSTRAP_DRAWS", {})
-    monkeypatch.setattr(common, "BOOTSTRAP_CACHE_BYTES", 2500)
+    monkeypatch.setattr(scoring, "_BOOTSTRAP_DRAWS", {})
+    monkeypatch.setattr(scoring, "BOOTSTRAP_CACHE_BYTES", 2500)
     for n in (10, 11, 12, 10):  # 1000 bytes each: two fit; 10 is used again, so 11 is the oldest
-        common.bootstrap_draws(n, 100, 0)
-    assert list(common._BOOTSTRAP_DRAWS) == [(12, 100, 0, 50), (10, 100, 0, 50)]
-    monkeypatch.setattr(common, "BOOTSTRAP_CACHE_BYTES", 0)
-    common.bootstrap_draws(13, 100, 0)  # over budget alone: still returned, kept until the next
-    assert list(common._BOOTSTRAP_DRAWS) == [(13, 100, 0, 50)]
+        bootstrap_draws(n, 100, 0)
+    assert list(scoring._BOOTSTRAP_DRAWS) == [(12, 100, 0, 50), (10, 100, 0, 50)]
+    monkeypatch.setattr(scoring, "BOOTSTRAP_CACHE_BYTES", 0)
+    bootstrap_draws(13, 100, 0)  # over budget alone: still returned, kept until the next
+    assert list(scoring._BOOTSTRAP_DRAWS) == [(13, 100, 0, 50)]
 
 
 class _DictSidecar:
@@ -135,14 +139,14 @@ class _DictSidecar:
             row.setdefault(group, []).append(item)
 
     def lines(self):
-        return [common.dump_jsonl_line(self.rows[key]) for key in sorted(self.rows)]
+        return [dump_jsonl_line(self.rows[key]) for key in sorted(self.rows)]
 
 
 def _score_groups(rng):
     """Records and three scored groups: out of record order, quotes, non-ASCII, NaN, None labels."""
     records = [(k + 3, {"image_id": k if k % 3 else f"id-{k}", "image_path": f"images/{k}.jpg",
                         "orig_captions": [f'caption {k}.{i} "quoted" \\ café ☃' for i in range(5)]}) for k in range(60)]
-    para, flips, combined = common.Pairs(), common.Pairs(), common.Pairs()
+    para, flips, combined = Pairs(), Pairs(), Pairs()
     for k in rng.permutation(60):  # pairs of a group out of record order, some captions without a group
         for i in range(5):
             c = records[k][1]["orig_captions"][i]
@@ -166,36 +170,36 @@ def _score_groups(rng):
 def test_score_file_lines_equal_one_dict_per_caption(tmp_path):
     records, para, flips, combined, flip_types, strength = _score_groups(np.random.default_rng(0))
     files = []
-    for sidecar in (_DictSidecar(records), common.ScoreSidecar(records)):
+    for sidecar in (_DictSidecar(records), ScoreSidecar(records)):
         sidecar.add("paraphrases", para, kind=para.label)
         sidecar.add("flips", flips, type=flip_types, n=list(range(len(flips))))
         sidecar.add("combined", combined, type=combined.label, strength=strength)
         files.append(list(sidecar.lines()))
     assert files[0] == files[1] and len(files[0]) == len({(k, i) for p in (para, flips, combined) for k, i in zip(p.rec, p.cap)})
-    path = common.ScoreSidecar(records)
+    path = ScoreSidecar(records)
     path.add("flips", flips, type=flip_types)
     written = path.write(tmp_path / "s.jsonl")
     rows = [json.loads(line) for line in open(written, encoding="utf-8")]
     assert [(r["line"], r["caption_index"]) for r in rows] == sorted({(k + 3, i) for k, i in zip(flips.rec, flips.cap)})
     assert all(list(r) == ["line", "image_id", "image_path", "caption_index", "caption", "sim", "flips"] for r in rows)
-    assert common.ScoreSidecar(records).lines() == []
+    assert ScoreSidecar(records).lines() == []
     with pytest.raises(ValueError, match="added twice"):
         path.add("flips", flips)
 
 
 def test_score_labels_need_a_value_per_pair():
-    pairs = common.Pairs()
+    pairs = Pairs()
     pairs.add(0, 0, 0, [1, 2], ["a", "b"], "x")
-    sidecar = common.ScoreSidecar([(1, {"image_path": "a.jpg", "orig_captions": ["c"]})])
+    sidecar = ScoreSidecar([(1, {"image_path": "a.jpg", "orig_captions": ["c"]})])
     with pytest.raises(ValueError, match="'strength' of group 'flips' has 3 values for 2 pairs"):
-        sidecar.add("flips", pairs, strength=common.PerModel([0.1, 0.2, 0.3]))
+        sidecar.add("flips", pairs, strength=PerModel([0.1, 0.2, 0.3]))
     with pytest.raises(ValueError, match="'type' of group 'flips' has 1 values for 2 pairs"):
         sidecar.add("flips", pairs, type=["color"])
 
 
 def test_pairs_subsets_of_the_run_share_their_lists():
     import copy
-    pairs = common.Pairs()
+    pairs = Pairs()
     for k in range(5):
         pairs.add(k, 0, 0, [1, 2], [f"a{k}", f"b{k}"], "x")
     first, later = copy.copy(pairs), copy.copy(pairs)  # two models' copies (ModelRun.pairs)
@@ -206,7 +210,7 @@ def test_pairs_subsets_of_the_run_share_their_lists():
 
 
 def test_pairs_need_a_slot_per_text():
-    pairs = common.Pairs()
+    pairs = Pairs()
     pairs.add(4, 1, 9, [10, 11], ["a", "b"], "same_caps")
     assert (pairs.rec, pairs.cap, pairs.base_slot, pairs.slot, pairs.text, pairs.label) == (
         [4, 4], [1, 1], [9, 9], [10, 11], ["a", "b"], ["same_caps"] * 2)
@@ -227,7 +231,7 @@ def _rescored(pairs, rng):
 def test_later_models_score_files_reuse_the_layout_and_equal_a_fresh_one():
     rng = np.random.default_rng(5)
     records, para, flips, combined, flip_types, strength = _score_groups(rng)
-    common._SCORE_LAYOUT.clear()
+    _SCORE_LAYOUT.clear()
     layouts = []
     for model in range(4):  # a run's models: the same pair lists and labels, new similarities
         p, f, c = (_rescored(x, rng) for x in (para, flips, combined))
@@ -235,21 +239,21 @@ def test_later_models_score_files_reuse_the_layout_and_equal_a_fresh_one():
         sub = f.subset(np.flatnonzero(np.arange(len(f)) % 3))  # (the same subset for every model: the same lists)
         strength = np.round(rng.random(len(sub)), 6)  # a label of this model's own
         files = []
-        for sidecar, per_model in ((_DictSidecar(records), lambda v: v), (common.ScoreSidecar(records), common.PerModel)):
+        for sidecar, per_model in ((_DictSidecar(records), lambda v: v), (ScoreSidecar(records), PerModel)):
             sidecar.add("paraphrases", p, kind=p.label)
             sidecar.add("flips", sub, type=[labels[j] for j in range(len(f)) if j % 3], strength=per_model(strength), n=sub.cap)
             sidecar.add("combined", c, strength=per_model(-strength[:len(c)] * 1e-7), last=per_model(strength[:len(c)]))
             files.append(list(sidecar.lines()))
         assert files[0] == files[1]
-        layouts.append(common._SCORE_LAYOUT[1])
+        layouts.append(_SCORE_LAYOUT[1])
     assert layouts[1] is layouts[0] and layouts[2] is not layouts[0] and layouts[3] is not layouts[2]
     sub = flips.subset(list(range(0, len(flips), 2)))  # (a model whose failed images dropped pairs: other lists)
     sub.base_sim, sub.sim = rng.normal(size=len(sub)), rng.normal(size=len(sub))
     files = []
-    for sidecar in (_DictSidecar(records), common.ScoreSidecar(records)):
+    for sidecar in (_DictSidecar(records), ScoreSidecar(records)):
         sidecar.add("flips", sub, type=sub.label)
         files.append(list(sidecar.lines()))
-    assert files[0] == files[1] and common._SCORE_LAYOUT[1] not in layouts
+    assert files[0] == files[1] and _SCORE_LAYOUT[1] not in layouts
 
 
 def test_rounded_similarities_are_written_as_round_and_repr_write_them():
@@ -259,5 +263,5 @@ def test_rounded_similarities_are_written_as_round_and_repr_write_them():
     values = np.concatenate([rng.normal(0.2, 0.15, 50000), rng.normal(size=20000) * 10.0 ** rng.integers(-9, 3, size=20000),
                              ties, np.nextafter(ties, 2), np.nextafter(ties, -2), edges, np.nextafter(edges, 2),
                              np.nextafter(edges, -2)])
-    assert common._rounded_json(values) == common._json_values(common._rounded(values))
-    assert common._rounded_json(np.clip(values, -1e30, 1e30).astype(np.float32)) == common._json_values(common._rounded(np.clip(values, -1e30, 1e30).astype(np.float32)))
+    assert _rounded_json(values) == _json_values(_rounded(values))
+    assert _rounded_json(np.clip(values, -1e30, 1e30).astype(np.float32)) == _json_values(_rounded(np.clip(values, -1e30, 1e30).astype(np.float32)))

@@ -10,7 +10,24 @@ import numpy as np
 import pytest
 import torch
 
-import common
+from lgip import lookahead, prefix_packs, siglip_models
+from lgip.cache import EmbeddingCache
+from lgip.clip_tokenizer import _fast_clip_encode
+from lgip.device import _Rows, cosines
+from lgip.encoder import _as_features
+from lgip.errors import ModelError
+from lgip.evaluation import ModelRun, forget_token_tables, swap_process_state
+from lgip.images import ImageEncoding, embed_images, open_rgb
+from lgip.lookahead import Lookahead
+from lgip.models import MODEL_PREPARERS, load_model
+from lgip.openclip_models import _create_openclip_on
+from lgip.pixel_memory import PixelMemory, pixel_memory, resolve_pixel_memory
+from lgip.pixels import check_pixel_split, pixel_split_openclip
+from lgip.prefix_packs import PrefixPacks
+from lgip.records import load_records
+from lgip.texts import TextBank, TextCalls, _LAST_PLAN, resolve_text_batch_size
+from lgip.tokens import TokenTable, _TOKEN_TABLES, _pack, shared_token_table
+from lgip.towers import _class_token_blocks, _siglip_text_last, _siglip_text_tower
 from conftest import FIXTURES, OPENCLIP_TINY
 
 TEXTS = ["dog", "a red bus waiting at a stop", "two dogs on the beach", "A cat sits on a computer.",
@@ -23,29 +40,29 @@ def image_paths():
 
 @pytest.fixture(scope="module")
 def enc():
-    return common.load_model(OPENCLIP_TINY, "corrected", "cpu")
+    return load_model(OPENCLIP_TINY, "corrected", "cpu")
 
 
 def test_text_batch_size_auto_and_checked():
-    assert common.resolve_text_batch_size("auto", "cuda") == 2048
-    assert common.resolve_text_batch_size("auto", "cuda:1") == 2048
-    assert common.resolve_text_batch_size("auto", "cpu") == 64
-    assert common.resolve_text_batch_size(None, "cpu") == 64 and common.resolve_text_batch_size(7, "cuda") == 7
+    assert resolve_text_batch_size("auto", "cuda") == 2048
+    assert resolve_text_batch_size("auto", "cuda:1") == 2048
+    assert resolve_text_batch_size("auto", "cpu") == 64
+    assert resolve_text_batch_size(None, "cpu") == 64 and resolve_text_batch_size(7, "cuda") == 7
     for bad in (0, -3, "big", 2.5):
-        with pytest.raises(common.ModelError, match="TEXT_BATCH_SIZE"):
-            common.resolve_text_batch_size(bad, "cpu")
+        with pytest.raises(ModelError, match="TEXT_BATCH_SIZE"):
+            resolve_text_batch_size(bad, "cpu")
 
 
 def test_images_beside_texts_equal_images_alone(enc):
-    alone, failed_alone = common.embed_images(enc, image_paths(), 2, 0)
-    bank = common.TextBank(enc)
+    alone, failed_alone = embed_images(enc, image_paths(), 2, 0)
+    bank = TextBank(enc)
     slots = bank.add_call(TEXTS)
-    job = common.ImageEncoding(enc, image_paths(), 2, num_workers=2)  # worker processes + hand-over thread
+    job = ImageEncoding(enc, image_paths(), 2, num_workers=2)  # worker processes + hand-over thread
     txt, rows = bank.encode(batch_size=1, beside=job)  # 5 text batches, the images polled between them
     beside, failed = job.finish()
     assert failed == failed_alone == {}
     torch.testing.assert_close(beside, alone, atol=1e-6, rtol=0)
-    bank2 = common.TextBank(enc)
+    bank2 = TextBank(enc)
     slots2 = bank2.add_call(TEXTS)
     txt2, rows2 = bank2.encode(batch_size=64)
     torch.testing.assert_close(txt[rows[slots]], txt2[rows2[slots2]], atol=1e-6, rtol=0)
@@ -57,14 +74,14 @@ def test_a_failing_loader_reaches_the_caller(enc, monkeypatch):
     sizes = iter(range(8, 100))
     odd = type("E", (), {"image_transform": staticmethod(lambda img: torch.zeros(3, next(sizes), 8)),
                          "name": "odd", "device": "cpu", "pixels": None, "storage_dtype": torch.float32})()
-    job = common.ImageEncoding(odd, image_paths(), 4, num_workers=0)
+    job = ImageEncoding(odd, image_paths(), 4, num_workers=0)
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         job.start().finish()
 
 
 def test_close_stops_the_hand_over_and_the_workers(enc):
     """A caller that fails mid-run closes the job: no thread or worker process is left waiting."""
-    job = common.ImageEncoding(enc, image_paths(), 1, num_workers=2).start()
+    job = ImageEncoding(enc, image_paths(), 1, num_workers=2).start()
     job._queue.get()  # one batch taken, the rest left undecoded or queued
     job.close()
     assert not job._thread.is_alive()
@@ -78,8 +95,8 @@ def test_close_stops_the_hand_over_and_the_workers(enc):
 def test_batches_group_by_padding_then_exact_length(enc):
     """Padded keys first (by padding, then length), then cut keys by exact length; at most
     batch_size each; equal keys keep their order; ids padded or cut as their key says."""
-    bank = common.TextBank(enc)
-    tokens = common.TokenTable()
+    bank = TextBank(enc)
+    tokens = TokenTable()
     bank._tokenize(TEXTS, tokens)
     lengths = {t: len(tokens.ids(t)) for t in TEXTS}
     keys = [(t, None) for t in TEXTS] + [(TEXTS[0], 20), (TEXTS[1], 20), (TEXTS[2], 16), (TEXTS[3], 20)]
@@ -98,8 +115,8 @@ def test_batches_group_by_padding_then_exact_length(enc):
 
 
 def test_token_ids_uploaded_in_groups_keep_every_batch(enc):
-    bank = common.TextBank(enc)
-    tokens = common.TokenTable()
+    bank = TextBank(enc)
+    tokens = TokenTable()
     bank._tokenize(TEXTS, tokens)
     keys = [(t, None) for t in TEXTS]
     batches, texts_of = bank._batches(list(range(len(keys))), keys, tokens, 2)
@@ -113,13 +130,13 @@ def test_token_ids_uploaded_in_groups_keep_every_batch(enc):
 
 
 def test_reduced_precision_cache_chunks_are_fp16_and_exact(tmp_path):
-    enc = common.load_model(OPENCLIP_TINY, "corrected", "cpu", "bf16")
-    cache = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
-    first, _ = common.embed_images(enc, image_paths(), 4, 0, cache=cache)
+    enc = load_model(OPENCLIP_TINY, "corrected", "cpu", "bf16")
+    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    first, _ = embed_images(enc, image_paths(), 4, 0, cache=cache)
     chunks = glob.glob(os.path.join(cache.dir, "image-*.npz"))
     assert chunks and all(np.load(c)["emb"].dtype == np.float16 for c in chunks)
-    cache2 = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
-    again, _ = common.embed_images(enc, image_paths(), 4, 0, cache=cache2)
+    cache2 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    again, _ = embed_images(enc, image_paths(), 4, 0, cache=cache2)
     assert cache2.stats["image_hits"] == len(image_paths()) and torch.equal(first, again)
 
 
@@ -127,11 +144,11 @@ def test_models_that_tokenize_alike_share_one_token_table(enc):
     """Two open_clip models with one tokenizer: the second reuses the first's token ids (its own
     tokenizer is never called) and gets the same embeddings; SigLIP tokenizes otherwise."""
     from conftest import SIGLIP_TINY
-    common.forget_token_tables()
-    twin = common.load_model(dict(OPENCLIP_TINY, name="twin"), "corrected", "cpu")
+    forget_token_tables()
+    twin = load_model(dict(OPENCLIP_TINY, name="twin"), "corrected", "cpu")
     assert twin.tokenizer_key == enc.tokenizer_key
-    assert common.load_model(SIGLIP_TINY, "corrected", "cpu").tokenizer_key != enc.tokenizer_key
-    first = common.TextBank(enc)
+    assert load_model(SIGLIP_TINY, "corrected", "cpu").tokenizer_key != enc.tokenizer_key
+    first = TextBank(enc)
     slots = first.add_call(TEXTS)
     emb, rows = first.encode(batch_size=2)
 
@@ -139,11 +156,11 @@ def test_models_that_tokenize_alike_share_one_token_table(enc):
         raise AssertionError(f"tokenized again: {texts}")
 
     twin.tokenize = not_again
-    second = common.TextBank(twin)
+    second = TextBank(twin)
     slots2 = second.add_call(TEXTS)
     emb2, rows2 = second.encode(batch_size=2)
     assert torch.equal(emb[rows[slots]], emb2[rows2[slots2]])
-    common.forget_token_tables()
+    forget_token_tables()
 
 
 # --- pixels: geometry in the workers, arithmetic on the device, shared between models ---------
@@ -156,9 +173,9 @@ def test_pixel_split_is_bit_identical_to_the_cpu_transform(spec):
     """uint8 geometry + device arithmetic == the model's own CPU transform, bit for bit, on every
     fixture image (and on a grayscale and an RGBA one, through open_rgb)."""
     from PIL import Image
-    enc = common.load_model(spec, "corrected", "cpu")
+    enc = load_model(spec, "corrected", "cpu")
     assert enc.pixels is not None and enc.info["pixels_on_device"]
-    imgs = [common.open_rgb(p) for p in image_paths()]
+    imgs = [open_rgb(p) for p in image_paths()]
     imgs += [imgs[0].convert("L").convert("RGB"), Image.new("RGBA", (40, 90), (10, 250, 3, 7)).convert("RGB")]
     for img in imgs:
         u8 = enc.pixels.geometry(img)
@@ -169,17 +186,17 @@ def test_pixel_split_is_bit_identical_to_the_cpu_transform(spec):
 
 def test_a_pixel_split_that_differs_is_refused(enc):
     """check_pixel_split keeps the CPU transform when the device arithmetic would differ."""
-    split = common.pixel_split_openclip(enc.image_transform)
-    assert common.check_pixel_split(enc, split) is split
+    split = pixel_split_openclip(enc.image_transform)
+    assert check_pixel_split(enc, split) is split
     split.std = [s + 1e-7 for s in split.std]
-    assert common.check_pixel_split(enc, split) is None
-    divisor = common.pixel_split_openclip(enc.image_transform)
+    assert check_pixel_split(enc, split) is None
+    divisor = pixel_split_openclip(enc.image_transform)
     divisor.rescale = ("div32", 254.99)
-    assert common.check_pixel_split(enc, divisor) is None
+    assert check_pixel_split(enc, divisor) is None
     # Why no reciprocal: float32 x * float32(1/255) differs from x / 255 for 126 of the 256 values.
     x = torch.arange(256, dtype=torch.float32)
     assert (x * torch.tensor(1 / 255, dtype=torch.float32) != x / torch.tensor(255.0)).sum() == 126
-    assert common.pixel_split_openclip(lambda img: img) is None
+    assert pixel_split_openclip(lambda img: img) is None
 
 
 def test_pixels_are_decoded_once_per_geometry(enc, tmp_path):
@@ -189,27 +206,27 @@ def test_pixels_are_decoded_once_per_geometry(enc, tmp_path):
     bad = tmp_path / "broken.jpg"
     bad.write_bytes(b"not a jpeg")
     paths = image_paths() + [str(bad)]
-    first = common.ImageEncoding(enc, paths, 3, num_workers=2)
+    first = ImageEncoding(enc, paths, 3, num_workers=2)
     emb1, failed1 = first.start().finish()
     assert (first.n_decoded, first.n_remembered) == (len(paths), 0) and list(failed1) == [len(paths) - 1]
-    again = common.ImageEncoding(enc, paths, 3, num_workers=2)
+    again = ImageEncoding(enc, paths, 3, num_workers=2)
     emb2, failed2 = again.start().finish()
     assert (again.n_decoded, again.n_remembered, again.n_cached) == (1, len(paths) - 1, 0)
     assert failed2 == failed1
     assert torch.equal(emb1[:-1], emb2[:-1]) and torch.isnan(emb2[-1]).all()
-    off = common.ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=0)
+    off = ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=0)
     emb3, _ = off.start().finish()
     assert off.n_decoded == len(paths) and torch.equal(emb1[:-1], emb3[:-1])
-    sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
+    sig = load_model(SIGLIP_TINY, "corrected", "cpu")
     assert sig.pixels.key != enc.pixels.key
-    other = common.ImageEncoding(sig, paths, 3, num_workers=0)
+    other = ImageEncoding(sig, paths, 3, num_workers=0)
     other.start().finish()
     assert other.n_decoded == len(paths)
-    after = common.ImageEncoding(enc, paths, 3, num_workers=0)  # both geometries fit: ours is still there
+    after = ImageEncoding(enc, paths, 3, num_workers=0)  # both geometries fit: ours is still there
     after.start().finish()
     assert (after.n_decoded, after.n_remembered) == (1, len(paths) - 1)
-    common.pixel_memory(0)  # a smaller budget evicts at once
-    assert common.pixel_memory(0).bytes == 0 and not common.pixel_memory(0).geometries
+    pixel_memory(0)  # a smaller budget evicts at once
+    assert pixel_memory(0).bytes == 0 and not pixel_memory(0).geometries
 
 
 def test_pixel_memory_keeps_to_its_budget(enc):
@@ -218,18 +235,18 @@ def test_pixel_memory_keeps_to_its_budget(enc):
     paths = image_paths()
     per_image = 3 * 64 * 64  # the tiny model's 64 px input
     budget_gb = 4.5 * per_image / 2 ** 30  # room for 4 images: one batch of 3, not the next
-    common.ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=budget_gb).start().finish()
-    again = common.ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=budget_gb)
+    ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=budget_gb).start().finish()
+    again = ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=budget_gb)
     emb, failed = again.start().finish()
     assert (again.n_remembered, again.n_decoded) == (3, len(paths) - 3) and not failed
-    torch.testing.assert_close(emb, common.embed_images(enc, paths, 3, 0)[0], atol=0, rtol=0)
+    torch.testing.assert_close(emb, embed_images(enc, paths, 3, 0)[0], atol=0, rtol=0)
     # Another geometry needing the room evicts ours (least recently used), not its own.
-    sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
-    common.ImageEncoding(sig, paths, 3, num_workers=0, pixel_memory_gb=budget_gb).start().finish()
-    memory = common.pixel_memory(int(budget_gb * 2 ** 30))
+    sig = load_model(SIGLIP_TINY, "corrected", "cpu")
+    ImageEncoding(sig, paths, 3, num_workers=0, pixel_memory_gb=budget_gb).start().finish()
+    memory = pixel_memory(int(budget_gb * 2 ** 30))
     assert list(memory.geometries) == [sig.pixels.key] and memory.bytes == 3 * per_image
-    with pytest.raises(common.ModelError, match="PIXEL_MEMORY_GB"):
-        common.resolve_pixel_memory(-1)
+    with pytest.raises(ModelError, match="PIXEL_MEMORY_GB"):
+        resolve_pixel_memory(-1)
 
 
 def test_two_models_of_one_run_share_pixels(tmp_path):
@@ -252,7 +269,7 @@ def test_two_models_of_one_run_share_pixels(tmp_path):
     # open_clip texts share their prefixes' positions: fewer computed than held, both reported
     positions = a["run"]["text_positions"]
     assert 0 < positions["computed"] < positions["tokens"] and a["run"]["model"]["text_prefix_sharing"]
-    assert positions["pack_nodes"] == common.PACK_NODES
+    assert positions["pack_nodes"] == prefix_packs.PACK_NODES
 
 
 def test_openclip_tokenize_keeps_texts_whole_through_id_zero(enc):
@@ -292,7 +309,7 @@ def test_last_block_for_the_pooled_position_only(enc):
     enc.encode_tokens = lambda ids, exact_length=False: calls.append(exact_length) or real(ids, exact_length)
     enc.encode_packs = None  # a causal tower without prefix packs: exact-length batches
     try:
-        bank = common.TextBank(enc)
+        bank = TextBank(enc)
         bank.add_call(TEXTS)
         bank.encode(batch_size=2)
     finally:
@@ -307,10 +324,10 @@ PREFIX_TEXTS = ["a photo of a dog.", "a photo of a dog on a mat.", "a photo of a
 
 
 def _plan(enc, texts, size, packs_per_batch):
-    tokens = common.TokenTable()
-    tokens.add(texts, *common._pack(enc.tokenize(texts)))
+    tokens = TokenTable()
+    tokens.add(texts, *_pack(enc.tokenize(texts)))
     flat, starts, lengths = tokens.packed()
-    return tokens, common.PrefixPacks(flat, starts, lengths, np.arange(len(texts)), size=size,
+    return tokens, PrefixPacks(flat, starts, lengths, np.arange(len(texts)), size=size,
                                       packs_per_batch=packs_per_batch)
 
 
@@ -361,15 +378,15 @@ def test_text_bank_shares_prefixes_and_counts_positions(enc):
     def run(packs, max_ints=1 << 23):
         saved = enc.encode_packs
         enc.encode_packs = packs
-        real = common.TextBank._packs_on_device
-        common.TextBank._packs_on_device = lambda self, plan, todo: real(self, plan, todo, max_ints=max_ints)
+        real = TextBank._packs_on_device
+        TextBank._packs_on_device = lambda self, plan, todo: real(self, plan, todo, max_ints=max_ints)
         try:
-            bank = common.TextBank(enc)
+            bank = TextBank(enc)
             slots = bank.add_call(PREFIX_TEXTS)
             emb, rows = bank.encode(batch_size=2)
         finally:
             enc.encode_packs = saved
-            common.TextBank._packs_on_device = real
+            TextBank._packs_on_device = real
         return emb[rows[slots]], bank.positions
     plain, plain_pos = run(None)
     for max_ints in (1, 1 << 23):
@@ -377,12 +394,12 @@ def test_text_bank_shares_prefixes_and_counts_positions(enc):
         torch.testing.assert_close(packed, plain, atol=1e-6, rtol=0)
         assert pos["tokens"] == plain_pos["tokens"] == plain_pos["computed"] and pos["computed"] < pos["tokens"]
     # packs smaller than the longest text (a long-context tower): the pack grows to hold it
-    saved = common.PACK_NODES
-    common.PACK_NODES = 8
+    saved = prefix_packs.PACK_NODES
+    prefix_packs.PACK_NODES = 8
     try:
         packed, _ = run(enc.encode_packs)
     finally:
-        common.PACK_NODES = saved
+        prefix_packs.PACK_NODES = saved
     torch.testing.assert_close(packed, plain, atol=1e-6, rtol=0)
 
 
@@ -396,8 +413,8 @@ def test_a_literal_end_of_text_in_a_caption_pools_where_open_clip_does(enc, tmp_
     with torch.no_grad():
         want = torch.nn.functional.normalize(enc.model.encode_text(tok(texts)).float(), dim=-1)
     assert [len(t) for t in enc.tokenize(texts)] == [4, 4, 4]
-    cache = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
-    bank = common.TextBank(enc)
+    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    bank = TextBank(enc)
     slots = bank.add_call(texts)
     emb, rows = bank.encode(batch_size=8, cache=cache)
     torch.testing.assert_close(emb[rows[slots]], want, atol=1e-6, rtol=0)
@@ -408,11 +425,11 @@ def test_a_literal_end_of_text_in_a_caption_pools_where_open_clip_does(enc, tmp_
 
 def test_auto_pixel_memory_is_shared_by_torchrun_processes(monkeypatch):
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    one = common.resolve_pixel_memory("auto")
+    one = resolve_pixel_memory("auto")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert 0 < common.resolve_pixel_memory("auto") <= one // 4 + 1
+    assert 0 < resolve_pixel_memory("auto") <= one // 4 + 1
     assert one <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
-    assert common.resolve_pixel_memory(0) == 0 and common.resolve_pixel_memory(1.5) == int(1.5 * 2 ** 30)
+    assert resolve_pixel_memory(0) == 0 and resolve_pixel_memory(1.5) == int(1.5 * 2 ** 30)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -420,10 +437,10 @@ def test_auto_pixel_memory_is_shared_by_torchrun_processes(monkeypatch):
 def test_pixel_split_is_bit_identical_on_the_gpu(spec):
     """On CUDA the device arithmetic must still equal the CPU transform bit for bit (no reciprocal
     division, no fused ops): the load-time check accepts the split, and real images agree."""
-    enc = common.load_model(spec, "corrected", "cuda", "fp32")
+    enc = load_model(spec, "corrected", "cuda", "fp32")
     assert enc.pixels is not None
     for path in image_paths():
-        img = common.open_rgb(path)
+        img = open_rgb(path)
         got = enc.pixels.to_input(enc.pixels.geometry(img)[None], "cuda", torch.float32)[0].cpu()
         assert torch.equal(got, enc.image_transform(img))
 
@@ -439,11 +456,11 @@ def test_image_last_block_for_the_class_token_only(enc):
         want = torch.nn.functional.normalize(enc.model.encode_image(x).float(), dim=-1)
     assert enc.info["image_last_block_class_token_only"]
     torch.testing.assert_close(enc.encode_images(x), want, atol=1e-6, rtol=0)
-    assert common._class_token_blocks(enc.model.visual) is not None
+    assert _class_token_blocks(enc.model.visual) is not None
     for attr, value in (("pool_type", "avg"), ("output_tokens", True), ("attn_pool", torch.nn.Identity())):
         visual = copy.deepcopy(enc.model.visual)
         setattr(visual, attr, value)
-        assert common._class_token_blocks(visual) is None, attr
+        assert _class_token_blocks(visual) is None, attr
 
 
 @pytest.mark.parametrize("protocol", ["corrected", "reference"])
@@ -451,7 +468,7 @@ def test_siglip_last_layer_for_the_pooled_position_only(protocol):
     """SigLIP pools its text at the last position: the last layer runs for it alone and gives
     get_text_features' embeddings (1e-6), with and without padding; a tower whose parts are
     not the expected ones keeps the full forward."""
-    sig = common.load_model(SIGLIP_TINY, protocol, "cpu")
+    sig = load_model(SIGLIP_TINY, protocol, "cpu")
     assert sig.info["text_last_layer_pooled_position_only"]
     ids = [sig.tokenize([t])[0] for t in TEXTS]
     for width in (max(map(len, ids)), 64):
@@ -459,21 +476,21 @@ def test_siglip_last_layer_for_the_pooled_position_only(protocol):
         for r, row in enumerate(ids):
             batch[r, :len(row)] = torch.tensor(row[:width])
         with torch.no_grad():
-            want = torch.nn.functional.normalize(common._as_features(sig.model.get_text_features(input_ids=batch)).float(), dim=-1)
+            want = torch.nn.functional.normalize(_as_features(sig.model.get_text_features(input_ids=batch)).float(), dim=-1)
         torch.testing.assert_close(sig.encode_tokens(batch), want, atol=1e-6, rtol=0)
-    assert common._siglip_text_tower(torch.nn.Linear(2, 2)) is None
+    assert _siglip_text_tower(torch.nn.Linear(2, 2)) is None
 
 
 def test_siglip_last_layer_path_is_dropped_when_it_disagrees(monkeypatch):
     """The load-time check (fp32, before the cast) refuses a last-layer path that does not give
     get_text_features' embeddings: the full forward is used."""
-    real = common._siglip_text_last
-    monkeypatch.setattr(common, "_siglip_text_last", lambda tower, ids: real(tower, ids) * 1.01 + 0.01)
-    sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
+    real = _siglip_text_last
+    monkeypatch.setattr(siglip_models, "_siglip_text_last", lambda tower, ids: real(tower, ids) * 1.01 + 0.01)
+    sig = load_model(SIGLIP_TINY, "corrected", "cpu")
     assert not sig.info["text_last_layer_pooled_position_only"]
     ids = torch.tensor([sig.tokenize(["a red bus"])[0]])
     with torch.no_grad():
-        want = torch.nn.functional.normalize(common._as_features(sig.model.get_text_features(input_ids=ids)).float(), dim=-1)
+        want = torch.nn.functional.normalize(_as_features(sig.model.get_text_features(input_ids=ids)).float(), dim=-1)
     torch.testing.assert_close(sig.encode_tokens(ids), want, atol=1e-6, rtol=0)
 
 
@@ -485,9 +502,9 @@ def test_open_clip_models_are_built_on_their_device(monkeypatch):
     import open_clip
     from PIL import Image
     name = "local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny")
-    model, preprocess, built_on = common._create_openclip_on("meta", name, None, {})
+    model, preprocess, built_on = _create_openclip_on("meta", name, None, {})
     assert built_on == "meta" and all(p.device.type == "meta" for p in model.parameters())
-    cpu_model, cpu_preprocess, cpu_built_on = common._create_openclip_on("cpu", name, None, {})
+    cpu_model, cpu_preprocess, cpu_built_on = _create_openclip_on("cpu", name, None, {})
     assert cpu_built_on == "cpu" and next(cpu_model.parameters()).device.type == "cpu"
     image = Image.new("RGB", (97, 61), (200, 30, 90))
     assert torch.equal(preprocess(image), cpu_preprocess(image))
@@ -498,24 +515,24 @@ def test_open_clip_models_are_built_on_their_device(monkeypatch):
             raise NotImplementedError("cannot build on meta")
         return real(*args, **kwargs)
     monkeypatch.setattr(open_clip, "create_model_and_transforms", refuses_meta)
-    model, _, built_on = common._create_openclip_on("meta", name, None, {})
+    model, _, built_on = _create_openclip_on("meta", name, None, {})
     assert built_on == "cpu" and next(model.parameters()).device.type == "cpu"
 
 
 def test_prefix_plan_is_reused_by_the_next_model_of_a_family(enc):
     """The same token table and the same rows (the next open_clip model of a run encoding the
     same texts) reuse the last plan; other rows or another table get their own."""
-    tokens = common.TokenTable()
-    tokens.add(PREFIX_TEXTS, *common._pack(enc.tokenize(PREFIX_TEXTS)))
+    tokens = TokenTable()
+    tokens.add(PREFIX_TEXTS, *_pack(enc.tokenize(PREFIX_TEXTS)))
     rows = np.arange(len(PREFIX_TEXTS))
-    plan = common.TextBank._plan(tokens, rows, 64)
-    assert common.TextBank._plan(tokens, rows.copy(), 64) is plan
-    assert common.TextBank._plan(tokens, rows[::-1].copy(), 64) is not plan
-    other = common.TokenTable()
-    other.add(PREFIX_TEXTS, *common._pack(enc.tokenize(PREFIX_TEXTS)))
-    assert common.TextBank._plan(other, rows, 64) is not common.TextBank._plan(tokens, rows, 64)
-    common.forget_token_tables()
-    assert not common._LAST_PLAN
+    plan = TextBank._plan(tokens, rows, 64)
+    assert TextBank._plan(tokens, rows.copy(), 64) is plan
+    assert TextBank._plan(tokens, rows[::-1].copy(), 64) is not plan
+    other = TokenTable()
+    other.add(PREFIX_TEXTS, *_pack(enc.tokenize(PREFIX_TEXTS)))
+    assert TextBank._plan(other, rows, 64) is not TextBank._plan(tokens, rows, 64)
+    forget_token_tables()
+    assert not _LAST_PLAN
 
 
 def _ahead_done(ahead):
@@ -530,23 +547,23 @@ def test_lookahead_tokenizes_and_decodes_for_a_later_model(enc, tmp_path):
     bad = tmp_path / "broken.jpg"
     bad.write_bytes(b"not a jpeg")
     paths = image_paths() + [str(bad)]
-    sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
+    sig = load_model(SIGLIP_TINY, "corrected", "cpu")
     twin = dict(OPENCLIP_TINY, name="tiny_openclip_again")
-    ahead = common.Lookahead([twin, SIGLIP_TINY], "corrected", num_workers=1, image_batch=5)  # several batches
+    ahead = Lookahead([twin, SIGLIP_TINY], "corrected", num_workers=1, image_batch=5)  # several batches
     assert ahead.active
-    ahead.start(enc, common.TextCalls(TEXTS + TEXTS[:2], [0, len(TEXTS)]), paths)
+    ahead.start(enc, TextCalls(TEXTS + TEXTS[:2], [0, len(TEXTS)]), paths)
     _ahead_done(ahead)
     assert [(j["model"], j["kind"], j["state"]) for j in ahead.jobs] == [("tiny_siglip", "tokens", "done"),
                                                                         ("tiny_siglip", "pixels", "done")]
     waited, report = ahead.settle(sig)
     assert waited >= 0 and [(j["kind"], j["items"]) for j in report] == [("tokens", len(TEXTS)),
                                                                          ("pixels", len(paths) - 1)]
-    table = common.shared_token_table(sig.tokenizer_key)
+    table = shared_token_table(sig.tokenizer_key)
     assert len(table) == len(TEXTS) and all(table.ids(t).tolist() == sig.tokenize([t])[0] for t in TEXTS)
-    images = common.ImageEncoding(sig, paths, 3, num_workers=0)
+    images = ImageEncoding(sig, paths, 3, num_workers=0)
     emb, failed = images.start().finish()
     assert (images.n_decoded, images.n_remembered) == (1, len(paths) - 1) and list(failed) == [len(paths) - 1]
-    alone, _ = common.ImageEncoding(sig, paths, 3, num_workers=0, pixel_memory_gb=0).start().finish()
+    alone, _ = ImageEncoding(sig, paths, 3, num_workers=0, pixel_memory_gb=0).start().finish()
     assert torch.equal(emb[:-1], alone[:-1])
     ahead.close()
 
@@ -555,12 +572,12 @@ def test_lookahead_leaves_work_a_model_has_started_to_that_model(enc):
     """A model that starts before its job has begun does the work itself (the job is dropped,
     not run twice into one table); a later model that cannot be prepared is reported, and the
     other models' jobs still run; no workers, no lookahead."""
-    sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
+    sig = load_model(SIGLIP_TINY, "corrected", "cpu")
     broken = {"name": "broken_siglip", "type": "siglip", "model_id": "/nonexistent/siglip"}
-    ahead = common.Lookahead([broken, SIGLIP_TINY], "corrected", num_workers=1)
+    ahead = Lookahead([broken, SIGLIP_TINY], "corrected", num_workers=1)
     waited, report = ahead.settle(sig)  # before start: nothing to wait for
     assert report == []
-    ahead.start(enc, common.TextCalls(TEXTS, [0]), image_paths())
+    ahead.start(enc, TextCalls(TEXTS, [0]), image_paths())
     _ahead_done(ahead)
     states = [(j["model"], j["kind"], j["state"]) for j in ahead.jobs]
     assert states == [("broken_siglip", "prepare", "failed"), ("tiny_siglip", "tokens", "dropped"),
@@ -569,13 +586,13 @@ def test_lookahead_leaves_work_a_model_has_started_to_that_model(enc):
     assert ahead.settle(type("E", (), {"tokenizer_key": None, "pixels": None, "name": "broken_siglip"})())[1][0][
         "state"] == "failed"
     ahead.close()
-    assert not common.Lookahead([SIGLIP_TINY], "corrected", num_workers=0).active
+    assert not Lookahead([SIGLIP_TINY], "corrected", num_workers=0).active
 
 
 def test_lookahead_close_stops_a_running_job(enc):
-    ahead = common.Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=8)
+    ahead = Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=8)
     texts = [f"{n} dogs on a red bus number {n}" for n in range(20000)]
-    ahead.start(enc, common.TextCalls(texts, [0]), [])
+    ahead.start(enc, TextCalls(texts, [0]), [])
     deadline = time.time() + 60
     while not ahead.jobs and time.time() < deadline:
         time.sleep(0.05)
@@ -587,7 +604,7 @@ def test_lookahead_close_stops_a_running_job(enc):
 
 def test_pixels_decoded_ahead_never_evict(enc):
     """evict=False (a Lookahead's pixels) keeps a batch only where it fits beside the others."""
-    memory = common.PixelMemory(budget=2 * 3 * 4 * 4)
+    memory = PixelMemory(budget=2 * 3 * 4 * 4)
     u8 = torch.zeros((1, 3, 4, 4), dtype=torch.uint8)
     memory.add("a", ["x"], u8)
     memory.add("b", ["y"], u8, evict=False)
@@ -625,14 +642,14 @@ def test_a_run_with_lookahead_gives_the_same_metrics(tmp_path):
 
 def _prepare_with(monkeypatch, tokenize_hook):
     """SigLIP's preparer, its tokenize wrapped by tokenize_hook(texts) (runs in the workers)."""
-    real = common.MODEL_PREPARERS["siglip"]
+    real = MODEL_PREPARERS["siglip"]
 
     def prepare(spec, protocol):
         prep = real(spec, protocol)
         inner = prep.tokenize
         prep.tokenize = lambda texts: (tokenize_hook(texts), inner(texts))[1]
         return prep
-    monkeypatch.setitem(common.MODEL_PREPARERS, "siglip", prepare)
+    monkeypatch.setitem(MODEL_PREPARERS, "siglip", prepare)
 
 
 def test_a_dying_lookahead_worker_fails_its_job_only(enc, monkeypatch):
@@ -644,9 +661,9 @@ def test_a_dying_lookahead_worker_fails_its_job_only(enc, monkeypatch):
         if any("poison" in t for t in texts):
             os.kill(os.getpid(), signal.SIGKILL)
     _prepare_with(monkeypatch, die)
-    ahead = common.Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=2)
-    ahead.start(enc, common.TextCalls(TEXTS + ["poison text"], [0]), image_paths())
-    emb, failed = common.ImageEncoding(enc, image_paths(), 3, num_workers=1).start().finish()  # meanwhile
+    ahead = Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=2)
+    ahead.start(enc, TextCalls(TEXTS + ["poison text"], [0]), image_paths())
+    emb, failed = ImageEncoding(enc, image_paths(), 3, num_workers=1).start().finish()  # meanwhile
     _ahead_done(ahead)
     assert not failed and not torch.isnan(emb).any()
     tokens, pixels = ahead.jobs
@@ -662,16 +679,16 @@ def test_a_stuck_lookahead_job_is_abandoned(enc, monkeypatch):
         if any("stall" in t for t in texts):
             time.sleep(60)
     _prepare_with(monkeypatch, stall)
-    monkeypatch.setattr(common, "LOOKAHEAD_STALL_S", 1.0)
-    sig = common.load_model(SIGLIP_TINY, "corrected", "cpu")
-    ahead = common.Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=2)
-    ahead.start(enc, common.TextCalls(["stall here"] + TEXTS, [0]), [])
+    monkeypatch.setattr(lookahead, "LOOKAHEAD_STALL_S", 1.0)
+    sig = load_model(SIGLIP_TINY, "corrected", "cpu")
+    ahead = Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=2)
+    ahead.start(enc, TextCalls(["stall here"] + TEXTS, [0]), [])
     deadline = time.time() + 60
     while not ahead.jobs and time.time() < deadline:
         time.sleep(0.05)
     waited, report = ahead.settle(sig)
     assert 0.5 < waited < 30 and report[0]["state"] == "abandoned"
-    assert sig.tokenizer_key not in common._TOKEN_TABLES  # nothing half-done is handed over
+    assert sig.tokenizer_key not in _TOKEN_TABLES  # nothing half-done is handed over
     t0 = time.time()
     ahead.close()
     assert time.time() - t0 < 10 and not ahead._thread.is_alive()
@@ -682,20 +699,20 @@ def test_a_stuck_lookahead_job_is_abandoned(enc, monkeypatch):
 def test_reduced_precision_tables_hold_fp16_and_score_as_float32(tmp_path):
     """A model below fp32 keeps its embeddings as fp16 values (storage_dtype) on its device; the
     similarities are float32 products of them: the same as from a float32 copy of the table."""
-    enc = common.load_model(OPENCLIP_TINY, "corrected", "cpu", "bf16")
+    enc = load_model(OPENCLIP_TINY, "corrected", "cpu", "bf16")
     assert enc.storage_dtype == torch.float16
-    img, _ = common.embed_images(enc, image_paths(), 4, 0)
-    bank = common.TextBank(enc)
+    img, _ = embed_images(enc, image_paths(), 4, 0)
+    bank = TextBank(enc)
     slots = bank.add_call(TEXTS)
     txt, rows = bank.encode(batch_size=2)
     assert img.dtype == txt.dtype == torch.float16
     ia, ib = [0, 1, 2, 3, 4], rows[slots]
-    assert np.array_equal(common.cosines(img, txt, ia, ib), common.cosines(img.float(), txt.float(), ia, ib))
+    assert np.array_equal(cosines(img, txt, ia, ib), cosines(img.float(), txt.float(), ia, ib))
 
 
 def test_a_failed_cache_write_is_raised_or_reported(tmp_path, monkeypatch, capsys):
-    enc = common.load_model(OPENCLIP_TINY, "corrected", "cpu")
-    cache = common.EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
+    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
 
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
@@ -720,7 +737,7 @@ def test_a_table_without_room_on_its_device_stays_on_the_host(monkeypatch, capsy
         return real(size, fill, dtype=dtype, device=device)
 
     monkeypatch.setattr(torch, "full", no_room)
-    rows = common._Rows(3, 0.0, "meta", torch.float16)
+    rows = _Rows(3, 0.0, "meta", torch.float16)
     rows.put([2, 0], torch.ones(2, 4))
     assert rows.tensor().device.type == "cpu" and rows.tensor()[:, 0].tolist() == [1.0, 0.0, 1.0]
     assert "kept on the host" in capsys.readouterr().err
@@ -735,7 +752,7 @@ def test_embeddings_stay_on_the_gpu_and_score_as_on_the_cpu(tmp_path):
     from conftest import REFERENCE, SIGLIP_TINY
     jsonl = tmp_path / "fixture_with_perturb.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), jsonl)
-    records = common.load_records(str(jsonl), ("same_caps", "diff_caps"))
+    records = load_records(str(jsonl), ("same_caps", "diff_caps"))
     run_lgip_multi.JSONL_PATH = str(jsonl)
     out = {}
     for device, cache in (("cpu", None), ("cuda", str(tmp_path / "cache")), ("cuda", str(tmp_path / "cache"))):
@@ -743,7 +760,7 @@ def test_embeddings_stay_on_the_gpu_and_score_as_on_the_cpu(tmp_path):
             config = {"JSONL_PATH": str(jsonl), "IMAGE_ROOT": FIXTURES, "PROTOCOL": "corrected", "DEVICE": device,
                       "DTYPE": "fp32", "IMAGE_BATCH_SIZE": 4, "TEXT_BATCH_SIZE": 16, "NUM_WORKERS": 0,
                       "CACHE_DIR": cache}
-            run = common.ModelRun(spec, records, config)
+            run = ModelRun(spec, records, config)
             m = run_lgip_multi.evaluate(run)
             assert run.img_emb.device.type == device
             out.setdefault(spec["name"], []).append(m)
@@ -768,27 +785,27 @@ def test_models_of_a_run_share_its_calls_and_what_derives_from_them(tmp_path, mo
     monkeypatch.setattr(run_lgip_multi, "JSONL_PATH", str(jsonl))
     config = {"JSONL_PATH": str(jsonl), "IMAGE_ROOT": FIXTURES, "PROTOCOL": protocol, "DEVICE": "cpu",
               "DTYPE": "fp32", "IMAGE_BATCH_SIZE": 4, "TEXT_BATCH_SIZE": 16, "NUM_WORKERS": 0, "CACHE_DIR": None}
-    records = common.load_records(str(jsonl), ("same_caps", "diff_caps"))
+    records = load_records(str(jsonl), ("same_caps", "diff_caps"))
     twin = dict(spec, name="twin")
     built, tokenized = [], []
-    real_build, real_tokenize = run_lgip_multi.published_calls, common.TextBank._tokenize
+    real_build, real_tokenize = run_lgip_multi.published_calls, TextBank._tokenize
     monkeypatch.setattr(run_lgip_multi, "published_calls", lambda run: built.append(1) or real_build(run))
-    monkeypatch.setattr(common.TextBank, "_tokenize", lambda self, *a: tokenized.append(1) or real_tokenize(self, *a))
-    first = common.ModelRun(spec, records, config)
+    monkeypatch.setattr(TextBank, "_tokenize", lambda self, *a: tokenized.append(1) or real_tokenize(self, *a))
+    first = ModelRun(spec, records, config)
     m1 = run_lgip_multi.evaluate(first)
     n_first = len(tokenized)
-    second = common.ModelRun(twin, records, config)
+    second = ModelRun(twin, records, config)
     m2 = run_lgip_multi.evaluate(second)
     assert len(built) == 1 and len(tokenized) == n_first and second.bank.run_calls is first.bank.run_calls
     padding = ("fixed", None) if family == "openclip" else ("lengths", first.enc.tokenizer_key)
     assert second.bank.calls == first.bank.calls and list(first.bank.run_calls.keys) == [padding]
-    common.swap_process_state()  # a fresh process: the twin alone builds and tokenizes for itself
-    alone = run_lgip_multi.evaluate(common.ModelRun(twin, records, config))
+    swap_process_state()  # a fresh process: the twin alone builds and tokenizes for itself
+    alone = run_lgip_multi.evaluate(ModelRun(twin, records, config))
     assert len(built) == 2 and len(tokenized) == 2 * n_first
     for key in ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate", "num_invariance_pairs"):
         assert m2[key] == alone[key] and m1[key] == alone[key]  # (the twin has the same random-init weights)
     other = list(records)  # other records: built again
-    run_lgip_multi.evaluate(common.ModelRun(twin, other, config))
+    run_lgip_multi.evaluate(ModelRun(twin, other, config))
     assert len(built) == 3
 
 
@@ -798,7 +815,7 @@ def test_fast_clip_encode_gives_open_clips_ids():
     import random
     import open_clip
     tokenizer = open_clip.tokenizer.SimpleTokenizer()
-    fast = common._fast_clip_encode(tokenizer)
+    fast = _fast_clip_encode(tokenizer)
     rng = random.Random(0)
     plain = "".join(chr(c) for c in range(0x20, 0x7f) if chr(c) != "&")
     words = ["a", "photo", "of", "Dog", "DOGS", "isn't", "<end_of_text>", "<start_of_text>", "10:45", "x" * 40]
@@ -817,4 +834,4 @@ def test_fast_clip_encode_gives_open_clips_ids():
     fast("caf\u00e9")
     assert calls == ["caf\u00e9"]
     other = open_clip.tokenizer.SimpleTokenizer(clean="whitespace")
-    assert common._fast_clip_encode(other) is None  # another cleaning: encode itself
+    assert _fast_clip_encode(other) is None  # another cleaning: encode itself

@@ -1,0 +1,60 @@
+"""lgip.accelerations: the switch of every acceleration that the plain computation does not need.
+
+Each gives the plain path's numbers (to float rounding: ~1e-7 in fp32), and the plain path stays
+alive beside it: tests/test_accelerations.py runs each evaluation on the fixture with every switch
+off and with all on, and compares every output number. A script switches them off with its
+ACCELERATIONS_OFF constant (names below, or "all"); every metrics file records their state in
+`run.accelerations`. README.md, "Accelerations", says what each does, how it is proven exact, and
+what it gained where it was measured. The switches are read when a model loads or a run starts.
+
+    >>> from lgip import accelerations
+    >>> before = accelerations.switch_off(["PREFIX_PACKS"]); accelerations.PREFIX_PACKS
+    False
+    >>> accelerations.restore(before)
+"""
+from .errors import ConfigError
+
+PREFIX_PACKS = True  # CLIP-family texts packed as prefix trees, a shared start computed once (lgip/prefix_packs.py); False: batches of one exact length
+POOLED_LAST_BLOCK = True  # the last block of open_clip's text and image towers and SigLIP's last text layer run for the pooled position only (lgip/towers.py); False: the towers' own forward
+TRIMMED_TEXT = True  # CLIP-family text batches cut to their longest text, blocks through SDPA with is_causal (lgip/towers.py); False: 77 positions through open_clip's encode_text
+FAST_CLIP_TOKENIZER = True  # open_clip's CLIP tokenizer through a fast path with its exact ids (lgip/clip_tokenizer.py); False: SimpleTokenizer.encode
+PIXELS_ON_DEVICE = True  # decoding workers send uint8 pixels, scaled and normalised on the device (lgip/pixels.py); False: the CPU transform in the workers
+PIXEL_MEMORY = True  # decoded pixels kept for the run's later models of the same geometry (lgip/pixel_memory.py; needs PIXELS_ON_DEVICE); False: each model decodes its images
+LOOKAHEAD = True  # the later models' tokenizing and decoding done in background workers (lgip/lookahead.py); False: each model does its own
+SHARED_TOKENS = True  # models that tokenize alike share one token table and prefix plan (lgip/tokens.py, lgip/texts.py); False: each model tokenizes and plans
+SHARED_CALLS = True  # the published calls, pairs, keys and token-table rows built once per run (lgip/texts.py RunCalls, lgip/evaluation.py); False: per model
+SHARED_SCORE_LAYOUT = True  # a score file's text less its numbers made once per run (lgip/scorefile.py); False: per model
+DEVICE_TABLES = True  # embeddings kept and scored on the model's device, uploads pinned and non-blocking (lgip/device.py); False: tables and scoring on the host
+BUILD_ON_DEVICE = True  # open_clip models built directly on the GPU, not initialised on the CPU (lgip/openclip_models.py); False: built on the CPU, then moved
+SHARED_BOOTSTRAP_DRAWS = True  # bootstrap resamples drawn once per (images, resamples, seed), shared by every interval (lgip/scoring.py); False: drawn per interval
+
+NAMES = ["PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "PIXELS_ON_DEVICE", "PIXEL_MEMORY",
+         "LOOKAHEAD", "SHARED_TOKENS", "SHARED_CALLS", "SHARED_SCORE_LAYOUT", "DEVICE_TABLES", "BUILD_ON_DEVICE",
+         "SHARED_BOOTSTRAP_DRAWS"]
+
+
+def state():
+    """{name: on} of every switch (recorded in each metrics file's run block)."""
+    return {name: globals()[name] for name in NAMES}
+
+
+def switch_off(names):
+    """Switch off the named accelerations ("all": every one); returns the state before."""
+    if names in (None, (), []):
+        return state()
+    if names == "all":
+        names = NAMES
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"ACCELERATIONS_OFF is a list of names or \"all\", got {names!r}; valid names: {', '.join(NAMES)}")
+    unknown = [n for n in names if n not in NAMES]
+    if unknown:
+        raise ConfigError(f"unknown acceleration(s) {', '.join(map(repr, unknown))}; valid: {', '.join(NAMES)}")
+    before = state()
+    for name in names:
+        globals()[name] = False
+    return before
+
+
+def restore(before):
+    """Put back a state that switch_off returned."""
+    globals().update(before)

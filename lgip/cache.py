@@ -1,0 +1,188 @@
+"""lgip.cache: the on-disk embedding cache, per model, protocol and dtype: images keyed by
+path, size and mtime, texts by text and padding; chunks written whole by a thread of their own,
+a corrupt one reported and rebuilt.
+
+    >>> cache = EmbeddingCache(".lgip_cache", enc, spec); pos, emb = cache.lookup("text", keys)
+"""
+import json
+import os
+import re
+import sys
+import time
+
+from .errors import CacheError
+from .util import atomic_open, package_versions, write_json
+
+
+def image_cache_key(path):
+    """Path, size and mtime: an edited or replaced image is never served from the cache."""
+    st = os.stat(path)
+    return f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def image_cache_keys(paths):
+    """{index: image_cache_key} of the paths that exist (a missing file: its loader reports it)."""
+    keys = {}
+    for i, p in enumerate(paths):
+        try:
+            keys[i] = image_cache_key(p)
+        except OSError:
+            pass
+    return keys
+
+
+class EmbeddingCache:
+    """Embeddings already computed, on disk, per model, protocol and dtype.
+
+    Layout: <CACHE_DIR>/<model>-<hash>/ with meta.json and chunk files `image-*.npz` /
+    `text-*.npz` (arrays `emb` and `keys`, the keys as UTF-8 JSON). The hash covers the model
+    spec (and a local checkpoint's size and mtime), the protocol, the dtype and the open_clip,
+    transformers and torch versions, so a changed setting never reuses stale entries. Chunks
+    are written whole (temp file, then rename) every few thousand items, so an interrupted run
+    resumes from its last chunk; a chunk that fails to load (truncated, corrupt) is reported,
+    deleted, and its items re-encoded.
+    """
+
+    def __init__(self, root, enc, spec, chunk_rows=8192):
+        import hashlib
+        ident = {"spec": {k: v for k, v in spec.items() if k != "name"}, "protocol": enc.protocol,
+                 "dtype": str(enc.dtype), "versions": package_versions(("open_clip_torch", "transformers", "torch"))}
+        for key in ("pretrained", "model_id", "model_name"):
+            path = str(spec.get(key, "")).replace("local-dir:", "")
+            if path and os.path.exists(path):
+                ident[f"{key}_stat"] = _tree_stat(path)
+        digest = hashlib.sha1(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.get("name", "model"))[:80]
+        self.dir = os.path.join(root, f"{slug}-{digest}")
+        os.makedirs(self.dir, exist_ok=True)
+        meta = os.path.join(self.dir, "meta.json")
+        if not os.path.exists(meta):
+            write_json(meta, ident)
+        self.chunk_rows = chunk_rows
+        self.fp16 = enc.rounds_to_fp16  # then stored rows are fp16 values
+        self._index = {}
+        self.stats = {"image_hits": 0, "text_hits": 0, "corrupt_chunks": 0}
+
+    def _load(self, kind):
+        import numpy as np
+        if kind in self._index:
+            return self._index[kind]
+        index, arrays = {}, []
+        for name in sorted(os.listdir(self.dir)):
+            path = os.path.join(self.dir, name)
+            if name.startswith("." + kind + "-") and name.endswith(".tmp"):
+                # Left by an interrupted write; a young one may be another process's write in progress.
+                if time.time() - os.path.getmtime(path) > 3600:
+                    os.unlink(path)
+                continue
+            if not (name.startswith(kind + "-") and name.endswith(".npz")):
+                continue
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    emb, keys = z["emb"], json.loads(bytes(z["keys"]).decode("utf-8"))
+                if emb.ndim != 2 or len(keys) != emb.shape[0]:
+                    raise CacheError(f"{len(keys)} keys for {emb.shape} embeddings")
+            except Exception as e:  # any unreadable chunk is rebuilt, never trusted
+                print(f"warning: cache chunk {path} is corrupt ({type(e).__name__}: {e}); "
+                      f"deleted, its entries will be encoded again", file=sys.stderr)
+                self.stats["corrupt_chunks"] += 1
+                os.unlink(path)
+                continue
+            c = len(arrays)
+            arrays.append(emb)
+            for r, k in enumerate(keys):
+                index[k] = (c, r)
+        self._index[kind] = (index, arrays)
+        return self._index[kind]
+
+    def lookup(self, kind, keys):
+        """(positions of keys found, their embeddings as a float32 tensor)."""
+        import numpy as np
+        import torch
+        index, arrays = self._load(kind)
+        pos = [p for p, k in enumerate(keys) if k in index]
+        if not pos:
+            return [], None
+        rows = np.stack([arrays[index[keys[p]][0]][index[keys[p]][1]] for p in pos])
+        self.stats[kind + "_hits"] += len(pos)
+        return pos, torch.from_numpy(rows.astype(np.float32))
+
+    def writer(self, kind):
+        return _ChunkWriter(self, kind)
+
+
+def _tree_stat(path):
+    """Sizes and mtimes of a checkpoint file or folder (to notice replaced weights)."""
+    if os.path.isfile(path):
+        st = os.stat(path)
+        return [st.st_size, st.st_mtime_ns]
+    out = []
+    for name in sorted(os.listdir(path)):
+        st = os.stat(os.path.join(path, name))
+        out.append([name, st.st_size, st.st_mtime_ns])
+    return out
+
+
+class _ChunkWriter:
+    """Adds embeddings to a cache in chunk files, written by a thread of its own: the copy to the
+    host and the file write overlap the device's work instead of holding up the loop that feeds
+    it (~2.6 GB of fp16 text rows per model at 40,000 images). At most `ahead` chunks wait to
+    be written; a failed write is raised by the next add or by close."""
+
+    def __init__(self, cache, kind, ahead=2):
+        self.cache, self.kind, self.ahead, self.keys, self.embs, self.n = cache, kind, ahead, [], [], 0
+        self._pool, self._pending = None, []
+
+    def add(self, keys, emb):
+        self.keys.extend(keys)
+        self.embs.append(emb)
+        self.n += len(keys)
+        if self.n >= self.cache.chunk_rows:
+            self.flush()
+
+    def flush(self):
+        import concurrent.futures as cf
+        import torch
+        if not self.keys:
+            return
+        if self._pool is None:
+            self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="lgip-cache-writer")
+        self._pending.append(self._pool.submit(self._write, self.keys, torch.cat(self.embs)))
+        self.keys, self.embs, self.n = [], [], 0
+        while len(self._pending) > self.ahead:
+            self._pending.pop(0).result()
+
+    def _write(self, keys, emb):
+        import uuid
+        import numpy as np
+        import torch
+        if self.cache.fp16:
+            emb = emb.to(torch.float16)  # lossless: its values were rounded to fp16 already (storage_dtype)
+        emb = emb.cpu().numpy()
+        keys = np.frombuffer(json.dumps(keys, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
+        path = os.path.join(self.cache.dir, f"{self.kind}-{uuid.uuid4().hex}.npz")
+        with atomic_open(path, "wb", durable=False) as f:  # (np.load checks the zip's CRCs: a chunk lost to a power cut is rebuilt)
+            np.savez(f, emb=emb, keys=keys)
+
+    def close(self):
+        """Write what is left and wait for every chunk (raises the first failed write)."""
+        try:
+            self.flush()
+            while self._pending:
+                self._pending.pop(0).result()
+        finally:
+            self.abandon()
+
+    def abandon(self):
+        """The run failed or was interrupted: the whole chunks handed over are written (a re-run
+        resumes from them), the rows of the unfinished one are dropped."""
+        self.keys, self.embs, self.n = [], [], 0
+        for future in self._pending:
+            try:
+                future.result()
+            except Exception as e:  # the run's own error is the one to see; this one is reported
+                print(f"warning: a cache chunk could not be written ({type(e).__name__}: {e})", file=sys.stderr)
+        self._pending = []
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

@@ -1,0 +1,256 @@
+"""lgip.evaluation: one evaluation over the models of MODELS: `ModelRun` (one model over
+one JSONL: its Encoder, cache, images and texts; records sharded across torchrun processes and
+the scored pairs gathered on rank 0), `run_evaluation` (the loop the three evaluation scripts
+share), and what one process keeps across its models.
+
+    >>> results = run_evaluation(__file__, CONFIG, ("same_caps", "diff_caps"), evaluate, summary)
+"""
+import os
+import time
+
+from .util import Timer, provenance
+from .records import load_records
+from .encoder import resolve_device
+from .models import load_model
+from . import accelerations, prefix_packs
+from .tokens import _TOKEN_TABLES
+from .cache import EmbeddingCache
+from .pixel_memory import _PIXEL_MEMORY
+from .images import RecordImages
+from .texts import RunCalls, TextBank, _LAST_PLAN, resolve_text_batch_size
+from .lookahead import Lookahead
+from .scoring import Pairs
+from .scorefile import _SCORE_LAYOUT
+
+
+_LAST_CALLS = []  # [(build, records, rank, world), RunCalls]: the next model of the run adopts them (ModelRun.pairs)
+
+
+def forget_token_tables():
+    """Drop the shared TokenTables, the last prefix plan, the last run's calls and score-file
+    layout (a fresh process's state: bench.py times tokenizing and building the pairs too)."""
+    _TOKEN_TABLES.clear()
+    _LAST_PLAN.clear()
+    _LAST_CALLS.clear()
+    _SCORE_LAYOUT.clear()
+
+
+def swap_process_state(state=None):
+    """What one process keeps across its models (shared token tables, the last prefix plan,
+    the last run's calls and pairs and score-file layout, remembered pixels), taken out and replaced by `state` (None: empty, a fresh process's):
+    bench.py runs passes of one simulated run between passes that must start fresh."""
+    old = {"token_tables": dict(_TOKEN_TABLES), "plan": list(_LAST_PLAN), "calls": list(_LAST_CALLS),
+           "pixels": list(_PIXEL_MEMORY), "score_layout": list(_SCORE_LAYOUT)}
+    state = state or {"token_tables": {}, "plan": [], "calls": [], "pixels": [], "score_layout": []}
+    _TOKEN_TABLES.clear()
+    _TOKEN_TABLES.update(state["token_tables"])
+    _LAST_PLAN[:] = state["plan"]
+    _LAST_CALLS[:] = state["calls"]
+    _PIXEL_MEMORY[:] = state["pixels"]
+    _SCORE_LAYOUT[:] = state["score_layout"]
+    return old
+
+
+def eval_run_info(script, config, enc, image_report, n_records, bank=None):
+    """Provenance block stored in each model's metrics: settings, model details, bad inputs."""
+    info = provenance(script, config)
+    info.update(model={"name": enc.name, "type": enc.type, "protocol": enc.protocol, "device": str(enc.device),
+                       "dtype": str(enc.dtype).replace("torch.", ""), **enc.info},
+                num_records_in_file=n_records, **image_report)
+    if bank is not None:
+        info["num_unique_texts_encoded"] = getattr(bank, "n_unique", None)
+    return info
+
+
+def distributed():
+    """(rank, world size), starting torch.distributed when launched by torchrun."""
+    import torch
+    import torch.distributed as dist
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() and os.environ.get("LGIP_DIST_BACKEND") != "gloo" else "gloo"
+        dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _gather(obj, world):
+    import torch.distributed as dist
+    if world == 1:
+        return [obj]
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+class ModelRun:
+    """One model over one JSONL: its Encoder, embedding cache, image embeddings and text bank.
+
+    Under torchrun each process takes every world-th record; `score` gathers the scored pairs
+    on rank 0 in record order, so the metrics equal a single process's.
+    >>> run = ModelRun(spec, records, CONFIG)       # loads the model
+    >>> inv, sens = run.pairs(published_calls)      # pairs.add(k, i, orig[i], run.bank.add_call(texts), ...) for k in run.ok
+    >>> inv, sens = run.score(inv, sens)            # encodes images and texts; None on ranks other than 0
+    """
+
+    def __init__(self, spec, records, config, enc=None, lookahead=None):
+        t0 = time.perf_counter()
+        self.rank, self.world = distributed()
+        self.lookahead = lookahead  # a Lookahead over the run's later models, or None
+        device = config["DEVICE"]
+        if self.world > 1 and resolve_device(device) == "cuda":
+            device = f"cuda:{int(os.environ.get('LOCAL_RANK', self.rank))}"
+        self.config, self.records = config, records
+        self.enc = enc or load_model(spec, config["PROTOCOL"], device, config["DTYPE"])
+        cache_dir = config.get("CACHE_DIR")
+        if cache_dir == "auto":
+            cache_dir = os.path.join(os.path.dirname(os.path.abspath(config["JSONL_PATH"])), ".lgip_cache")
+        self.cache = EmbeddingCache(cache_dir, self.enc, spec) if cache_dir else None
+        self.image_root = config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config["JSONL_PATH"]))
+        self.mine = range(self.rank, len(records), self.world)
+        # Images are encoded in score(), beside the texts; a record whose image cannot be read
+        # is dropped there, with all its pairs.
+        self.ok = list(self.mine)
+        self.bank = TextBank(self.enc, config["NUM_WORKERS"])
+        self._mark = time.perf_counter()
+        self.seconds = {"load": round(self._mark - t0, 3)}  # where the model's time went (see info)
+
+    @property
+    def is_main(self):
+        return self.rank == 0
+
+    def pairs(self, build):
+        """build(run) -> Pairs: the evaluation's published calls, registered through
+        run.bank.add_call. Built by a run's first model and adopted by the next ones of the same
+        process, records and shard (the calls depend on the records alone); each model gets
+        its own copies of the Pairs to score.
+        >>> inv, sens = run.score(*run.pairs(published_calls))
+        """
+        import copy
+        last = _LAST_CALLS[0] if _LAST_CALLS else None
+        if not accelerations.SHARED_CALLS:
+            return build(self)
+        if last is not None and last[0] is build and last[1] is self.records and last[2:] == (self.rank, self.world):
+            self.bank.adopt(_LAST_CALLS[1])
+        else:
+            pairs = build(self)
+            self.bank.run_calls = RunCalls(self.bank.calls.copy(), pairs)
+            _LAST_CALLS[:] = [(build, self.records, self.rank, self.world), self.bank.run_calls]
+        return [copy.copy(p) for p in self.bank.run_calls.pairs]
+
+    def score(self, *pairs_list, text_cos=False):
+        """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes."""
+        self.seconds["pairs"] = round(time.perf_counter() - self._mark, 3)
+        ahead = self.lookahead
+        waited, self.ahead = ahead.settle(self.enc) if ahead is not None else (0.0, None)
+        images = RecordImages(self.enc, self.records, self.image_root, self.config["IMAGE_BATCH_SIZE"],
+                              self.config["NUM_WORKERS"], self.mine, self.cache,
+                              pixel_memory_gb=self.config.get("PIXEL_MEMORY_GB", "auto"))
+        batch = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
+        # The later models' tokenizing and decoding begin once this model's own are done.
+        then = (lambda: ahead.start(self.enc, self.bank.calls, images.paths)) if ahead is not None else None
+        try:
+            txt_emb, rows = self.bank.encode(batch, cache=self.cache, beside=images, then=then)
+        except BaseException:
+            images.close()
+            raise
+        with Timer() as t_images:
+            self.img_emb, self.ok, self.image_report = images.finish()
+        self.seconds.update(lookahead_wait=waited, **self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
+        t_scoring = time.perf_counter()
+        self.image_sources = {"decoded": images.n_decoded, "from_pixel_memory": images.n_remembered,
+                              "from_cache": images.n_cached}
+        good = set(self.ok)
+        self.failed = [k for k in self.mine if k not in good]  # records whose image could not be read
+        if self.failed:
+            pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]
+        for pairs in pairs_list:
+            pairs.score(self.img_emb, txt_emb, rows, text_cos=text_cos)
+        self.n_ok = len(self.ok)
+        # the published scripts count a record once its image and captions encode: not one without captions
+        self.n_samples = sum(1 for k in self.ok if self.records[k][1]["orig_captions"])
+        if self.world == 1:
+            self._scored(t_scoring)
+            return pairs_list
+        gathered = _gather(([p.state() for p in pairs_list], len(self.ok), self.image_report,
+                            self.bank.n_unique, self.bank.n_encoded, self.bank.positions, self.n_samples,
+                            self.failed), self.world)
+        if not self.is_main:
+            return [None] * len(pairs_list)
+        self.n_ok = sum(g[1] for g in gathered)
+        self.n_samples = sum(g[6] for g in gathered)
+        self.failed = sorted(k for g in gathered for k in g[7])
+        reports = [g[2] for g in gathered]
+        self.image_report = {"num_failed_images": sum(r["num_failed_images"] for r in reports),
+                             "failed_images": [f for r in reports for f in r["failed_images"]][:20]}
+        self.bank.n_unique, self.bank.n_encoded = sum(g[3] for g in gathered), sum(g[4] for g in gathered)
+        self.bank.positions = {k: sum(g[5].get(k, 0) for g in gathered) for k in ("tokens", "computed")}
+        merged = [Pairs.merged([g[0][j] for g in gathered]) for j in range(len(pairs_list))]
+        self._scored(t_scoring)
+        return merged
+
+    def _scored(self, since):
+        self._mark = time.perf_counter()
+        self.seconds["scoring"] = round(self._mark - since, 3)
+
+    def finished(self):
+        """Called once the evaluation's metrics are made: the time since scoring (confidence
+        intervals, the score file) is its last phase."""
+        self.seconds["metrics_and_scores_file"] = round(time.perf_counter() - self._mark, 3)
+
+    def info(self, script):
+        info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank)
+        info["num_processes"] = self.world
+        info["accelerations"] = accelerations.state()  # which of lgip/accelerations.py's switches were on
+        info["seconds_by_phase"] = self.seconds  # in order: loading the model; building the pairs; waiting for work done ahead for this model; cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after; similarities (and gathering them from other processes); confidence intervals and score file
+        info["lookahead"] = getattr(self, "ahead", None)  # jobs done ahead for this model while earlier ones ran (None: no Lookahead)
+        info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
+        # token positions of the encoded texts; computed: fewer when prefixes are shared (pack_nodes 0: no prefix packs)
+        packs = self.enc.encode_packs is not None and accelerations.PREFIX_PACKS
+        info["text_positions"] = dict(self.bank.positions, pack_nodes=prefix_packs.PACK_NODES if packs else 0)
+        info["image_sources"] = getattr(self, "image_sources", {})  # unique images: decoded here, from an earlier model's pixels, cached embeddings
+        if self.cache is not None:
+            info["cache"] = {"dir": self.cache.dir, **self.cache.stats}
+        return info
+
+
+def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_model=None):
+    """The evaluation scripts' loop: each model of MODELS through `evaluate(run) -> metrics`.
+
+    Prints `summary(metrics)` per model; returns the list of metrics on rank 0, None elsewhere.
+    """
+    records = load_records(config["JSONL_PATH"], per_caption_fields)
+    results = []
+    models = config["MODELS"]
+    switched = accelerations.switch_off(config.get("ACCELERATIONS_OFF", []))
+    ahead = (Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], config.get("PIXEL_MEMORY_GB", "auto"))
+             if config.get("LOOKAHEAD", True) and accelerations.LOOKAHEAD and len(models) > 1 else None)
+    try:
+        for spec in models:
+            with Timer() as t:
+                run = ModelRun(spec, records, config, lookahead=ahead)
+                metrics = evaluate(run)
+                run.finished()
+            if not run.is_main:
+                continue
+            metrics["run"] = run.info(script)
+            metrics["run"]["seconds"] = round(t.seconds, 3)
+            if on_model:
+                on_model(metrics)
+            print(f"{run.enc.name}: {summary(metrics)} ({run.n_ok} records, "
+                  f"{run.image_report['num_failed_images']} unreadable images, {t.seconds:.1f} s)")
+            results.append(metrics)
+    finally:
+        if ahead is not None:
+            ahead.close()
+        accelerations.restore(switched)
+    rank, world = distributed()
+    if world > 1:
+        # Every rank ends here together, then leaves the group: a rank that exited early with the
+        # group still open aborted at interpreter exit in 1 of 4-12 runs ("terminate called
+        # without an active exception").
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
+    return results if rank == 0 else None

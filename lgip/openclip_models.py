@@ -1,0 +1,174 @@
+"""lgip.openclip_models: the open_clip loader (CLIP, OpenCLIP, EVA02-CLIP): names, tags,
+hf-hub:/local-dir:/checkpoint files, QuickGELU for weights trained with it (corrected protocol),
+and an Encoder over the exact faster forwards of lgip.towers where the tower allows them.
+
+    >>> enc = load_openclip({"name": "b16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "openai"},
+    ...                     "corrected", "cuda", torch.bfloat16)
+"""
+import os
+
+from . import accelerations
+from .errors import ModelError
+from .encoder import Encoder, Prepared, _download_hint, _normalise, tokenizer_key
+from .towers import _class_token_blocks, _openclip_causal_text_tower, _openclip_image_pooled, _openclip_text_packed, _openclip_text_trimmed, _plain_blocks
+from .clip_tokenizer import _openclip_tokenize_fn, _openclip_tokenizer_identity
+from .pixels import pixel_split_openclip
+
+
+def openclip_create_kwargs(spec, protocol):
+    """(model_name, pretrained, extra create kwargs) for an open_clip spec.
+
+    Corrected protocol: weights trained with QuickGELU (open_clip's own metadata for the tag
+    says so: the OpenAI ones, MetaCLIP, ...) run with QuickGELU; open_clip >= 2.29 builds e.g.
+    ViT-B-16 + openai with GELU and only warns. A checkpoint file whose name starts with
+    "openai" is treated the same. Reference protocol builds the model as the published code did.
+    >>> openclip_create_kwargs({"model_name": "ViT-B-16", "pretrained": "openai"}, "corrected")
+    ('ViT-B-16', 'openai', {'force_quick_gelu': True})
+    """
+    import open_clip
+    name, pretrained = spec["model_name"], spec.get("pretrained")
+    kwargs = {}
+    if protocol != "corrected" or not isinstance(pretrained, str) or name.startswith(("hf-hub:", "local-dir:")):
+        return name, pretrained, kwargs
+    if os.path.isfile(pretrained):
+        trained_quick = os.path.basename(pretrained).lower().startswith("openai")
+    else:
+        trained_quick = bool(open_clip.get_pretrained_cfg(name, pretrained).get("quick_gelu"))
+    built_quick = bool((open_clip.get_model_config(name) or {}).get("quick_gelu"))
+    if trained_quick and not built_quick:
+        kwargs["force_quick_gelu"] = True
+    return name, pretrained, kwargs
+
+
+def _check_openclip_name(name):
+    import open_clip
+    if name.startswith(("hf-hub:", "local-dir:")):
+        return
+    valid = open_clip.list_models()
+    if name not in valid:
+        import difflib
+        close = difflib.get_close_matches(name, valid, n=8, cutoff=0.5)
+        raise ModelError(f"unknown open_clip model_name {name!r}; close matches: {', '.join(close) or 'none'} "
+                         f"(all {len(valid)}: open_clip.list_models()); 'hf-hub:org/repo' and "
+                         f"'local-dir:/path' names are accepted too")
+
+
+def _is_download_error(e):
+    """open_clip reports a failed weight download as a RuntimeError naming it."""
+    return "download" in str(e).lower() or "connect" in str(e).lower()
+
+
+def _create_openclip_on(device, name, pretrained, kwargs):
+    """open_clip.create_model_and_transforms -> (model, eval transform, device it was built on).
+    On an accelerator the model is built there (a torch.device context): its random
+    initialisation, which a checkpoint then overwrites, runs on the GPU instead of the CPU
+    (ViT-H-14: 10.5 s on 2 CPU cores). Should a model's code not build that way, it is built on
+    the CPU and moved, as open_clip does by default."""
+    import open_clip
+    import torch
+    if torch.device(device).type != "cpu" and accelerations.BUILD_ON_DEVICE:
+        try:
+            with torch.device(device):
+                model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device,
+                                                                             **kwargs)
+            return model, preprocess, str(device)
+        except (RuntimeError, TypeError, NotImplementedError) as e:
+            if _is_download_error(e):
+                raise
+    model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
+    return model, preprocess, "cpu"
+
+
+def load_openclip(spec, protocol, device, dtype):
+    import open_clip
+    import torch
+    _check_openclip_name(spec["model_name"])
+    name, pretrained, kwargs = openclip_create_kwargs(spec, protocol)
+    if name.startswith(("hf-hub:", "local-dir:")):
+        pretrained = None  # open_clip ignores it for these names
+    elif pretrained and not os.path.isfile(str(pretrained)):
+        tags = open_clip.list_pretrained_tags_by_model(name)
+        if pretrained not in tags:
+            raise ModelError(f"unknown pretrained tag {pretrained!r} for open_clip {name}; valid: {', '.join(tags) or 'none'} "
+                             f"(or a checkpoint file path, or None for random init)")
+    try:
+        model, preprocess, built_on = _create_openclip_on(device, name, pretrained, kwargs)
+    except (OSError, ConnectionError, TimeoutError) as e:
+        raise _download_hint(spec, e) from e
+    except RuntimeError as e:
+        if _is_download_error(e):
+            raise _download_hint(spec, e) from e
+        raise
+    model = model.eval().to(device=device, dtype=dtype)
+    tokenizer = open_clip.get_tokenizer(name)
+    enc = Encoder()
+    enc.model, enc.device, enc.dtype = model, device, dtype
+    enc.image_transform = preprocess
+    enc.pixels = pixel_split_openclip(preprocess)
+    enc.context_length = getattr(model, "context_length", None) or tokenizer.context_length
+    tower = _openclip_causal_text_tower(model) if accelerations.TRIMMED_TEXT else None
+    trimmable = tower is not None
+    pooled = accelerations.POOLED_LAST_BLOCK
+    blocks = _plain_blocks(tower.transformer) if trimmable else None
+    enc.pad_id = 0
+
+    tokenize = _openclip_tokenize_fn(tokenizer, enc.context_length, trimmable)
+
+    @torch.no_grad()
+    def encode_tokens(ids, exact_length=False):
+        ids = ids.to(device, non_blocking=True)
+        if trimmable:
+            x = _openclip_text_trimmed(tower, blocks, ids, exact_length and pooled)
+        else:
+            full = torch.zeros(ids.shape[0], enc.context_length, dtype=ids.dtype, device=device)
+            full[:, :ids.shape[1]] = ids
+            x = model.encode_text(full)
+        return _normalise(x)
+
+    visual_blocks = _class_token_blocks(model.visual) if pooled else None
+
+    @torch.no_grad()
+    def encode_images(pixels):
+        pixels = pixels.to(device=device, dtype=dtype, non_blocking=True)
+        if visual_blocks is not None:
+            return _normalise(_openclip_image_pooled(model.visual, visual_blocks, pixels))
+        return _normalise(model.encode_image(pixels))
+
+    @torch.no_grad()
+    def encode_packs(*arrays):
+        return _normalise(_openclip_text_packed(tower, blocks, *(a.to(device, non_blocking=True) for a in arrays),
+                                                pooled=pooled))
+
+    enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
+    if blocks is not None:  # (only for a trimmable tower)
+        enc.encode_packs = encode_packs
+    enc.tokenizer_identity = _openclip_tokenizer_identity(tokenizer, enc.context_length)
+    # "eot2|": texts run to EOT (earlier caches cut a text at an inner id 0, "!": never reused).
+    enc.text_key_tag = "eot2|"
+    # Causal mask + EOT pooling: positions after a text's EOT never reach its embedding, so
+    # every batch is cut to its longest member (tests/test_models.py proves it).
+    enc.pad_length = lambda call_lengths: None if trimmable else enc.context_length
+    enc.info = {"quick_gelu": _uses_quick_gelu(model),
+                "built_on": built_on,
+                "text_trimmed": trimmable,
+                "text_prefix_sharing": enc.encode_packs is not None,
+                "image_last_block_class_token_only": visual_blocks is not None}
+    return enc
+
+
+def _uses_quick_gelu(model):
+    from open_clip.transformer import QuickGELU
+    return any(isinstance(m, QuickGELU) for m in model.modules())
+
+
+def prepare_openclip(spec, protocol):
+    """The tokenizer of an open_clip model (its pixels need the model built: None here)."""
+    import open_clip
+    _check_openclip_name(spec["model_name"])
+    tokenizer = open_clip.get_tokenizer(spec["model_name"])
+    context = tokenizer.context_length
+    # Tokenized as a causal CLIP tower's texts (to EOT; full rows when TRIMMED_TEXT is off): a
+    # tower that is not causal gets another key, and the texts tokenized ahead are not used.
+    tokenize = _openclip_tokenize_fn(tokenizer, context, accelerations.TRIMMED_TEXT)
+    return Prepared(spec["name"], tokenizer_key("openclip", _openclip_tokenizer_identity(tokenizer, context), tokenize),
+                    tokenize, None)

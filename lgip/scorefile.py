@@ -1,0 +1,218 @@
+"""lgip.scorefile: the per-pair score files (`*.scores.jsonl`): one line per record and
+caption with the caption's similarity and each paraphrase's, flip's and combined text's, made a
+column at a time; its text less the numbers is made once per run (accelerations.SHARED_SCORE_LAYOUT).
+
+    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.write(path)
+"""
+import itertools
+import json
+import operator
+
+from . import accelerations
+from .util import atomic_open
+
+
+def _json_values(values):
+    """[json.dumps(v, ensure_ascii=False) for v in values], at C speed for the str, int, None
+    and float values of a score file (texts, similarities, labels)."""
+    import math
+    values = values.tolist() if hasattr(values, "tolist") else list(values)
+    kinds = set(map(type, values))
+    if kinds <= {str}:
+        return list(map(json.encoder.encode_basestring, values))
+    if kinds <= {float} and all(map(math.isfinite, values)):
+        return list(map(float.__repr__, values))
+    if kinds <= {int}:
+        return list(map(int.__repr__, values))
+    fast = {str: json.encoder.encode_basestring, int: int.__repr__, type(None): lambda v: "null",
+            float: lambda v: float.__repr__(v) if math.isfinite(v) else json.dumps(v)}  # NaN, Infinity as json writes them
+    if kinds <= set(fast):
+        return [fast[type(v)](v) for v in values]
+    return [json.dumps(v, ensure_ascii=False) for v in values]
+
+
+def _rounded(values, digits=6):
+    """round(float(v), digits) of each value (Python's correctly rounded round, not numpy's)."""
+    return [round(v, digits) for v in map(float, values.tolist() if hasattr(values, "tolist") else values)]
+
+
+_SCORE_LAYOUT = []  # [(the objects and values it was made from), _ScoreLayout]: the last score file's layout, for the run's next model (~0.4 GB at 40,000 images)
+
+
+def _rounded_json(values):
+    """_json_values(_rounded(values)) at twice its speed: "%.6f" gives round(v, 6)'s correctly
+    rounded digits, and for 2e-4 <= |v| < 0.99 the shortest repr of that rounded double is those
+    digits without trailing zeros (any shorter decimal is another multiple of 1e-6, ~1e10 ulps
+    away); other values (near 0 or 1, NaN) go through round and repr.
+    >>> _rounded_json([0.12345650000000001, 0.5, 3e-05])
+    ['0.123457', '0.5', '3e-05']
+    """
+    import numpy as np
+    x = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        other = np.flatnonzero(~((np.abs(x) >= 2e-4) & (np.abs(x) < 0.99)))
+    if 4 * len(other) > len(x):  # (mostly zeros: a stand-in model's)
+        return _json_values(_rounded(x))
+    out = [s.rstrip("0") for s in map("%.6f".__mod__, x.tolist())]
+    for j, text in zip(other.tolist(), _json_values(_rounded(x[other]))):
+        out[j] = text
+    return out
+
+
+class PerModel:
+    """A score-file label whose values differ between the models of a run (floats, written as
+    json writes them: round them first), so that the file's layout can still be shared.
+    >>> sidecar.add("flips", pairs, type=types, strength=PerModel(np.round(s, 6)))
+    """
+
+    def __init__(self, values):
+        import numpy as np
+        self.values = np.asarray(values, dtype=np.float64)
+
+    def __len__(self):
+        return len(self.values)
+
+
+class _ScoreLayout:
+    """A score file's text with its numbers left out: `pieces`, [text before, number, text
+    after] per number, whose numbers come from `src` in the groups' [base_sim, sim, *PerModel
+    labels] values (similarities rounded to 6 decimals; PerModel labels written as they are,
+    `raw`). It depends on the records, pairs and other labels alone, which every model of a run
+    shares, so the run's later models only format and place their numbers (40,000 images:
+    200,000 lines of record fields, 1.46M texts with their labels, made once; 1.66M similarities
+    per model: 2.7 -> 0.9 s per later model, BENCHMARKS.md).
+    >>> layout = _ScoreLayout(records, groups); text = layout.text(groups)
+    """
+
+    def __init__(self, records, groups):
+        import numpy as np
+        width = 1 + max(int(np.max(p.cap)) for _, p, _ in groups)
+        keys, grps, positions, srcs, raws, befores, afters = [], [], [], [], [], [], []
+        line_keys, line_src, offset = [], [], 0  # per group: its lines, and the value each would give its caption's "sim"
+        for g, (name, pairs, labels) in enumerate(groups):
+            n = len(pairs)
+            key = np.asarray(pairs.rec, dtype=np.int64) * width + np.asarray(pairs.cap, dtype=np.int64)
+            order = np.argsort(key, kind="stable")  # (evaluations add pairs in record order: already sorted)
+            key = key[order]
+            first = np.diff(key, prepend=-1) != 0
+            last = np.append(key[1:] != key[:-1], True)
+            line_keys.append(key[first])
+            line_src.append(offset + order[last])  # a caption's "sim": the base_sim of its last pair added
+            order_list, last_list = order.tolist(), last.tolist()
+            head = ", " + _json_values([name])[0] + ": ["
+            texts = _json_values(pairs.text)
+            slot_befores = [[(head if f else ", ") + '{"text": ' + texts[j] + ', "sim": '
+                             for j, f in zip(order_list, first.tolist())]]
+            slot_afters, form, columns = [], "", []  # the text after each number of an item: its labels up to the next number
+            for label, values in [*labels.items(), (None, None)]:
+                if label is not None and not isinstance(values, PerModel):
+                    form += ", " + _json_values([label])[0].replace("%", "%%") + ": %s"
+                    columns.append(_json_values(values))
+                    continue
+                form += "}" if label is None else ", " + _json_values([label])[0].replace("%", "%%") + ": "
+                tails = [form % item for item in zip(*columns)] if columns else [form % ()] * n
+                slot_afters.append([tails[j] for j in order_list])
+                form, columns = "", []
+                if label is not None:
+                    slot_befores.append([""] * n)
+            slot_afters[-1] = [a + "]" if e else a for a, e in zip(slot_afters[-1], last_list)]
+            per_item = len(slot_afters)  # the similarity, then each PerModel label
+            for t in range(per_item):
+                keys.append(key), grps.append(np.full(n, g)), positions.append(np.arange(n) * per_item + t)
+                srcs.append(offset + (1 + t) * n + order), raws.append(np.full(n, t > 0))
+                befores.append(slot_befores[t]), afters.append(slot_afters[t])
+            offset += (1 + per_item) * n
+        lines = np.unique(np.concatenate(line_keys))
+        sim_src = np.zeros(len(lines), dtype=np.int64)
+        for k, src in zip(line_keys, line_src):
+            sim_src[np.searchsorted(lines, k)] = src  # (a later group's caption sim wins, as the groups were added)
+        recs = [records[k] for k in (lines // width).tolist()]
+        caps = (lines % width).tolist()
+        heads = zip(_json_values([line for line, _ in recs]), _json_values([r.get("image_id") for _, r in recs]),
+                    _json_values([r["image_path"] for _, r in recs]), caps,
+                    _json_values([r["orig_captions"][i] for (_, r), i in zip(recs, caps)]))
+        keys.insert(0, lines), grps.insert(0, np.full(len(lines), -1)), positions.insert(0, np.zeros(len(lines), dtype=np.int64))
+        srcs.insert(0, sim_src), raws.insert(0, np.zeros(len(lines), dtype=bool)), afters.insert(0, [""] * len(lines))
+        befores.insert(0, [f'{{"line": {line}, "image_id": {image_id}, "image_path": {path}, "caption_index": {i}, '
+                           f'"caption": {caption}, "sim": ' for line, image_id, path, i, caption in heads])
+        key = np.concatenate(keys)
+        slot = np.lexsort((np.concatenate(positions), np.concatenate(grps), key))  # per line: its sim, then each group's items
+        self.src = np.concatenate(srcs)[slot]
+        self.raw = np.flatnonzero(np.concatenate(raws)[slot])
+        before, after = list(itertools.chain.from_iterable(befores)), list(itertools.chain.from_iterable(afters))
+        for j in slot[np.append(key[slot][1:] != key[slot][:-1], True)].tolist():
+            after[j] += "}\n"  # (the line's last item)
+        take = operator.itemgetter(*slot.tolist()) if len(slot) > 1 else lambda seq: (seq[int(slot[0])],)
+        self.pieces = [None] * (3 * len(slot))  # [before, number, after] per place
+        self.pieces[0::3], self.pieces[2::3] = take(before), take(after)
+
+    def text(self, groups):
+        """The file's text, with these groups' similarities and PerModel labels."""
+        import numpy as np
+        values = np.concatenate([np.asarray(x, dtype=np.float64) for _, p, labels in groups for x in
+                                 (p.base_sim, p.sim, *(v.values for v in labels.values() if isinstance(v, PerModel)))])
+        values = values[self.src]
+        numbers = _rounded_json(values)
+        for j, number in zip(self.raw.tolist(), _json_values(values[self.raw])):
+            numbers[j] = number
+        self.pieces[1::3] = numbers
+        return "".join(self.pieces)
+
+
+class ScoreSidecar:
+    """Per record and caption: the caption's similarity and each paraphrase's, flip's (and
+    combined text's) similarity, written as one JSON line per caption next to the metrics.
+
+    Line format: {"line", "image_id", "image_path", "caption_index", "caption", "sim",
+                  "paraphrases": [{"text", "sim", ...}], "flips": [{"text", "sim", "type"}], ...}
+    Similarities are rounded to 6 decimals; lines are in (record, caption) order, a line's
+    groups in the order they were added, each group's items in pair order. The text is made a
+    column at a time (~1.4M pairs at 40,000 images: a dict per pair, dumped line by line, took
+    ~6 s per model while the GPU waited), and all but the similarities once per run
+    (_ScoreLayout: the run's models score the same pairs, and label them alike).
+    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.write(path)
+    """
+
+    def __init__(self, records):
+        self.records = records
+        self.groups = []  # (group name, Pairs, labels), in the order added
+
+    def add(self, group, pairs, **labels):
+        """Append scored `pairs` to `group` ("paraphrases", "flips", "combined") of their captions;
+        `labels` maps a field name to one value per pair (a PerModel for values that differ
+        between the run's models)."""
+        if any(group == g for g, _, _ in self.groups):
+            raise ValueError(f"score group {group!r} added twice: add all its pairs in one call")
+        for name, values in labels.items():
+            if len(values) != len(pairs):
+                raise ValueError(f"score label {name!r} of group {group!r} has {len(values)} values for {len(pairs)} pairs")
+        self.groups.append((group, pairs, labels))
+
+    def _layout(self, groups):
+        """The layout of these groups: the last one made, when made from the same records, pair
+        lists (the run's models share them: ModelRun.pairs) and labels."""
+        objects = [self.records, *(seq for _, p, _ in groups for seq in (p.rec, p.cap, p.text))]  # the same ones
+        values = [(name, len(p), list(labels), [None if isinstance(v, PerModel) else v.tolist() if hasattr(v, "tolist")
+                                                else list(v) for v in labels.values()]) for name, p, labels in groups]
+        if not accelerations.SHARED_SCORE_LAYOUT:
+            return _ScoreLayout(self.records, groups)
+        if _SCORE_LAYOUT:
+            (last_objects, last_values), layout = _SCORE_LAYOUT
+            if len(last_objects) == len(objects) and all(map(operator.is_, last_objects, objects)) and last_values == values:
+                return layout
+        _SCORE_LAYOUT[:] = [(objects, values), _ScoreLayout(self.records, groups)]
+        return _SCORE_LAYOUT[1]
+
+    def text(self):
+        """The file's text."""
+        groups = [(g, p, labels) for g, p, labels in self.groups if len(p)]
+        return self._layout(groups).text(groups) if groups else ""
+
+    def lines(self):
+        """The file's lines, in order (JSON escapes a newline inside a string: each ends one)."""
+        return [line + "\n" for line in self.text().split("\n")[:-1]]
+
+    def write(self, path):
+        with atomic_open(path) as f:
+            f.write(self.text())
+        return path
