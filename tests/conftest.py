@@ -1,3 +1,4 @@
+import glob
 import os
 import subprocess
 import sys
@@ -84,3 +85,28 @@ def reference_runs(tmp_path_factory):
 def pieces_runs(tmp_path_factory):
     """The same with the SigLIP whose tokenizer splits words unevenly."""
     return _reference_runs(tmp_path_factory, [SIGLIP_PIECES])
+
+
+# --- shared by the tests of the engine's concerns (texts, towers, images, device, lookahead, models) ---
+
+TEXTS = ["dog", "a red bus waiting at a stop", "two dogs on the beach", "A cat sits on a computer.",
+         "A very long caption about two white dogs and one person walking on the beach near a pier"]
+# three texts of very different lengths: batches cut to their longest, SigLIP calls padded to theirs
+UNEVEN_TEXTS = ["dog", "a red bus waiting at a stop",
+                "A very long caption about two white dogs and one person walking on the beach near a pier at sunset"]
+
+
+def image_paths():
+    return sorted(glob.glob(os.path.join(FIXTURES, "images", "*.jpg")))
+
+
+@pytest.fixture(scope="module")
+def enc():
+    from lgip.models import load_model
+    return load_model(OPENCLIP_TINY, "corrected", "cpu")
+
+
+@pytest.fixture(scope="module")
+def openclip_tiny():
+    from lgip.models import load_model
+    return load_model(OPENCLIP_TINY, "reference", "cpu")

@@ -1,79 +1,24 @@
-"""Model loading and text encoding: trimming proof, SigLIP padding, QuickGELU, bad specs, bad images."""
-import json
+"""The loaders and their registry (lgip/models.py, lgip/openclip_models.py, lgip/siglip_models.py):
+SigLIP's padding in each protocol, QuickGELU for the weights trained with it, bad model specs and
+weights that cannot be downloaded, open_clip models built on their device."""
 import os
 import shutil
 
-import numpy as np
 import pytest
 import torch
 
 from lgip.encoder import _as_features
 from lgip.errors import ModelError
-from lgip.images import open_rgb
 from lgip.models import PUBLISHED_MODELS, load_model
-from lgip.openclip_models import openclip_create_kwargs
-from lgip.records import iter_records
+from lgip.openclip_models import _create_openclip_on, openclip_create_kwargs
 from lgip.texts import TextBank
-from lgip.tokens import TokenTable
-from lgip.towers import _plain_blocks
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, eval_args, run_script
-
-TEXTS = ["dog", "a red bus waiting at a stop",
-         "A very long caption about two white dogs and one person walking on the beach near a pier at sunset"]
-
-
-@pytest.fixture(scope="module")
-def openclip_tiny():
-    return load_model(OPENCLIP_TINY, "reference", "cpu")
+from conftest import UNEVEN_TEXTS as TEXTS
 
 
 @pytest.fixture(scope="module")
 def siglip_tiny():
     return load_model(SIGLIP_TINY, "corrected", "cpu")
-
-
-def test_openclip_cut_to_longest_equals_full_context(openclip_tiny):
-    """Causal mask + EOT pooling: cutting a batch to its longest text changes no embedding."""
-    import open_clip
-    enc = openclip_tiny
-    full = open_clip.get_tokenizer(OPENCLIP_TINY["model_name"])(TEXTS)  # padded to 77, as published
-    with torch.no_grad():
-        expected = torch.nn.functional.normalize(enc.model.encode_text(full), dim=-1)
-    tokens = enc.tokenize(TEXTS)
-    longest = max(len(t) for t in tokens)
-    assert enc.info["text_trimmed"] and enc.pad_length([5, 9]) is None and longest < 77
-    cut = torch.zeros(len(TEXTS), longest, dtype=torch.long)  # mixed lengths, cut to the longest
-    for r, t in enumerate(tokens):
-        cut[r, :len(t)] = torch.tensor(t)
-    torch.testing.assert_close(enc.encode_tokens(cut), expected, atol=1e-6, rtol=0)
-    bank = TextBank(enc)  # the bank's own batches (grouped by exact length) agree too
-    slots = bank.add_call(TEXTS)
-    emb, rows = bank.encode(batch_size=2)
-    torch.testing.assert_close(emb[rows[slots]], expected, atol=1e-6, rtol=0)
-
-
-def test_custom_text_tower_cut_too(tmp_path):
-    """CustomTextCLIP (EVA02-L-14's "custom_text": true) has the same causal text tower in
-    model.text: it is cut to the longest text as well, through the is_causal attention blocks."""
-    import open_clip
-    cfg = json.load(open(os.path.join(FIXTURES, "models", "openclip-tiny", "open_clip_config.json")))
-    folder = tmp_path / "custom"
-    folder.mkdir()
-    (folder / "open_clip_config.json").write_text(json.dumps(
-        dict(cfg, model_cfg=dict(cfg["model_cfg"], custom_text=True))))
-    torch.manual_seed(0)
-    model = open_clip.create_model("local-dir:" + str(folder), pretrained=None)
-    torch.save(model.state_dict(), folder / "open_clip_pytorch_model.bin")
-    enc = load_model({"name": "custom", "type": "openclip", "model_name": "local-dir:" + str(folder)}, "corrected", "cpu")
-    assert isinstance(enc.model, open_clip.CustomTextCLIP) and enc.info["text_trimmed"]
-    assert _plain_blocks(enc.model.text.transformer) is not None
-    full = open_clip.get_tokenizer("local-dir:" + str(folder))(TEXTS)
-    with torch.no_grad():
-        expected = torch.nn.functional.normalize(enc.model.encode_text(full), dim=-1)
-    bank = TextBank(enc)
-    slots = bank.add_call(TEXTS)
-    emb, rows = bank.encode(batch_size=2)
-    torch.testing.assert_close(emb[rows[slots]], expected, atol=1e-6, rtol=0)
 
 
 def test_siglip_corrected_same_embedding_alone_or_beside_longer(siglip_tiny):
@@ -158,70 +103,6 @@ def test_weights_that_cannot_be_downloaded_name_model_and_local_copy(tmp_path, m
     assert spec["name"] in msg and "local" in msg
 
 
-def make_bad_images(folder):
-    """One image per case, referenced by the 12 fixture records in this order."""
-    from PIL import Image
-    src = os.path.join(FIXTURES, "images", "000000000001.jpg")
-    rgb = Image.open(src).convert("RGB")
-    os.makedirs(folder / "images")
-    cases = {}
-
-    def path(k):
-        return folder / "images" / f"{k:012d}.jpg"
-
-    cases[1] = "ok"; shutil.copy(src, path(1))
-    cases[2] = "missing"
-    cases[3] = "empty"; path(3).write_bytes(b"")
-    data = open(src, "rb").read()
-    cases[4] = "truncated"; path(4).write_bytes(data[: len(data) // 2])
-    cases[5] = "not an image"; path(5).write_text("this is not a jpeg")
-    cases[6] = "grayscale"; rgb.convert("L").save(path(6), "JPEG")
-    cases[7] = "cmyk"; rgb.convert("CMYK").save(path(7), "JPEG")
-    cases[8] = "palette+transparency"; p = rgb.convert("P"); p.info["transparency"] = 0; p.save(path(8), "PNG")
-    cases[9] = "rgba"; rgb.convert("RGBA").save(path(9), "PNG")
-    for k in (10, 11, 12):
-        shutil.copy(os.path.join(FIXTURES, "images", f"{k:012d}.jpg"), path(k))
-    return cases
-
-
-def test_bad_images_are_skipped_counted_and_listed(tmp_path):
-    make_bad_images(tmp_path)
-    src = tmp_path / "in.jsonl"
-    shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), src)
-    proc = run_script("run_lgip_multi.py", *eval_args(src, "corrected", [OPENCLIP_TINY], image_root=tmp_path))
-    m = json.load(open(tmp_path / "in__LGIP_tiny_openclip.metrics.json"))
-    assert m["num_samples"] == 8 and m["run"]["num_failed_images"] == 4
-    good = [rec for _, rec in iter_records(str(src)) if rec["image_id"] not in (2, 3, 4, 5)]
-    assert m["num_invariance_pairs"] == sum(len(v) for rec in good for v in rec["same_caps"].values())
-    assert m["num_sensitivity_pairs"] == sum(len(v) for rec in good for v in rec["diff_caps"].values())
-    failed = {os.path.basename(f["path"]): f["error"] for f in m["run"]["failed_images"]}
-    assert set(failed) == {f"{k:012d}.jpg" for k in (2, 3, 4, 5)}
-    assert "empty" in failed["000000000003.jpg"] and "truncated" in failed["000000000004.jpg"]
-    assert "skipping unreadable image" in proc.stderr and "4 unreadable images" in proc.stdout
-
-
-@pytest.mark.parametrize("mode", ["L", "CMYK", "P", "RGBA", "LA", "I;16"])
-def test_open_rgb_converts_every_mode(tmp_path, mode):
-    from PIL import Image
-    img = Image.new("RGB", (8, 8), (200, 30, 40)).convert(mode)
-    path = tmp_path / ("x.png" if mode not in ("CMYK",) else "x.jpg")
-    if mode == "P":
-        img.info["transparency"] = 0
-    img.save(path)
-    assert open_rgb(path).mode == "RGB"
-
-
-def test_malformed_eval_record_stops_with_file_line(tmp_path):
-    lines = open(os.path.join(REFERENCE, "fixture_with_perturb.jsonl")).read().splitlines()
-    rec = json.loads(lines[4])
-    rec["diff_caps"]["2"] = "not a list"
-    lines[4] = json.dumps(rec)
-    src = tmp_path / "in.jsonl"
-    src.write_text("\n".join(lines) + "\n")
-    proc = run_script("run_lgip_multi.py", *eval_args(src, models=[OPENCLIP_TINY]), check=False)
-    assert proc.returncode == 2 and f"{src}:5: field 'diff_caps.2' is str" in proc.stderr
-
-
 def test_unknown_model_type_stops_script(tmp_path):
     src = tmp_path / "in.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), src)
@@ -229,11 +110,26 @@ def test_unknown_model_type_stops_script(tmp_path):
     assert proc.returncode == 2 and "unknown type 'blip'; valid: openclip, siglip" in proc.stderr
 
 
-def test_parallel_tokenization_matches_serial(openclip_tiny):
-    texts = [f"a photo of {n} red buses number {n}" for n in range(300)] + TEXTS
-    serial, parallel = TokenTable(), TokenTable()
-    TextBank(openclip_tiny, 0)._tokenize(texts, serial, chunk=16)
-    TextBank(openclip_tiny, 2)._tokenize(texts, parallel, chunk=16)  # > 8 chunks: worker processes
-    assert serial.row == parallel.row and len(serial) == len(set(texts))
-    assert all(np.array_equal(a, b) for a, b in zip(serial.packed(), parallel.packed()))
-    assert all(serial.ids(t).tolist() == openclip_tiny.tokenize([t])[0] for t in TEXTS)
+@pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")  # meta tensors take no checkpoint values
+def test_open_clip_models_are_built_on_their_device(monkeypatch):
+    """On an accelerator the model is built under its device context (its random init runs
+    there, and its checkpoint is loaded into it; "meta" stands in for a GPU here) with the
+    same eval transform; a model whose code cannot be built that way is built on the CPU."""
+    import open_clip
+    from PIL import Image
+    name = "local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny")
+    model, preprocess, built_on = _create_openclip_on("meta", name, None, {})
+    assert built_on == "meta" and all(p.device.type == "meta" for p in model.parameters())
+    cpu_model, cpu_preprocess, cpu_built_on = _create_openclip_on("cpu", name, None, {})
+    assert cpu_built_on == "cpu" and next(cpu_model.parameters()).device.type == "cpu"
+    image = Image.new("RGB", (97, 61), (200, 30, 90))
+    assert torch.equal(preprocess(image), cpu_preprocess(image))
+    real = open_clip.create_model_and_transforms
+
+    def refuses_meta(*args, **kwargs):
+        if torch.empty(0).device.type == "meta":
+            raise NotImplementedError("cannot build on meta")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(open_clip, "create_model_and_transforms", refuses_meta)
+    model, _, built_on = _create_openclip_on("meta", name, None, {})
+    assert built_on == "cpu" and next(model.parameters()).device.type == "cpu"

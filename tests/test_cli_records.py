@@ -1,4 +1,6 @@
-"""Configuration overrides, JSONL validation and atomic writes."""
+"""The command line and the records: --NAME=value overrides of a script's constants (lgip/cli.py),
+JSONL reading and validation with file:line and field in every error (lgip/records.py), atomic
+writes (lgip/util.py) and run_main's exit codes."""
 import json
 import os
 
@@ -8,7 +10,7 @@ from lgip.cli import configure, run_main
 from lgip.errors import InputError
 from lgip.records import iter_records
 from lgip.util import atomic_open
-from conftest import BASE_JSONL, run_script
+from conftest import BASE_JSONL, OPENCLIP_TINY, REFERENCE, eval_args, run_script
 
 
 def write_lines(path, lines):
@@ -102,3 +104,14 @@ def test_gpu_out_of_memory_says_what_to_lower(capsys):
     assert "ran out of memory (CUDA out of memory. Tried to allocate 2.00 GiB)" in err and "--TEXT_BATCH_SIZE=" in err
     with pytest.raises(ValueError):  # anything else is not swallowed
         run_main(lambda: (_ for _ in ()).throw(ValueError("other")))
+
+
+def test_malformed_eval_record_stops_with_file_line(tmp_path):
+    lines = open(os.path.join(REFERENCE, "fixture_with_perturb.jsonl")).read().splitlines()
+    rec = json.loads(lines[4])
+    rec["diff_caps"]["2"] = "not a list"
+    lines[4] = json.dumps(rec)
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    proc = run_script("run_lgip_multi.py", *eval_args(src, models=[OPENCLIP_TINY]), check=False)
+    assert proc.returncode == 2 and f"{src}:5: field 'diff_caps.2' is str" in proc.stderr

@@ -1,0 +1,37 @@
+"""torchrun sharding (lgip/evaluation.py): two gloo processes give the single process's metrics
+and score files."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REFERENCE, ROOT, TINY_MODELS, eval_args, run_script
+
+
+@pytest.mark.parametrize("script,jsonl,name", [
+    ("run_lgip_multi.py", "fixture_with_perturb.jsonl", "fixture_with_perturb__LGIP_ALL.metrics.json"),
+    ("rebuttal_enhanced_lgip_by_transformation.py", "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
+     "rebuttal_enhanced_fixture_with_fliptypes__ENHANCED_LGIP_analysis.json"),
+])
+def test_torchrun_two_gloo_processes_give_single_process_metrics(tmp_path, script, jsonl, name):
+    from test_evaluation import assert_matches
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    for folder in (single, multi):
+        folder.mkdir()
+        shutil.copy(os.path.join(REFERENCE, jsonl), folder / jsonl)
+    run_script(script, *eval_args(single / jsonl, "reference", TINY_MODELS, CACHE_DIR=None))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(ROOT, script), *eval_args(multi / jsonl, "reference", TINY_MODELS, CACHE_DIR=None)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ours, ref = json.load(open(multi / name)), json.load(open(single / name))
+    for a, b in zip(ours, ref):
+        a.pop("run"), b.pop("run")
+    assert_matches(ours, ref)
+    assert json.load(open(multi / name))[0]["run"]["num_processes"] == 2
+    a = open(multi / json.load(open(multi / name))[0]["scores_file"]).read().splitlines()
+    b = open(single / json.load(open(single / name))[0]["scores_file"]).read().splitlines()
+    assert len(a) == len(b) == 60
