@@ -146,7 +146,7 @@ def load_openclip(spec, protocol, device, dtype):
     # "eot2|": texts run to EOT (earlier caches cut a text at an inner id 0, "!": never reused).
     enc.text_key_tag = "eot2|"
     # Causal mask + EOT pooling: positions after a text's EOT never reach its embedding, so
-    # every batch is cut to its longest member (tests/test_models.py proves it).
+    # every batch is cut to its longest member (tests/test_towers.py proves it).
     enc.pad_length = lambda call_lengths: None if trimmable else enc.context_length
     enc.info = {"quick_gelu": _uses_quick_gelu(model),
                 "built_on": built_on,
