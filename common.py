@@ -9,12 +9,13 @@ above it in this list, so it can be read, and changed, knowing only those:
   cli                   --NAME=value overrides of a script's constants; run_main and its exit codes
   records               reading and validating JSONL records (file:line and field in every error)
   method, generate      word lists, paraphrases, flips (LGIP_SPEC.md 2-3); the generators' loop
-  encoder               the Encoder interface every loader returns; protocols, dtypes, tokenizer keys
+  encoder, hub          the Encoder interface every loader returns; protocols, dtypes, tokenizer keys;
+                        where a model's files come from, and a run stopped at once when they cannot be had
   towers, clip_tokenizer, pixels
                         exact faster tower forwards; CLIP token ids fast; preprocessing split for the device
   openclip_models, siglip_models
                         the two loaders (open_clip: CLIP/OpenCLIP/EVA02; transformers: SigLIP/SigLIP2)
-  models                the registry: spec "type" -> loader (and preparer); PUBLISHED_MODELS
+  models                the registry: spec "type" -> loader, preparer, key encoder; PUBLISHED_MODELS
   tokens, prefix_packs, device, cache, pixel_memory
                         token tables; prefix-tree packs; device-side tables and cosines; the embedding
                         cache on disk; decoded pixels kept for later models

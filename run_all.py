@@ -280,7 +280,8 @@ def run_step(step, k, n, reason):
     try:
         rc = subprocess.call(step.command())
     except KeyboardInterrupt:  # the step got the interrupt too, and has ended
-        print(f"\nerror: interrupted during step {step.name}; later steps not run", file=sys.stderr)
+        print(f"\nerror: interrupted during step {step.name}; later steps not run. Run the same command again to "
+              f"go on: finished steps are skipped, an interrupted evaluation resumes from its cache", file=sys.stderr)
         raise SystemExit(130)
     seconds = time.perf_counter() - t0
     if rc != 0:

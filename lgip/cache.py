@@ -43,7 +43,7 @@ class EmbeddingCache:
     deleted, and its items re-encoded.
     """
 
-    def __init__(self, root, enc, spec, chunk_rows=8192):
+    def __init__(self, root, enc, spec, chunk_rows=8192, flush_s=60.0):
         import hashlib
         ident = {"spec": {k: v for k, v in spec.items() if k != "name"}, "protocol": enc.protocol,
                  "dtype": str(enc.dtype), "versions": package_versions(("open_clip_torch", "transformers", "torch"))}
@@ -59,6 +59,7 @@ class EmbeddingCache:
         if not os.path.exists(meta):
             write_json(meta, ident)
         self.chunk_rows = chunk_rows
+        self.flush_s = flush_s  # a chunk is also written once its oldest row is this old: a crash loses at most that much work
         self.fp16 = enc.rounds_to_fp16  # then stored rows are fp16 values
         self._index = {}
         self.stats = {"image_hits": 0, "text_hits": 0, "corrupt_chunks": 0}
@@ -94,6 +95,14 @@ class EmbeddingCache:
                 index[k] = (c, r)
         self._index[kind] = (index, arrays)
         return self._index[kind]
+
+    def index(self, kind):
+        """{key: where} of every entry of one kind ("image", "text") on disk."""
+        return self._load(kind)[0]
+
+    def has_entries(self, kind):
+        """True when a chunk of this kind is on disk (a re-run; nothing is read)."""
+        return any(n.startswith(kind + "-") and n.endswith(".npz") for n in os.listdir(self.dir))
 
     def lookup(self, kind, keys):
         """(positions of keys found, their embeddings as a float32 tensor)."""
@@ -133,12 +142,21 @@ class _ChunkWriter:
         self.cache, self.kind, self.ahead, self.keys, self.embs, self.n = cache, kind, ahead, [], [], 0
         self._pool, self._pending = None, []
 
-    def add(self, keys, emb):
+    def add(self, keys, emb, since=None):
+        """Add rows; `since`: when the work that made them began (time.monotonic()), for the
+        time bound: a chunk is written once its oldest rows' work began flush_s ago."""
+        if not self.keys:
+            self.since = time.monotonic() if since is None else since
         self.keys.extend(keys)
         self.embs.append(emb)
         self.n += len(keys)
-        if self.n >= self.cache.chunk_rows:
+        if self.n >= self.cache.chunk_rows or self.due():
             self.flush()
+
+    def due(self, since=None):
+        """True when rows begun at `since` (default: the oldest held here) are flush_s old."""
+        since = since if since is not None else (self.since if self.keys else None)
+        return since is not None and time.monotonic() - since >= self.cache.flush_s
 
     def flush(self):
         import concurrent.futures as cf

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 
-from .errors import ConfigError, InputError, ModelError
+from .errors import ConfigError, InputError, Interrupted, ModelError
 
 
 _CONST_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)\s*=\s*(.*?)\s*(?:#\s*(.*))?$")
@@ -78,12 +78,17 @@ def configure(namespace, argv=None):
 
 def run_main(main):
     """Run a script's main(); bad input ends with its message and exit status 2, a GPU out of
-    memory with what to lower and exit status 3."""
+    memory with what to lower and exit status 3, Ctrl-C with what was finished and how to resume
+    (exit status 130, no partial output: every output file is written whole or not at all)."""
     try:
         main()
     except (InputError, ModelError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)
+    except (KeyboardInterrupt, Interrupted) as e:
+        said = str(e) if isinstance(e, Interrupted) else "no output file was left half-written; run the same command again"
+        print(f"\ninterrupted: {said}", file=sys.stderr)
+        raise SystemExit(130)
     except Exception as e:
         torch = sys.modules.get("torch")  # imported by then if a model ran
         if torch is None or not isinstance(e, torch.cuda.OutOfMemoryError):

@@ -1,5 +1,7 @@
 """lgip.device: embedding tables on the model's device, filled without waiting for it, and
 cosine similarities computed there (accelerations.DEVICE_TABLES: else on the host)."""
+import time
+
 from . import accelerations
 
 import sys
@@ -19,12 +21,15 @@ class _DeviceRows:
         if writer is not None:  # a cache chunk is written as soon as it is full (resume granularity)
             flush_rows = min(flush_rows, writer.cache.chunk_rows)
         self.enc, self.out, self.writer, self.key_of, self.flush_rows = enc, out, writer, key_of, flush_rows
-        self.items, self.n = [], 0
+        self.items, self.n, self.since = [], 0, time.monotonic()
 
     def add(self, idx, emb):
+        if not self.items:
+            self.since = min(self.since, time.monotonic())
         self.items.append((list(idx), emb))
         self.n += len(idx)
-        if self.n >= self.flush_rows:
+        # (the cache's time bound: rows whose work began CACHE_FLUSH_S ago go to disk now)
+        if self.n >= self.flush_rows or (self.writer is not None and self.writer.due(self.since)):
             self.flush()
 
     def flush(self):
@@ -35,8 +40,8 @@ class _DeviceRows:
         emb = torch.cat([e for _, e in self.items]).to(self.enc.storage_dtype)
         self.out.put(idx, emb)
         if self.writer is not None:
-            self.writer.add([self.key_of(i) for i in idx], emb)
-        self.items, self.n = [], 0
+            self.writer.add([self.key_of(i) for i in idx], emb, self.since)
+        self.items, self.n, self.since = [], 0, time.monotonic()
 
 
 def _to_device(host, device):

@@ -31,6 +31,8 @@ class Encoder:
         whose texts may share their common prefixes' computation (TextBank then packs them).
     """
     encode_packs = None
+    encode_tokens = encode_images = None  # (None in an Encoder without weights: see lgip.models.key_encoder)
+    weights_loaded = True
     name = type = protocol = None
     device = "cpu"
     dtype = None
@@ -38,6 +40,7 @@ class Encoder:
     pad_needs_lengths = False  # True when a call's padding depends on its texts' lengths
     tokenizer_key = None  # set by load_model: equal keys tokenize alike (see shared_token_table); None: not shared
     pixels = None  # PixelSplit of image_transform, or None (see above)
+    image_transform = None
     text_key_tag = ""  # prefix of this family's text cache keys: bumped when its tokenization changes
     info = {}
 

@@ -17,5 +17,9 @@ class CacheError(RuntimeError):
     """A cache chunk that does not hold what it should."""
 
 
+class Interrupted(Exception):
+    """Ctrl-C: the message says what was finished and how to resume."""
+
+
 class ConfigError(ValueError):
     """A setting with a value it cannot take; the message lists the valid ones."""

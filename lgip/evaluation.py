@@ -8,13 +8,15 @@ share), and what one process keeps across its models.
 import os
 import time
 
+from .errors import Interrupted, ModelError
+from .hub import check_models
 from .util import Timer, provenance
 from .records import load_records
 from .encoder import resolve_device
-from .models import load_model
+from .models import key_encoder, load_model
 from . import accelerations, prefix_packs
 from .tokens import _TOKEN_TABLES
-from .cache import EmbeddingCache
+from .cache import EmbeddingCache, image_cache_keys
 from .pixel_memory import _PIXEL_MEMORY
 from .images import RecordImages
 from .texts import RunCalls, TextBank, _LAST_PLAN, resolve_text_batch_size
@@ -88,8 +90,10 @@ class ModelRun:
     """One model over one JSONL: its Encoder, embedding cache, image embeddings and text bank.
 
     Under torchrun each process takes every world-th record; `score` gathers the scored pairs
-    on rank 0 in record order, so the metrics equal a single process's.
-    >>> run = ModelRun(spec, records, CONFIG)       # loads the model
+    on rank 0 in record order, so the metrics equal a single process's. A re-run (its model's
+    cache holds texts) starts with an Encoder that only makes cache keys; `score` loads the
+    weights only when a text or an image is not in the cache.
+    >>> run = ModelRun(spec, records, CONFIG)       # loads the model (or, on a re-run, its cache keys)
     >>> inv, sens = run.pairs(published_calls)      # pairs.add(k, i, orig[i], run.bank.add_call(texts), ...) for k in run.ok
     >>> inv, sens = run.score(inv, sens)            # encodes images and texts; None on ranks other than 0
     """
@@ -101,12 +105,22 @@ class ModelRun:
         device = config["DEVICE"]
         if self.world > 1 and resolve_device(device) == "cuda":
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', self.rank))}"
-        self.config, self.records = config, records
-        self.enc = enc or load_model(spec, config["PROTOCOL"], device, config["DTYPE"])
+        self.config, self.records, self.spec, self.device = config, records, spec, device
         cache_dir = config.get("CACHE_DIR")
         if cache_dir == "auto":
             cache_dir = os.path.join(os.path.dirname(os.path.abspath(config["JSONL_PATH"])), ".lgip_cache")
-        self.cache = EmbeddingCache(cache_dir, self.enc, spec) if cache_dir else None
+        flush_s = config.get("CACHE_FLUSH_S", 60)
+        self.cache = None
+        if enc is None and cache_dir:
+            # A re-run may find every text and image in the cache: it starts with an Encoder that
+            # makes the cache keys only, and loads the weights in score() if anything is missing.
+            light = key_encoder(spec, config["PROTOCOL"], device, config["DTYPE"])
+            cache = EmbeddingCache(cache_dir, light, spec, flush_s=flush_s) if light is not None else None
+            if cache is not None and cache.has_entries("text"):
+                enc, self.cache = light, cache
+        self.enc = enc or load_model(spec, config["PROTOCOL"], device, config["DTYPE"])
+        if cache_dir and self.cache is None:
+            self.cache = EmbeddingCache(cache_dir, self.enc, spec, flush_s=flush_s)
         self.image_root = config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config["JSONL_PATH"]))
         self.mine = range(self.rank, len(records), self.world)
         # Images are encoded in score(), beside the texts; a record whose image cannot be read
@@ -144,6 +158,10 @@ class ModelRun:
         self.seconds["pairs"] = round(time.perf_counter() - self._mark, 3)
         ahead = self.lookahead
         waited, self.ahead = ahead.settle(self.enc) if ahead is not None else (0.0, None)
+        if not self.enc.weights_loaded and not self._all_in_cache():
+            self._load_weights()
+            more, self.ahead = ahead.settle(self.enc) if ahead is not None else (0.0, None)
+            waited += more
         images = RecordImages(self.enc, self.records, self.image_root, self.config["IMAGE_BATCH_SIZE"],
                               self.config["NUM_WORKERS"], self.mine, self.cache,
                               pixel_memory_gb=self.config.get("PIXEL_MEMORY_GB", "auto"))
@@ -157,6 +175,7 @@ class ModelRun:
             raise
         with Timer() as t_images:
             self.img_emb, self.ok, self.image_report = images.finish()
+        self._report_resumed(len(images.paths))
         self.seconds.update(lookahead_wait=waited, **self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
         t_scoring = time.perf_counter()
         self.image_sources = {"decoded": images.n_decoded, "from_pixel_memory": images.n_remembered,
@@ -190,6 +209,33 @@ class ModelRun:
         self._scored(t_scoring)
         return merged
 
+    def _all_in_cache(self):
+        """True when every text of the calls and every image file of this process's records has
+        its embedding in the cache (a file that is not there needs no model: it is reported)."""
+        hits, n = self.bank.in_cache(self.cache)
+        if hits < n:
+            return False
+        paths = dict.fromkeys(os.path.join(self.image_root, self.records[k][1]["image_path"]) for k in self.mine)
+        index = self.cache.index("image")
+        return all(key in index for key in image_cache_keys(list(paths)).values())
+
+    def _load_weights(self):
+        """The model itself, for a run that began without it (see __init__)."""
+        t0 = time.perf_counter()
+        self.enc = self.bank.enc = load_model(self.spec, self.config["PROTOCOL"], self.device, self.config["DTYPE"])
+        self.seconds["load"] = round(self.seconds["load"] + time.perf_counter() - t0, 3)
+
+    def _report_resumed(self, n_images):
+        """Say what came from the cache (a re-run resumes where the last one stopped)."""
+        if self.cache is None:
+            return
+        stats = self.cache.stats
+        self.resumed = {"texts": [stats["text_hits"], self.bank.n_unique], "images": [stats["image_hits"], n_images]}
+        if stats["text_hits"] or stats["image_hits"]:
+            print(f"{self.enc.name}: from the cache: {stats['text_hits']:,} of {self.bank.n_unique:,} texts, "
+                  f"{stats['image_hits']:,} of {n_images:,} images"
+                  + ("" if self.enc.weights_loaded else " (all of them: the model's weights were not loaded)"), flush=True)
+
     def _scored(self, since):
         self._mark = time.perf_counter()
         self.seconds["scoring"] = round(self._mark - since, 3)
@@ -211,8 +257,25 @@ class ModelRun:
         info["text_positions"] = dict(self.bank.positions, pack_nodes=prefix_packs.PACK_NODES if packs else 0)
         info["image_sources"] = getattr(self, "image_sources", {})  # unique images: decoded here, from an earlier model's pixels, cached embeddings
         if self.cache is not None:
-            info["cache"] = {"dir": self.cache.dir, **self.cache.stats}
+            # resumed: [from the cache, in all] of this process's unique texts and images
+            info["cache"] = {"dir": self.cache.dir, **self.cache.stats, "resumed": getattr(self, "resumed", None)}
         return info
+
+
+def _interrupted(config, models, finished, per_model_files):
+    """What an interrupted evaluation finished, and how to resume it."""
+    current = (models[len(finished)] or {}).get("name") if len(finished) < len(models) else None
+    done = f"finished {len(finished)} of {len(models)} models ({', '.join(finished)})" if finished else "no model finished"
+    scores = " and score files" if config.get("WRITE_SCORES") else ""
+    written = (f"their metrics{scores} are written; " if per_model_files and finished else
+               "no metrics file was written (it is written at the end)"
+               + (", the finished models' score files are; " if scores and finished else "; "))
+    cache = config.get("CACHE_DIR")
+    resume = ("their embeddings, and the finished cache chunks of the interrupted one, are in the cache "
+              f"({'.lgip_cache beside the input' if cache == 'auto' else cache}): the same command resumes there "
+              f"(a finished model is read from the cache, without loading its weights)" if cache else
+              "CACHE_DIR is None, so a re-run starts from the beginning")
+    return f"during model {current}; {done}; {written}{resume}."
 
 
 def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_model=None):
@@ -223,9 +286,14 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
     records = load_records(config["JSONL_PATH"], per_caption_fields)
     results = []
     models = config["MODELS"]
+    problems = check_models(models)  # before the first model's work: not after an hour
+    if problems:
+        raise ModelError(f"{len(problems)} of {len(models)} models cannot be loaded, so nothing was run:\n  "
+                         + "\n  ".join(problems.values()))
     switched = accelerations.switch_off(config.get("ACCELERATIONS_OFF", []))
     ahead = (Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], config.get("PIXEL_MEMORY_GB", "auto"))
              if config.get("LOOKAHEAD", True) and accelerations.LOOKAHEAD and len(models) > 1 else None)
+    finished = []
     try:
         for spec in models:
             with Timer() as t:
@@ -238,9 +306,12 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
             metrics["run"]["seconds"] = round(t.seconds, 3)
             if on_model:
                 on_model(metrics)
-            print(f"{run.enc.name}: {summary(metrics)} ({run.n_ok} records, "
-                  f"{run.image_report['num_failed_images']} unreadable images, {t.seconds:.1f} s)")
             results.append(metrics)
+            finished.append(run.enc.name)
+            print(f"{run.enc.name}: {summary(metrics)} ({run.n_ok} records, "
+                  f"{run.image_report['num_failed_images']} unreadable images, {t.seconds:.1f} s)", flush=True)
+    except KeyboardInterrupt:
+        raise Interrupted(_interrupted(config, models, finished, on_model is not None)) from None
     finally:
         if ahead is not None:
             ahead.close()

@@ -3,6 +3,7 @@ write the JSONL atomically with a .meta.json beside it)."""
 import os
 import random
 
+from .errors import Interrupted
 from .util import Timer, atomic_open, count_lines, progress, provenance, write_json
 from .records import dump_jsonl_line, iter_records
 from .method import FLIP_TYPES
@@ -20,13 +21,17 @@ def run_generator(script, config, input_path, output_path, perturb):
     rng = random.Random(config["SEED"])
     stats = Counter()
     total = count_lines(input_path)
-    with Timer() as timer, atomic_open(output_path) as out:
-        for _, rec in progress(iter_records(input_path), total, desc=os.path.basename(script), unit="rec"):
-            stats["records"] += 1
-            stats["captions"] += len(rec["orig_captions"])
-            for key, value in perturb(rec, rng, stats).items():
-                rec[key] = value
-            out.write(dump_jsonl_line(rec))
+    try:
+        with Timer() as timer, atomic_open(output_path) as out:
+            for _, rec in progress(iter_records(input_path), total, desc=os.path.basename(script), unit="rec"):
+                stats["records"] += 1
+                stats["captions"] += len(rec["orig_captions"])
+                for key, value in perturb(rec, rng, stats).items():
+                    rec[key] = value
+                out.write(dump_jsonl_line(rec))
+    except KeyboardInterrupt:
+        raise Interrupted(f"at record {stats['records']:,} of ~{total:,}; {output_path} was not written (no partial "
+                          f"file is left). The generator is quick and deterministic: run the same command again.") from None
     rate = stats["records"] / max(timer.seconds, 1e-9)
     meta = provenance(script, config)
     meta.update(input=os.path.abspath(input_path), output=os.path.abspath(output_path),

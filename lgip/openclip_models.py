@@ -15,6 +15,11 @@ from .clip_tokenizer import _openclip_tokenize_fn, _openclip_tokenizer_identity
 from .pixels import pixel_split_openclip
 
 
+# The prefix of open_clip text cache keys, "eot2|": texts run to EOT (earlier caches cut a text at
+# an inner id 0, "!": never reused).
+TEXT_KEY_TAG = "eot2|"
+
+
 def openclip_create_kwargs(spec, protocol):
     """(model_name, pretrained, extra create kwargs) for an open_clip spec.
 
@@ -143,8 +148,7 @@ def load_openclip(spec, protocol, device, dtype):
     if blocks is not None:  # (only for a trimmable tower)
         enc.encode_packs = encode_packs
     enc.tokenizer_identity = _openclip_tokenizer_identity(tokenizer, enc.context_length)
-    # "eot2|": texts run to EOT (earlier caches cut a text at an inner id 0, "!": never reused).
-    enc.text_key_tag = "eot2|"
+    enc.text_key_tag = TEXT_KEY_TAG
     # Causal mask + EOT pooling: positions after a text's EOT never reach its embedding, so
     # every batch is cut to its longest member (tests/test_towers.py proves it).
     enc.pad_length = lambda call_lengths: None if trimmable else enc.context_length
@@ -153,6 +157,18 @@ def load_openclip(spec, protocol, device, dtype):
                 "text_trimmed": trimmable,
                 "text_prefix_sharing": enc.encode_packs is not None,
                 "image_last_block_class_token_only": visual_blocks is not None}
+    return enc
+
+
+def openclip_key_encoder(spec, protocol):
+    """An Encoder without weights that makes an open_clip model's cache keys: a causal text
+    tower's texts run to EOT and are cut to their batch's longest (no padding), which needs
+    neither the tokenizer nor the model; None when the texts are padded (TRIMMED_TEXT off).
+    A model whose tower turns out not causal has other keys: they miss, and it loads."""
+    if not accelerations.TRIMMED_TEXT:
+        return None
+    enc = Encoder()
+    enc.text_key_tag, enc.pad_length = TEXT_KEY_TAG, lambda call_lengths: None
     return enc
 
 

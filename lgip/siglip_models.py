@@ -99,13 +99,37 @@ def load_siglip(spec, protocol, device, dtype):
     enc.tokenizer_identity = identity
     enc.image_transform = SiglipImageTransform(image_processor)
     enc.pixels = pixel_split_siglip(image_processor)
-    if protocol == "reference":
-        enc.pad_length = lambda call_lengths: max(call_lengths)  # padding=True: longest of the call
-        enc.pad_needs_lengths = True
-    else:
-        enc.pad_length = lambda call_lengths: max_len  # padding="max_length" as trained
+    _set_padding(enc, protocol, max_len)
     enc.info = {"text_length": "longest in call" if protocol == "reference" else max_len, "lowercase": bool(lowercase),
                 "text_last_layer_pooled_position_only": tower is not None}
+    return enc
+
+
+def _set_padding(enc, protocol, max_len):
+    """The padding of the texts of a call: its longest text (reference: padding=True), else
+    max_len (padding="max_length" as trained)."""
+    if protocol == "reference":
+        enc.pad_length = lambda call_lengths: max(call_lengths)
+        enc.pad_needs_lengths = True
+    else:
+        enc.pad_length = lambda call_lengths: max_len
+
+
+def siglip_key_encoder(spec, protocol):
+    """An Encoder without weights that makes a SigLIP model's cache keys: its tokenizer where
+    the published padding needs the texts' lengths, else nothing but the fixed length."""
+    enc = Encoder()
+    if protocol != "reference":
+        _set_padding(enc, protocol, SIGLIP_TEXT_LENGTH)  # (a tokenizer with a shorter limit: its keys miss, the model loads)
+        return enc
+    from transformers import AutoConfig, AutoProcessor
+    model_id = spec["model_id"]
+    tok = AutoProcessor.from_pretrained(model_id).tokenizer
+    tokenize, enc.tokenizer_identity, max_len, _ = _siglip_tokenize_fn(tok, spec, protocol,
+                                                                       AutoConfig.from_pretrained(model_id).model_type)
+    enc.tokenize, enc.pad_id = tokenize, tok.pad_token_id if tok.pad_token_id is not None else 0
+    enc.tokenizer_key = tokenizer_key("siglip", enc.tokenizer_identity, tokenize)
+    _set_padding(enc, protocol, max_len)
     return enc
 
 

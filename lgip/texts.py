@@ -110,6 +110,8 @@ class TextBank:
         seconds spent forking those workers (a cost per run, not per text: reported apart)."""
         import torch
         texts = [t for t in dict.fromkeys(texts) if t not in tokens]
+        if not texts:
+            return 0.0
         chunks = _TextChunks(texts, self.enc.tokenize, chunk)
         workers = self.num_workers if len(texts) > 8 * chunk else 0
         loader = torch.utils.data.DataLoader(chunks, batch_size=None, num_workers=workers, collate_fn=_identity)
@@ -167,19 +169,35 @@ class TextBank:
                 rows[first + j] = row
         return keys, rows
 
+    def _cache_keys(self, keys):
+        """The cache's key of each (text, padded length) key: this family's tag, the padding, the text."""
+        tag = self.enc.text_key_tag
+        return [f"{tag}{pad if pad is not None else '-'}|{t}" for t, pad in keys]
+
+    def _tokens(self):
+        key = self.enc.tokenizer_key
+        return shared_token_table(key) if key is not None else TokenTable()
+
+    def in_cache(self, cache):
+        """(texts in the cache, texts to encode) of these calls: counted before the model's
+        weights are loaded, which a re-run whose texts are all cached never needs."""
+        keys, _, _ = self._keys(self._tokens())
+        index = cache.index("text")
+        hits = sum(k in index for k in self._cache_keys(keys))
+        return hits, len(keys)
+
     def encode(self, batch_size=512, desc="texts", cache=None, beside=None, then=None):
         """([unique keys, D] float32 embeddings, slot -> row). `beside`: an ImageEncoding
         started once the texts are tokenized and polled between text batches; `then`: called
         at that point too, when there are texts to encode (ModelRun starts a Lookahead)."""
         import numpy as np
-        key = self.enc.tokenizer_key
-        tokens = shared_token_table(key) if key is not None else TokenTable()
+        tokens = self._tokens()
         t0 = time.perf_counter()
         keys, rows, forks = self._keys(tokens)
         out = _Rows(len(keys), 0.0, self.enc.device, self.enc.storage_dtype)
         todo = list(range(len(keys)))
         if cache is not None:
-            cache_keys = [f"{self.enc.text_key_tag}{pad if pad is not None else '-'}|{t}" for t, pad in keys]
+            cache_keys = self._cache_keys(keys)
             hit_pos, hit_emb = cache.lookup("text", cache_keys)
             if hit_pos:
                 out.put(hit_pos, hit_emb)

@@ -1,0 +1,158 @@
+"""lgip.hub: where a model's files come from (a local path, the Hugging Face cache, the Hub),
+found out before a model loads, so that a missing model or an unreachable Hub stops a run at once
+with one message, not after minutes of download retries (huggingface_hub retries each file five
+times, ~25 s, and open_clip asks for two files per model).
+
+The Hub is asked once per process, with a short timeout; when it cannot be reached, or
+HF_HUB_OFFLINE=1 is set, the libraries are put in offline mode, so cached models load from the
+cache without a request. `check_models` tells, before a run's first model, every model of the
+run that cannot load.
+
+    >>> problems = check_models(MODELS)   # {model name: what is wrong and what to do}
+    >>> check_model(spec)                 # raises ModelError for one model
+"""
+import os
+import sys
+import time
+
+from .errors import ModelError
+
+PROBE_TIMEOUT_S = 4.0  # seconds the Hub has to answer one request before it counts as unreachable
+_HUB = {}  # "reachable": (bool, why) once asked, for the process
+
+
+def endpoint():
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def _env_offline():
+    return os.environ.get("HF_HUB_OFFLINE", os.environ.get("TRANSFORMERS_OFFLINE", "")).strip().lower() in (
+        "1", "on", "yes", "true")
+
+
+def go_offline():
+    """Offline mode for huggingface_hub and transformers, imported or not: cached files are then
+    used without a request, a missing one fails at once."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    hub = sys.modules.get("huggingface_hub.constants")
+    if hub is not None:
+        hub.HF_HUB_OFFLINE = True
+        http = sys.modules.get("huggingface_hub.utils._http")
+        if http is not None and hasattr(http, "reset_sessions"):
+            http.reset_sessions()  # (its sessions were made for online mode)
+    hub_utils = sys.modules.get("transformers.utils.hub")
+    if hub_utils is not None and hasattr(hub_utils, "_is_offline_mode"):
+        hub_utils._is_offline_mode = True
+
+
+def hub_status():
+    """(reachable, why): HF_HUB_OFFLINE=1, or one HEAD request to the endpoint (any HTTP answer
+    counts as reachable; proxies from the environment are used). Asked once per process; an
+    unreachable Hub puts the libraries in offline mode."""
+    if "reachable" not in _HUB:
+        if _env_offline():
+            _HUB["reachable"] = (False, "HF_HUB_OFFLINE=1 is set")
+        else:
+            import urllib.error
+            import urllib.request
+            t0 = time.perf_counter()
+            try:
+                urllib.request.urlopen(urllib.request.Request(endpoint(), method="HEAD"), timeout=PROBE_TIMEOUT_S).close()
+                _HUB["reachable"] = (True, "")
+            except urllib.error.HTTPError:  # it answered
+                _HUB["reachable"] = (True, "")
+            except Exception as e:  # refused, no route, no DNS, timed out
+                reason = getattr(e, "reason", e)
+                _HUB["reachable"] = (False, f"{endpoint()} cannot be reached ({type(reason).__name__}: {reason}; "
+                                            f"{time.perf_counter() - t0:.1f} s)")
+        if not _HUB["reachable"][0]:
+            go_offline()
+    return _HUB["reachable"]
+
+
+def _cached(repo_id, filenames):
+    """The first of filenames that the local Hugging Face cache holds for repo_id, or None."""
+    from huggingface_hub import try_to_load_from_cache
+    for name in filenames:
+        path = try_to_load_from_cache(repo_id, name)
+        if isinstance(path, str) and os.path.exists(path):
+            return path
+    return None
+
+
+def hub_files(spec):
+    """[(repo id, [file names, any one will do])] that a model spec needs from the Hub; [] when
+    it needs none (local folders and files, random init); None when it downloads from elsewhere
+    (an open_clip tag hosted at a plain URL)."""
+    if spec.get("type") == "siglip":
+        model_id = str(spec.get("model_id", ""))
+        if os.path.isdir(model_id) or model_id.startswith((".", "/", "~")):
+            return []
+        return [(model_id, ["config.json"]), (model_id, ["model.safetensors", "pytorch_model.bin"])]
+    name, pretrained = str(spec.get("model_name", "")), spec.get("pretrained")
+    weights = ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
+    if name.startswith("hf-hub:"):
+        repo = name[len("hf-hub:"):]
+        return [(repo, ["open_clip_config.json"]), (repo, weights)]
+    if name.startswith("local-dir:") or not pretrained or os.path.isfile(str(pretrained)):
+        return []
+    import open_clip
+    from open_clip import pretrained as catalogue
+    hf = (open_clip.get_pretrained_cfg(name, pretrained) or {}).get("hf_hub", "")
+    if not hf:
+        return None
+    repo, filename = os.path.split(hf)  # "org/repo/" (the default file) or "org/repo/file", as open_clip reads it
+    filename = filename or "open_clip_pytorch_model.bin"
+    safe = list(getattr(catalogue, "_get_safe_alternatives", lambda f: [])(filename))  # tried first by open_clip
+    return [(repo, safe + [filename])]
+
+
+def _cache_dir():
+    from huggingface_hub import constants
+    return constants.HF_HUB_CACHE
+
+
+def _local_copy_hint(spec):
+    if spec.get("type") == "siglip":
+        return '"model_id": "/path/to/folder" (a folder saved with save_pretrained, or a Hub snapshot)'
+    return '"pretrained": "/path/to/open_clip_pytorch_model.bin", or "model_name": "local-dir:/path/to/folder"'
+
+
+def problem(spec):
+    """What keeps a model spec from loading, as one message; None when nothing is known to."""
+    files = hub_files(spec)
+    if not files:
+        return None
+    reachable, why = hub_status()  # (asked even when all is cached: an unreachable Hub turns the libraries offline)
+    missing = [(repo, names) for repo, names in files if _cached(repo, names) is None]
+    if not missing:
+        return None
+    repos = sorted({repo for repo, _ in missing})
+    if reachable:
+        from huggingface_hub import file_exists
+        for repo, names in missing:
+            try:
+                if not any(file_exists(repo, n) for n in names):
+                    return (f"model {spec.get('name')!r}: {repo} has none of {', '.join(names)} on the Hub ({endpoint()}); "
+                            f"check the spec's name, or point it at a local copy: {_local_copy_hint(spec)}")
+            except Exception as e:  # a gated or private repo, a flaky network: the load says more
+                return None if "401" not in str(e) and "403" not in str(e) else (
+                    f"model {spec.get('name')!r}: {repo} needs a Hugging Face login (huggingface-cli login): {e}")
+        return None
+    return (f"model {spec.get('name')!r}: {', '.join(repos)} is not in the local Hugging Face cache "
+            f"({_cache_dir()}) and {why}. "
+            f"Download it once where there is network (`huggingface-cli download {repos[0]}`, then copy the cache "
+            f"here: HF_HUB_OFFLINE=1 uses it), or point the spec at a local copy: {_local_copy_hint(spec)}")
+
+
+def check_model(spec):
+    """Raise ModelError naming the model and what to do when its files cannot be had."""
+    message = problem(spec)
+    if message is not None:
+        raise ModelError(message)
+
+
+def check_models(specs):
+    """{model name: message} of every model of a run whose files cannot be had; printed up
+    front, before the run's first model does any work."""
+    return {spec.get("name"): msg for spec in specs if isinstance(spec, dict) for msg in [problem(spec)] if msg}
