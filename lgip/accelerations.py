@@ -14,6 +14,7 @@ what it gained where it was measured. The switches are read when a model loads o
 """
 from .errors import ConfigError
 
+
 PREFIX_PACKS = True  # CLIP-family texts packed as prefix trees, a shared start computed once (lgip/prefix_packs.py); False: batches of one exact length
 POOLED_LAST_BLOCK = True  # the last block of open_clip's text and image towers and SigLIP's last text layer run for the pooled position only (lgip/towers.py); False: the towers' own forward
 TRIMMED_TEXT = True  # CLIP-family text batches cut to their longest text, blocks through SDPA with is_causal (lgip/towers.py); False: 77 positions through open_clip's encode_text

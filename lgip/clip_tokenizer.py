@@ -5,8 +5,9 @@ with a fast path for the CLIP BPE tokenizer that gives its exact ids (accelerati
     >>> tokenize(["a dog"])
     [[49406, 320, 1929, 49407]]
 """
-from . import accelerations
 import re
+
+from . import accelerations
 
 
 _PLAIN_ASCII = re.compile(r"[\x20-\x25\x27-\x7e]*")  # printable ASCII but '&': ftfy and html.unescape leave it as it is

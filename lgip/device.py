@@ -1,10 +1,9 @@
 """lgip.device: embedding tables on the model's device, filled without waiting for it, and
 cosine similarities computed there (accelerations.DEVICE_TABLES: else on the host)."""
+import sys
 import time
 
 from . import accelerations
-
-import sys
 
 
 class _DeviceRows:

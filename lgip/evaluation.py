@@ -8,13 +8,13 @@ share), and what one process keeps across its models.
 import os
 import time
 
+from . import accelerations, prefix_packs
 from .errors import Interrupted, ModelError
 from .hub import check_models
 from .util import Timer, provenance
 from .records import load_records
 from .encoder import resolve_device
 from .models import key_encoder, load_model
-from . import accelerations, prefix_packs
 from .tokens import _TOKEN_TABLES
 from .cache import EmbeddingCache, image_cache_keys
 from .pixel_memory import _PIXEL_MEMORY

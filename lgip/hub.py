@@ -17,6 +17,7 @@ import time
 
 from .errors import ModelError
 
+
 PROBE_TIMEOUT_S = 4.0  # seconds the Hub has to answer one request before it counts as unreachable
 _HUB = {}  # "reachable": (bool, why) once asked, for the process
 

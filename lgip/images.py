@@ -6,10 +6,10 @@ batches (`ImageEncoding`: start, poll between text batches, finish); the images 
     >>> for batch in text_batches: encode(batch); job.poll()
     >>> emb, failed = job.finish()
 """
-from . import accelerations
 import os
 import sys
 
+from . import accelerations
 from .util import default_num_workers, progress_bar
 from .device import _DeviceRows, _Rows
 from .cache import image_cache_keys

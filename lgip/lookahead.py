@@ -1,10 +1,10 @@
 """lgip.lookahead: the later models' CPU work (tokenizing, decoding) done in low-priority
 worker processes while the current model keeps the GPU busy (accelerations.LOOKAHEAD)."""
-from . import accelerations
 import os
 import sys
 import time
 
+from . import accelerations
 from .util import default_num_workers
 from .models import MODEL_PREPARERS
 from .tokens import TokenTable, _TextChunks, install_token_table

@@ -5,9 +5,9 @@ images. The room for a new metric.
     >>> inv.score(img_emb, txt_emb, rows); err = abs(inv.base_sim - inv.sim)
     >>> add_ci(m, "invariance_error_mean", inv.rec, err, resamples=1000, seed=0)
 """
-from . import accelerations
 import itertools
 
+from . import accelerations
 from .device import cosines
 
 

@@ -8,10 +8,10 @@ length or packed by shared prefix (`TextBank`); what a run's models share of the
 """
 import time
 
+from . import accelerations, prefix_packs
 from .errors import ModelError
 from .util import default_num_workers, progress
 from .tokens import TokenTable, _TextChunks, _identity, padded_ids, shared_token_table
-from . import accelerations, prefix_packs
 from .device import _DeviceRows, _Rows, _upload_in_groups
 
 

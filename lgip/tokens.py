@@ -4,9 +4,9 @@ processes, and the table shared by the models of a process that tokenize alike
 
     >>> table = shared_token_table(enc.tokenizer_key); table.add(texts, *_pack(enc.tokenize(texts)))
 """
-from . import accelerations
-
 import itertools
+
+from . import accelerations
 
 
 _TOKEN_TABLES = {}
