@@ -78,25 +78,31 @@ def _scores(img, feats):
     return (feats @ img).tolist()
 
 
-def multi(vlm, records, root, tag):
-    inv, gaps, n = [], [], 0
+def _captions(vlm, records, root):
+    """(record, image embedding, caption i, base similarity, caption embedding) per caption of the
+    records the published loop counts: its image reads and it has a caption."""
     for rec in records:
         try:
             img = vlm.encode_image(os.path.join(root, rec["image_path"]))
         except Exception:
             continue
         orig = vlm.encode_text(rec["orig_captions"])
-        if orig.numel() == 0:
-            continue
-        for i, base_feat in enumerate(orig):
-            base = float(base_feat @ img)
-            for field, out in (("same_caps", inv), ("diff_caps", gaps)):
-                texts = rec.get(field, {}).get(str(i), [])
-                if texts:
-                    sims = _scores(img, vlm.encode_text(texts))
-                    out.extend(abs(base - s) if field == "same_caps" else base - s for s in sims)
-        n += 1
-    return {"model_tag": tag, "num_samples": n, "num_invariance_pairs": len(inv), "num_sensitivity_pairs": len(gaps),
+        for i, base_feat in enumerate(orig if orig.numel() else []):
+            yield rec, img, i, float(base_feat @ img), base_feat
+
+
+def _similarities(vlm, rec, field, i, img):
+    texts = rec.get(field, {}).get(str(i), [])
+    return _scores(img, vlm.encode_text(texts)) if texts else []
+
+
+def multi(vlm, records, root, tag):
+    inv, gaps, seen = [], [], set()
+    for rec, img, i, base, _ in _captions(vlm, records, root):
+        seen.add(id(rec))
+        inv.extend(abs(base - s) for s in _similarities(vlm, rec, "same_caps", i, img))
+        gaps.extend(base - s for s in _similarities(vlm, rec, "diff_caps", i, img))
+    return {"model_tag": tag, "num_samples": len(seen), "num_invariance_pairs": len(inv), "num_sensitivity_pairs": len(gaps),
             "invariance_error_mean": _mean(inv), "sensitivity_gap_mean": _mean(gaps),
             "sensitivity_pos_rate": _mean([g > 0 for g in gaps])}
 
@@ -106,26 +112,13 @@ def _gap_block(gaps):
 
 
 def by_fliptype(vlm, records, root, tag):
-    inv, gaps, typed, n = [], [], {t: [] for t in ("color", "number", "object")}, 0
-    for rec in records:
-        try:
-            img = vlm.encode_image(os.path.join(root, rec["image_path"]))
-        except Exception:
-            continue
-        orig = vlm.encode_text(rec["orig_captions"])
-        if orig.numel() == 0:
-            continue
-        for i, base_feat in enumerate(orig):
-            base = float(base_feat @ img)
-            same = rec.get("same_caps", {}).get(str(i), [])
-            if same:
-                inv.extend(abs(base - s) for s in _scores(img, vlm.encode_text(same)))
-            for field, out in [("diff_caps", gaps)] + [(f"diff_caps_{t}", typed[t]) for t in typed]:
-                texts = rec.get(field, {}).get(str(i), [])
-                if texts:
-                    out.extend(base - s for s in _scores(img, vlm.encode_text(texts)))
-        n += 1
-    return {"model_tag": tag, "num_samples": n, "invariance_error_mean": _mean(inv),
+    inv, gaps, typed, seen = [], [], {t: [] for t in ("color", "number", "object")}, set()
+    for rec, img, i, base, _ in _captions(vlm, records, root):
+        seen.add(id(rec))
+        inv.extend(abs(base - s) for s in _similarities(vlm, rec, "same_caps", i, img))
+        for field, out in [("diff_caps", gaps)] + [(f"diff_caps_{t}", typed[t]) for t in typed]:
+            out.extend(base - s for s in _similarities(vlm, rec, field, i, img))
+    return {"model_tag": tag, "num_samples": len(seen), "invariance_error_mean": _mean(inv),
             "global_sensitivity": _gap_block(gaps), "by_flip_type": {t: _gap_block(g) for t, g in typed.items()}}
 
 
