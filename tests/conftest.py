@@ -27,11 +27,14 @@ def run_script(script, *args, env=None, check=True):
 @pytest.fixture(autouse=True)
 def fresh_process_state():
     """Each test starts as a fresh process would: no pixels, token tables or prefix plan left
-    by another test."""
+    by another test, and the Hub not yet asked (lgip.hub keeps its answer for the process)."""
+    from lgip import hub
     from lgip.evaluation import swap_process_state
     swap_process_state()
+    hub._HUB.clear()
     yield
     swap_process_state()
+    hub._HUB.clear()
 
 
 @pytest.fixture
