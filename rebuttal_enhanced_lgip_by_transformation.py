@@ -159,14 +159,14 @@ def evaluate(run):
     rec_of = np.asarray(flips.rec)
     # published: an unreadable image drops its whole batch of 32 records, and num_samples counts batches
     dropped = sorted({k // PUBLISHED_BATCH for k in run.failed})
-    kept_flips = slice(None)
-    if dropped:
-        kept_para = np.flatnonzero(~np.isin(np.asarray(para.rec) // PUBLISHED_BATCH, dropped))
-        kept_flips = np.flatnonzero(~np.isin(rec_of // PUBLISHED_BATCH, dropped))
+
+    def kept(rec):  # positions of the pairs whose record's batch the published script kept
+        return np.flatnonzero(~np.isin(np.asarray(rec) // PUBLISHED_BATCH, dropped)) if dropped else slice(None)
+    kept_flips = kept(rec_of)
     corrected_inv = invariance(para)
     m = {"model_tag": run.enc.name,
          "num_samples": -(-len(run.records) // PUBLISHED_BATCH) - len(dropped),  # batches of 32 records (see corrected)
-         **(invariance(para.subset(kept_para)) if dropped else corrected_inv),
+         **(invariance(para.subset(kept(para.rec))) if dropped else corrected_inv),
          **strength_analysis(types[kept_flips], gaps[kept_flips], s[kept_flips], rec_of[kept_flips], published=True)}
     once = flips_once(flips)
     c_gaps, c_types = combined.base_sim - combined.sim, combined.labels

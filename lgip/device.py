@@ -23,8 +23,6 @@ class _DeviceRows:
         self.items, self.n, self.since = [], 0, time.monotonic()
 
     def add(self, idx, emb):
-        if not self.items:
-            self.since = min(self.since, time.monotonic())
         self.items.append((list(idx), emb))
         self.n += len(idx)
         # (the cache's time bound: rows whose work began CACHE_FLUSH_S ago go to disk now)

@@ -110,14 +110,13 @@ class ModelRun:
         if cache_dir == "auto":
             cache_dir = os.path.join(os.path.dirname(os.path.abspath(config["JSONL_PATH"])), ".lgip_cache")
         flush_s = config.get("CACHE_FLUSH_S", 60)
-        self.cache = None
-        if enc is None and cache_dir:
-            # A re-run may find every text and image in the cache: it starts with an Encoder that
-            # makes the cache keys only, and loads the weights in score() if anything is missing.
-            light = key_encoder(spec, config["PROTOCOL"], device, config["DTYPE"])
-            cache = EmbeddingCache(cache_dir, light, spec, flush_s=flush_s) if light is not None else None
-            if cache is not None and cache.has_entries("text"):
-                enc, self.cache = light, cache
+        # A re-run may find every text and image in the cache: it starts with an Encoder that makes
+        # the cache keys only, and loads the weights in score() if anything is missing. (The cache
+        # is the model's either way: its folder depends on the spec, protocol and dtype alone.)
+        light = key_encoder(spec, config["PROTOCOL"], device, config["DTYPE"]) if enc is None and cache_dir else None
+        self.cache = EmbeddingCache(cache_dir, light, spec, flush_s=flush_s) if light is not None else None
+        if light is not None and self.cache.has_entries("text"):
+            enc = light
         self.enc = enc or load_model(spec, config["PROTOCOL"], device, config["DTYPE"])
         if cache_dir and self.cache is None:
             self.cache = EmbeddingCache(cache_dir, self.enc, spec, flush_s=flush_s)
@@ -142,9 +141,9 @@ class ModelRun:
         >>> inv, sens = run.score(*run.pairs(published_calls))
         """
         import copy
-        last = _LAST_CALLS[0] if _LAST_CALLS else None
         if not accelerations.SHARED_CALLS:
             return build(self)
+        last = _LAST_CALLS[0] if _LAST_CALLS else None
         if last is not None and last[0] is build and last[1] is self.records and last[2:] == (self.rank, self.world):
             self.bank.adopt(_LAST_CALLS[1])
         else:

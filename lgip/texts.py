@@ -179,8 +179,8 @@ class TextBank:
         return shared_token_table(key) if key is not None else TokenTable()
 
     def in_cache(self, cache):
-        """(texts in the cache, texts to encode) of these calls: counted before the model's
-        weights are loaded, which a re-run whose texts are all cached never needs."""
+        """(unique texts found in the cache, unique texts) of these calls: counted before the
+        model's weights are loaded, which a re-run whose texts are all cached never needs."""
         keys, _, _ = self._keys(self._tokens())
         index = cache.index("text")
         hits = sum(k in index for k in self._cache_keys(keys))
