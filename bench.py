@@ -165,7 +165,7 @@ def text_counts(records):
 
 def make_siglip_folder(arch, folder, seed):
     """A random-init SigLIP of the published checkpoint's sizes, saved with a processor, so the
-    project's own loader (lgip.siglip_models.load_siglip) reads it; token ids from the fixture's tokenizer."""
+    project's own loader (lgip.transformers_models.load_transformers) reads it; token ids from the fixture's tokenizer."""
     import torch
     from transformers import AutoModel, SiglipConfig, SiglipImageProcessor, SiglipProcessor, SiglipTokenizer
     a = _SIGLIP_ARCHS[arch]

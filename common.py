@@ -13,8 +13,9 @@ above it in this list, so it can be read, and changed, knowing only those:
                         where a model's files come from, and a run stopped at once when they cannot be had
   towers, clip_tokenizer, pixels
                         exact faster tower forwards; CLIP token ids fast; preprocessing split for the device
-  openclip_models, siglip_models
-                        the two loaders (open_clip: CLIP/OpenCLIP/EVA02; transformers: SigLIP/SigLIP2)
+  openclip_models, transformers_models, python_models
+                        the loaders (open_clip: CLIP/OpenCLIP/EVA02; transformers: any dual encoder, SigLIP's
+                        padding rules; a loader of one's own returning (model, preprocess, tokenizer))
   models                the registry: spec "type" -> loader, preparer, key encoder; PUBLISHED_MODELS
   tokens, prefix_packs, device, cache, pixel_memory
                         token tables; prefix-tree packs; device-side tables and cosines; the embedding
@@ -24,6 +25,7 @@ above it in this list, so it can be read, and changed, knowing only those:
   lookahead             the later models' tokenizing and decoding, done while a model runs
   scoring, scorefile    pairs, means and bootstrap intervals (the metrics); the *.scores.jsonl files
   evaluation            ModelRun (one model over one JSONL, torchrun sharding) and run_evaluation
+  entry                 a script's run(**constants): its command line's run, callable from Python
 
 Where a record goes, in an evaluation: `records.load_records` reads and validates it;
 `evaluation.run_evaluation` runs each model of MODELS through the script's `evaluate(run)`; its
@@ -37,10 +39,13 @@ the metrics JSON (`util.write_json`).
 
 Example (an evaluation script):
     CONFIG = common.configure(globals())   # applies --NAME=value from sys.argv
-    results = common.run_evaluation(__file__, CONFIG, ("same_caps", "diff_caps"), evaluate, summary)
+    def run(**constants):                  # the command line's run, and a call from Python
+        with common.script_call(globals(), constants) as config:
+            return common.run_evaluation(__file__, config, ("same_caps", "diff_caps"), evaluate, summary)
 """
 from lgip.accelerations import NAMES as ACCELERATIONS
 from lgip.cli import configure, parse_value, run_main
+from lgip.entry import script_call
 from lgip.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
 from lgip.errors import ConfigError, InputError, ModelError
 from lgip.evaluation import ModelRun, forget_token_tables, run_evaluation, swap_process_state
@@ -65,5 +70,5 @@ __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "InputError",
            "cap_sample", "caption_texts", "configure", "cosines", "default_num_workers", "default_output",
            "dump_jsonl_line", "encode_record_images", "fmt", "forget_pixels", "forget_token_tables", "infer_flip_type",
            "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions",
-           "parse_value", "provenance", "resolve_device", "resolve_dtype", "run_evaluation", "run_generator", "run_main",
+           "parse_value", "provenance", "resolve_device", "resolve_dtype", "run_evaluation", "run_generator", "run_main", "script_call",
            "simple_paraphrases", "swap_process_state", "typed_flips", "write_json"]

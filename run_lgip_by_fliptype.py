@@ -14,7 +14,7 @@ import common
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: make_perturb_with_fliptypes.py output
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
-MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type": "openclip"|"siglip", "model_name"+"pretrained" | "model_id"}
+MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type": "openclip"|"transformers"|"siglip"|"python", + "model_name"/"pretrained" | "model_id" | "loader"/"kwargs"} (README "Models")
 PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
@@ -82,11 +82,16 @@ def summary(m):
             f"positive rate {common.fmt(m['global_sensitivity']['pos_rate'], '.3f')} ({by})")
 
 
-def main():
-    results = common.run_evaluation(__file__, CONFIG, FIELDS, evaluate, summary)
-    if results is not None:
-        print(f"-> {common.write_json(common.metrics_path(JSONL_PATH, 'LGIP_fliptypes.metrics.json'), results)}")
+def run(**constants):
+    """The command line's run, and a call from Python: the constants above as keyword arguments
+    (`run(JSONL_PATH=..., MODELS=[...], WRITE_SCORES=False)`), in force for this call only; returns
+    the list of per-model metrics dicts it writes (None on torchrun's other ranks)."""
+    with common.script_call(globals(), constants) as config:
+        results = common.run_evaluation(__file__, config, FIELDS, evaluate, summary)
+        if results is not None:
+            print(f"-> {common.write_json(common.metrics_path(JSONL_PATH, 'LGIP_fliptypes.metrics.json'), results)}")
+        return results
 
 
 if __name__ == "__main__":
-    common.run_main(main)
+    common.run_main(run)

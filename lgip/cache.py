@@ -51,6 +51,11 @@ class EmbeddingCache:
             path = str(spec.get(key, "")).replace("local-dir:", "")
             if path and os.path.exists(path):
                 ident[f"{key}_stat"] = _tree_stat(path)
+        if spec.get("type") == "python":  # a loader of one's own: its code, and the files its kwargs name
+            from .python_models import loader_file
+            files = [loader_file(str(spec.get("loader", "")))] + [v for v in (spec.get("kwargs") or {}).values()
+                                                                  if isinstance(v, str)]
+            ident["loader_stat"] = [_tree_stat(f) for f in files if f and os.path.exists(f)]
         digest = hashlib.sha1(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.get("name", "model"))[:80]
         self.dir = os.path.join(root, f"{slug}-{digest}")

@@ -43,6 +43,7 @@ class Encoder:
     image_transform = None
     text_key_tag = ""  # prefix of this family's text cache keys: bumped when its tokenization changes
     info = {}
+    release = None  # called once a run is done with the model (a caller's model in memory: its mode restored)
 
     @property
     def rounds_to_fp16(self):
@@ -91,7 +92,7 @@ def resolve_device(device):
 def _download_hint(spec, err):
     what = spec.get("model_id") or f"{spec.get('model_name')} / {spec.get('pretrained')}"
     local = ('"model_id": "/path/to/local/folder" (a folder saved with save_pretrained or a Hub snapshot)'
-             if spec.get("type") == "siglip" else
+             if spec.get("type") in ("siglip", "transformers") else
              '"pretrained": "/path/to/open_clip_pytorch_model.bin" or "model_name": "local-dir:/path/to/folder"')
     return ModelError(f"model {spec.get('name')!r}: could not load weights for {what} ({type(err).__name__}: {err}). "
                       f"Check the network, or download them once elsewhere and point the spec at a local copy: "

@@ -14,7 +14,7 @@ from .hub import check_models
 from .util import Timer, provenance
 from .records import load_records
 from .encoder import resolve_device
-from .models import key_encoder, load_model
+from .models import cacheable, key_encoder, load_model
 from .tokens import _TOKEN_TABLES
 from .cache import EmbeddingCache, image_cache_keys
 from .pixel_memory import _PIXEL_MEMORY
@@ -106,7 +106,7 @@ class ModelRun:
         if self.world > 1 and resolve_device(device) == "cuda":
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', self.rank))}"
         self.config, self.records, self.spec, self.device = config, records, spec, device
-        cache_dir = config.get("CACHE_DIR")
+        cache_dir = config.get("CACHE_DIR") if cacheable(spec) else None  # (a model in memory: never cached)
         if cache_dir == "auto":
             cache_dir = os.path.join(os.path.dirname(os.path.abspath(config["JSONL_PATH"])), ".lgip_cache")
         flush_s = config.get("CACHE_FLUSH_S", 60)
@@ -239,6 +239,11 @@ class ModelRun:
         self._mark = time.perf_counter()
         self.seconds["scoring"] = round(self._mark - since, 3)
 
+    def release(self):
+        """The model is done with: a caller's model in memory goes back in the mode it came in."""
+        if self.enc.release is not None:
+            self.enc.release()
+
     def finished(self):
         """Called once the evaluation's metrics are made: the time since scoring (confidence
         intervals, the score file) is its last phase."""
@@ -258,6 +263,8 @@ class ModelRun:
         if self.cache is not None:
             # resumed: [from the cache, in all] of this process's unique texts and images
             info["cache"] = {"dir": self.cache.dir, **self.cache.stats, "resumed": getattr(self, "resumed", None)}
+        elif not cacheable(self.spec):
+            info["cache"] = {"dir": None, "why": "a model in memory is never cached (nothing on disk names its weights)"}
         return info
 
 
@@ -297,7 +304,10 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
         for spec in models:
             with Timer() as t:
                 run = ModelRun(spec, records, config, lookahead=ahead)
-                metrics = evaluate(run)
+                try:
+                    metrics = evaluate(run)
+                finally:
+                    run.release()
                 run.finished()
             if not run.is_main:
                 continue

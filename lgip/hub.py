@@ -85,11 +85,14 @@ def hub_files(spec):
     """[(repo id, [file names, any one will do])] that a model spec needs from the Hub; [] when
     it needs none (local folders and files, random init); None when it downloads from elsewhere
     (an open_clip tag hosted at a plain URL)."""
-    if spec.get("type") == "siglip":
+    if spec.get("type") == "python":  # a loader of one's own fetches what it needs
+        return []
+    if spec.get("type") in ("siglip", "transformers"):
         model_id = str(spec.get("model_id", ""))
         if os.path.isdir(model_id) or model_id.startswith((".", "/", "~")):
             return []
-        return [(model_id, ["config.json"]), (model_id, ["model.safetensors", "pytorch_model.bin"])]
+        return [(model_id, ["config.json"]), (model_id, ["model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                                                         "pytorch_model.bin.index.json"])]
     name, pretrained = str(spec.get("model_name", "")), spec.get("pretrained")
     weights = ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
     if name.startswith("hf-hub:"):
@@ -114,7 +117,7 @@ def _cache_dir():
 
 
 def _local_copy_hint(spec):
-    if spec.get("type") == "siglip":
+    if spec.get("type") in ("siglip", "transformers"):
         return '"model_id": "/path/to/folder" (a folder saved with save_pretrained, or a Hub snapshot)'
     return '"pretrained": "/path/to/open_clip_pytorch_model.bin", or "model_name": "local-dir:/path/to/folder"'
 

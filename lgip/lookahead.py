@@ -123,8 +123,11 @@ class Lookahead:
         for spec in self.specs:
             if self._stop.is_set():
                 return
+            preparer = MODEL_PREPARERS.get(spec.get("type"))
+            if preparer is None:  # (a loader of one's own: nothing can be had without running it)
+                continue
             try:
-                prep = MODEL_PREPARERS[spec["type"]](spec, self.protocol)
+                prep = preparer(spec, self.protocol)
             except Exception as e:  # the model's own load reports it properly
                 self._record({"model": spec.get("name"), "kind": "prepare", "key": None, "state": "failed",
                               "error": f"{type(e).__name__}: {e}"})

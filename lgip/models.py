@@ -1,6 +1,12 @@
 """lgip.models: the registry (CLIP_benchmark's shape): a model spec's "type" picks a loader
-returning an Encoder, and a preparer returning its tokenizer and pixels without its weights.
-The room for a new model family: a loader and a preparer here.
+returning an Encoder, a preparer returning its tokenizer and pixels without its weights, and a
+key encoder making its cache keys without them. The types:
+  openclip      {"model_name", "pretrained"}: open_clip names and tags, hf-hub:, local-dir:, checkpoint files
+  transformers  {"model_id"}: any transformers dual encoder (CLIP, MetaCLIP, AltCLIP, ALIGN, ChineseCLIP, SigLIP, ...)
+  siglip        {"model_id"}: the same loader, the published specs' name for SigLIP/SigLIP2
+  python        {"loader", "kwargs"}: a loader of one's own returning (model, preprocess, tokenizer)
+The room for a new model family: a module with its loader (spec, protocol, device, dtype) ->
+Encoder, registered in the four dicts below (preparer and key encoder may be None).
 
     >>> enc = load_model({"name": "b16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "openai"})
     >>> enc.encode_images(pixels), enc.encode_tokens(ids)
@@ -11,7 +17,8 @@ from .encoder import PROTOCOLS, resolve_device, resolve_dtype, tokenizer_key
 from .pixels import check_pixel_split
 from .hub import check_model
 from .openclip_models import load_openclip, openclip_key_encoder, prepare_openclip
-from .siglip_models import load_siglip, prepare_siglip, siglip_key_encoder
+from .python_models import in_memory, load_python, python_key_encoder
+from .transformers_models import load_transformers, prepare_transformers, transformers_key_encoder
 
 
 PUBLISHED_MODELS = [  # the nine models of the paper, as the published scripts specify them
@@ -27,22 +34,37 @@ PUBLISHED_MODELS = [  # the nine models of the paper, as the published scripts s
 ]
 
 
-MODEL_LOADERS = {"openclip": load_openclip, "siglip": load_siglip}  # spec "type" -> (spec, protocol, device, dtype) -> Encoder
-MODEL_PREPARERS = {"openclip": prepare_openclip, "siglip": prepare_siglip}  # same keys: (spec, protocol) -> Prepared (no weights)
-MODEL_KEYS = {"openclip": openclip_key_encoder, "siglip": siglip_key_encoder}  # same keys: (spec, protocol) -> Encoder making the cache keys, or None
+# spec "type" -> (spec, protocol, device, dtype) -> Encoder
+MODEL_LOADERS = {"openclip": load_openclip, "transformers": load_transformers, "siglip": load_transformers,
+                 "python": load_python}
+# same keys: (spec, protocol) -> Prepared (tokenizer and pixels, no weights), or None: nothing to do ahead
+MODEL_PREPARERS = {"openclip": prepare_openclip, "transformers": prepare_transformers, "siglip": prepare_transformers,
+                   "python": None}
+# same keys: (spec, protocol) -> Encoder making the cache keys without weights, or None
+MODEL_KEYS = {"openclip": openclip_key_encoder, "transformers": transformers_key_encoder,
+              "siglip": transformers_key_encoder, "python": python_key_encoder}
+# same keys: the field a spec of the type must have
+MODEL_FIELDS = {"openclip": "model_name", "transformers": "model_id", "siglip": "model_id", "python": "loader"}
 
 
 def _check_spec(spec, protocol):
     if not isinstance(spec, dict) or "name" not in spec or "type" not in spec:
         raise ModelError(f"a model spec is a dict with 'name' and 'type' (+ 'model_name'/'pretrained' for openclip, "
-                         f"'model_id' for siglip), got {spec!r}")
+                         f"'model_id' for transformers and siglip, 'loader' for python), got {spec!r}")
     if spec["type"] not in MODEL_LOADERS:
         raise ModelError(f"model {spec['name']!r}: unknown type {spec['type']!r}; valid: {', '.join(MODEL_LOADERS)}")
-    required = {"openclip": "model_name", "siglip": "model_id"}[spec["type"]]
+    required = MODEL_FIELDS[spec["type"]]
     if required not in spec:
         raise ModelError(f"model {spec['name']!r}: type {spec['type']!r} needs {required!r}")
     if protocol not in PROTOCOLS:
         raise ModelError(f"unknown PROTOCOL {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+
+
+def cacheable(spec):
+    """False for a model held in memory (type python, a function or the objects as its loader):
+    nothing on disk names its weights (a training loop's next epoch has the same name and
+    objects), so its embeddings are never cached."""
+    return not in_memory(spec)
 
 
 def load_model(spec, protocol="corrected", device="cpu", dtype=None):
@@ -66,7 +88,7 @@ def key_encoder(spec, protocol="corrected", device="cpu", dtype=None):
     all in the cache needs no more. None when the family cannot tell its keys without the model.
     Keys it gets wrong only miss: the run then loads the model."""
     _check_spec(spec, protocol)
-    enc = MODEL_KEYS[spec["type"]](spec, protocol)
+    enc = MODEL_KEYS[spec["type"]](spec, protocol) if MODEL_KEYS[spec["type"]] is not None else None
     if enc is None:
         return None
     enc.name, enc.type, enc.protocol = spec["name"], spec["type"], protocol

@@ -68,11 +68,28 @@ def package_versions(names=("torch", "torchvision", "open_clip_torch", "transfor
     return out
 
 
+def jsonable(value):
+    """A setting as an output file can hold it: Python objects given from Python (a model in
+    memory, a loader function) by what they are.
+    >>> jsonable({"loader": len, "kwargs": {"k": (1, 2)}})
+    {'loader': '<function builtins.len>', 'kwargs': {'k': [1, 2]}}
+    """
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"<function {getattr(value, '__module__', '?')}.{value.__qualname__}>"
+    return f"<{type(value).__module__}.{type(value).__qualname__} object>"
+
+
 def provenance(script, config):
     """What made an output: script, settings in force, package versions, time."""
     return {
         "script": os.path.basename(script),
-        "config": {k: v for k, v in config.items()},
+        "config": {k: jsonable(v) for k, v in config.items()},
         "versions": package_versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

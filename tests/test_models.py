@@ -1,4 +1,4 @@
-"""The loaders and their registry (lgip/models.py, lgip/openclip_models.py, lgip/siglip_models.py):
+"""The loaders and their registry (lgip/models.py, lgip/openclip_models.py, lgip/transformers_models.py, lgip/python_models.py):
 SigLIP's padding in each protocol, QuickGELU for the weights trained with it, bad model specs and
 weights that cannot be downloaded, open_clip models built on their device."""
 import os
@@ -78,7 +78,7 @@ def test_force_quick_gelu_reaches_the_network():
 
 
 @pytest.mark.parametrize("spec,message", [
-    ({"name": "x", "type": "clip"}, "unknown type 'clip'; valid: openclip, siglip"),
+    ({"name": "x", "type": "clip"}, "unknown type 'clip'; valid: openclip, transformers, siglip, python"),
     ({"name": "x", "type": "openclip", "model_name": "ViT-B-61", "pretrained": "openai"}, "unknown open_clip model_name 'ViT-B-61'; close matches: ViT-B-16"),
     ({"name": "x", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "opneai"}, "unknown pretrained tag 'opneai' for open_clip ViT-B-16; valid: openai"),
     ({"name": "x", "type": "siglip"}, "needs 'model_id'"),
@@ -107,7 +107,7 @@ def test_unknown_model_type_stops_script(tmp_path):
     src = tmp_path / "in.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), src)
     proc = run_script("run_lgip_multi.py", *eval_args(src, models=[{"name": "m", "type": "blip"}]), check=False)
-    assert proc.returncode == 2 and "unknown type 'blip'; valid: openclip, siglip" in proc.stderr
+    assert proc.returncode == 2 and "unknown type 'blip'; valid: openclip, transformers, siglip, python" in proc.stderr
 
 
 @pytest.mark.filterwarnings("ignore:for .*copying from a non-meta parameter")  # meta tensors take no checkpoint values

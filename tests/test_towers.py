@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from lgip import siglip_models
+from lgip import transformers_models
 from lgip.encoder import _as_features
 from lgip.models import load_model
 from lgip.texts import TextBank
@@ -127,7 +127,7 @@ def test_siglip_last_layer_path_is_dropped_when_it_disagrees(monkeypatch):
     """The load-time check (fp32, before the cast) refuses a last-layer path that does not give
     get_text_features' embeddings: the full forward is used."""
     real = _siglip_text_last
-    monkeypatch.setattr(siglip_models, "_siglip_text_last", lambda tower, ids: real(tower, ids) * 1.01 + 0.01)
+    monkeypatch.setattr(transformers_models, "_siglip_text_last", lambda tower, ids: real(tower, ids) * 1.01 + 0.01)
     sig = load_model(SIGLIP_TINY, "corrected", "cpu")
     assert not sig.info["text_last_layer_pooled_position_only"]
     ids = torch.tensor([sig.tokenize(["a red bus"])[0]])

@@ -1,0 +1,41 @@
+"""lgip.entry: a script's `run(**constants)`, the one function behind its command line and a
+call from Python (as lm-evaluation-harness's simple_evaluate): the script's constants as keyword
+arguments, in force for the call only, in a process state as fresh as a new process's.
+
+Each call starts with no token tables, prefix plan, shared calls, score-file layout or
+remembered pixels left by an earlier one, and drops its own when it ends (the lookahead's workers
+end with its run, the accelerations' switches are restored by run_evaluation), so a second call
+gives what a fresh process gives. The command line calls the same run() with no arguments: its
+`--NAME=value` overrides are already the module's constants.
+
+    >>> import run_lgip_multi
+    >>> results = run_lgip_multi.run(JSONL_PATH="x_with_perturb.jsonl", WRITE_SCORES=False,
+    ...                              MODELS=[{"name": "epoch3", "type": "python", "loader": (model, preprocess, tokenizer)}])
+    >>> results[0]["sensitivity_pos_rate"]
+"""
+import contextlib
+import os
+
+from .errors import ConfigError
+from .evaluation import swap_process_state
+
+
+@contextlib.contextmanager
+def script_call(namespace, constants):
+    """Apply `constants` to a script's module constants (the names its `configure` returned as
+    CONFIG) for the duration of the block, in a fresh process state; yields the settings in force.
+    An unknown name is an error listing the valid ones."""
+    names = list(namespace["CONFIG"])
+    unknown = sorted(set(constants) - set(names))
+    if unknown:
+        script = os.path.basename(namespace.get("__file__", "the script"))
+        raise ConfigError(f"{script}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                          f"valid settings: {', '.join(names)}")
+    saved = {k: namespace[k] for k in names}
+    state = swap_process_state()  # (None: empty, a fresh process's)
+    namespace.update(constants)
+    try:
+        yield {k: namespace[k] for k in names}
+    finally:
+        namespace.update(saved)
+        swap_process_state(state)

@@ -1,0 +1,267 @@
+"""lgip.transformers_models: the transformers loader (types "transformers" and "siglip", one
+loader): any dual encoder with `get_text_features` and `get_image_features` (CLIPModel and
+MetaCLIP checkpoints, AltCLIPModel, AlignModel, ChineseCLIPModel, SiglipModel, Siglip2Model, ...),
+through its own AutoProcessor, the image processor pinned to its PIL backend.
+
+A text's embedding never depends on the texts that share its batch. How, per family
+(`text_rules`; tests/test_transformers_models.py shows each):
+- SigLIP/SigLIP2: trained without an attention mask on text padded to 64, so padded to 64 and
+  no mask (corrected), or to the longest text of its published call (reference, as the published
+  code); SigLIP2 lowercased (corrected), as trained.
+- a tokenizer that emits an attention mask (CLIP, AltCLIP, ALIGN, ChineseCLIP, ...): texts are
+  batched with texts of their own token length, so nothing is padded (the mask passed is all
+  ones) and each text is encoded as if alone: what the processor's padding, masked, gives too.
+- any other (no mask): padded as its processor pads (its fixed length), else not at all
+  (corrected); to the longest text of its call (reference).
+
+    >>> enc = load_transformers({"name": "b32", "type": "transformers", "model_id": "openai/clip-vit-base-patch32"},
+    ...                         "corrected", "cuda", torch.bfloat16)
+"""
+import os
+
+from . import accelerations
+from .errors import ModelError
+from .encoder import Encoder, Prepared, SIGLIP_TEXT_LENGTH, _as_features, _download_hint, _normalise, tokenizer_key
+from .towers import _siglip_text_last, _siglip_text_tower
+from .pixels import pixel_split_siglip
+
+
+SIGLIP_FAMILY = ("siglip", "siglip2")  # config.model_type of the models padded as SigLIP was trained
+# The prefix of the text cache keys of the other families ("" for SigLIP, whose keys predate it).
+TEXT_KEY_TAG = "hf1|"
+REQUIRED = ("get_text_features", "get_image_features")  # what a model needs to be evaluated
+
+
+def _transformers_version():
+    import transformers
+    return tuple(int(p) for p in transformers.__version__.split(".")[:2])
+
+
+def _transformers_dtype_kwarg(dtype):
+    return {"dtype": dtype} if _transformers_version() >= (4, 56) else {"torch_dtype": dtype}
+
+
+def _pil_image_processor_kwarg():
+    """Pin the PIL (4.x "slow") image processor: transformers 5 defaults to the torchvision one,
+    whose resize differs by up to one uint8 level (2/255 after SigLIP's normalisation)."""
+    return {"backend": "pil"} if _transformers_version() >= (5, 0) else {"use_fast": False}
+
+
+class TextRules:
+    """How a family's texts are tokenized and padded (see the module docstring).
+    pad: "fixed" (every text to `length`), "call" (the longest text of its published call) or
+    None (no padding: batches of texts of one token length)."""
+
+    def __init__(self, family, max_len, lowercase=False, mask=False, pad=None, length=None):
+        self.family, self.max_len, self.lowercase, self.mask, self.pad, self.length = (
+            family, max_len, lowercase, mask, pad, length)
+
+    def set_padding(self, enc):
+        if self.pad == "call":
+            enc.pad_length = lambda call_lengths: max(call_lengths)
+            enc.pad_needs_lengths = True
+        elif self.pad == "fixed":
+            enc.pad_length = lambda call_lengths: self.length
+        else:
+            enc.pad_length = lambda call_lengths: None
+
+    def info(self):
+        return {"family": self.family, "text_length": {"call": "longest in call", "fixed": self.length}.get(
+            self.pad, "own length (no padding)"), "lowercase": self.lowercase, "text_attention_mask": self.mask}
+
+
+def _limit(tok, config):
+    """Most tokens a text keeps: the tokenizer's limit, within the model's position table."""
+    limits = [n for n in (getattr(tok, "model_max_length", None),
+                          getattr(getattr(config, "text_config", config), "max_position_embeddings", None))
+              if isinstance(n, int) and 0 < n < 1_000_000]
+    return min(limits) if limits else 512
+
+
+def _processor_pad_length(processor, tok):
+    """The fixed length the processor pads a short text to, or None when it does not pad."""
+    try:
+        ids = processor(text=["a photo"])["input_ids"][0]
+    except Exception:  # a processor that needs images too: the tokenizer's own default (no padding)
+        return None
+    alone = len(tok(["a photo"])["input_ids"][0])
+    return len(ids) if len(ids) > alone else None
+
+
+def text_rules(spec, protocol, config, processor, tok):
+    """The TextRules of a model (its config, processor and tokenizer), per protocol."""
+    model_type = getattr(config, "model_type", "")
+    if model_type in SIGLIP_FAMILY:
+        is_siglip2 = "siglip2" in str(spec["model_id"]).lower() or model_type == "siglip2"
+        max_len = min(SIGLIP_TEXT_LENGTH, getattr(tok, "model_max_length", SIGLIP_TEXT_LENGTH) or SIGLIP_TEXT_LENGTH)
+        lowercase = bool(spec.get("lowercase", is_siglip2) and protocol == "corrected")
+        pad = "call" if protocol == "reference" else "fixed"
+        return TextRules(model_type, max_len, lowercase, mask=False, pad=pad, length=max_len)
+    max_len = _limit(tok, config)
+    lowercase = bool(spec.get("lowercase", False))
+    if "attention_mask" in getattr(tok, "model_input_names", ()):
+        return TextRules(model_type, max_len, lowercase, mask=True, pad=None)
+    if protocol == "reference":
+        return TextRules(model_type, max_len, lowercase, pad="call")
+    length = _processor_pad_length(processor, tok) if processor is not None else None
+    return TextRules(model_type, max_len, lowercase, pad="fixed" if length else None, length=length)
+
+
+def _tokenize_fn(tok, rules):
+    """(tokenize(texts) -> unpadded id lists, tokenizer identity). Shared by the loader, the
+    preparer and the key encoder, so a text tokenized ahead has the model's ids."""
+    def tokenize(texts):
+        texts = [t.lower() for t in texts] if rules.lowercase else list(texts)
+        return tok(texts, truncation=True, max_length=rules.max_len, padding=False)["input_ids"]
+    return tokenize, (type(tok).__name__, len(tok), rules.max_len, rules.lowercase)
+
+
+def _preprocessors(model_id, images=True):
+    """(processor or None, tokenizer, PIL image processor or None) of a checkpoint."""
+    from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
+    try:
+        processor = AutoProcessor.from_pretrained(model_id)
+    except (OSError, ValueError, KeyError):  # a checkpoint with a tokenizer but no processor config
+        processor = None
+    tok = getattr(processor, "tokenizer", None)
+    if tok is None:
+        tok = processor if processor is not None and hasattr(processor, "convert_tokens_to_ids") else \
+            AutoTokenizer.from_pretrained(model_id)
+    # Only the image processor gets the backend kwarg: through AutoProcessor it would reach the
+    # tokenizer too (4.x use_fast=False turns SigLIP2's Gemma tokenizer slow).
+    image_processor = AutoImageProcessor.from_pretrained(model_id, **_pil_image_processor_kwarg()) if images else None
+    return processor, tok, image_processor
+
+
+def _not_loadable(spec, e):
+    model_id = spec["model_id"]
+    if os.path.isdir(model_id) or "not a valid model identifier" in str(e) or "does not appear" in str(e) \
+            or "Unrecognized" in str(e):
+        return ModelError(f"model {spec.get('name')!r}: {model_id!r} is not a transformers checkpoint that "
+                          f"AutoModel and AutoProcessor can load (a Hub id like openai/clip-vit-base-patch32 or "
+                          f"google/siglip-base-patch16-224, or a folder saved with save_pretrained): {e}")
+    return _download_hint(spec, e)
+
+
+def _check_dual_encoder(spec, model):
+    missing = [m for m in REQUIRED if not callable(getattr(model, m, None))]
+    if missing:
+        from .models import MODEL_LOADERS
+        raise ModelError(f"model {spec.get('name')!r}: {type(model).__name__} ({spec['model_id']}) has no "
+                         f"{' and no '.join(missing)}, so it is not an image-text dual encoder the 'transformers' type "
+                         f"can evaluate (CLIPModel, AltCLIPModel, AlignModel, ChineseCLIPModel, SiglipModel, "
+                         f"Siglip2Model, ...). Valid types: {', '.join(MODEL_LOADERS)} (type 'python' takes a loader "
+                         f"of your own returning (model, preprocess, tokenizer))")
+
+
+def load_transformers(spec, protocol, device, dtype):
+    import torch
+    from transformers import AutoConfig, AutoModel
+    model_id = spec["model_id"]
+    try:
+        config = AutoConfig.from_pretrained(model_id)
+        processor, tok, image_processor = _preprocessors(model_id)
+        # Pin the dtype (transformers 5 would otherwise load in the checkpoint's dtype): fp32
+        # first, for the check of SigLIP's last-layer path below, then the run's dtype.
+        model = AutoModel.from_pretrained(model_id, **_transformers_dtype_kwarg(torch.float32))
+    except (OSError, ValueError) as e:
+        raise _not_loadable(spec, e) from e
+    _check_dual_encoder(spec, model)
+    model = model.eval().to(device=device)
+    rules = text_rules(spec, protocol, config, processor, tok)
+    tokenize, identity = _tokenize_fn(tok, rules)
+    enc = Encoder()
+    enc.model, enc.device, enc.dtype = model, device, dtype
+    enc.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    siglip = rules.family in SIGLIP_FAMILY
+    tower = _siglip_text_tower(model) if siglip and accelerations.POOLED_LAST_BLOCK else None
+
+    @torch.no_grad()
+    def encode_tokens(ids, exact_length=False, last_only=True):
+        ids = ids.to(device, non_blocking=True)
+        if tower is not None and last_only:
+            return _normalise(_siglip_text_last(tower, ids))
+        inputs = {"input_ids": ids}
+        if rules.mask:
+            # Texts of a masked family come in batches of one token length (pad_length None):
+            # nothing is padded, so the mask is all ones.
+            if not exact_length:
+                raise ValueError("a batch of texts of different lengths reached a masked tower unpadded")
+            inputs["attention_mask"] = torch.ones_like(ids)
+        return _normalise(_as_features(model.get_text_features(**inputs)))
+
+    if tower is not None:  # proven on this model and device in fp32 (before the cast), else the full forward
+        probe = torch.full((3, rules.max_len), enc.pad_id, dtype=torch.long)
+        for r, ids in enumerate(tokenize(["a photo of a dog", "two red buses parked on a street.", "A cat!"])):
+            probe[r, :len(ids)] = torch.tensor(ids)
+        for ids in (probe, probe[:, :8]):  # padded as trained, and cut short (the reference protocol)
+            if tower is not None and not (encode_tokens(ids, last_only=False) - encode_tokens(ids)).abs().max() < 1e-4:
+                tower = None
+    model.to(dtype=dtype)
+
+    @torch.no_grad()
+    def encode_images(batch):
+        batch = batch if isinstance(batch, dict) else {"pixel_values": batch}
+        batch = {k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device))
+                 for k, v in batch.items()}
+        return _normalise(_as_features(model.get_image_features(**batch)))
+
+    enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
+    enc.tokenizer_identity = identity
+    enc.image_transform = ProcessorImageTransform(image_processor)
+    enc.pixels = pixel_split_siglip(image_processor)
+    enc.text_key_tag = "" if siglip else TEXT_KEY_TAG
+    rules.set_padding(enc)
+    enc.info = dict(rules.info(), model_class=type(model).__name__,
+                    text_last_layer_pooled_position_only=tower is not None)
+    return enc
+
+
+def _rules_without_weights(spec, protocol):
+    """(TextRules, tokenizer or None) from the small files alone."""
+    from transformers import AutoConfig
+    if spec.get("type") == "siglip" and protocol != "reference":
+        # (as trained: the fixed length needs neither the tokenizer nor the config; a checkpoint
+        # that is not SigLIP after all has other keys: they miss, and the model loads)
+        return TextRules("siglip", SIGLIP_TEXT_LENGTH, pad="fixed", length=SIGLIP_TEXT_LENGTH), None
+    config = AutoConfig.from_pretrained(spec["model_id"])
+    processor, tok, _ = _preprocessors(spec["model_id"], images=False)
+    return text_rules(spec, protocol, config, processor, tok), tok
+
+
+def transformers_key_encoder(spec, protocol):
+    """An Encoder without weights that makes a transformers model's cache keys: its tokenizer
+    only where the padding needs the texts' lengths (the published SigLIP padding), its config
+    and processor files otherwise. (A tokenizer with a shorter limit than SigLIP's 64: its keys
+    miss, and the model loads.)"""
+    enc = Encoder()
+    rules, tok = _rules_without_weights(spec, protocol)
+    enc.text_key_tag = "" if rules.family in SIGLIP_FAMILY else TEXT_KEY_TAG
+    if rules.pad == "call":
+        enc.tokenize, enc.tokenizer_identity = _tokenize_fn(tok, rules)
+        enc.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        enc.tokenizer_key = tokenizer_key(spec["type"], enc.tokenizer_identity, enc.tokenize)
+    rules.set_padding(enc)
+    return enc
+
+
+class ProcessorImageTransform:
+    """PIL image -> pixel_values (and any extra inputs the processor makes), picklable."""
+
+    def __init__(self, image_processor):
+        self.image_processor = image_processor
+
+    def __call__(self, img):
+        out = self.image_processor(images=img, return_tensors="pt")
+        out = {k: v[0] for k, v in out.items()}
+        return out["pixel_values"] if len(out) == 1 else out
+
+
+def prepare_transformers(spec, protocol):
+    """The tokenizer and pixel geometry of a transformers model: small files, no weights."""
+    from transformers import AutoConfig
+    processor, tok, image_processor = _preprocessors(spec["model_id"])
+    rules = text_rules(spec, protocol, AutoConfig.from_pretrained(spec["model_id"]), processor, tok)
+    tokenize, identity = _tokenize_fn(tok, rules)
+    pixels = pixel_split_siglip(image_processor) if accelerations.PIXELS_ON_DEVICE else None
+    return Prepared(spec["name"], tokenizer_key(spec["type"], identity, tokenize), tokenize, pixels)
