@@ -50,7 +50,7 @@ def results_table(rows):
     spec = result_columns(rows)
     header = ([{"text": "Model", "numeric": False, "better": "", "title": "model (hover a name for its tag)"},
                {"text": "Records", "numeric": True, "better": "", "title": "records evaluated"}]
-              + [{"text": c.header, "numeric": True, "better": c.better, "title": f"{c.name}: {c.better}er is better"}
+              + [{"text": c.header.replace(" ↑", "\u00a0↑").replace(" ↓", "\u00a0↓"), "numeric": True, "better": c.better, "title": f"{c.name}: {c.better}er is better"}
                  for c in spec])
     best = {}
     for c in spec:
