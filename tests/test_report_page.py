@@ -18,6 +18,7 @@ from lgip.method import COLORS, NUMBER_WORDS, OBJECTS
 from lgip.models import PUBLISHED_MODELS
 
 MODELS = [m["name"] for m in PUBLISHED_MODELS]  # nine
+HTML_WORDS = "waiting near Tom & Jerry's <b>wall</b>"  # captions are text, never markup
 PER_MODEL = 20  # records whose flips and paraphrases only this model gets badly wrong
 MAX_PAGE_BYTES = 5_000_000
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -63,10 +64,10 @@ def make_inputs(folder):
     records = []
     for i, name in enumerate(names):
         n, c, o = rng.choice(NUMBER_WORDS[1:]), rng.choice(COLORS), rng.choice(OBJECTS)
-        caption = f"{n} {c} {o}s waiting near the old stone wall"
-        flips = [(f"{swap(n, NUMBER_WORDS, rng)} {c} {o}s waiting near the old stone wall", "number"),
-                 (f"{n} {swap(c, COLORS, rng)} {o}s waiting near the old stone wall", "color"),
-                 (f"{n} {c} {swap(o, OBJECTS, rng)}s waiting near the old stone wall", "object")]
+        rest = "waiting near the old stone wall" if i < len(names) - 2 else HTML_WORDS
+        caption = f"{n} {c} {o}s {rest}"
+        flips = [(f"{swap(n, NUMBER_WORDS, rng)} {c} {o}s {rest}", "number"),
+                 (f"{n} {swap(c, COLORS, rng)} {o}s {rest}", "color"), (f"{n} {c} {swap(o, OBJECTS, rng)}s {rest}", "object")]
         paraphrases = ["a photo of " + caption, caption.replace("waiting near", "standing close to")]
         records.append((i + 1, "images/" + name, caption, flips, paraphrases))
     owner = {i: min(i // PER_MODEL, len(MODELS) - 1) for i in range(len(records))}
@@ -144,6 +145,7 @@ def test_page_is_small_self_contained_and_names_unreadable_images(nine):
     assert "http://" not in html and "https://" not in html and "<link" not in html
     assert html.count('<table id="results">') == 1 and html.count("<tr data-model=") == len(MODELS)
     assert html.count('<article class="card"') == 2 * 10 * len(MODELS)  # top K per model; those over all are among them
+    assert "Tom &amp; Jerry&#39;s &lt;b&gt;wall&lt;/b&gt;" in html and "<b>wall" not in html
     for name, why in (("missing.jpg", "image not found"), ("corrupt.jpg", "unreadable image")):
         assert f"<strong>{why}" in html and os.path.join(str(folder), "images", name) in html
     # the markdown, CSV and PNGs are still written beside it
@@ -194,6 +196,7 @@ def test_page_in_chromium(nine, tmp_path):
             ascending, values_up = order(), column("Inv. error")
             page.click("#results thead th:has-text('Inv. error') button")
             descending, values_down = order(), column("Inv. error")
+            escaped = page.eval_on_selector_all("#flips .card td.txt b", "els => els.length")
             flips = page.eval_on_selector_all("#flips .card", """cards => cards.map(c => [
                 c.querySelector('td.txt').textContent, c.querySelector('td.alt').textContent,
                 [...c.querySelectorAll('td.alt mark')].map(m => m.textContent.trim())])""")
@@ -219,7 +222,8 @@ def test_page_in_chromium(nine, tmp_path):
     assert all(("image not found" in t) == ("missing.jpg" in t) for t in placeholders)
     assert before != ascending and values_up == sorted(values_up) and values_down == sorted(values_down, reverse=True)
     assert descending == ascending[::-1]
-    assert len(flips) >= 10 * len(MODELS)
+    assert len(flips) >= 10 * len(MODELS) and escaped == 0
+    assert sum(HTML_WORDS in caption for caption, _, _ in flips) >= 6  # shown as the text it is
     for caption, flip, marks in flips:  # the flip changes one word: that word, and only it, is marked
         changed = [b for a, b in zip(caption.split(), flip.split()) if a != b]
         assert len(caption.split()) == len(flip.split()) and marks == changed and len(marks) == 1, (caption, flip, marks)

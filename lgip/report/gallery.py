@@ -74,9 +74,9 @@ def _item(row, kind, label, roots):
             "caption": row["caption"], "caption_sim": row["caption_sim"], "caption_words": caption_words,
             "text": row["text"], "sim": row["sim"], "words": words, "rank_all": None, "rank_model": None}
     if kind == "flip":
-        item.update(type=row.get("type"), gap=row["gap"], score=row["gap"])
+        item.update(type=row.get("type"), gap=row["gap"])
     else:
-        item.update(para_kind=row.get("kind"), delta=row["delta"], score=abs(row["delta"]))
+        item.update(para_kind=row.get("kind"), delta=row["delta"])
     return item
 
 

@@ -9,7 +9,7 @@ picks up by name (`lgip.report.tables.RESULT_COLUMNS`).
 
     >>> found, looked = find_metrics("data/x.jsonl")      # {"multi": "data/x_with_perturb__LGIP_ALL.metrics.json", ...}
     >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()})
-    >>> rows[0]["invariance_error"], rows[0]["invariance_error_ci_lo"], rows[0]["headline_source"]
+    >>> round(rows[0]["invariance_error"], 4), round(rows[0]["invariance_error_ci_lo"], 4), rows[0]["headline_source"]
     (0.1088, 0.0869, 'multi')
 """
 import json

@@ -24,9 +24,13 @@ TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates"
 
 
 def inline_markdown(text):
-    """Markdown inline text as HTML: escaped, `code` as <code>."""
+    """Markdown inline text as HTML: escaped, `code` as <code> that may break after _ . / (long
+    file names wrap at their parts)."""
     from markupsafe import Markup, escape
-    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))
+
+    def code(m):
+        return "<code>" + re.sub(r"([_./])", r"\1<wbr>", m.group(1)) + "</code>"
+    return Markup(re.sub(r"`([^`]+)`", code, str(escape(text))))
 
 
 def data_uri(path, mime):

@@ -10,7 +10,7 @@ with the flip's type or the paraphrase's kind.
     >>> files, missing = score_files(metrics, found)
     >>> tops = scan_scores(files, k=10)
     >>> tops.flips[None][0]["gap"], tops.flips["tiny_siglip"][0]["text"]   # None: over all models
-    (-0.2475, 'a green train moving through the station')
+    (-0.247546, 'The dog is parked by a gray building.')
 """
 import heapq
 import json
