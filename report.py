@@ -55,7 +55,7 @@ def find_inputs():
     if SCORE_SOURCES is not None and not set(SCORE_SOURCES) <= set(EVAL_KEYS):
         raise common.InputError(f"unknown SCORE_SOURCES {SCORE_SOURCES!r}; valid: None or a list of {', '.join(EVAL_KEYS)}")
     if not isinstance(THUMB_PX, int) or THUMB_PX <= 0:
-        raise common.InputError(f"THUMB_PX must be an int > 0 (got {THUMB_PX!r})")
+        raise common.ConfigError(f"THUMB_PX must be an int > 0 (got {THUMB_PX!r})")
     return found, {k: load_metrics(p) for k, p in found.items()}
 
 
@@ -75,25 +75,26 @@ def main():
     rows = build_rows(metrics, HEADLINE, LABELS)
     prefix = OUTPUT_PREFIX or common.metrics_path(JSONL_PATH, "LGIP_")
     out = {name: prefix + name for name in OUTPUTS}
-    stem = os.path.splitext(os.path.basename(JSONL_PATH))[0]
     report = Report(JSONL_PATH, rows, metrics, found, provenance(), top_k_per_model=TOP_K_PER_MODEL,
                     max_text_chars=MAX_TEXT_CHARS)
 
-    # the figures, then the CSV
-    report.front = plot_frontier(rows, out["frontier.png"], subtitle(stem, rows, "headline_source", FRONTIER_FIGURES), DPI)
-    flip_png = plot_fliptypes(rows, out["fliptypes.png"], subtitle(stem, rows, "flip_type_source", FLIPTYPE_FIGURES), DPI)
+    # the figures and the CSV first: the markdown links them, the page embeds them
+    report.front = plot_frontier(rows, out["frontier.png"],
+                                 subtitle(report.stem, rows, "headline_source", FRONTIER_FIGURES), DPI)
+    flip_png = plot_fliptypes(rows, out["fliptypes.png"],
+                              subtitle(report.stem, rows, "flip_type_source", FLIPTYPE_FIGURES), DPI)
     for png, alt in ((out["frontier.png"] if report.front is not None else None, "Invariance error against positive rate"),
                      (flip_png, "Positive rate by flip type")):
         if png:
             report.figures.append((png, alt))
     write_csv(out["report.csv"], rows)
 
-    # the top lists, from the score files
+    # the score files can be large: streamed once, keeping the top TOP_K per model and over all models
     if TOP_K > 0:
         files, report.missing = score_files(metrics, found, SCORE_SOURCES, EVAL_KEYS)
         report.tops = scan_scores(files, TOP_K)
 
-    # the markdown, then the page (its galleries show each listed pair's image)
+    # the page's galleries show each listed pair's image, read where the evaluation read it
     write_markdown(out["report.md"], report)
     gallery = None
     if report.tops is not None:
