@@ -159,13 +159,13 @@ def _launch(playwright, profile):
                                                          args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 900})
 
 
-def test_page_in_chromium(nine, tmp_path):
+def test_page_in_chromium(request, tmp_path):
     """One page load, from a folder holding the page alone: every image decoded, no console or page
     error, nothing fetched; a header click sorts the table; flips' changed words in <mark>; filters."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -r requirements.txt)")
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("no Chromium installed (apt-get install -y chromium; .ci/run installs it when missing)")
-    folder, _, _ = nine
+    folder, _, _ = request.getfixturevalue("nine")  # made only when the browser can run
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     page_path = elsewhere / "page.html"
