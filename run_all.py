@@ -16,7 +16,7 @@ Steps (names for STEPS), each a subprocess of this Python with its output stream
   run_lgip_multi               _with_perturb.jsonl -> <its stem>__LGIP_ALL.metrics.json
   run_lgip_by_fliptype         _with_fliptypes.jsonl -> <its stem>__LGIP_fliptypes.metrics.json
   rebuttal_enhanced_lgip       rebuttal_enhanced_..jsonl -> <its stem>__ENHANCED_LGIP_analysis.json
-  report                       the metrics -> <base stem>__LGIP_report.md/.csv and plots
+  report                       the metrics -> <base stem>__LGIP_report.html/.md/.csv and plots
 
 A step is skipped ("up to date") when all its outputs exist, none is older than its inputs
 or its script, and it was made with the same settings: after each step run_all records the
@@ -174,7 +174,8 @@ def plan(mode, base):
         Step("rebuttal_enhanced_lgip", "rebuttal_enhanced_lgip_by_transformation.py",
              dict(evaluation, JSONL_PATH=enhanced), [enhanced], [metrics[2]]),
         Step("report", "report.py", {"JSONL_PATH": base}, metrics,
-             [common.metrics_path(base, "LGIP_report.md"), common.metrics_path(base, "LGIP_report.csv")]),
+             [common.metrics_path(base, "LGIP_report.md"), common.metrics_path(base, "LGIP_report.csv"),
+              common.metrics_path(base, "LGIP_report.html")]),
     ]
     return steps
 
@@ -310,13 +311,16 @@ def main():
     verb = "would run" if DRY_RUN else "ran"
     print(f"run_all: {verb} {ran} of {len(steps)} steps ({len(steps) - ran} up to date) "
           f"in {time.perf_counter() - t0:.1f} s")
+    page = common.metrics_path(base, "LGIP_report.html")
     report = common.metrics_path(base, "LGIP_report.md")
-    if os.path.isfile(report):
-        others = [show(p) for p in (common.metrics_path(base, "LGIP_report.csv"), common.metrics_path(base, "LGIP_frontier.png"),
-                                    common.metrics_path(base, "LGIP_fliptypes.png")) if os.path.isfile(p)]
-        print(f"report: {show(report)}" + (f" (also {', '.join(others)})" if others else ""))
+    others = [show(p) for p in (report, common.metrics_path(base, "LGIP_report.csv"), common.metrics_path(base, "LGIP_frontier.png"),
+                                common.metrics_path(base, "LGIP_fliptypes.png")) if os.path.isfile(p)]
+    if os.path.isfile(page):
+        print(f"report: open {show(page)} in a browser" + (f" (also {', '.join(others)})" if others else ""))
+    elif others:
+        print(f"report: {others[0]}" + (f" (also {', '.join(others[1:])})" if others[1:] else ""))
     else:
-        print(f"report: not written yet (step report -> {show(report)})")
+        print(f"report: not written yet (step report -> {show(page)})")
 
 
 if __name__ == "__main__":

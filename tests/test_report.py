@@ -1,12 +1,11 @@
 """report.py on real evaluation outputs (tiny models, CPU): files, CSV values, markdown, plots, errors."""
 import csv
-import importlib
 import json
 import os
 import re
 import shutil
-import sys
 from concurrent.futures import ThreadPoolExecutor
+from html import unescape
 
 import pytest
 
@@ -180,7 +179,8 @@ def test_evaluation_input_as_jsonl_path(evaluated, tmp_path):
     prefix = str(tmp_path / "out_")
     run_script("report.py", f"--JSONL_PATH={evaluated / EVALS['fliptypes'][1]}", f"--OUTPUT_PREFIX={prefix}",
                "--TOP_K=0", "--HEADLINE='fliptypes'")
-    assert sorted(os.listdir(tmp_path)) == ["out_fliptypes.png", "out_frontier.png", "out_report.csv", "out_report.md"]
+    assert sorted(os.listdir(tmp_path)) == ["out_fliptypes.png", "out_frontier.png", "out_report.csv", "out_report.html",
+                                            "out_report.md"]
     md = (tmp_path / "out_report.md").read_text(encoding="utf-8")
     assert "# LGIP report: fixture_with_fliptypes" in md and "run_lgip_multi.py" not in md
     assert "Paraphrases that move" not in md  # TOP_K=0: no lists
@@ -216,38 +216,24 @@ def test_headline_not_found_is_an_error(evaluated, tmp_path):
     assert proc.returncode == 2 and "HEADLINE" in proc.stderr
 
 
-@pytest.fixture(scope="module")
-def report_module():
-    saved = sys.argv
-    sys.argv = ["report.py"]  # the module reads its --NAME=value overrides on import
-    try:
-        return importlib.import_module("report")
-    finally:
-        sys.argv = saved
-
-
-def test_pareto_front(report_module):
-    front = report_module.pareto_front
-    assert front([(0.1, 0.6), (0.2, 0.9), (0.3, 0.8), (0.1, 0.5)]) == [0, 1]
-    assert front([(0.2, 0.5), (0.1, 0.7)]) == [1]
-    assert front([(0.1, 0.5), (0.1, 0.5)]) == [0, 1]  # ties dominate neither
-
-
-def test_short_labels(report_module):
-    from lgip.models import PUBLISHED_MODELS
-    labels = report_module.short_labels([m["name"] for m in PUBLISHED_MODELS] + ["tiny_siglip"])
-    assert labels["openclip_ViT-H-14_laion2b_s32b_b79k"] == "ViT-H-14 (laion2b)"
-    assert labels["openclip_EVA02-L-14_merged2b_s4b_b131k"] == "EVA02-L-14 (merged2b)"
-    assert labels["siglip2_google_siglip2-base-patch16-224"] == "siglip2-base-patch16-224"
-    assert labels["tiny_siglip"] == "tiny_siglip"
-    assert len(set(labels.values())) == len(labels)
-    assert report_module.short_labels(["openclip_A_x_s1b_b1k", "openclip_A_x_s2b_b2k"]) == \
-        {"openclip_A_x_s1b_b1k": "openclip_A_x_s1b_b1k", "openclip_A_x_s2b_b2k": "openclip_A_x_s2b_b2k"}
-
-
-def test_topk_keeps_largest_once(report_module):
-    top = report_module._TopK(3)
-    for i, score in enumerate([0.1, 0.5, 0.3, 0.5, 0.9, 0.2]):
-        top.offer(score, ("k", i), i)
-    top.offer(0.95, ("k", 4), "duplicate")  # key already held: ignored
-    assert top.rows() == [4, 1, 3]
+def test_page_of_real_outputs(full_report):
+    """The page beside the markdown: the same table figures, every listed pair with its image, nothing
+    fetched from elsewhere (the browser test is in test_report_page.py)."""
+    folder, proc = full_report
+    page = folder / "fixture__LGIP_report.html"
+    html = page.read_text(encoding="utf-8")
+    assert f"-> {page} (" in proc.stdout
+    assert "http://" not in html and "https://" not in html and 'src="data:image/png;base64,' in html
+    multi = metrics(folder, "multi")
+    for model in MODELS:
+        assert f'<tr data-model="{model}">' in html
+        assert f'data-v="{multi[model]["invariance_error_mean"]!r}"' in html
+    cards = re.findall(r'<article class="card" data-kind="(\w+)" data-model="([^"]+)"', html)
+    assert {kind for kind, _ in cards} == {"flip", "paraphrase"} and {m for _, m in cards} <= set(MODELS)
+    assert html.count('src="data:image/jpeg;base64,') == len(cards) and 'class="placeholder"' not in html
+    text = unescape(re.sub(r"<[^>]+>", "", html))  # the page's text, marks and all
+    md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    for title in ("## Paraphrases that move the score most", "## Flips most preferred over their original"):
+        listed = md.split(title)[1].split("\n## ")[0].split("\n---\n")[0]
+        for line in (line for line in listed.splitlines() if re.match(r"^\|\s*\d+ \|", line)):
+            assert line.split("|")[5].strip().replace("\\", "") in text, line  # each listed pair is in a gallery

@@ -17,7 +17,7 @@ OUTPUTS = ["lgip_demo_with_perturb.jsonl", "lgip_demo_with_fliptypes.jsonl",
            "lgip_demo_with_perturb__LGIP_ALL.metrics.json", "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
            "rebuttal_enhanced_lgip_demo_with_fliptypes__ENHANCED_LGIP_analysis.json"]
 REPORT_OUTPUTS = ["lgip_demo__LGIP_report.md", "lgip_demo__LGIP_report.csv", "lgip_demo__LGIP_frontier.png",
-                  "lgip_demo__LGIP_fliptypes.png"]
+                  "lgip_demo__LGIP_fliptypes.png", "lgip_demo__LGIP_report.html"]
 
 
 def run_all(folder, *args, check=True):
@@ -71,7 +71,8 @@ def test_end_to_end_writes_every_output(demo_done):
         assert re.search(rf"^\[{k}/{len(STEPS)}\] {step}  done in [\d.]+ s -> ", proc.stdout, re.M), step
     assert f"ran {len(STEPS)} of {len(STEPS)} steps" in proc.stdout
     if HAVE_REPORT:
-        assert re.search(r"^report: .*lgip_demo__LGIP_report\.md", proc.stdout, re.M)
+        assert re.search(r"^report: open .*lgip_demo__LGIP_report\.html in a browser .*lgip_demo__LGIP_report\.md",
+                         proc.stdout, re.M)
     for name in OUTPUTS[3:]:
         for m in json.load(open(folder / name)):
             assert m["run"]["config"]["PROTOCOL"] == "corrected" and m["run"]["config"]["MODELS"] == TINY_MODELS

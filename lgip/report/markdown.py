@@ -1,0 +1,81 @@
+"""lgip.report.markdown: the report as markdown (`<stem>__LGIP_report.md`): inputs, the
+evaluations found, the results table, notes, the figures (linked beside it), the top lists, and
+what made it. Pure text from a `Report` (lgip.report.overview).
+
+    >>> print(results_table(report.rows))     # also what report.py prints
+    | Model         | Records |            Inv. error ↓ | ...
+"""
+import os
+
+from ..util import atomic_open
+from .overview import frontier_note, made_by, missing_note, runs_table, source_notes
+from .tables import main_table, md_table, md_text
+
+
+def results_table(rows):
+    return md_table(*main_table(rows))
+
+
+def _runs_summary(report):
+    header, cells, versions = runs_table(report.metrics, report.paths)
+    lines = [md_table(header, cells)]
+    for which, v in versions:
+        lines.append(f"\nPackage versions{f' ({which})' if which else ''}: "
+                     + ", ".join(f"{k} {val}" for k, val in v.items()))
+    return "\n".join(lines)
+
+
+def _top_tables(report):
+    para_top, flip_top = report.tops.for_markdown(report.top_k_per_model)
+    k, limit = report.tops.k, report.max_text_chars
+    parts = []
+    para_rows = [(i + 1, row) for rows in para_top.values() for i, row in enumerate(rows)]  # ranked per bucket
+    flip_rows = [(i + 1, row) for rows in flip_top.values() for i, row in enumerate(rows)]
+    scope = "per model" if report.top_k_per_model else "over all models"
+    parts.append(f"## Paraphrases that move the score most\n\nTop {k} {scope} by |Δ sim|, "
+                 "Δ sim = sim(image, paraphrase) − sim(image, caption); an invariant model keeps it near 0.\n")
+    if para_rows:
+        parts.append(md_table(["#", "Model", "Image", "Caption", "Paraphrase", "Δ sim"],
+                              [[i, f"`{r['model']}`", r["image"], md_text(r["caption"], limit),
+                                md_text(r["text"], limit), f"{r['delta']:+.4f}"] for i, r in para_rows],
+                              ["r", "l", "r", "l", "l", "r"]))
+    else:
+        parts.append("No paraphrase scores found.")
+    parts.append(f"\n## Flips most preferred over their original\n\nTop {k} {scope} with gap < 0, "
+                 "gap = sim(image, caption) − sim(image, flip): the model scores the wrong caption higher.\n")
+    if flip_rows:
+        parts.append(md_table(["#", "Model", "Image", "Caption", "Flip", "Type", "Gap"],
+                              [[i, f"`{r['model']}`", r["image"], md_text(r["caption"], limit),
+                                md_text(r["text"], limit), r.get("type") or "?", f"{r['gap']:+.4f}"]
+                               for i, r in flip_rows],
+                              ["r", "l", "r", "l", "l", "l", "r"]))
+    else:
+        parts.append("No flip was scored above its original.")
+    return "\n".join(parts)
+
+
+def markdown(report, md_path):
+    """The markdown text; figures are linked relative to md_path's folder."""
+    rows = report.rows
+    md_dir = os.path.dirname(os.path.abspath(md_path))
+    md = [f"# LGIP report: {report.stem}", "",
+          f"Input: `{os.path.abspath(report.jsonl_path)}`  ",
+          "Models: " + ", ".join(f"`{r['model']}`" for r in rows) + "  ",
+          "Protocol: " + ", ".join(report.protocols), "",
+          _runs_summary(report), "", "## Results", "", results_table(rows), "",
+          "\n".join("- " + n for n in source_notes(rows, report.metrics, report.paths)), ""]
+    if report.front is not None:
+        md.append(frontier_note(report.front) + "\n")
+    for png, alt in report.figures:
+        md.append(f"![{alt}]({os.path.relpath(os.path.abspath(png), md_dir)})\n")
+    if report.tops is not None:
+        md.append(_top_tables(report))
+        if report.missing:
+            md.append("\n" + missing_note(report.missing))
+    md += ["", "---", f"<sub>Made by {made_by(report.prov)}.</sub>", ""]
+    return "\n".join(md)
+
+
+def write_markdown(path, report):
+    with atomic_open(path) as f:
+        f.write(markdown(report, path))

@@ -1,0 +1,257 @@
+"""lgip.report.metrics: which evaluations ran on a JSONL, their metrics files read, and one flat
+row per model (the report's CSV columns) built from them.
+
+Each evaluation the report knows is one `Evaluation` in `EVALUATIONS`: its script, the suffix of
+its metrics file, where its input lies beside a base JSONL, and how one model's metrics become
+flat columns (`extract`). A row is a plain dict, so a later evaluation (say retrieval figures)
+adds an `Evaluation` whose `columns` are appended to the CSV and whose figures the results table
+picks up by name (`lgip.report.tables.RESULT_COLUMNS`).
+
+    >>> found, looked = find_metrics("data/x.jsonl")      # {"multi": "data/x_with_perturb__LGIP_ALL.metrics.json", ...}
+    >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()})
+    >>> round(rows[0]["invariance_error"], 4), round(rows[0]["invariance_error_ci_lo"], 4), rows[0]["headline_source"]
+    (0.1088, 0.0869, 'multi')
+"""
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, Tuple
+
+from ..errors import InputError
+from ..method import FLIP_TYPES
+from ..util import default_output, metrics_path
+
+FIGURES = ("invariance_error", "gap", "pos_rate")  # the headline figures, each with a CI
+
+
+def fig(block, key, name=None):
+    """{name: value, name_ci_lo, name_ci_hi} from block[key] and block[key + "_ci95"]."""
+    name = name or key
+    block = block or {}
+    ci = block.get(key + "_ci95") or [None, None]
+    return {name: block.get(key), name + "_ci_lo": ci[0], name + "_ci_hi": ci[1]}
+
+
+def enhanced_blocks(m):
+    """(flip-once figures, combined figures or None, label): corrected when present, else published."""
+    c = m.get("corrected")
+    if isinstance(c, dict):
+        return c, c.get("combined"), "corrected"
+    return m, None, "published"
+
+
+def _extract_multi(m):
+    out = {}
+    out.update(fig(m, "invariance_error_mean", "multi_invariance_error"))
+    out.update(fig(m, "sensitivity_gap_mean", "multi_gap"))
+    out.update(fig(m, "sensitivity_pos_rate", "multi_pos_rate"))
+    out["multi_num_records"] = m.get("num_samples")
+    return out
+
+
+def _extract_fliptypes(m):
+    out = {}
+    g = m.get("global_sensitivity") or {}
+    out.update(fig(m, "invariance_error_mean", "fliptypes_invariance_error"))
+    out.update(fig(g, "gap_mean", "fliptypes_gap"))
+    out.update(fig(g, "pos_rate", "fliptypes_pos_rate"))
+    out["fliptypes_num_records"] = m.get("num_samples")
+    for t in FLIP_TYPES:
+        b = (m.get("by_flip_type") or {}).get(t) or {}
+        out.update(fig(b, "pos_rate", f"fliptypes_{t}_pos_rate"))
+        out.update(fig(b, "gap_mean", f"fliptypes_{t}_gap"))
+        out[f"fliptypes_{t}_count"] = b.get("count")
+    return out
+
+
+def _extract_enhanced(m):
+    out = {}
+    flips, combined, _ = enhanced_blocks(m)
+    g = flips.get("global_sensitivity") or {}
+    out.update(fig(m, "global_invariance_error_mean", "enhanced_invariance_error"))
+    out.update(fig(g, "gap_mean", "enhanced_gap"))
+    out.update(fig(g, "pos_rate", "enhanced_pos_rate"))
+    out["enhanced_num_records"] = (m.get("corrected") or {}).get("num_records")
+    for kind in ("simple", "advanced"):
+        out.update(fig(m, f"paraphrase_{kind}_inv_error_mean", f"enhanced_{kind}_invariance_error"))
+    cg = (combined or {}).get("global_sensitivity") or {}
+    out.update(fig(cg, "pos_rate", "enhanced_combined_pos_rate"))
+    out.update(fig(cg, "gap_mean", "enhanced_combined_gap"))
+    for t in FLIP_TYPES:  # per type: no CI in the enhanced analysis
+        b = ((flips.get("error_type_stats") or {}).get(t) or {}).get("overall") or {}
+        out.update(fig(b, "pos_rate", f"enhanced_{t}_pos_rate"))
+        out.update(fig(b, "gap_mean", f"enhanced_{t}_gap"))
+        out[f"enhanced_{t}_count"] = b.get("count")
+    return out
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    key: str  # the name in HEADLINE, SCORE_SOURCES and the CSV's *_source columns
+    script: str
+    suffix: str  # its metrics file: <its input's stem>__<suffix>
+    derived: Tuple[str, str]  # its input beside a base JSONL: (suffix, prefix) of the base's stem
+    extract: Callable  # one model's metrics -> {column: value}
+    short: str  # its name in a figure's subtitle
+    headline: bool = True  # has invariance error, gap and positive rate, so can head the table
+    typed: bool = False  # has figures per flip type
+    columns: Tuple[str, ...] = ()  # CSV columns of its own, after the shared ones (COLUMNS)
+
+
+EVALUATIONS = [
+    Evaluation("multi", "run_lgip_multi.py", "LGIP_ALL.metrics.json", ("_with_perturb.jsonl", ""),
+               _extract_multi, "run_lgip_multi"),
+    Evaluation("fliptypes", "run_lgip_by_fliptype.py", "LGIP_fliptypes.metrics.json", ("_with_fliptypes.jsonl", ""),
+               _extract_fliptypes, "run_lgip_by_fliptype", typed=True),
+    Evaluation("enhanced", "rebuttal_enhanced_lgip_by_transformation.py", "ENHANCED_LGIP_analysis.json",
+               ("_with_fliptypes.jsonl", "rebuttal_enhanced_"), _extract_enhanced, "enhanced analysis, corrected",
+               typed=True),
+]
+BY_KEY = {e.key: e for e in EVALUATIONS}
+EVAL_KEYS = [e.key for e in EVALUATIONS]
+SCRIPTS = {e.key: e.script for e in EVALUATIONS}
+HEADLINE_KEYS = [e.key for e in EVALUATIONS if e.headline]
+
+
+def _columns():
+    def ci(name):
+        return [name, name + "_ci_lo", name + "_ci_hi"]
+    cols = ["model", "label", "protocol", "num_records", "num_failed_images", "headline_source"]
+    for f in FIGURES:
+        cols += ci(f)
+    cols.append("flip_type_source")
+    for t in FLIP_TYPES:
+        cols += ci(f"{t}_pos_rate") + ci(f"{t}_gap") + [f"{t}_count"]
+    for name in ("simple_invariance_error", "advanced_invariance_error", "combined_pos_rate", "combined_gap"):
+        cols += ci("enhanced_" + name)
+    for key in HEADLINE_KEYS:  # each evaluation's own headline figures, whichever heads the table
+        for f in FIGURES:
+            cols += ci(f"{key}_{f}")
+    for e in EVALUATIONS:
+        cols += list(e.columns)
+    return cols
+
+
+COLUMNS = _columns()  # the CSV's columns, in order; every row has each (None where unknown)
+
+
+def find_metrics(jsonl_path):
+    """{evaluation: metrics path} of the evaluations that ran on jsonl_path (or its derived
+    inputs), and every path looked at."""
+    found, looked = {}, []
+    for e in EVALUATIONS:
+        inputs = [jsonl_path, default_output(jsonl_path, *e.derived)]
+        for path in (metrics_path(p, e.suffix) for p in inputs):
+            looked.append(path)
+            if e.key not in found and os.path.isfile(path):
+                found[e.key] = path
+    return found, looked
+
+
+def load_metrics(path):
+    """A metrics file: a list of per-model dicts, each with a model_tag."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    if isinstance(data, dict):  # a single model's metrics file
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(m, dict) and "model_tag" in m for m in data):
+        raise InputError(f"{path}: expected a list of per-model metrics with 'model_tag'")
+    return data
+
+
+def build_rows(metrics, headline="auto", labels=None):
+    """One dict per model (CSV columns, in first-seen order over the evaluations), plus `_type`
+    (the model's loader type, for the figures' markers). `labels`: tag -> label overrides."""
+    if headline not in ("auto", *HEADLINE_KEYS):
+        raise InputError(f"unknown HEADLINE {headline!r}; valid: auto, {', '.join(HEADLINE_KEYS)}")
+    if headline != "auto" and headline not in metrics:
+        raise InputError(f"HEADLINE={headline!r} but no {SCRIPTS[headline]} metrics were found "
+                         f"(found: {', '.join(metrics) or 'none'})")
+    per_model = {}
+    for e in EVALUATIONS:
+        for m in metrics.get(e.key, ()):
+            entry = per_model.setdefault(m["model_tag"], {"values": {}, "runs": {}})
+            entry["values"].update(e.extract(m))
+            entry["runs"][e.key] = m
+    rows = []
+    for tag, entry in per_model.items():
+        v, runs = entry["values"], entry["runs"]
+        src = headline if headline != "auto" else next((k for k in HEADLINE_KEYS if k in runs), None)
+        row = dict.fromkeys(COLUMNS)
+        row.update({k: val for k, val in v.items() if k in row})
+        row["model"] = tag
+        if src in runs:
+            row["headline_source"] = src
+            for f in FIGURES:
+                for suffix in ("", "_ci_lo", "_ci_hi"):
+                    row[f + suffix] = v.get(f"{src}_{f}{suffix}")
+            row["num_records"] = v.get(f"{src}_num_records")
+        typed = next((e.key for e in EVALUATIONS if e.typed and e.key in runs), None)
+        if typed:
+            row["flip_type_source"] = typed
+            for t in FLIP_TYPES:
+                for part in ("pos_rate", "gap"):
+                    for suffix in ("", "_ci_lo", "_ci_hi"):
+                        row[f"{t}_{part}{suffix}"] = v.get(f"{typed}_{t}_{part}{suffix}")
+                row[f"{t}_count"] = v.get(f"{typed}_{t}_count")
+        run_infos = [(runs[k].get("run") or {}) for k in EVAL_KEYS if k in runs]
+        head_run = (runs.get(src) or runs[next(iter(runs))]).get("run") or {}
+        row["protocol"] = (head_run.get("model") or {}).get("protocol")
+        row["_type"] = next(((r.get("model") or {}).get("type") for r in run_infos
+                             if (r.get("model") or {}).get("type")), None)
+        failed = [r.get("num_failed_images") for r in run_infos if r.get("num_failed_images") is not None]
+        row["num_failed_images"] = max(failed) if failed else None
+        if row["num_records"] is None:
+            row["num_records"] = next((v.get(f"{k}_num_records") for k in EVAL_KEYS
+                                       if v.get(f"{k}_num_records") is not None), None)
+        rows.append(row)
+    tags = short_labels([r["model"] for r in rows], labels)
+    for r in rows:
+        r["label"] = tags[r["model"]]
+    return rows
+
+
+def short_label(tag):
+    """A readable figure label for a model tag.
+
+    >>> short_label("openclip_ViT-L-14_laion2b_s32b_b82k"), short_label("siglip_google_siglip-base-patch16-224")
+    ('ViT-L-14 (laion2b)', 'siglip-base-patch16-224')
+    """
+    m = re.match(r"^openclip_(.+?)_(.+)$", tag)
+    if m:
+        pretrained = re.sub(r"_s\d+[mb]_b\d+k$", "", m.group(2))
+        return f"{m.group(1)} ({pretrained})"
+    m = re.match(r"^siglip2?_[^_]+_(siglip.*)$", tag)  # siglip_google_siglip-..., siglip2_google_siglip2-...
+    if m:
+        return m.group(1)
+    return tag
+
+
+def short_labels(tags, overrides=None):
+    """tag -> label; automatic labels that would collide fall back to the full tag."""
+    overrides = overrides or {}
+    auto = {t: short_label(t) for t in tags}
+    counts = {}
+    for lab in auto.values():
+        counts[lab] = counts.get(lab, 0) + 1
+    return {t: overrides.get(t, auto[t] if counts[auto[t]] == 1 else t) for t in tags}
+
+
+def image_roots(metrics, metrics_paths, image_root=None):
+    """{(evaluation, model): [folders an image_path of its score file may be relative to]}:
+    `image_root` when given, else the IMAGE_ROOT the evaluation recorded (else its JSONL's
+    folder), then the metrics file's folder (the evaluation's outputs lie beside its input)."""
+    roots = {}
+    for key, ms in metrics.items():
+        beside = os.path.dirname(os.path.abspath(metrics_paths[key]))
+        for m in ms:
+            config = (m.get("run") or {}).get("config") or {}
+            recorded = config.get("IMAGE_ROOT") or (os.path.dirname(config["JSONL_PATH"])
+                                                   if config.get("JSONL_PATH") else None)
+            first = image_root or recorded
+            roots[(key, m["model_tag"])] = list(dict.fromkeys(r for r in (first, beside) if r))
+    return roots

@@ -1,0 +1,119 @@
+"""lgip.report.page: the report as one self-contained web page (`<stem>__LGIP_report.html`),
+rendered with Jinja2 from templates/page.html.j2 (its CSS and script inlined from page.css and
+page.js beside it). Nothing is fetched: figures and thumbnails are `data:` URIs, so the file
+opens by double-click from any folder.
+
+What the template gets (`page_context`): the overview (inputs, evaluations, versions, notes,
+provenance), the results table as rows of cells that carry the value they sort by, the figures,
+and the gallery items (lgip.report.gallery). A later column, figure or item field shows once it
+is in these; the template is the one place that decides how.
+
+    >>> html = render_page(report, gallery_items(report.tops, roots, labels))
+    >>> write_page("x__LGIP_report.html", html)
+"""
+import base64
+import os
+import re
+
+from ..method import FLIP_TYPES
+from ..util import atomic_open
+from .overview import frontier_note, made_by, missing_note, runs_table, source_notes
+from .tables import interval, num, result_columns
+
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+
+
+def inline_markdown(text):
+    """Markdown inline text as HTML: escaped, `code` as <code> that may break after _ . / (long
+    file names wrap at their parts)."""
+    from markupsafe import Markup, escape
+
+    def code(m):
+        return "<code>" + re.sub(r"([_./])", r"\1<wbr>", m.group(1)) + "</code>"
+    return Markup(re.sub(r"`([^`]+)`", code, str(escape(text))))
+
+
+def data_uri(path, mime):
+    with open(path, "rb") as f:
+        return f"data:{mime};base64," + base64.b64encode(f.read()).decode("ascii")
+
+
+def figure_size(png):
+    """{"width": CSS pixels at 100 dots per inch of the figure, "basis": the width it may shrink to
+    beside another}: a wide figure (many models) takes a row of its own, two small ones share one."""
+    from PIL import Image
+    with Image.open(png) as img:
+        dpi = (img.info.get("dpi") or (100, 100))[0] or 100
+        width = round(img.width * 100 / dpi)
+    return {"width": width, "basis": round(width * 0.75)}
+
+
+def results_table(rows):
+    """(header cells, body rows) of the page's results table: every cell has `text`, the `value`
+    it sorts by (None sorts last), and for figures its interval and whether it is the column's best."""
+    spec = result_columns(rows)
+    header = ([{"text": "Model", "numeric": False, "better": "", "title": "model (hover a name for its tag)"},
+               {"text": "Records", "numeric": True, "better": "", "title": "records evaluated"}]
+              + [{"text": c.header.replace(" ↑", "\u00a0↑").replace(" ↓", "\u00a0↓"), "numeric": True, "better": c.better, "title": f"{c.name}: {c.better}er is better"}
+                 for c in spec])
+    best = {}
+    for c in spec:
+        values = [r[c.name] for r in rows if r.get(c.name) is not None]
+        best[c.name] = (min if c.better == "low" else max)(values) if len(values) > 1 else None
+    body = []
+    for r in rows:
+        cells = [{"text": r["label"], "value": r["label"], "title": r["model"]},
+                 {"text": num(r["num_records"], 0), "value": r["num_records"], "ci": "", "best": False}]
+        for c in spec:
+            v = r.get(c.name)
+            cells.append({"text": num(v, c.digits), "value": v, "ci": interval(r, c.name, c.digits),
+                          "best": v is not None and v == best[c.name]})
+        body.append({"model": r["model"], "cells": cells})
+    return header, body
+
+
+def page_context(report, gallery=None, colors=None, csv_path=None):
+    """The template's variables. gallery: lgip.report.gallery.gallery_items (None: no lists);
+    colors: model tag -> '#rrggbb' as in the figures; csv_path: the CSV, offered as a download."""
+    header, cells, versions = runs_table(report.metrics, report.paths)
+    table_header, table_rows = results_table(report.rows)
+    colors = colors or {}
+    models = [{"tag": r["model"], "label": r["label"], "color": colors.get(r["model"], "#777")} for r in report.rows]
+    figures = [dict(figure_size(png), src=data_uri(png, "image/png"), alt=alt, name=os.path.basename(png))
+               for png, alt in report.figures]
+    return {
+        "stem": report.stem,
+        "input": os.path.abspath(report.jsonl_path),
+        "models": models,
+        "color": {m["tag"]: m["color"] for m in models},
+        "protocols": report.protocols,
+        "runs": {"header": header, "cells": cells},
+        "versions": versions,
+        "table": {"header": table_header, "rows": table_rows},
+        "notes": source_notes(report.rows, report.metrics, report.paths),
+        "frontier": frontier_note(report.front) if report.front else None,
+        "figures": figures,
+        "top_k": report.tops.k if report.tops is not None else 0,
+        "gallery": gallery,
+        "flip_types": [t for t in FLIP_TYPES if gallery and any(i.get("type") == t for i in gallery["flips"])],
+        "missing": missing_note(report.missing),
+        "made_by": made_by(report.prov),
+        "csv": ({"name": os.path.basename(csv_path), "src": data_uri(csv_path, "text/csv")}
+                if csv_path and os.path.isfile(csv_path) else None),
+    }
+
+
+def render_page(context):
+    """The page's HTML from page_context's variables."""
+    import jinja2
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["inline"] = inline_markdown
+    env.filters["signed"] = lambda v, digits=4: "–" if v is None else f"{v:+.{digits}f}".replace("-", "−")
+    env.filters["fixed"] = lambda v, digits=4: "–" if v is None else f"{v:.{digits}f}".replace("-", "−")
+    return env.get_template("page.html.j2").render(**context)
+
+
+def write_page(path, html):
+    with atomic_open(path) as f:
+        f.write(html)

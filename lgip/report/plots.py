@@ -1,0 +1,220 @@
+"""lgip.report.plots: the report's two figures, drawn with matplotlib (Agg) into PNG files:
+the frontier (invariance error against positive rate, 95% CI whiskers, the Pareto frontier, each
+model labelled beside its point) and the positive rate per flip type and model. A later figure
+(say retrieval recall) is one more function here, returning its path or None when no row has
+its figures.
+
+    >>> plot_frontier(rows, "x__LGIP_frontier.png", subtitle("x", rows, "headline_source", FRONTIER_FIGURES))
+    ['tiny_siglip']
+"""
+import textwrap
+
+from ..method import FLIP_TYPES
+from ..util import atomic_open
+from .metrics import EVALUATIONS
+
+FRONTIER_FIGURES = ["invariance_error", "pos_rate"]
+FLIPTYPE_FIGURES = [f"{t}_pos_rate" for t in FLIP_TYPES]
+
+
+def pareto_front(points):
+    """Indices of the non-dominated (x, y) points, lower x and higher y being better, by x.
+
+    >>> pareto_front([(0.1, 0.6), (0.2, 0.9), (0.3, 0.8), (0.1, 0.5)])
+    [0, 1]
+    """
+    front = []
+    for i, (x, y) in enumerate(points):
+        dominated = any((xo <= x and yo >= y) and (xo < x or yo > y) for j, (xo, yo) in enumerate(points) if j != i)
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: (points[i][0], points[i][1]))
+
+
+def _pyplot():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"font.size": 11, "axes.titlesize": 13, "axes.labelsize": 12,
+                         "legend.fontsize": 10, "xtick.labelsize": 10, "ytick.labelsize": 10,
+                         "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+FAMILY_MARKERS = {"OpenCLIP": "o", "SigLIP": "s"}
+
+
+def _family(row):
+    """'OpenCLIP', 'SigLIP' or 'other', from the run's model type, else the tag."""
+    kind = row.get("_type") or ("siglip" if "siglip" in row["model"].lower() else
+                                "openclip" if "clip" in row["model"].lower() else None)
+    return {"openclip": "OpenCLIP", "siglip": "SigLIP"}.get(kind, "other")
+
+
+def _model_colors(tags):
+    import matplotlib
+    cmap = matplotlib.colormaps["tab10" if len(tags) <= 10 else "tab20"]
+    return {t: cmap(i % cmap.N) for i, t in enumerate(tags)}
+
+
+def model_colors_hex(tags):
+    """The figures' colour of each model, as '#rrggbb' (for the page)."""
+    from matplotlib.colors import to_hex
+    return {t: to_hex(c) for t, c in _model_colors(tags).items()}
+
+
+def _save(fig, path, dpi):
+    with atomic_open(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=dpi)
+
+
+def _err(v, lo, hi):
+    return None if lo is None or hi is None else [[max(v - lo, 0.0)], [max(hi - v, 0.0)]]
+
+
+def _place_labels(fig, ax, items, obstacles=()):
+    """Annotate each (x, y, text) beside its point, avoiding other labels, points and the
+    `obstacles` (data points, e.g. along the whiskers)."""
+    renderer = fig.canvas.get_renderer()
+    axbox = ax.get_window_extent(renderer)
+    pts = [ax.transData.transform((x, y)) for x, y, _ in items]
+    others = [ax.transData.transform(p) for p in obstacles]
+    placed = []
+    offsets = [(9, 7, "left", "bottom"), (9, -7, "left", "top"), (-9, 7, "right", "bottom"),
+               (-9, -7, "right", "top"), (0, 12, "center", "bottom"), (0, -12, "center", "top"),
+               (16, 0, "left", "center"), (-16, 0, "right", "center"), (9, 22, "left", "bottom"),
+               (9, -22, "left", "top"), (-9, 22, "right", "bottom"), (-9, -22, "right", "top")]
+    for n, (x, y, text) in enumerate(items):
+        best = None
+        for dx, dy, ha, va in offsets:
+            ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
+                              fontsize=10, color="0.1", zorder=5,
+                              bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.75))
+            box = ann.get_window_extent(renderer).expanded(1.04, 1.1)
+            cost = sum(box.overlaps(b) for b in placed) * 10
+            cost += sum(1 for j, p in enumerate(pts) if j != n and box.x0 - 6 <= p[0] <= box.x1 + 6
+                        and box.y0 - 6 <= p[1] <= box.y1 + 6) * 3
+            cost += sum(1 for p in others if box.x0 <= p[0] <= box.x1 and box.y0 <= p[1] <= box.y1)
+            cost += 20 * (box.x0 < axbox.x0 or box.x1 > axbox.x1 or box.y0 < axbox.y0 or box.y1 > axbox.y1)
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, ann, box)
+            else:
+                ann.remove()
+            if cost == 0:
+                break
+        placed.append(best[2])
+
+
+def plot_frontier(rows, path, title_note="", dpi=150):
+    """Invariance error (x) against positive rate (y), CI whiskers, Pareto frontier; None if no data."""
+    pts = [r for r in rows if r["invariance_error"] is not None and r["pos_rate"] is not None]
+    if not pts:
+        return None
+    plt = _pyplot()
+    from matplotlib.lines import Line2D
+    colors = _model_colors([r["model"] for r in rows])
+    fig, ax = plt.subplots(figsize=(8, 6))
+    xy = [(r["invariance_error"], r["pos_rate"]) for r in pts]
+    front = pareto_front(xy)
+    xs = [v for r in pts for v in (r["invariance_error"], r["invariance_error_ci_lo"], r["invariance_error_ci_hi"]) if v is not None]
+    ys = [v for r in pts for v in (r["pos_rate"], r["pos_rate_ci_lo"], r["pos_rate_ci_hi"]) if v is not None]
+    xpad = max((max(xs) - min(xs)) * 0.18, 0.01)
+    ypad = max((max(ys) - min(ys)) * 0.18, 0.02)
+    ax.set_xlim(max(0.0, min(xs) - xpad), max(xs) + xpad)
+    ax.set_ylim(max(0.0, min(ys) - ypad), min(1.0, max(ys) + ypad) if max(ys) + ypad < 1.0 else 1.02)
+    ax.grid(True, alpha=0.3, linewidth=0.8)
+    lo_y, hi_y = ax.get_ylim()
+    handles = []
+    if lo_y <= 0.5 <= hi_y:
+        ax.axhline(0.5, color="0.55", linestyle=":", linewidth=1.2, zorder=1)
+        handles.append(Line2D([], [], color="0.55", linestyle=":", label="chance (0.5)"))
+    if len(front) > 1:
+        ax.plot([xy[i][0] for i in front], [xy[i][1] for i in front], "--", color="0.25", linewidth=1.6, zorder=2)
+    handles.append(Line2D([], [], color="0.25", linestyle="--", marker="o", markerfacecolor="white",
+                          markeredgecolor="0.1", markeredgewidth=1.6, label="Pareto frontier"))
+    families = {}
+    for i, r in enumerate(pts):
+        c = colors[r["model"]]
+        family = _family(r)
+        marker = FAMILY_MARKERS.get(family, "D")
+        families.setdefault(family, marker)
+        on_front = i in front
+        ax.errorbar(r["invariance_error"], r["pos_rate"],
+                    xerr=_err(r["invariance_error"], r["invariance_error_ci_lo"], r["invariance_error_ci_hi"]),
+                    yerr=_err(r["pos_rate"], r["pos_rate_ci_lo"], r["pos_rate_ci_hi"]),
+                    fmt=marker, color=c, ecolor=c, elinewidth=1.3, capsize=3.5, markersize=9 if on_front else 7.5,
+                    markeredgecolor="0.1" if on_front else "white", markeredgewidth=1.6 if on_front else 0.8,
+                    alpha=1.0, zorder=4 if on_front else 3)
+    for name, marker in families.items():
+        handles.append(Line2D([], [], color="0.45", marker=marker, linestyle="none", markersize=7, label=name))
+    ax.set_xlabel("Invariance error: mean |Δ sim| under paraphrase (lower is better)")
+    ax.set_ylabel("Positive rate: flips scored below original (higher is better)")
+    ax.set_title("LGIP: invariance vs. sensitivity" + (f"\n{title_note}" if title_note else ""), fontsize=13)
+    handles.append(Line2D([], [], color="0.3", marker=r"$\nwarrow$", linestyle="none", markersize=13,
+                          label="better: up and left"))
+    ax.legend(handles=handles, loc="best", frameon=True, framealpha=0.9)
+    fig.tight_layout()
+    whiskers = []
+    for r in pts:
+        x, y = r["invariance_error"], r["pos_rate"]
+        for lo, hi, horizontal in ((r["invariance_error_ci_lo"], r["invariance_error_ci_hi"], True),
+                                   (r["pos_rate_ci_lo"], r["pos_rate_ci_hi"], False)):
+            if lo is not None and hi is not None:
+                for f in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0):
+                    v = lo + f * (hi - lo)
+                    whiskers.append((v, y) if horizontal else (x, v))
+    _place_labels(fig, ax, [(r["invariance_error"], r["pos_rate"], r["label"]) for r in pts], whiskers)
+    _save(fig, path, dpi)
+    plt.close(fig)
+    return [pts[i]["model"] for i in front]
+
+
+def plot_fliptypes(rows, path, title_note="", dpi=150):
+    """Grouped bars: per model, the positive rate of each flip type with CI whiskers; None if no data."""
+    pts = [r for r in rows if any(r[f"{t}_pos_rate"] is not None for t in FLIP_TYPES)]
+    if not pts:
+        return None
+    plt = _pyplot()
+    import numpy as np
+    palette = {"color": "#e07b39", "number": "#5b7fc4", "object": "#3a9e6f"}
+    n, nt = len(pts), len(FLIP_TYPES)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * n + 2.5), 5.2))
+    width = 0.8 / nt
+    x = np.arange(n)
+    for j, t in enumerate(FLIP_TYPES):
+        vals = [r[f"{t}_pos_rate"] for r in pts]
+        lo = [r[f"{t}_pos_rate_ci_lo"] for r in pts]
+        hi = [r[f"{t}_pos_rate_ci_hi"] for r in pts]
+        err = None
+        if all(v is None or (a is not None and b is not None) for v, a, b in zip(vals, lo, hi)):
+            err = np.array([[0.0 if v is None else max(v - a, 0.0) for v, a in zip(vals, lo)],
+                            [0.0 if v is None else max(b - v, 0.0) for v, b in zip(vals, hi)]])
+        counts = {r[f"{t}_count"] for r in pts}
+        label = t + (f" (n={counts.pop()})" if len(counts) == 1 and None not in counts else "")
+        ax.bar(x + (j - (nt - 1) / 2) * width, [np.nan if v is None else v for v in vals], width * 0.92,
+               yerr=err, capsize=3, color=palette.get(t), edgecolor="white", linewidth=0.6,
+               error_kw=dict(ecolor="0.2", elinewidth=1.0), label=label, zorder=3)
+    ax.axhline(0.5, color="0.3", linestyle="--", linewidth=1.2, zorder=4, label="chance (0.5)")
+    ax.set_xticks(x)
+    ax.set_xticklabels([r["label"] for r in pts], rotation=25 if n > 3 else 0, ha="right" if n > 3 else "center")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("Positive rate (higher is better)")
+    ax.grid(True, axis="y", alpha=0.3, zorder=0)
+    ax.set_title("LGIP sensitivity by flip type: share of flips scored below the original"
+                 + (f"\n{title_note}" if title_note else ""), fontsize=13, pad=30)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=nt + 1, frameon=False)
+    fig.tight_layout()
+    _save(fig, path, dpi)
+    plt.close(fig)
+    return path
+
+
+
+def subtitle(stem, rows, source_column, figures):
+    """'<stem> · <sources> · whiskers: 95% CI' for a figure's title, wrapped."""
+    sources = [e.short for e in EVALUATIONS if any(r[source_column] == e.key for r in rows)]
+    whiskers = any(r.get(f + "_ci_lo") is not None for r in rows for f in figures)
+    text = " · ".join([stem, " + ".join(sources), "whiskers: 95% CI" if whiskers else "no intervals"])
+    return "\n".join(textwrap.wrap(text, 70))

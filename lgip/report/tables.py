@@ -1,0 +1,109 @@
+"""lgip.report.tables: the results table's columns (`RESULT_COLUMNS`, shared by the markdown and
+the page), numbers as the report prints them, markdown tables, and the CSV.
+
+A column of the results table names a row's figure; its interval, when the row has one, is the
+figure's `_ci_lo` / `_ci_hi`. Columns that no row has are left out, so a later evaluation's
+columns (say `retrieval_i2t_recall@1`) can be listed here before any report has them.
+
+    >>> cell({"gap": 0.0123, "gap_ci_lo": 0.01, "gap_ci_hi": 0.02}, "gap", 4)
+    '0.0123 [0.0100, 0.0200]'
+    >>> print(md_table(["Model", "Gap"], [["a", "0.1"]], ["l", "r"]))
+    | Model | Gap |
+    |-------|----:|
+    | a     | 0.1 |
+"""
+import csv
+import io
+from dataclasses import dataclass
+
+from ..method import FLIP_TYPES
+from ..util import atomic_open
+from .metrics import COLUMNS
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str  # as shown, with its arrow: which way is better
+    name: str  # the row's key (and its CSV column)
+    digits: int
+    better: str  # "low" or "high"
+
+
+RESULT_COLUMNS = (
+    [Column("Inv. error ↓", "invariance_error", 4, "low"), Column("Gap ↑", "gap", 4, "high"),
+     Column("Pos. rate ↑", "pos_rate", 3, "high")]
+    + [Column(f"{t.capitalize()} pos. ↑", f"{t}_pos_rate", 3, "high") for t in FLIP_TYPES]
+    + [Column("Simple inv. ↓", "enhanced_simple_invariance_error", 4, "low"),
+       Column("Advanced inv. ↓", "enhanced_advanced_invariance_error", 4, "low"),
+       Column("Combined pos. ↑", "enhanced_combined_pos_rate", 3, "high")])
+
+
+def num(value, digits):
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def interval(row, name, digits):
+    """'[0.0869, 0.1316]', or '' when the figure has no interval."""
+    lo, hi = row.get(name + "_ci_lo"), row.get(name + "_ci_hi")
+    return "" if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def cell(row, name, digits):
+    """'0.1088 [0.0869, 0.1316]' (or the bare value when there is no interval)."""
+    v = row.get(name)
+    if v is None:
+        return "–"
+    ci = interval(row, name, digits)
+    return f"{v:.{digits}f} {ci}" if ci else num(v, digits)
+
+
+def md_text(text, limit=0):
+    """A caption as a markdown table cell: one line, cut to `limit` characters, escaped."""
+    text = " ".join(str(text).split())
+    if limit and len(text) > limit:
+        text = text[:limit - 1].rstrip() + "…"
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*").replace("_", "\\_")
+
+
+def md_table(header, rows, align=None):
+    """A markdown table padded so the raw text reads as a table too."""
+    cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
+    width = [max(len(r[j]) for r in cells) for j in range(len(header))]
+    align = align or ["l"] * len(header)
+
+    def line(r):
+        return "| " + " | ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, width, align)) + " |"
+
+    rule = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(width, align)) + "|"
+    return "\n".join([line(cells[0]), rule] + [line(r) for r in cells[1:]])
+
+
+def result_columns(rows):
+    """The columns of RESULT_COLUMNS that some row has a figure for."""
+    return [c for c in RESULT_COLUMNS if any(r.get(c.name) is not None for r in rows)]
+
+
+def main_table(rows):
+    """(header, cells, align) of the report's main table; columns nobody has are left out."""
+    spec = result_columns(rows)
+    header = ["Model", "Records"] + [c.header for c in spec]
+    cells = [[r["label"], num(r["num_records"], 0) if r["num_records"] is not None else "–"]
+             + [cell(r, c.name, c.digits) for c in spec] for r in rows]
+    return header, cells, ["l"] + ["r"] * (len(header) - 1)
+
+
+def _fmt_csv(v):
+    if v is None:
+        return ""
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def write_csv(path, rows, columns=COLUMNS):
+    """One line per row, every column; floats written exactly (repr), None as empty."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([_fmt_csv(r.get(c)) for c in columns])
+    with atomic_open(path) as f:
+        f.write(buf.getvalue())

@@ -1,0 +1,134 @@
+"""lgip.report.toplists: the paraphrases that move a model's score most and the flips it prefers
+over their caption, streamed from the evaluations' `*.scores.jsonl` files keeping only the top K.
+
+One pass over the score files keeps the top K of each model and the top K over all models
+(`TopLists`); whichever the markdown lists, the page has both. A row is a dict: model, source
+(evaluation), image (COCO id, else the file name), image_path (as in the record), caption,
+caption_sim, text, sim, and delta (paraphrase: sim - caption_sim) or gap (flip: caption_sim - sim)
+with the flip's type or the paraphrase's kind.
+
+    >>> files, missing = score_files(metrics, found)
+    >>> tops = scan_scores(files, k=10)
+    >>> tops.flips[None][0]["gap"], tops.flips["tiny_siglip"][0]["text"]   # None: over all models
+    (-0.247546, 'The dog is parked by a gray building.')
+"""
+import heapq
+import json
+import os
+
+from ..errors import InputError
+
+
+class TopK:
+    """The k largest scores offered, ties kept in order of arrival, each key at most once."""
+
+    def __init__(self, k):
+        self.k, self.heap, self.keys, self.seq = k, [], set(), 0
+
+    def full(self):
+        return len(self.heap) >= self.k
+
+    def floor(self):
+        return self.heap[0][0]
+
+    def offer(self, score, key, row):
+        if self.k <= 0 or (self.full() and score <= self.floor()) or key in self.keys:
+            return
+        self.seq += 1
+        item = (score, -self.seq, key, row)
+        if self.full():
+            self.keys.discard(heapq.heapreplace(self.heap, item)[2])
+        else:
+            heapq.heappush(self.heap, item)
+        self.keys.add(key)
+
+    def rows(self):
+        return [item[3] for item in sorted(self.heap, key=lambda x: (-x[0], -x[1]))]
+
+
+class TopLists:
+    """paraphrases / flips: {model: its top rows, None: the top rows over all models}."""
+
+    def __init__(self, paraphrases, flips, k):
+        self.paraphrases, self.flips, self.k = paraphrases, flips, k
+
+    def for_markdown(self, per_model):
+        """(paraphrases, flips) as the markdown lists them: per model, or one list over all."""
+        if per_model:
+            return ({m: r for m, r in self.paraphrases.items() if m is not None},
+                    {m: r for m, r in self.flips.items() if m is not None})
+        return {None: self.paraphrases[None]}, {None: self.flips[None]}
+
+
+def _offer(tops, score, key, make_row):
+    """Offer to the model's list and to the list over all models: each sees what it would see
+    alone; the row is made once, and only when one of them may keep it."""
+    mine, every = tops
+    if mine.full() and score <= mine.floor() and every.full() and score <= every.floor():
+        return
+    row = make_row()
+    mine.offer(score, key, row)
+    every.offer(score, key, row)
+
+
+def scan_scores(files, k):
+    """Stream score files [(evaluation, model, path)] into the top-k paraphrase moves (|delta|) and
+    flips preferred over their caption (gap < 0), per model and over all models; the same pair
+    from two evaluations counts once."""
+    para_all, flip_all = TopK(k), TopK(k)
+    para_top, flip_top = {None: para_all}, {None: flip_all}
+    for source, model, path in files:
+        para = (para_top.setdefault(model, TopK(k)), para_all)
+        flip = (flip_top.setdefault(model, TopK(k)), flip_all)
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+                base = r.get("sim")
+                if base is None:
+                    continue
+                where = (model, r.get("image_path"), r.get("caption_index"))
+                for p in r.get("paraphrases") or ():
+                    delta = p["sim"] - base
+                    _offer(para, abs(delta), where + (p["text"],),
+                           lambda: {"model": model, "source": source, "record": r, "text": p["text"],
+                                    "kind": p.get("kind"), "sim": p["sim"], "delta": delta})
+                for fl in r.get("flips") or ():
+                    gap = base - fl["sim"]
+                    if gap >= 0:
+                        continue
+                    _offer(flip, -gap, where + (fl["text"],),
+                           lambda: {"model": model, "source": source, "record": r, "text": fl["text"],
+                                    "type": fl.get("type"), "sim": fl["sim"], "gap": gap})
+    out = []
+    for top in (para_top, flip_top):
+        lists = {key: t.rows() for key, t in top.items()}
+        for rows in lists.values():  # the records are only needed for a few fields
+            for row in rows:
+                r = row.pop("record", None)
+                if r is not None:
+                    row.update(image=r.get("image_id") if r.get("image_id") is not None
+                               else os.path.basename(r.get("image_path", "")),
+                               image_path=r.get("image_path"), caption=r.get("caption"), caption_sim=r.get("sim"))
+        out.append(lists)
+    return TopLists(out[0], out[1], k)
+
+
+def score_files(metrics, paths, sources=None, evaluations=None):
+    """[(evaluation, model, score file)] that exist, and the missing ones; `sources`: the
+    evaluations to read (None: all), in the order of `evaluations` (keys)."""
+    files, missing = [], []
+    for key in evaluations or list(metrics):
+        if key not in metrics or (sources is not None and key not in sources):
+            continue
+        folder = os.path.dirname(os.path.abspath(paths[key]))
+        for m in metrics[key]:
+            if not m.get("scores_file"):
+                continue
+            path = os.path.join(folder, m["scores_file"])
+            (files if os.path.isfile(path) else missing).append((key, m["model_tag"], path))
+    return files, missing
