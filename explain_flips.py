@@ -190,7 +190,8 @@ def main():
         results.append(m)
         print(f"{enc.name}: localization {common.fmt(m['localization_acc'], '.3f')} (detected "
               f"{common.fmt(m['localization_acc_detected'], '.3f')}, preferred {common.fmt(m['localization_acc_preferred'], '.3f')}, "
-              f"chance {common.fmt(m['chance'], '.3f')}) over {m['num_flips']} flips, {t.seconds:.1f} s -> {path}")
+              f"chance {common.fmt(m['chance'], '.3f')}) over {m['num_flips']} flips, {t.seconds:.1f} s -> {path}"
+              + (f"; left out: {', '.join(f'{v} {k}' for k, v in skipped.items() if v)}" if any(skipped.values()) else ""))
     print(f"-> {common.write_json(common.metrics_path(JSONL_PATH, 'LGIP_explain.metrics.json'), results)}")
 
 

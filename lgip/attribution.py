@@ -22,15 +22,15 @@ ids are word k's (CLIP's BPE and SigLIP's sentencepiece never merge across white
 holds for every text; a tokenizer that did would give None, counted by the caller, never a wrong
 map). Lowercasing, ftfy and punctuation removal happen inside `tokenize`, as the model sees the text.
 
-Worked example (the tiny open_clip fixture, image embedding v of shape [1, D]):
+Worked example (the tiny random-init open_clip fixture; v: its embedding of fixture image 1, [1, D]):
     >>> tower = text_tower(enc.model)
     >>> al = align_words(enc.tokenize, ["a red bus", "a blue bus"])[1]
-    >>> al.words, al.token_word                                   # "a blue bus": 3 tokens, 3 words
-    (['a', 'blue', 'bus'], [0, 1, 2])
-    >>> s, scores = attribute(tower, pad_ids(enc, [al.ids]), v, layers=3)
+    >>> al.words, al.ids, al.token_pos, al.token_word    # start and end tokens are no word's
+    (['a', 'blue', 'bus'], [49406, 320, 1746, 2840, 49407], [1, 2, 3], [0, 1, 2])
+    >>> s, scores = attribute(tower, pad_ids(enc, [al.ids]), v, layers=3)   # s = tensor([-0.3699])
     >>> ws = word_scores(scores[0, al.token_pos].tolist(), al.token_word, len(al.words))
-    >>> changed_words("a red bus", "a blue bus"), blamed_word(ws)  # hit when the blamed word is changed
-    ([1], 1)
+    >>> [round(w, 4) for w in ws], changed_words("a red bus", "a blue bus"), blamed_word(ws)
+    ([0.0221, -0.0043, 0.0017], [1], 1)                  # blamed: "blue", the changed word (a hit)
 """
 import math
 import re

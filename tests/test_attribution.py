@@ -42,6 +42,18 @@ def hf_clip(enc):
     return out
 
 
+@pytest.fixture(scope="module")
+def custom_text(enc):
+    """A tiny random-init open_clip CustomTextCLIP (EVA02's kind: the text tower in model.text)."""
+    import open_clip
+    torch.manual_seed(0)
+    out = Encoder()
+    out.model = open_clip.CustomTextCLIP(16, dict(layers=1, width=32, patch_size=16, image_size=32, head_width=16),
+                                         dict(context_length=77, vocab_size=49408, width=32, heads=2, layers=2)).eval()
+    out.tokenize, out.pad_id, out.pad_length = enc.tokenize, 0, lambda lengths: None
+    return out
+
+
 def _image(dim, seed=1):
     return torch.randn(1, dim, generator=torch.Generator().manual_seed(seed))
 
@@ -59,11 +71,12 @@ def _restated_openclip(model, ids, v, layers):
     """open_clip's text tower written out in float64; each kept layer's probabilities A are used as
     A * (1 + g) with g = 0, so dS/dg = dS/dA * A: the token scores by another route."""
     m = copy.deepcopy(model).double()
+    tw = getattr(m, "text", m)  # (CustomTextCLIP: its text tower)
     n, length = ids.shape
-    width = m.token_embedding.weight.shape[1]
-    x = m.token_embedding(ids) + m.positional_embedding[:length]
+    width = tw.token_embedding.weight.shape[1]
+    x = tw.token_embedding(ids) + tw.positional_embedding[:length]
     mask = torch.full((length, length), -math.inf, dtype=torch.float64).triu(1)
-    blocks = list(m.transformer.resblocks)
+    blocks = list(tw.transformer.resblocks)
     gates = []
     for l, blk in enumerate(blocks):
         heads = blk.attn.num_heads
@@ -76,7 +89,8 @@ def _restated_openclip(model, ids, v, layers):
         x = x + blk.ls_1(blk.attn.out_proj((probs @ val).permute(0, 2, 1, 3).reshape(n, length, width)))
         x = x + blk.ls_2(blk.mlp(blk.ln_2(x)))
     eot = ids.argmax(dim=-1)
-    t = m.ln_final(x[torch.arange(n), eot]) @ m.text_projection
+    t = tw.ln_final(x[torch.arange(n), eot])
+    t = tw.text_projection(t) if isinstance(tw.text_projection, torch.nn.Linear) else t @ tw.text_projection
     full = torch.zeros(n, 77, dtype=torch.long)
     full[:, :length] = ids
     with torch.no_grad():  # the restatement is the tower
@@ -110,9 +124,11 @@ def _restated_transformers(model, ids, v, layers, pooled):
     return s, torch.stack([(g * a)[rows, :, pooled].mean(dim=1) for a, g in zip(kept, grads)]).mean(dim=0)
 
 
-def test_open_clip_token_scores_equal_a_plain_restatement(enc):
-    ids, v, s, scores = _ours(enc)
-    s_ref, ref = _restated_openclip(enc.model, ids, v, layers=3)
+@pytest.mark.parametrize("family", ["enc", "custom_text"])
+def test_open_clip_token_scores_equal_a_plain_restatement(family, request):
+    e = request.getfixturevalue(family)
+    ids, v, s, scores = _ours(e)
+    s_ref, ref = _restated_openclip(e.model, ids, v, layers=3)
     assert scores.abs().max() > 1e-3  # (scores of a size the tolerance can tell apart)
     torch.testing.assert_close(scores.double(), ref, atol=1e-5, rtol=0)
     torch.testing.assert_close(s.double(), s_ref, atol=1e-6, rtol=0)
@@ -144,7 +160,7 @@ def test_transformers_clip_pools_as_its_config_says(hf_clip):
     assert tower.pooled(ids).tolist() == [2, 4]
 
 
-@pytest.mark.parametrize("family", ["enc", "siglip", "hf_clip"])
+@pytest.mark.parametrize("family", ["enc", "custom_text", "siglip", "hf_clip"])
 def test_gradient_of_s_against_finite_differences_of_one_probability(family, request):
     e = request.getfixturevalue(family)
     model = copy.deepcopy(e.model).double()
