@@ -170,7 +170,7 @@ def main():
     for spec in MODELS:
         with common.Timer() as t:
             enc = common.load_model(spec, "corrected", DEVICE, "fp32")
-            tower = common.text_tower(enc.model)  # an unsupported family stops here, naming the supported ones
+            tower = common.text_tower(getattr(enc, "model", None))  # an unsupported family stops here, naming the supported ones
             top, score_file = top_k(records, flips, enc.name)
             drawn = {j: ["random"] * (j in sample) + ["top_k"] * (j in top) for j in sample | top}
             lines, skipped, failed = explain(enc, tower, common.token_namer(enc, spec), records, flips, drawn)

@@ -10,7 +10,8 @@ the words a flip changed.
 
 Families (`text_tower` dispatches on the model's class): open_clip CLIP and CustomTextCLIP text
 towers of plain ResidualAttentionBlocks (CLIP, OpenCLIP, EVA02; p = the end-of-text token),
-transformers CLIPModel and MetaClip2Model (p by the config's eos_token_id rules), SiglipModel and
+transformers CLIPModel and MetaClip2Model (p: the first end-of-text token; the highest id for
+CLIP configs with eos_token_id 2, as transformers does), SiglipModel and
 Siglip2Model (p = the last of the 64 padded positions). The attention is written out (no fused
 kernel: lgip.towers' faster forwards never form the probabilities), for the explained texts only;
 `TextTower.reference` is the model's own text forward, which the plain one must equal.
@@ -140,6 +141,9 @@ class _TransformersTower(TextTower):
         self.layers = list(tower.encoder.layers)
         self.n_layers = len(self.layers)
         self.eos_id = getattr(tower, "eos_token_id", None)
+        # CLIPTextTransformer keeps the highest-id rule for configs from before transformers PR
+        # #24773 (eos_token_id 2); MetaClip2's always pools the first end-of-text token.
+        self.legacy_eos = type(tower).__name__ == "CLIPTextTransformer" and self.eos_id == 2
 
     def embed(self, ids):
         x = self.tower.embeddings(input_ids=ids)
@@ -158,7 +162,7 @@ class _TransformersTower(TextTower):
         import torch
         if not self.causal:
             return torch.full((ids.shape[0],), ids.shape[1] - 1, dtype=torch.long, device=ids.device)
-        if self.eos_id == 2:  # configs from before transformers PR #24773: the highest id, as CLIPTextTransformer
+        if self.legacy_eos:
             return ids.argmax(dim=-1)
         return (ids == self.eos_id).int().argmax(dim=-1)  # the first end-of-text token
 

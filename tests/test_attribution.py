@@ -25,21 +25,31 @@ def siglip():
     return load_model(SIGLIP_TINY, "corrected", "cpu")
 
 
-@pytest.fixture(scope="module")
-def hf_clip(enc):
-    """A tiny random-init transformers CLIPModel (eager attention) fed the open_clip tokenizer's
-    ids (the same BPE vocabulary), wrapped as an Encoder as a loader would."""
-    from transformers import CLIPConfig, CLIPModel
-    cfg = CLIPConfig(text_config=dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+def _tiny_transformers_clip(enc, name):
+    """A tiny random-init transformers CLIPModel or MetaClip2Model (eager attention) fed the
+    open_clip tokenizer's ids (the same BPE vocabulary), wrapped as an Encoder as a loader would."""
+    import transformers
+    config, model = getattr(transformers, name + "Config"), getattr(transformers, name + "Model")
+    cfg = config(text_config=dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=2, max_position_embeddings=77, bos_token_id=49406,
                                       eos_token_id=49407, pad_token_id=0),
                      vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                         image_size=32, patch_size=16), projection_dim=16)
     torch.manual_seed(0)
     out = Encoder()
-    out.model = CLIPModel._from_config(cfg, attn_implementation="eager").eval()
+    out.model = model._from_config(cfg, attn_implementation="eager").eval()
     out.tokenize, out.pad_id, out.pad_length = enc.tokenize, 0, lambda lengths: None
     return out
+
+
+@pytest.fixture(scope="module")
+def hf_clip(enc):
+    return _tiny_transformers_clip(enc, "CLIP")
+
+
+@pytest.fixture(scope="module")
+def metaclip2(enc):
+    return _tiny_transformers_clip(enc, "MetaClip2")
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +145,7 @@ def test_open_clip_token_scores_equal_a_plain_restatement(family, request):
     assert (scores[ids == 0] == 0).all()  # causal: nothing after the end of text (the padding here) counts
 
 
-@pytest.mark.parametrize("family", ["siglip", "hf_clip"])
+@pytest.mark.parametrize("family", ["siglip", "hf_clip", "metaclip2"])
 def test_transformers_token_scores_equal_the_models_own_attentions(family, request):
     e = request.getfixturevalue(family)
     ids, v, s, scores = _ours(e, layers=1)  # the last layer only (of 2), then both
@@ -156,11 +166,15 @@ def test_transformers_clip_pools_as_its_config_says(hf_clip):
     assert tower.pooled(ids).tolist() == [2, 4]  # the first end-of-text token
     tower.eos_id = 7
     assert tower.pooled(ids).tolist() == [0, 1]
-    tower.eos_id = 2  # configs from before transformers PR #24773: the highest id
-    assert tower.pooled(ids).tolist() == [2, 4]
+    hf_clip.model.config.text_config.eos_token_id = 2  # a config from before transformers PR #24773: the highest id
+    try:
+        hf_clip.model.text_model.eos_token_id = 2
+        assert attribution.text_tower(hf_clip.model).pooled(ids).tolist() == [2, 4]
+    finally:
+        hf_clip.model.text_model.eos_token_id = hf_clip.model.config.text_config.eos_token_id = 49407
 
 
-@pytest.mark.parametrize("family", ["enc", "custom_text", "siglip", "hf_clip"])
+@pytest.mark.parametrize("family", ["enc", "custom_text", "siglip", "hf_clip", "metaclip2"])
 def test_gradient_of_s_against_finite_differences_of_one_probability(family, request):
     e = request.getfixturevalue(family)
     model = copy.deepcopy(e.model).double()
