@@ -53,6 +53,21 @@ def metaclip2(enc):
 
 
 @pytest.fixture(scope="module")
+def siglip2(siglip):
+    """A tiny random-init transformers Siglip2Model fed the SigLIP fixture's ids, padded to 64."""
+    from transformers import Siglip2Config, Siglip2Model
+    cfg = Siglip2Config(text_config=dict(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=2, max_position_embeddings=64),
+                        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                           patch_size=16, num_patches=4))
+    torch.manual_seed(0)
+    out = Encoder()
+    out.model = Siglip2Model._from_config(cfg, attn_implementation="eager").eval()
+    out.tokenize, out.pad_id, out.pad_length = siglip.tokenize, siglip.pad_id, siglip.pad_length
+    return out
+
+
+@pytest.fixture(scope="module")
 def custom_text(enc):
     """A tiny random-init open_clip CustomTextCLIP (EVA02's kind: the text tower in model.text)."""
     import open_clip
@@ -145,14 +160,15 @@ def test_open_clip_token_scores_equal_a_plain_restatement(family, request):
     assert (scores[ids == 0] == 0).all()  # causal: nothing after the end of text (the padding here) counts
 
 
-@pytest.mark.parametrize("family", ["siglip", "hf_clip", "metaclip2"])
+@pytest.mark.parametrize("family", ["siglip", "siglip2", "hf_clip", "metaclip2"])
 def test_transformers_token_scores_equal_the_models_own_attentions(family, request):
     e = request.getfixturevalue(family)
     ids, v, s, scores = _ours(e, layers=1)  # the last layer only (of 2), then both
     scores_all = _ours(e, layers=2)[3]
     pooled = attribution.text_tower(e.model).pooled(ids)
-    assert ids.shape[1] == (64 if family == "siglip" else max(len(x) for x in e.tokenize(TEXTS)))
-    assert (pooled == (ids.shape[1] - 1 if family == "siglip" else ids.argmax(dim=-1))).all()
+    siglip_like = family.startswith("siglip")
+    assert ids.shape[1] == (64 if siglip_like else max(len(x) for x in e.tokenize(TEXTS)))
+    assert (pooled == (ids.shape[1] - 1 if siglip_like else ids.argmax(dim=-1))).all()
     for layers, ours in ((1, scores), (2, scores_all)):
         s_ref, ref = _restated_transformers(e.model, ids, v, layers, pooled)
         assert ours.abs().max() > 1e-4
@@ -174,7 +190,7 @@ def test_transformers_clip_pools_as_its_config_says(hf_clip):
         hf_clip.model.text_model.eos_token_id = hf_clip.model.config.text_config.eos_token_id = 49407
 
 
-@pytest.mark.parametrize("family", ["enc", "custom_text", "siglip", "hf_clip", "metaclip2"])
+@pytest.mark.parametrize("family", ["enc", "custom_text", "siglip", "siglip2", "hf_clip", "metaclip2"])
 def test_gradient_of_s_against_finite_differences_of_one_probability(family, request):
     e = request.getfixturevalue(family)
     model = copy.deepcopy(e.model).double()
@@ -301,3 +317,15 @@ def test_explain_flips_lines_and_figures(tmp_path):
            if "top_k" in x["drawn"]}
     assert top == set(preferred) and metrics[0]["score_file"] and metrics[1]["score_file"] is None
     assert "tiny_openclip: localization" in proc.stdout
+
+
+def test_score_file_gaps_and_a_bad_line(tmp_path):
+    from lgip.errors import InputError
+    from lgip.scorefile import read_flip_gaps
+    path = tmp_path / "x.scores.jsonl"
+    path.write_text(json.dumps({"line": 3, "caption_index": 1, "sim": 0.5, "flips": [{"text": "a b", "sim": 0.75}]})
+                    + "\n\n" + json.dumps({"line": 4, "caption_index": 0, "flips": []}) + "\n")
+    with pytest.raises(InputError, match=r"x.scores.jsonl:3: field 'sim'"):
+        read_flip_gaps(path)
+    path.write_text(path.read_text().splitlines()[0] + "\n")
+    assert read_flip_gaps(path) == [(3, 1, "a b", -0.25)]
