@@ -30,13 +30,16 @@ TOP_K = 50  # int >= 0: also each model's TOP_K most preferred flips (lowest cap
 LAYERS = 3  # int >= 1: the last LAYERS attention layers of the text tower are averaged (all when it has fewer)
 TEMPLATE = ""  # "" (texts as written, as LGIP scores them) or a prefix ending in a space, e.g. "A photo depicts " (CLIP4DM's); its tokens are never words
 TEXT_BATCH_SIZE = 32  # int >= 1: texts per forward and backward pass
+IMAGE_BATCH_SIZE = 64  # int: images per forward pass
+NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
 BOOTSTRAP = 1000  # int: bootstrap resamples of the flips for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 CONFIG = common.configure(globals())
 
 
 def check_config():
-    for name, low in (("N_FLIPS", 0), ("TOP_K", 0), ("LAYERS", 1), ("TEXT_BATCH_SIZE", 1), ("BOOTSTRAP", 0)):
+    for name, low in (("N_FLIPS", 0), ("TOP_K", 0), ("LAYERS", 1), ("TEXT_BATCH_SIZE", 1), ("IMAGE_BATCH_SIZE", 1),
+                      ("BOOTSTRAP", 0)):
         value = CONFIG[name]
         if not (isinstance(value, int) and value >= low) and not (name == "N_FLIPS" and value is None):
             raise common.ConfigError(f"{name} must be an int >= {low}{' or None' if name == 'N_FLIPS' else ''}, got {value!r}")
@@ -70,26 +73,6 @@ def top_k(records, flips, name):
     return set(), None
 
 
-def image_embeddings(enc, records, ks):
-    """{record position: image embedding} of these records, and {image path: error} of those that do not read."""
-    import torch
-    from torch.utils.data import default_collate
-    root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
-    embs, failed, ks = {}, {}, sorted(ks)
-    for start in range(0, len(ks), 16):
-        batch, kept = [], []
-        for k in ks[start:start + 16]:
-            try:
-                batch.append(enc.image_transform(common.open_rgb(os.path.join(root, records[k][1]["image_path"]))))
-                kept.append(k)
-            except Exception as e:  # an unreadable image drops its flips, counted and listed
-                failed[records[k][1]["image_path"]] = f"{type(e).__name__}: {e}"
-        if batch:
-            with torch.no_grad():
-                embs.update(zip(kept, enc.encode_images(default_collate(batch))))
-    return embs, failed
-
-
 def attribute_texts(enc, tower, keys, embs):
     """{(record, text): (s, Alignment, token scores)} for each (record position, text); None where
     the tokens cannot be put on the text's words."""
@@ -109,9 +92,12 @@ def attribute_texts(enc, tower, keys, embs):
 
 
 def explain(enc, tower, names, records, flips, drawn):
-    """The explain file's lines, and the flips left out {why: count} with the unreadable images."""
-    embs, failed = image_embeddings(enc, records, {flips[j][0] for j in drawn})
-    keep = [j for j in sorted(drawn) if flips[j][0] in embs]
+    """The explain file's lines, the flips left out {why: count}, and the unreadable images' report."""
+    root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
+    embs, ok, failed = common.encode_record_images(enc, records, root, IMAGE_BATCH_SIZE, NUM_WORKERS,
+                                                   indices=sorted({flips[j][0] for j in drawn}))
+    ok = set(ok)
+    keep = [j for j in sorted(drawn) if flips[j][0] in ok]
     keys = list(dict.fromkeys(key for j in keep for k, i, f, _ in [flips[j]]
                               for key in ((k, records[k][1]["orig_captions"][i]), (k, f))))
     done = attribute_texts(enc, tower, keys, embs)
@@ -155,6 +141,10 @@ def localization(lines):
     return block
 
 
+def type_order(flip_type):
+    return (common.FLIP_TYPES.index(flip_type), "") if flip_type in common.FLIP_TYPES else (len(common.FLIP_TYPES), flip_type)
+
+
 def main():
     check_config()
     records = common.load_records(JSONL_PATH, ("diff_caps", "diff_caps_*"))
@@ -180,13 +170,13 @@ def main():
             block = localization(lines)
             m = {"model_tag": enc.name, "num_flips": block.pop("count"), **block,
                  "by_flip_type": {ft: localization([x for x in lines if x["flip_type"] == ft])
-                                  for ft in dict.fromkeys(x["flip_type"] for x in lines)},
+                                  for ft in sorted({x["flip_type"] for x in lines}, key=type_order)},
                  "num_random": sum("random" in x["drawn"] for x in lines), "num_top_k": sum("top_k" in x["drawn"] for x in lines),
                  "skipped": skipped, "explain_file": os.path.basename(path),
                  "score_file": score_file and os.path.basename(score_file)}
         m["run"] = dict(common.provenance(__file__, CONFIG), seconds=round(t.seconds, 3), family=tower.family,
                         model={"name": enc.name, "type": enc.type, "device": str(enc.device), "dtype": "float32", **enc.info},
-                        num_failed_images=len(failed), failed_images=[{"path": p, "error": e} for p, e in list(failed.items())[:20]])
+                        **failed)
         results.append(m)
         print(f"{enc.name}: localization {common.fmt(m['localization_acc'], '.3f')} (detected "
               f"{common.fmt(m['localization_acc_detected'], '.3f')}, preferred {common.fmt(m['localization_acc_preferred'], '.3f')}, "

@@ -266,8 +266,9 @@ def _explained(tmp_path):
     """explain_flips.py on the fixture with the tiny models; a score file of this input for the
     open_clip model with chosen similarities, so its TOP_K flips are known."""
     src = tmp_path / "fixture_with_fliptypes.jsonl"
-    shutil.copy(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), src)
-    records = [json.loads(line) for line in open(src)]
+    records = [json.loads(line) for line in open(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"))]
+    records[-1]["image_path"] = "images/missing.jpg"  # its flips are left out, counted
+    src.write_text("".join(json.dumps(r) + "\n" for r in records))
     every = [(line, int(i), t) for line, rec in enumerate(records, 1) for i, texts in rec["diff_caps"].items() for t in texts]
     preferred = [every[1], every[len(every) // 2]]
     with open(tmp_path / "fixture_with_fliptypes__LGIP_fliptypes_tiny_openclip.scores.jsonl", "w") as f:
@@ -277,17 +278,22 @@ def _explained(tmp_path):
                          for t in rec["diff_caps"].get(str(i), [])]
                 f.write(json.dumps({"line": line, "caption_index": i, "caption": caption, "sim": 0.5, "flips": flips}) + "\n")
     proc = run_script("explain_flips.py", f"--JSONL_PATH={src}", f"--IMAGE_ROOT={FIXTURES}", "--DEVICE=cpu",
-                      f"--MODELS={[OPENCLIP_TINY, SIGLIP_TINY]!r}", "--N_FLIPS=30", "--TOP_K=2", "--BOOTSTRAP=100")
-    return proc, json.load(open(tmp_path / "fixture_with_fliptypes__LGIP_explain.metrics.json")), preferred
+                      f"--MODELS={[OPENCLIP_TINY, SIGLIP_TINY]!r}", "--N_FLIPS=None", "--TOP_K=2", "--BOOTSTRAP=100",
+                      "--NUM_WORKERS=0")
+    n_missing = sum(len(t) for t in records[-1]["diff_caps"].values())
+    return proc, json.load(open(tmp_path / "fixture_with_fliptypes__LGIP_explain.metrics.json")), preferred, n_missing
 
 
 def test_explain_flips_lines_and_figures(tmp_path):
-    proc, metrics, preferred = _explained(tmp_path)
+    proc, metrics, preferred, n_missing = _explained(tmp_path)
     assert [m["model_tag"] for m in metrics] == ["tiny_openclip", "tiny_siglip"]
     for m in metrics:
         lines = [json.loads(x) for x in open(tmp_path / m["explain_file"])]
-        assert len(lines) == m["num_flips"] and all(x["drawn"] for x in lines)
-        assert m["num_random"] == 30 and m["num_top_k"] == (2 if m["model_tag"] == "tiny_openclip" else 0)
+        assert len(lines) == m["num_flips"] == m["num_random"] and all(x["drawn"] for x in lines)
+        assert m["num_top_k"] == (2 if m["model_tag"] == "tiny_openclip" else 0)
+        assert m["skipped"] == {"image_unreadable": n_missing, "tokens_not_on_words": 0, "no_scored_changed_word": 0}
+        assert len(lines) + n_missing == 77 and m["run"]["num_failed_images"] == 1
+        assert list(m["by_flip_type"]) == ["color", "number", "object"]
         for x in lines:
             assert x["words"] == x["flip"].split() and x["caption_words"] == x["caption"].split()
             assert len(x["tokens"]) == len(x["token_scores"]) == len(x["token_words"])
