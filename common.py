@@ -26,6 +26,8 @@ above it in this list, so it can be read, and changed, knowing only those:
   scoring, scorefile    pairs, means and bootstrap intervals (the metrics); the *.scores.jsonl files
   evaluation            ModelRun (one model over one JSONL, torchrun sharding) and run_evaluation
   entry                 a script's run(**constants): its command line's run, callable from Python
+  attribution           word attribution of a text's similarity (LGIP_SPEC.md 8): plain tower forwards
+                        keeping attention probabilities, token and word scores, changed and blamed words
 
 Where a record goes, in an evaluation: `records.load_records` reads and validates it;
 `evaluation.run_evaluation` runs each model of MODELS through the script's `evaluate(run)`; its
@@ -44,12 +46,14 @@ Example (an evaluation script):
             return common.run_evaluation(__file__, config, ("same_caps", "diff_caps"), evaluate, summary)
 """
 from lgip.accelerations import NAMES as ACCELERATIONS
+from lgip.attribution import align_words, attribute, blamed_word, changed_words, check_tower, pad_ids, text_tower, token_namer, word_scores
 from lgip.cli import configure, parse_value, run_main
 from lgip.entry import script_call
 from lgip.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
 from lgip.errors import ConfigError, InputError, ModelError
 from lgip.evaluation import ModelRun, forget_token_tables, run_evaluation, swap_process_state
 from lgip.generate import run_generator
+from lgip.hub import check_models
 from lgip.images import encode_record_images, open_rgb
 from lgip.lookahead import Lookahead
 from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_flips, advanced_paraphrases, cap_sample,
@@ -57,7 +61,7 @@ from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_fl
 from lgip.models import PUBLISHED_MODELS, load_model
 from lgip.pixel_memory import forget_pixels
 from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_records
-from lgip.scorefile import PerModel, ScoreSidecar
+from lgip.scorefile import PerModel, ScoreSidecar, read_flip_gaps
 from lgip.scoring import Pairs, add_ci, mean_or_none
 from lgip.device import cosines
 from lgip.texts import TextBank
@@ -66,9 +70,11 @@ from lgip.util import (Timer, atomic_open, default_num_workers, default_output, 
 
 __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "InputError", "Lookahead", "ModelError", "ModelRun",
            "NUMBER_WORDS", "OBJECTS", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel", "SIGLIP_TEXT_LENGTH",
-           "ScoreSidecar", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
-           "cap_sample", "caption_texts", "configure", "cosines", "default_num_workers", "default_output",
-           "dump_jsonl_line", "encode_record_images", "fmt", "forget_pixels", "forget_token_tables", "infer_flip_type",
-           "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions",
-           "parse_value", "provenance", "resolve_device", "resolve_dtype", "run_evaluation", "run_generator", "run_main", "script_call",
-           "simple_paraphrases", "swap_process_state", "typed_flips", "write_json"]
+           "ScoreSidecar", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "align_words",
+           "atomic_open", "attribute", "blamed_word", "cap_sample", "caption_texts", "changed_words", "check_models",
+           "check_tower", "configure", "cosines", "default_num_workers", "default_output", "dump_jsonl_line",
+           "encode_record_images", "fmt", "forget_pixels", "forget_token_tables", "infer_flip_type", "iter_records",
+           "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids",
+           "parse_value", "provenance", "read_flip_gaps", "resolve_device", "resolve_dtype", "run_evaluation",
+           "run_generator", "run_main", "script_call", "simple_paraphrases", "swap_process_state", "text_tower",
+           "token_namer", "typed_flips", "word_scores", "write_json"]

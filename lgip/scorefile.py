@@ -3,6 +3,8 @@ caption with the caption's similarity and each paraphrase's, flip's and combined
 column at a time; its text less the numbers is made once per run (accelerations.SHARED_SCORE_LAYOUT).
 
     >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.write(path)
+    >>> read_flip_gaps(path)[0]   # (line, caption index, flip, caption sim - flip sim)
+    (1, 0, 'A blue bus parked on the side of the street.', 0.012345)
 """
 import itertools
 import json
@@ -216,3 +218,28 @@ class ScoreSidecar:
         with atomic_open(path) as f:
             f.write(self.text())
         return path
+
+
+def read_flip_gaps(path):
+    """[(record line, caption index, flip text, gap)] of every flip of a score file, gap = the
+    caption's similarity less the flip's (in file order); an InputError names path:line and the
+    field of a line that is not a score line."""
+    from .errors import InputError
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
+            for field in ("line", "caption_index", "sim"):
+                if not isinstance(row.get(field), (int, float)) or isinstance(row.get(field), bool):
+                    raise InputError(f"{where}: field {field!r} missing or not a number (not a *.scores.jsonl line)")
+            for j, item in enumerate(row.get("flips", [])):
+                if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not isinstance(item.get("sim"), (int, float)):
+                    raise InputError(f"{where}: field 'flips[{j}]' is not an object with 'text' and 'sim'")
+                out.append((row["line"], row["caption_index"], item["text"], row["sim"] - item["sim"]))
+    return out

@@ -11,11 +11,14 @@ from conftest import FIXTURES, ROOT, TINY_MODELS, run_script
 HAVE_REPORT = os.path.isfile(os.path.join(ROOT, "report.py"))  # written separately; its step is left out when absent
 GENERATORS = ["diff_gen_caption", "make_perturb_with_fliptypes", "rebuttal_enhanced_perturb"]
 EVALUATIONS = ["run_lgip_multi", "run_lgip_by_fliptype", "rebuttal_enhanced_lgip"]
-STEPS = GENERATORS + EVALUATIONS + (["report"] if HAVE_REPORT else [])
+EXPLAIN = ["explain_flips"]  # after the by-fliptype evaluation, whose score files it reads
+STEPS = GENERATORS + EVALUATIONS[:2] + EXPLAIN + EVALUATIONS[2:] + (["report"] if HAVE_REPORT else [])
 OUTPUTS = ["lgip_demo_with_perturb.jsonl", "lgip_demo_with_fliptypes.jsonl",
            "rebuttal_enhanced_lgip_demo_with_fliptypes.jsonl",
            "lgip_demo_with_perturb__LGIP_ALL.metrics.json", "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
            "rebuttal_enhanced_lgip_demo_with_fliptypes__ENHANCED_LGIP_analysis.json"]
+EXPLAIN_OUTPUTS = ["lgip_demo_with_fliptypes__LGIP_explain.metrics.json", "lgip_demo_with_fliptypes__LGIP_explain_tiny_openclip.jsonl",
+                   "lgip_demo_with_fliptypes__LGIP_explain_tiny_siglip.jsonl"]
 REPORT_OUTPUTS = ["lgip_demo__LGIP_report.md", "lgip_demo__LGIP_report.csv", "lgip_demo__LGIP_frontier.png",
                   "lgip_demo__LGIP_fliptypes.png", "lgip_demo__LGIP_report.html"]
 
@@ -65,7 +68,7 @@ def demo_copy(demo_done, tmp_path):
 
 def test_end_to_end_writes_every_output(demo_done):
     folder, proc = demo_done
-    for name in OUTPUTS + (REPORT_OUTPUTS if HAVE_REPORT else []):
+    for name in OUTPUTS + EXPLAIN_OUTPUTS + (REPORT_OUTPUTS if HAVE_REPORT else []):
         assert (folder / name).is_file(), name
     for k, step in enumerate(STEPS, 1):
         assert re.search(rf"^\[{k}/{len(STEPS)}\] {step}  done in [\d.]+ s -> ", proc.stdout, re.M), step
@@ -78,6 +81,9 @@ def test_end_to_end_writes_every_output(demo_done):
             assert m["run"]["config"]["PROTOCOL"] == "corrected" and m["run"]["config"]["MODELS"] == TINY_MODELS
         stamp = json.load(open(folder / (name + ".run_all.meta.json")))
         assert stamp["settings"] == {"MODELS": TINY_MODELS, "PROTOCOL": "corrected", "DTYPE": "auto"}
+    explained = json.load(open(folder / EXPLAIN_OUTPUTS[0]))
+    assert [m["model_tag"] for m in explained] == [m["name"] for m in TINY_MODELS]
+    assert all(m["num_flips"] > 0 and m["run"]["config"]["MODELS"] == TINY_MODELS for m in explained)
 
 
 def test_second_run_skips_every_step(demo_copy):
@@ -154,7 +160,9 @@ def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
                       "--SETTINGS={'BOOTSTRAP': 0, 'SEED': 7}", "--IMAGE_BATCH_SIZE=8")
     assert "data: demo" in proc.stdout
     cmds = commands(proc)
-    assert set(cmds) == set(GENERATORS + EVALUATIONS + ["report"])
+    assert set(cmds) == set(GENERATORS + EVALUATIONS + EXPLAIN + ["report"])
+    assert "--BOOTSTRAP=0" in cmds["explain_flips"] and "'openclip_ViT-B-16_openai'" in cmds["explain_flips"]
+    assert "--SEED=7" in cmds["explain_flips"] and "PROTOCOL" not in cmds["explain_flips"]
     for step in GENERATORS:
         assert "--SEED=7" in cmds[step] and "BOOTSTRAP" not in cmds[step] and "MODELS" not in cmds[step]
     for step in EVALUATIONS:
