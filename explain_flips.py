@@ -37,10 +37,10 @@ BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 CONFIG = common.configure(globals())
 
 
-def check_config():
+def check_config(config):
     for name, low in (("N_FLIPS", 0), ("TOP_K", 0), ("LAYERS", 1), ("TEXT_BATCH_SIZE", 1), ("IMAGE_BATCH_SIZE", 1),
                       ("BOOTSTRAP", 0)):
-        value = CONFIG[name]
+        value = config[name]
         if not (isinstance(value, int) and value >= low) and not (name == "N_FLIPS" and value is None):
             raise common.ConfigError(f"{name} must be an int >= {low}{' or None' if name == 'N_FLIPS' else ''}, got {value!r}")
     if not isinstance(TEMPLATE, str) or (TEMPLATE and not TEMPLATE[-1].isspace()):
@@ -145,8 +145,15 @@ def type_order(flip_type):
     return (common.FLIP_TYPES.index(flip_type), "") if flip_type in common.FLIP_TYPES else (len(common.FLIP_TYPES), flip_type)
 
 
-def main():
-    check_config()
+def run(**constants):
+    """The command line's run, and a call from Python: the constants above as keyword arguments,
+    in force for this call only; returns the list of per-model metrics dicts it writes."""
+    with common.script_call(globals(), constants) as config:
+        return explain_all(config)
+
+
+def explain_all(config):
+    check_config(config)
     records = common.load_records(JSONL_PATH, ("diff_caps", "diff_caps_*"))
     flips = all_flips(records)
     problems = common.check_models(MODELS)  # before the first model's work
@@ -174,7 +181,7 @@ def main():
                  "num_random": sum("random" in x["drawn"] for x in lines), "num_top_k": sum("top_k" in x["drawn"] for x in lines),
                  "skipped": skipped, "explain_file": os.path.basename(path),
                  "score_file": score_file and os.path.basename(score_file)}
-        m["run"] = dict(common.provenance(__file__, CONFIG), seconds=round(t.seconds, 3), family=tower.family,
+        m["run"] = dict(common.provenance(__file__, config), seconds=round(t.seconds, 3), family=tower.family,
                         model={"name": enc.name, "type": enc.type, "device": str(enc.device), "dtype": "float32", **enc.info},
                         **failed)
         results.append(m)
@@ -183,7 +190,8 @@ def main():
               f"chance {common.fmt(m['chance'], '.3f')}) over {m['num_flips']} flips, {t.seconds:.1f} s -> {path}"
               + (f"; left out: {', '.join(f'{v} {k}' for k, v in skipped.items() if v)}" if any(skipped.values()) else ""))
     print(f"-> {common.write_json(common.metrics_path(JSONL_PATH, 'LGIP_explain.metrics.json'), results)}")
+    return results
 
 
 if __name__ == "__main__":
-    common.run_main(main)
+    common.run_main(run)

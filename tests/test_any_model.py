@@ -272,3 +272,19 @@ def test_hub_check_knows_the_transformers_type():
     files = hub_files({"name": "m", "type": "transformers", "model_id": "facebook/metaclip-b32-400m"})
     assert files[0] == ("facebook/metaclip-b32-400m", ["config.json"]) and "model.safetensors.index.json" in files[1][1]
     assert hub_files({"name": "m", "type": "python", "loader": "x:y"}) == []
+
+
+def test_word_attribution_of_a_transformers_clip_equals_open_clips(hf_folders, tmp_path):
+    """explain_flips.py on the same weights as open_clip and as a transformers CLIPModel: the same
+    token scores, words and blamed words."""
+    import explain_flips
+    jsonl = copy_input(str(tmp_path), "run_lgip_by_fliptype.py")
+    results = explain_flips.run(JSONL_PATH=jsonl, IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0, N_FLIPS=12, TOP_K=0,
+                                BOOTSTRAP=0, MODELS=[OPENCLIP_TINY, spec("as_transformers", hf_folders["clip"])])
+    assert results[0]["run"]["family"] == "open_clip" and results[1]["run"]["family"] != "open_clip"
+    lines = [[json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__LGIP_explain_{m['model_tag']}.jsonl")]
+             for m in results]
+    assert len(lines[0]) == len(lines[1]) == 12
+    for a, b in zip(*lines):
+        assert (a["flip"], a["words"], a["changed"], a["blamed"]) == (b["flip"], b["words"], b["changed"], b["blamed"])
+        assert max(abs(x - y) for x, y in zip(a["token_scores"], b["token_scores"])) < 1e-6
