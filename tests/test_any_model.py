@@ -267,6 +267,23 @@ def test_cached_reruns_need_no_weights_for_the_new_types(hf_folders, tmp_path):
         assert {k: first[k] for k in HEADLINE["run_lgip_multi.py"]} == {k: again[k] for k in HEADLINE["run_lgip_multi.py"]}
 
 
+def test_a_loader_function_from_python_is_called_with_the_runs_device_and_dtype(tmp_path):
+    import run_lgip_multi
+    jsonl = copy_input(str(tmp_path), "run_lgip_multi.py")
+    calls = []
+
+    def build(device, dtype, scale):
+        calls.append((device, dtype, scale))
+        return user_loaders.openclip_tiny(device, dtype)
+
+    spec_ = {"name": "fn", "type": "python", "loader": build, "kwargs": {"scale": 2}}
+    m = run_lgip_multi.run(**dict(settings(jsonl, [spec_]), CACHE_DIR="auto"))[0]
+    assert calls == [("cpu", torch.float32, 2)]
+    assert m["run"]["model"]["in_memory"] and m["run"]["cache"]["dir"] is None  # (nothing on disk names a function's weights)
+    assert m["run"]["config"]["MODELS"][0]["loader"].startswith("<function test_any_model.")
+    assert not os.path.exists(tmp_path / ".lgip_cache")
+
+
 def test_hub_check_knows_the_transformers_type():
     from lgip.hub import hub_files
     files = hub_files({"name": "m", "type": "transformers", "model_id": "facebook/metaclip-b32-400m"})
