@@ -16,7 +16,6 @@ the evaluations' per-pair score files, keeping only TOP_K rows. The table is pri
 import csv
 import heapq
 import io
-import json
 import os
 import re
 import sys
@@ -67,11 +66,7 @@ def find_metrics(jsonl_path):
 
 def load_metrics(path):
     """A metrics file: a list of per-model dicts, each with a model_tag."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise common.InputError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    data = common.read_json(path)
     if isinstance(data, dict):  # a single model's metrics file
         data = [data]
     if not isinstance(data, list) or not all(isinstance(m, dict) and "model_tag" in m for m in data):
@@ -321,32 +316,25 @@ def scan_scores(files, k, per_model=False):
         bucket = model if per_model else None
         para = para_top.setdefault(bucket, _TopK(k))
         flip = flip_top.setdefault(bucket, _TopK(k))
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
+        for _, r in common.iter_json_lines(path):  # (a byte-order mark at its start is fine)
+            base = r.get("sim")
+            if base is None:
+                continue
+            where = (model, r.get("image_path"), r.get("caption_index"))
+            for p in r.get("paraphrases") or ():
+                delta = p["sim"] - base
+                if para.full() and abs(delta) <= para.floor():
                     continue
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise common.InputError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-                base = r.get("sim")
-                if base is None:
+                para.offer(abs(delta), where + (p["text"],),
+                           {"model": model, "source": source, "record": r, "text": p["text"],
+                            "kind": p.get("kind"), "sim": p["sim"], "delta": delta})
+            for fl in r.get("flips") or ():
+                gap = base - fl["sim"]
+                if gap >= 0 or (flip.full() and -gap <= flip.floor()):
                     continue
-                where = (model, r.get("image_path"), r.get("caption_index"))
-                for p in r.get("paraphrases") or ():
-                    delta = p["sim"] - base
-                    if para.full() and abs(delta) <= para.floor():
-                        continue
-                    para.offer(abs(delta), where + (p["text"],),
-                               {"model": model, "source": source, "record": r, "text": p["text"],
-                                "kind": p.get("kind"), "sim": p["sim"], "delta": delta})
-                for fl in r.get("flips") or ():
-                    gap = base - fl["sim"]
-                    if gap >= 0 or (flip.full() and -gap <= flip.floor()):
-                        continue
-                    flip.offer(-gap, where + (fl["text"],),
-                               {"model": model, "source": source, "record": r, "text": fl["text"],
-                                "type": fl.get("type"), "sim": fl["sim"], "gap": gap})
+                flip.offer(-gap, where + (fl["text"],),
+                           {"model": model, "source": source, "record": r, "text": fl["text"],
+                            "type": fl.get("type"), "sim": fl["sim"], "gap": gap})
     for top in (para_top, flip_top):
         for key, t in top.items():
             top[key] = t.rows()

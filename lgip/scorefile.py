@@ -2,13 +2,16 @@
 caption with the caption's similarity and each paraphrase's, flip's and combined text's, made a
 column at a time; its text less the numbers is made once per run (accelerations.SHARED_SCORE_LAYOUT).
 
-    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.write(path)
+    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.save(path)
 """
 import itertools
 import json
 import operator
+import os
+import sys
 
 from . import accelerations
+from .errors import OutputError
 from .util import atomic_open
 
 
@@ -170,7 +173,7 @@ class ScoreSidecar:
     column at a time (~1.4M pairs at 40,000 images: a dict per pair, dumped line by line, took
     ~6 s per model while the GPU waited), and all but the similarities once per run
     (_ScoreLayout: the run's models score the same pairs, and label them alike).
-    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.write(path)
+    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.save(path)
     """
 
     def __init__(self, records):
@@ -213,6 +216,19 @@ class ScoreSidecar:
         return [line + "\n" for line in self.text().split("\n")[:-1]]
 
     def write(self, path):
+        """Write the file (OutputError, saying why and what to do, when it cannot be)."""
         with atomic_open(path) as f:
             f.write(self.text())
         return path
+
+    def save(self, path):
+        """The file written, as its name for the metrics; None when it cannot be written (no
+        space, no permission): said at once, and the run goes on, so that its metrics, a small
+        fraction of its size, are still written; the script then ends with exit status 4 naming
+        it (lgip.cli.run_main)."""
+        try:
+            return os.path.basename(self.write(path))
+        except OutputError as e:
+            print(f"warning: {e} The run goes on without this score file (--WRITE_SCORES=False writes none): "
+                  f"its metrics are still written, and it ends with exit status 4.", file=sys.stderr, flush=True)
+            return None
