@@ -89,14 +89,15 @@ def output_folders(config):
     source = next((k for k in ("JSONL_PATH", "INPUT_JSONL") if isinstance(config.get(k), str)), None)
     if chosen:
         folders = [os.path.dirname(os.path.abspath(p)) for p in chosen]
-    elif source:
+    elif source:  # (an input whose folder is missing: its own error says so)
         folders = [os.path.dirname(os.path.abspath(config[source]))]
+        folders = folders if os.path.isdir(folders[0]) else []
     else:
         return [], None
     if named:
         elsewhere = " or ".join(f"pass --{k}=<a path on a disk with room>" for k in named)
     else:  # evaluations: outputs beside their input, whose images are found relative to IMAGE_ROOT
-        root = os.path.abspath(config.get("IMAGE_ROOT") or folders[0])
+        root = os.path.abspath(config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config[source])))
         elsewhere = (f"the outputs go beside {source}: copy it to a folder with room and pass --{source}=<the copy>"
                      + (f" --IMAGE_ROOT={root}" if "IMAGE_ROOT" in config else ""))
     return folders, elsewhere
