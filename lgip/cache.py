@@ -137,7 +137,8 @@ class EmbeddingCache:
 
     def has_entries(self, kind):
         """True when a chunk of this kind is on disk (a re-run; nothing is read)."""
-        return os.path.isdir(self.dir) and any(n.startswith(kind + "-") and n.endswith(".npz") for n in os.listdir(self.dir))
+        return os.path.isdir(self.dir) and any(n.startswith(kind + "-") and n.endswith(".npz")
+                                               for n in os.listdir(self.dir))
 
     def lookup(self, kind, keys):
         """(positions of keys found, their embeddings as a float32 tensor)."""

@@ -95,11 +95,11 @@ def output_folders(config):
     else:
         return [], None
     if named:
-        elsewhere = " or ".join(f"pass --{k}=<a path on a disk with room>" for k in named)
+        elsewhere = " or ".join(f"pass --{k}=<a writable path with room>" for k in named)
     else:  # evaluations: outputs beside their input, whose images are found relative to IMAGE_ROOT
         root = os.path.abspath(config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config[source])))
-        elsewhere = (f"the outputs go beside {source}: copy it to a folder with room and pass --{source}=<the copy>"
-                     + (f" --IMAGE_ROOT={root}" if "IMAGE_ROOT" in config else ""))
+        elsewhere = (f"the outputs go beside {source}: copy it to a writable folder with room and pass "
+                     f"--{source}=<the copy>" + (f" --IMAGE_ROOT={root}" if "IMAGE_ROOT" in config else ""))
     return folders, elsewhere
 
 
@@ -152,7 +152,8 @@ def run_main(main):
         started = True
         main()
         if OUTPUTS.unwritten:  # optional outputs the run went on without (said when they failed)
-            raise OutputError("not every output could be written (see the warnings above: the run went on without them)")
+            raise OutputError("not every output could be written (see the warnings above: the run went on "
+                              "without them)")
     except OutputError as e:
         lines = OUTPUTS.summary(failed=e.path) + ["no partial file was left"] if started else []
         lines += [OUTPUTS.resume] if started and OUTPUTS.resume else []

@@ -241,7 +241,7 @@ class TextBank:
                 if beside is not None:
                     beside.poll()
             rows_out.flush()
-        except BaseException as e:  # Ctrl-C, SIGTERM: the rows encoded so far go to the cache (a re-run resumes after them)
+        except BaseException as e:  # Ctrl-C, SIGTERM: the rows encoded so far go to the cache (the re-run resumes)
             rows_out.stop(keep=isinstance(e, KeyboardInterrupt))
             raise
         if writer is not None:

@@ -90,7 +90,8 @@ def check_writable(folders):
             probe = os.path.dirname(probe)
         try:
             if not os.path.isdir(probe):
-                raise OutputError(f"cannot write in {folder}: {probe} is a file, not a folder. Nothing was run.", folder)
+                raise OutputError(f"cannot write in {folder}: {probe} is a file, not a folder. Nothing was run.",
+                                  folder)
             fd, tmp = tempfile.mkstemp(prefix=".lgip-write-check-", dir=probe)
             try:
                 os.write(fd, b"\n")

@@ -22,7 +22,7 @@ from test_failures import processes_with
 from test_make_base_jsonl import Coco, coco_dict
 
 PERTURBED = os.path.join(REFERENCE, "fixture_with_perturb.jsonl")
-ELSEWHERE_GENERATOR = "write elsewhere: pass --OUTPUT_JSONL=<a path on a disk with room>."
+ELSEWHERE_GENERATOR = "write elsewhere: pass --OUTPUT_JSONL=<a writable path with room>."
 
 ON_SMALL_DISK = """
 import runpy
@@ -72,7 +72,7 @@ def test_an_output_that_cannot_be_written_says_which_why_and_what_to_do(tmp_path
     full, empty, a_file = tmp_path / "full", tmp_path / "empty", tmp_path / "a_file"
     full.mkdir(), empty.mkdir(), a_file.write_text("")
     disk.install({full: 10, empty: 0})
-    OUTPUTS.reset(elsewhere="pass --OUTPUT_JSONL=<a path on a disk with room>")
+    OUTPUTS.reset(elsewhere="pass --OUTPUT_JSONL=<a writable path with room>")
     with pytest.raises(OutputError) as e:
         with atomic_open(full / "out.jsonl") as f:
             f.write("x" * 100)
@@ -107,8 +107,8 @@ def test_a_full_disk_stops_a_script_before_its_work(tmp_path):
     assert proc.returncode == 4 and time.perf_counter() - t0 < 20, proc.stderr
     assert proc.stderr == (
         f"error: cannot write in {out / 'eval'}: no space left on the device (ENOSPC). Free space on that disk "
-        f"(df -h {out / 'eval'}), or write elsewhere: the outputs go beside JSONL_PATH: copy it to a folder with room "
-        f"and pass --JSONL_PATH=<the copy> --IMAGE_ROOT={FIXTURES}. Nothing was run.\n")
+        f"(df -h {out / 'eval'}), or write elsewhere: the outputs go beside JSONL_PATH: copy it to a writable folder "
+        f"with room and pass --JSONL_PATH=<the copy> --IMAGE_ROOT={FIXTURES}. Nothing was run.\n")
     assert os.listdir(out / "eval") == ["in.jsonl"]  # no model was loaded, no cache made
 
 
@@ -178,8 +178,8 @@ def test_real_full_and_read_only_file_systems(tmp_path, tmpfs):
         f"(df -h {small}), or {ELSEWHERE_GENERATOR}\n  no output file was written\n  no partial file was left\n")
     assert (tmp_path / "ro.rc").read_text() == "4\n"
     assert (tmp_path / "ro.err").read_text() == (
-        f"error: cannot write in {ro}: read-only file system (EROFS). Write elsewhere: pass --OUTPUT_JSONL=<a path "
-        f"on a disk with room>. Nothing was run.\n")
+        f"error: cannot write in {ro}: read-only file system (EROFS). Write elsewhere: pass --OUTPUT_JSONL=<a "
+        f"writable path with room>. Nothing was run.\n")
 
 
 SLOW_RUN = """
