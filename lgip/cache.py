@@ -90,7 +90,8 @@ class EmbeddingCache:
             _UNWRITABLE[self.root] = why
         print(f"warning: the embedding cache cannot be written ({path}: {why}); the run goes on without caching "
               f"the rest: its results are the same, what is cached stays usable, and a re-run encodes again what "
-              f"was not cached. Free space there, or pass --CACHE_DIR=<a folder with room> (None: no cache).",
+              f"was not cached. Free space there (or get write permission), or pass --CACHE_DIR=<a writable folder "
+              f"with room> (None: no cache).",
               file=sys.stderr, flush=True)
 
     def _load(self, kind):

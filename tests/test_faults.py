@@ -124,8 +124,8 @@ def test_a_full_disk_keeps_the_metrics_and_a_full_cache_costs_nothing(tmp_path):
     assert proc.returncode == 4 and "Traceback" not in err, err
     assert err.count("warning: the embedding cache cannot be written (") == 1
     assert ("no space left on the device); the run goes on without caching the rest: its results are the same, what is "
-            "cached stays usable, and a re-run encodes again what was not cached. Free space there, or pass "
-            "--CACHE_DIR=<a folder with room> (None: no cache).") in err
+            "cached stays usable, and a re-run encodes again what was not cached. Free space there (or get write "
+            "permission), or pass --CACHE_DIR=<a writable folder with room> (None: no cache).") in err
     for model in ("tiny_openclip", "tiny_siglip"):
         assert (f"warning: cannot write {out / f'in__LGIP_{model}.scores.jsonl'}: no space left on the device (ENOSPC). "
                 f"Free space on that disk (df -h {out}), or write elsewhere: the outputs go beside JSONL_PATH") in err
