@@ -4,10 +4,12 @@ The scripts read top to bottom like recipes over these names. The machinery that
 lives behind them in the lgip/ package, one module per concern. Each module imports only modules
 above it in this list, so it can be read, and changed, knowing only those:
 
-  errors, util          InputError / ModelError / ConfigError; progress, timing, atomic files, output names
+  errors, util          InputError / ModelError / ConfigError / OutputError; progress, timing, atomic files
+                        (an output that cannot be written: which, why, what to do), output names
   accelerations         the off switch of every acceleration (ACCELERATIONS_OFF in the scripts)
   cli                   --NAME=value overrides of a script's constants; run_main and its exit codes
-  records               reading and validating JSONL records (file:line and field in every error)
+  records               reading every JSON/JSONL input (a UTF-8 byte-order mark is fine) and validating
+                        records (file:line and field in every error)
   method, generate      word lists, paraphrases, flips (LGIP_SPEC.md 2-3); the generators' loop
   encoder, hub          the Encoder interface every loader returns; protocols, dtypes, tokenizer keys;
                         where a model's files come from, and a run stopped at once when they cannot be had
@@ -50,7 +52,7 @@ from lgip.attribution import align_words, attribute, blamed_word, changed_words,
 from lgip.cli import configure, parse_value, run_main
 from lgip.entry import script_call
 from lgip.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
-from lgip.errors import ConfigError, InputError, ModelError
+from lgip.errors import ConfigError, InputError, ModelError, OutputError, Terminated
 from lgip.evaluation import ModelRun, forget_token_tables, run_evaluation, swap_process_state
 from lgip.generate import run_generator
 from lgip.hub import check_models
@@ -60,7 +62,7 @@ from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_fl
                          infer_flip_type, simple_paraphrases, typed_flips)
 from lgip.models import PUBLISHED_MODELS, load_model
 from lgip.pixel_memory import forget_pixels
-from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_records
+from lgip.records import caption_texts, dump_jsonl_line, iter_json_lines, iter_records, load_records, read_json
 from lgip.scorefile import PerModel, ScoreSidecar, read_flip_gaps
 from lgip.scoring import Pairs, add_ci, mean_or_none
 from lgip.device import cosines
@@ -69,12 +71,13 @@ from lgip.util import (Timer, atomic_open, default_num_workers, default_output, 
                        provenance, write_json)
 
 __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "InputError", "Lookahead", "ModelError", "ModelRun",
-           "NUMBER_WORDS", "OBJECTS", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel", "SIGLIP_TEXT_LENGTH",
-           "ScoreSidecar", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "align_words",
-           "atomic_open", "attribute", "blamed_word", "cap_sample", "caption_texts", "changed_words", "check_models",
-           "check_tower", "configure", "cosines", "default_num_workers", "default_output", "dump_jsonl_line",
-           "encode_record_images", "fmt", "forget_pixels", "forget_token_tables", "infer_flip_type", "iter_records",
-           "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids",
-           "parse_value", "provenance", "read_flip_gaps", "resolve_device", "resolve_dtype", "run_evaluation",
-           "run_generator", "run_main", "script_call", "simple_paraphrases", "swap_process_state", "text_tower",
-           "token_namer", "typed_flips", "word_scores", "write_json"]
+           "NUMBER_WORDS", "OBJECTS", "OutputError", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel",
+           "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips",
+           "advanced_paraphrases", "align_words", "atomic_open", "attribute", "blamed_word", "cap_sample",
+           "caption_texts", "changed_words", "check_models", "check_tower", "configure", "cosines",
+           "default_num_workers", "default_output", "dump_jsonl_line", "encode_record_images", "fmt", "forget_pixels",
+           "forget_token_tables", "infer_flip_type", "iter_json_lines", "iter_records", "load_model", "load_records",
+           "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids", "parse_value", "provenance",
+           "read_flip_gaps", "read_json", "resolve_device", "resolve_dtype", "run_evaluation", "run_generator",
+           "run_main", "script_call", "simple_paraphrases", "swap_process_state", "text_tower", "token_namer",
+           "typed_flips", "word_scores", "write_json"]

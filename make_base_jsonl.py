@@ -15,7 +15,6 @@ Annotations naming an image id absent from "images" are skipped and counted. Pri
 skipped and why; writes `<OUTPUT_JSONL>.meta.json` (settings, versions, counts).
   python make_base_jsonl.py --N_IMAGES=40000 --SEED=42
 """
-import json
 import os
 import random
 
@@ -54,13 +53,7 @@ def load_coco(path):
             f"{path}: no such file. Download the COCO 2017 train/val annotations "
             f"(annotations_trainval2017.zip from cocodataset.org) and put captions_train2017.json in "
             f"{os.path.join(_HERE, 'annotations')}/, or pass --ANNOTATIONS_JSON=<path>")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise common.InputError(f"{path}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
-    except UnicodeDecodeError as e:
-        raise common.InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    data = common.read_json(path)  # (a byte-order mark at its start is fine)
     if not isinstance(data, dict):
         raise common.InputError(f"{path}: expected a JSON object with 'images' and 'annotations', "
                                 f"got {type(data).__name__}")

@@ -219,8 +219,7 @@ def recorded_settings(step):
     """The settings an output was made with: run_all's record when it vouches for the current
     files, else what the output stores itself (metrics: run.config; JSONL: .meta.json)."""
     try:
-        with open(step.stamp, encoding="utf-8") as f:
-            stamp = json.load(f)
+        stamp = common.read_json(step.stamp)
         if stamp.get("outputs") == {os.path.basename(p): os.stat(p).st_mtime_ns for p in step.outputs}:
             return stamp["settings"], True
     except (OSError, ValueError, KeyError, AttributeError):
@@ -229,8 +228,7 @@ def recorded_settings(step):
         path = step.outputs[0]
         if not path.endswith(".metrics.json") and not path.endswith("_analysis.json"):
             path += ".meta.json"
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        data = common.read_json(path)
         config = data[0]["run"]["config"] if isinstance(data, list) else data["config"]
         return {k: config[k] for k in step.recorded if k in config}, False
     except (OSError, ValueError, KeyError, IndexError, TypeError):
@@ -272,6 +270,24 @@ def reason_to_run(step, pending):
     return None
 
 
+def stopped_by(proc, sigterm, grace=25):
+    """Let a step that was stopped end as it does (its rows encoded so far written to the cache):
+    SIGTERM is passed on (a scheduler may have signalled this process alone; a step that got it
+    too ignores the second), Ctrl-C reached it from the terminal. One still running after `grace`
+    seconds gets SIGTERM (again), then SIGKILL: a scheduler's SIGKILL follows 30 s after its SIGTERM."""
+    import signal
+    if sigterm:
+        proc.send_signal(signal.SIGTERM)
+    for then in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            return proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(then)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop it now
+            proc.send_signal(signal.SIGKILL)
+    return proc.wait()
+
+
 def run_step(step, k, n, reason):
     tag = f"[{k}/{n}] {step.name}"
     if not os.path.isfile(step.script):
@@ -281,12 +297,15 @@ def run_step(step, k, n, reason):
     if DRY_RUN:
         return
     t0 = time.perf_counter()
+    proc = subprocess.Popen(step.command())
     try:
-        rc = subprocess.call(step.command())
-    except KeyboardInterrupt:  # the step got the interrupt too, and has ended
-        print(f"\nerror: interrupted during step {step.name}; later steps not run. Run the same command again to "
-              f"go on: finished steps are skipped, an interrupted evaluation resumes from its cache", file=sys.stderr)
-        raise SystemExit(130)
+        rc = proc.wait()
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the step stops as cleanly, and is waited for
+        stopped_by(proc, isinstance(e, common.Terminated))
+        print(f"\nerror: {'stopped by SIGTERM' if isinstance(e, common.Terminated) else 'interrupted'} during step "
+              f"{step.name}; later steps not run. Run the same command again to go on: finished steps are skipped, "
+              f"an interrupted evaluation resumes from its cache", file=sys.stderr)
+        raise SystemExit(143 if isinstance(e, common.Terminated) else 130)
     seconds = time.perf_counter() - t0
     if rc != 0:
         status = rc if rc > 0 else 128 - rc  # killed by a signal: the shell's convention

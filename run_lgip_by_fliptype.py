@@ -72,7 +72,7 @@ def evaluate(run):
         sidecar.add("paraphrases", inv)
         sidecar.add("flips", typed, type=typed.label)
         path = common.metrics_path(JSONL_PATH, f"LGIP_fliptypes_{run.enc.name}.scores.jsonl")
-        m["scores_file"] = os.path.basename(sidecar.write(path))
+        m["scores_file"] = sidecar.save(path)  # its name; None when it could not be written (said; the metrics still are)
     return m
 
 

@@ -69,7 +69,7 @@ def evaluate(run):
                  for k, i, t in zip(sens.rec, sens.cap, sens.text)]
         sidecar.add("flips", sens, type=types)
         path = common.metrics_path(JSONL_PATH, f"LGIP_{run.enc.name}.scores.jsonl")
-        m["scores_file"] = os.path.basename(sidecar.write(path))
+        m["scores_file"] = sidecar.save(path)  # its name; None when it could not be written (said; the metrics still are)
     return m
 
 

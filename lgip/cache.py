@@ -1,6 +1,8 @@
 """lgip.cache: the on-disk embedding cache, per model, protocol and dtype: images keyed by
 path, size and mtime, texts by text and padding; chunks written whole by a thread of their own,
-a corrupt one reported and rebuilt.
+a corrupt one reported and rebuilt. A cache that cannot be written (a full disk, a quota, a
+read-only folder) never costs the run: said once, the run goes on without caching the rest, and
+what is on disk stays usable.
 
     >>> cache = EmbeddingCache(".lgip_cache", enc, spec); pos, emb = cache.lookup("text", keys)
 """
@@ -8,10 +10,14 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 
-from .errors import CacheError
+from .errors import CacheError, OutputError
 from .util import atomic_open, package_versions, write_json
+
+_UNWRITABLE = {}  # cache root -> why its chunks could not be written: said once, and this process writes there no more
+_SAYING = threading.Lock()  # (the text and image writers' threads may fail at once)
 
 
 def image_cache_key(path):
@@ -58,28 +64,55 @@ class EmbeddingCache:
             ident["loader_stat"] = [_tree_stat(f) for f in files if f and os.path.exists(f)]
         digest = hashlib.sha1(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.get("name", "model"))[:80]
-        self.dir = os.path.join(root, f"{slug}-{digest}")
-        os.makedirs(self.dir, exist_ok=True)
-        meta = os.path.join(self.dir, "meta.json")
-        if not os.path.exists(meta):
-            write_json(meta, ident)
+        self.root, self.dir = os.path.abspath(root), os.path.join(root, f"{slug}-{digest}")
         self.chunk_rows = chunk_rows
         self.flush_s = flush_s  # a chunk is also written once its oldest row is this old: a crash loses at most that much work
         self.fp16 = enc.rounds_to_fp16  # then stored rows are fp16 values
         self._index = {}
-        self.stats = {"image_hits": 0, "text_hits": 0, "corrupt_chunks": 0}
+        # write_error: why this run stopped writing the cache (None: it did not)
+        self.stats = {"image_hits": 0, "text_hits": 0, "corrupt_chunks": 0, "write_error": _UNWRITABLE.get(self.root)}
+        if self.writable:
+            meta = os.path.join(self.dir, "meta.json")
+            try:
+                os.makedirs(self.dir, exist_ok=True)
+                if not os.path.exists(meta):
+                    write_json(meta, ident, output=False)
+            except (OSError, OutputError) as e:
+                self.cannot_write(e, meta)
+
+    @property
+    def writable(self):
+        return self.stats["write_error"] is None
+
+    def cannot_write(self, e, path):
+        """A cache file could not be written (e: OSError or OutputError): the run goes on without
+        writing more (said once per process and cache folder); what is on disk stays usable."""
+        why = e.reason if isinstance(e, OutputError) else (e.strerror or str(e))
+        with _SAYING:
+            self.stats["write_error"] = why
+            if self.root in _UNWRITABLE:
+                return
+            _UNWRITABLE[self.root] = why
+        print(f"warning: the embedding cache cannot be written ({path}: {why}); the run goes on without caching "
+              f"the rest: its results are the same, what is cached stays usable, and a re-run encodes again what "
+              f"was not cached. Free space there (or get write permission), or pass --CACHE_DIR=<a writable folder "
+              f"with room> (None: no cache).",
+              file=sys.stderr, flush=True)
 
     def _load(self, kind):
         import numpy as np
         if kind in self._index:
             return self._index[kind]
         index, arrays = {}, []
-        for name in sorted(os.listdir(self.dir)):
+        for name in sorted(os.listdir(self.dir) if os.path.isdir(self.dir) else []):
             path = os.path.join(self.dir, name)
             if name.startswith("." + kind + "-") and name.endswith(".tmp"):
                 # Left by an interrupted write; a young one may be another process's write in progress.
-                if time.time() - os.path.getmtime(path) > 3600:
-                    os.unlink(path)
+                try:
+                    if time.time() - os.path.getmtime(path) > 3600:
+                        os.unlink(path)
+                except OSError:  # (gone already; a read-only cache)
+                    pass
                 continue
             if not (name.startswith(kind + "-") and name.endswith(".npz")):
                 continue
@@ -92,7 +125,10 @@ class EmbeddingCache:
                 print(f"warning: cache chunk {path} is corrupt ({type(e).__name__}: {e}); "
                       f"deleted, its entries will be encoded again", file=sys.stderr)
                 self.stats["corrupt_chunks"] += 1
-                os.unlink(path)
+                try:
+                    os.unlink(path)
+                except OSError:  # (a read-only cache: skipped all the same)
+                    pass
                 continue
             c = len(arrays)
             arrays.append(emb)
@@ -107,7 +143,8 @@ class EmbeddingCache:
 
     def has_entries(self, kind):
         """True when a chunk of this kind is on disk (a re-run; nothing is read)."""
-        return any(n.startswith(kind + "-") and n.endswith(".npz") for n in os.listdir(self.dir))
+        return os.path.isdir(self.dir) and any(n.startswith(kind + "-") and n.endswith(".npz")
+                                               for n in os.listdir(self.dir))
 
     def lookup(self, kind, keys):
         """(positions of keys found, their embeddings as a float32 tensor)."""
@@ -141,37 +178,39 @@ class _ChunkWriter:
     """Adds embeddings to a cache in chunk files, written by a thread of its own: the copy to the
     host and the file write overlap the device's work instead of holding up the loop that feeds
     it (~2.6 GB of fp16 text rows per model at 40,000 images). At most `ahead` chunks wait to
-    be written; a failed write is raised by the next add or by close."""
+    be written. A chunk that cannot be written (no space, no permission) is dropped, and so is
+    every later one (EmbeddingCache.cannot_write); any other failure is raised by the next add
+    or by close."""
 
     def __init__(self, cache, kind, ahead=2):
-        self.cache, self.kind, self.ahead, self.keys, self.embs, self.n = cache, kind, ahead, [], [], 0
+        self.cache, self.kind, self.ahead, self.parts, self.n = cache, kind, ahead, [], 0
         self._pool, self._pending = None, []
 
     def add(self, keys, emb, since=None):
         """Add rows; `since`: when the work that made them began (time.monotonic()), for the
         time bound: a chunk is written once its oldest rows' work began flush_s ago."""
-        if not self.keys:
+        if not self.parts:
             self.since = time.monotonic() if since is None else since
-        self.keys.extend(keys)
-        self.embs.append(emb)
+        self.parts.append((keys, emb))  # (one step: an interrupt never leaves keys without their rows)
         self.n += len(keys)
         if self.n >= self.cache.chunk_rows or self.due():
             self.flush()
 
     def due(self, since=None):
         """True when rows begun at `since` (default: the oldest held here) are flush_s old."""
-        since = since if since is not None else (self.since if self.keys else None)
+        since = since if since is not None else (self.since if self.parts else None)
         return since is not None and time.monotonic() - since >= self.cache.flush_s
 
     def flush(self):
         import concurrent.futures as cf
         import torch
-        if not self.keys:
+        parts, self.parts, self.n = self.parts, [], 0
+        if not parts or not self.cache.writable:
             return
         if self._pool is None:
             self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="lgip-cache-writer")
-        self._pending.append(self._pool.submit(self._write, self.keys, torch.cat(self.embs)))
-        self.keys, self.embs, self.n = [], [], 0
+        keys = [k for ks, _ in parts for k in ks]
+        self._pending.append(self._pool.submit(self._write, keys, torch.cat([e for _, e in parts])))
         while len(self._pending) > self.ahead:
             self._pending.pop(0).result()
 
@@ -179,13 +218,19 @@ class _ChunkWriter:
         import uuid
         import numpy as np
         import torch
+        if not self.cache.writable:
+            return
         if self.cache.fp16:
             emb = emb.to(torch.float16)  # lossless: its values were rounded to fp16 already (storage_dtype)
         emb = emb.cpu().numpy()
         keys = np.frombuffer(json.dumps(keys, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
         path = os.path.join(self.cache.dir, f"{self.kind}-{uuid.uuid4().hex}.npz")
-        with atomic_open(path, "wb", durable=False) as f:  # (np.load checks the zip's CRCs: a chunk lost to a power cut is rebuilt)
-            np.savez(f, emb=emb, keys=keys)
+        try:
+            # (np.load checks the zip's CRCs: a chunk lost to a power cut is rebuilt)
+            with atomic_open(path, "wb", durable=False, output=False) as f:
+                np.savez(f, emb=emb, keys=keys)
+        except (OSError, OutputError) as e:  # no partial chunk is left: the cache stays whole
+            self.cache.cannot_write(e, path)
 
     def close(self):
         """Write what is left and wait for every chunk (raises the first failed write)."""
@@ -199,7 +244,7 @@ class _ChunkWriter:
     def abandon(self):
         """The run failed or was interrupted: the whole chunks handed over are written (a re-run
         resumes from them), the rows of the unfinished one are dropped."""
-        self.keys, self.embs, self.n = [], [], 0
+        self.parts, self.n = [], 0
         for future in self._pending:
             try:
                 future.result()

@@ -1,6 +1,8 @@
 """lgip.cli: a script's command line: `--NAME=value` overrides of its UPPERCASE constants
-(`configure`, as nanoGPT's configurator), and `run_main`, which ends bad input with its message
-(exit status 2) and a GPU out of memory with what to lower (exit status 3).
+(`configure`, as nanoGPT's configurator), and `run_main`, which first checks that the script's
+output folders take a file, then ends bad input with its message (exit status 2), a GPU out of
+memory with what to lower (3), an output that cannot be written with which, why and what to do
+(4), Ctrl-C (130) and SIGTERM (143) with what was finished and how to resume.
 
     JSONL_PATH = "x.jsonl"  # path to the input
     CONFIG = configure(globals())   # applies --JSONL_PATH=... from sys.argv, prints each override
@@ -10,7 +12,8 @@ import os
 import re
 import sys
 
-from .errors import ConfigError, InputError, Interrupted, ModelError
+from .errors import ConfigError, InputError, Interrupted, ModelError, OutputError, Terminated
+from .util import OUTPUTS, check_writable
 
 
 _CONST_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)\s*=\s*(.*?)\s*(?:#\s*(.*))?$")
@@ -76,20 +79,101 @@ def configure(namespace, argv=None):
     return {k: namespace[k] for k in names}
 
 
+def output_folders(config):
+    """(the folders a script writes to, how to send its outputs elsewhere), from its settings:
+    each OUTPUT_* path (a file or a prefix) that is set, else the folder of its JSONL_PATH or
+    INPUT_JSONL, beside which its outputs go. ([], None) for a script with neither."""
+    config = config if isinstance(config, dict) else {}
+    named = [k for k in config if k.startswith("OUTPUT_")]
+    chosen = [config[k] for k in named if isinstance(config[k], str) and config[k]]
+    source = next((k for k in ("JSONL_PATH", "INPUT_JSONL") if isinstance(config.get(k), str)), None)
+    if chosen:
+        folders = [os.path.dirname(os.path.abspath(p)) for p in chosen]
+    elif source:  # (an input whose folder is missing: its own error says so)
+        folders = [os.path.dirname(os.path.abspath(config[source]))]
+        folders = folders if os.path.isdir(folders[0]) else []
+    else:
+        return [], None
+    if named:
+        elsewhere = " or ".join(f"pass --{k}=<a writable path with room>" for k in named)
+    else:  # evaluations: outputs beside their input, whose images are found relative to IMAGE_ROOT
+        root = os.path.abspath(config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config[source])))
+        elsewhere = (f"the outputs go beside {source}: copy it to a writable folder with room and pass "
+                     f"--{source}=<the copy>" + (f" --IMAGE_ROOT={root}" if "IMAGE_ROOT" in config else ""))
+    return folders, elsewhere
+
+
+_SIGTERM = []  # [signal number] once SIGTERM arrived: the script is stopping
+
+
+def _handle_sigterm():
+    """SIGTERM (a scheduler's preemption or time limit; SIGKILL follows after a grace period,
+    SLURM's 30 s) raises Terminated in the main thread, a KeyboardInterrupt: the script stops
+    as on Ctrl-C, its rows encoded so far flushed to the cache and its workers stopped. A second
+    SIGTERM (a scheduler signals every process of the job; run_all.py passes it on) is ignored,
+    so that the first one's cleanup finishes; so are worker processes dying of it (SIGCHLD: torch
+    would raise for a DataLoader worker killed by a signal). Returns what restores the handlers."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_sigterm(signum, frame):
+        if _SIGTERM:
+            return
+        _SIGTERM.append(signum)
+        signal.signal(signal.SIGCHLD, lambda *a: None)
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, on_sigterm), signal.getsignal(signal.SIGCHLD)
+
+    def restore():
+        signal.signal(signal.SIGTERM, before[0])
+        if before[1] is not None:
+            signal.signal(signal.SIGCHLD, before[1])
+        _SIGTERM.clear()
+    return restore
+
+
 def run_main(main):
-    """Run a script's main(); bad input ends with its message and exit status 2, a GPU out of
-    memory with what to lower and exit status 3, Ctrl-C with what was finished and how to resume
-    (exit status 130, no partial output: every output file is written whole or not at all)."""
+    """Run a script's main(). First its output folders (output_folders, from its CONFIG) are
+    checked to take a file. Bad input ends with its message and exit status 2, a GPU out of
+    memory with what to lower and exit status 3, an output that cannot be written with which,
+    why, what to do and what was written (exit status 4; an optional output that could not be
+    written, a score file, also ends so, once the rest is written), Ctrl-C with what was finished
+    and how to resume (exit status 130), SIGTERM likewise (exit status 143). No partial output:
+    every output file is written whole or not at all."""
+    folders, elsewhere = output_folders(getattr(main, "__globals__", {}).get("CONFIG"))
+    OUTPUTS.reset(elsewhere)
+    restore = _handle_sigterm()
+    started = False
     try:
+        check_writable(folders)  # before any work: not after an hour
+        started = True
         main()
+        if OUTPUTS.unwritten:  # optional outputs the run went on without (said when they failed)
+            raise OutputError("not every output could be written (see the warnings above: the run went on "
+                              "without them)")
+    except OutputError as e:
+        lines = OUTPUTS.summary(failed=e.path) + ["no partial file was left"] if started else []
+        lines += [OUTPUTS.resume] if started and OUTPUTS.resume else []
+        print(f"error: {e}" + "".join(f"\n  {line}" for line in lines), file=sys.stderr)
+        raise SystemExit(4)
     except (InputError, ModelError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)
     except (KeyboardInterrupt, Interrupted) as e:
         said = str(e) if isinstance(e, Interrupted) else "no output file was left half-written; run the same command again"
+        if _SIGTERM:
+            print(f"\nstopped by SIGTERM: {said}", file=sys.stderr)
+            raise SystemExit(143)
         print(f"\ninterrupted: {said}", file=sys.stderr)
         raise SystemExit(130)
     except Exception as e:
+        if _SIGTERM:  # an error of the stopping itself (a worker killed by the same signal): the stop is the news
+            print(f"\nstopped by SIGTERM (while stopping: {type(e).__name__}: {e}); no output file was left "
+                  f"half-written; run the same command again", file=sys.stderr)
+            raise SystemExit(143)
         torch = sys.modules.get("torch")  # imported by then if a model ran
         if torch is None or not isinstance(e, torch.cuda.OutOfMemoryError):
             raise
@@ -97,3 +181,5 @@ def run_main(main):
               f"(\"auto\" is 2048 on CUDA) or --IMAGE_BATCH_SIZE=, or use --DTYPE=bf16; finished cache chunks "
               f"are kept, so a re-run resumes.", file=sys.stderr)
         raise SystemExit(3)
+    finally:
+        restore()

@@ -40,6 +40,21 @@ class _DeviceRows:
             self.writer.add([self.key_of(i) for i in idx], emb, self.since)
         self.items, self.n, self.since = [], 0, time.monotonic()
 
+    def stop(self, keep):
+        """The work stopped early. keep (Ctrl-C, SIGTERM): every row encoded so far is written to
+        the cache, so that the same command resumes after them; else (a failure, whose rows may come
+        from a broken device) only the chunks already handed over are."""
+        if self.writer is None:
+            return
+        try:
+            if keep:
+                self.flush()
+                self.writer.close()
+        except BaseException as e:  # (a second Ctrl-C; a failed write): what is whole is kept
+            print(f"warning: the last rows encoded were not all cached ({type(e).__name__}: {e})", file=sys.stderr)
+        finally:
+            self.writer.abandon()
+
 
 def _to_device(host, device):
     """A host tensor copied to `device` without waiting for the device: through pinned memory,

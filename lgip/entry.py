@@ -5,8 +5,9 @@ arguments, in force for the call only, in a process state as fresh as a new proc
 Each call starts with no token tables, prefix plan, shared calls, score-file layout or
 remembered pixels left by an earlier one, and drops its own when it ends (the lookahead's workers
 end with its run, the accelerations' switches are restored by run_evaluation), so a second call
-gives what a fresh process gives. The command line calls the same run() with no arguments: its
-`--NAME=value` overrides are already the module's constants.
+gives what a fresh process gives. Its output folders are checked to take a file before any work
+(lgip.cli.run_main does the same on the command line). The command line calls the same run()
+with no arguments: its `--NAME=value` overrides are already the module's constants.
 
     >>> import run_lgip_multi
     >>> results = run_lgip_multi.run(JSONL_PATH="x_with_perturb.jsonl", WRITE_SCORES=False,
@@ -16,8 +17,10 @@ gives what a fresh process gives. The command line calls the same run() with no 
 import contextlib
 import os
 
+from .cli import output_folders
 from .errors import ConfigError
 from .evaluation import swap_process_state
+from .util import OUTPUTS, check_writable
 
 
 @contextlib.contextmanager
@@ -35,7 +38,11 @@ def script_call(namespace, constants):
     state = swap_process_state()  # (None: empty, a fresh process's)
     namespace.update(constants)
     try:
-        yield {k: namespace[k] for k in names}
+        config = {k: namespace[k] for k in names}
+        folders, elsewhere = output_folders(config)
+        OUTPUTS.reset(elsewhere)  # (what this call writes, and could not: a score file is then None in its metrics)
+        check_writable(folders)  # before any work: not after an hour
+        yield config
     finally:
         namespace.update(saved)
         swap_process_state(state)

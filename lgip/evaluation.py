@@ -11,7 +11,7 @@ import time
 from . import accelerations, prefix_packs
 from .errors import Interrupted, ModelError
 from .hub import check_models
-from .util import Timer, provenance
+from .util import OUTPUTS, Timer, provenance
 from .records import load_records
 from .encoder import resolve_device
 from .models import cacheable, key_encoder, load_model
@@ -169,8 +169,8 @@ class ModelRun:
         then = (lambda: ahead.start(self.enc, self.bank.calls, images.paths)) if ahead is not None else None
         try:
             txt_emb, rows = self.bank.encode(batch, cache=self.cache, beside=images, then=then)
-        except BaseException:
-            images.close()
+        except BaseException as e:  # Ctrl-C, SIGTERM: the images encoded so far go to the cache too
+            images.close(keep=isinstance(e, KeyboardInterrupt))
             raise
         with Timer() as t_images:
             self.img_emb, self.ok, self.image_report = images.finish()
@@ -277,9 +277,10 @@ def _interrupted(config, models, finished, per_model_files):
                "no metrics file was written (it is written at the end)"
                + (", the finished models' score files are; " if scores and finished else "; "))
     cache = config.get("CACHE_DIR")
-    resume = ("their embeddings, and the finished cache chunks of the interrupted one, are in the cache "
-              f"({'.lgip_cache beside the input' if cache == 'auto' else cache}): the same command resumes there "
-              f"(a finished model is read from the cache, without loading its weights)" if cache else
+    held = ("their embeddings, and the texts and images the interrupted one had encoded, are" if finished else
+            "the texts and images it had encoded are")
+    resume = (f"{held} in the cache ({'.lgip_cache beside the input' if cache == 'auto' else cache}): the same "
+              f"command resumes there (a finished model is read from the cache, without loading its weights)" if cache else
               "CACHE_DIR is None, so a re-run starts from the beginning")
     return f"during model {current}; {done}; {written}{resume}."
 
@@ -290,6 +291,9 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
     Prints `summary(metrics)` per model; returns the list of metrics on rank 0, None elsewhere.
     """
     records = load_records(config["JSONL_PATH"], per_caption_fields)
+    if config.get("CACHE_DIR"):  # said should an output not be written: the work is not lost
+        OUTPUTS.resume = ("the embeddings encoded so far are in the cache: once there is room, the same command "
+                          "re-runs from it (a model whose embeddings are all there without loading its weights)")
     results = []
     models = config["MODELS"]
     problems = check_models(models)  # before the first model's work: not after an hour

@@ -148,16 +148,16 @@ class ImageEncoding:
                 pass
         return False
 
-    def close(self):
-        """Stop early (the caller failed): the helper thread ends and the decoding workers with
-        it; the cache chunks already whole are written."""
+    def close(self, keep=False):
+        """Stop early (the caller failed, or keep: was interrupted by Ctrl-C or SIGTERM): the cache
+        chunks already whole are written (keep: and every image encoded so far), then the helper
+        thread ends and the decoding workers with it."""
         if self._queue is None:
             return
+        self._rows.stop(keep)
         if not self._ended:
             self._closed.set()
             self._thread.join(timeout=30)
-        if self._writer is not None:
-            self._writer.abandon()
         self._bar.close()
 
     def _take(self, item):
@@ -213,8 +213,8 @@ class ImageEncoding:
                 while not self._ended:
                     self._take(self._queue.get())
                 self._rows.flush()
-            except BaseException:
-                self.close()
+            except BaseException as e:
+                self.close(keep=isinstance(e, KeyboardInterrupt))
                 raise
             self._bar.close()
             if self._writer is not None:

@@ -21,10 +21,12 @@ _AHEAD_ITEMS = []  # in a Lookahead worker process: the job's items (inherited t
 
 def _ahead_worker_start(items):
     """A Lookahead worker: lowest CPU priority (it gets what the current model leaves), one
-    thread, Ctrl-C left to the main process (which then stops the job)."""
+    thread, Ctrl-C left to the main process (which then stops the job), SIGTERM its default
+    (not the main process's handler, inherited through fork): a scheduler's ends it at once."""
     import signal
     import torch
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(1)
     try:
         os.nice(19)

@@ -1,9 +1,14 @@
 """lgip.records: the JSONL records (LGIP_SPEC.md section 1): reading and validating them,
-with errors that name file, line and field; the published output line format.
+with errors that name file, line and field; the published output line format. Every JSON and
+JSONL input of the scripts is read here (`iter_json_lines`, `read_json`): UTF-8 with or without a
+byte-order mark at its start (Windows tools and pandas' "utf-8-sig" write one), LF or CRLF line
+ends; UTF-16 or text that is not UTF-8 is an error saying so.
 
     >>> records = load_records("x_with_perturb.jsonl", per_caption_fields=("same_caps", "diff_caps"))
     >>> line, rec = records[0]; caption_texts(rec, "diff_caps", 0)
     ['A blue bus parked ...']
+    >>> for line, value in iter_json_lines("x__LGIP_m.scores.jsonl"): ...
+    >>> coco = read_json("annotations/captions_train2017.json")
 """
 import json
 import os
@@ -59,25 +64,71 @@ def _expect_combined(items, where, field):
                 raise InputError(f"{where}: field '{field}[{j}].{name}' is missing or not a string")
 
 
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
+_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+               (b"\xfe\xff", "UTF-16"))
+
+
+def _start(path, head):
+    """Bytes to skip at the start of a file: its UTF-8 byte-order mark, if any. UTF-16 and UTF-32
+    (their byte-order marks) raise InputError saying how to fix the file."""
+    for bom, name in _OTHER_BOMS:
+        if head.startswith(bom):
+            raise InputError(f"{path}: {name} text (it starts with the byte-order mark {bom.hex(' ').upper()}); "
+                             f"save it as UTF-8")
+    return len(_BOM) if head.startswith(_BOM) else 0
+
+
+def _decode(raw, where, of_line=False):
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start}{' of the line' if of_line else ''}); "
+                         f"save the file as UTF-8") from None
+
+
+def iter_json_lines(path):
+    """Stream (line number, value) from a JSONL file; blank lines are skipped. A line that is not
+    JSON or not UTF-8 raises InputError naming `path:line`."""
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if lineno == 1:
+                raw = raw[_start(path, raw):]
+            line = _decode(raw, f"{path}:{lineno}", of_line=True)
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+            yield lineno, value
+
+
+def read_json(path):
+    """A whole JSON file, parsed; InputError naming the file (and line and column) when it is
+    missing, not UTF-8 or not JSON."""
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        data = f.read()
+    text = _decode(data[_start(path, data[:4]):], path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+
+
 def iter_records(path, per_caption_fields=()):
     """Stream (line number, record) from a JSONL file, validating each record.
 
     Blank lines are skipped (as the published code does); anything else that is not a
     valid record raises InputError naming `path:line` and the field.
     """
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-            validate_record(rec, where, per_caption_fields)
-            yield lineno, rec
+    for lineno, rec in iter_json_lines(path):
+        validate_record(rec, f"{path}:{lineno}", per_caption_fields)
+        yield lineno, rec
 
 
 def dump_jsonl_line(rec):

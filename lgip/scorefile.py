@@ -2,15 +2,18 @@
 caption with the caption's similarity and each paraphrase's, flip's and combined text's, made a
 column at a time; its text less the numbers is made once per run (accelerations.SHARED_SCORE_LAYOUT).
 
-    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.write(path)
+    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.save(path)
     >>> read_flip_gaps(path)[0]   # (line, caption index, flip, caption sim - flip sim)
     (1, 0, 'A blue bus parked on the side of the street.', 0.012345)
 """
 import itertools
 import json
 import operator
+import os
+import sys
 
 from . import accelerations
+from .errors import OutputError
 from .util import atomic_open
 
 
@@ -172,7 +175,7 @@ class ScoreSidecar:
     column at a time (~1.4M pairs at 40,000 images: a dict per pair, dumped line by line, took
     ~6 s per model while the GPU waited), and all but the similarities once per run
     (_ScoreLayout: the run's models score the same pairs, and label them alike).
-    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.write(path)
+    >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.save(path)
     """
 
     def __init__(self, records):
@@ -215,9 +218,22 @@ class ScoreSidecar:
         return [line + "\n" for line in self.text().split("\n")[:-1]]
 
     def write(self, path):
+        """Write the file (OutputError, saying why and what to do, when it cannot be)."""
         with atomic_open(path) as f:
             f.write(self.text())
         return path
+
+    def save(self, path):
+        """The file written, as its name for the metrics; None when it cannot be written (no
+        space, no permission): said at once, and the run goes on, so that its metrics, a small
+        fraction of its size, are still written; the script then ends with exit status 4 naming
+        it (lgip.cli.run_main)."""
+        try:
+            return os.path.basename(self.write(path))
+        except OutputError as e:
+            print(f"warning: {e} The run goes on without this score file (--WRITE_SCORES=False writes none): "
+                  f"its metrics are still written, and it ends with exit status 4.", file=sys.stderr, flush=True)
+            return None
 
 
 def read_flip_gaps(path):
@@ -225,21 +241,17 @@ def read_flip_gaps(path):
     caption's similarity less the flip's (in file order); an InputError names path:line and the
     field of a line that is not a score line."""
     from .errors import InputError
+    from .records import iter_json_lines
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{where}: invalid JSON ({e.msg} at column {e.colno})") from None
-            for field in ("line", "caption_index", "sim"):
-                if not isinstance(row.get(field), (int, float)) or isinstance(row.get(field), bool):
-                    raise InputError(f"{where}: field {field!r} missing or not a number (not a *.scores.jsonl line)")
-            for j, item in enumerate(row.get("flips", [])):
-                if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not isinstance(item.get("sim"), (int, float)):
-                    raise InputError(f"{where}: field 'flips[{j}]' is not an object with 'text' and 'sim'")
-                out.append((row["line"], row["caption_index"], item["text"], row["sim"] - item["sim"]))
+    for lineno, row in iter_json_lines(path):  # (a byte-order mark at its start is fine)
+        where = f"{path}:{lineno}"
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: not a *.scores.jsonl line (a JSON object)")
+        for field in ("line", "caption_index", "sim"):
+            if not isinstance(row.get(field), (int, float)) or isinstance(row.get(field), bool):
+                raise InputError(f"{where}: field {field!r} missing or not a number (not a *.scores.jsonl line)")
+        for j, item in enumerate(row.get("flips", [])):
+            if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not isinstance(item.get("sim"), (int, float)):
+                raise InputError(f"{where}: field 'flips[{j}]' is not an object with 'text' and 'sim'")
+            out.append((row["line"], row["caption_index"], item["text"], row["sim"] - item["sim"]))
     return out

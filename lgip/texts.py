@@ -241,9 +241,8 @@ class TextBank:
                 if beside is not None:
                     beside.poll()
             rows_out.flush()
-        except BaseException:
-            if writer is not None:
-                writer.abandon()
+        except BaseException as e:  # Ctrl-C, SIGTERM: the rows encoded so far go to the cache (the re-run resumes)
+            rows_out.stop(keep=isinstance(e, KeyboardInterrupt))
             raise
         if writer is not None:
             writer.close()

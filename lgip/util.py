@@ -1,16 +1,21 @@
 """lgip.util: small utilities every other module may use: progress bars, timing, the
-collector pause, atomic output files, provenance blocks and output names.
+collector pause, atomic output files (and what a script wrote or could not write), the check that
+its output folders take a file, provenance blocks and output names.
 
     >>> with atomic_open("out.json") as f: f.write("{}")   # renamed into place only when complete
+    >>> check_writable(["data"])                            # OutputError now, not after an hour of work
     >>> metrics_path("data/x_with_perturb.jsonl", "LGIP_ALL.metrics.json")
     'data/x_with_perturb__LGIP_ALL.metrics.json'
 """
+import errno
 import json
 import os
 import platform
 import tempfile
 import time
 from contextlib import contextmanager
+
+from .errors import OutputError
 
 
 def count_lines(path):
@@ -22,36 +27,131 @@ def count_lines(path):
     return n
 
 
+# why an output cannot be written, and what to do ({folder}: the folder it goes to)
+_WHY = {
+    errno.ENOSPC: ("no space left on the device", "Free space on that disk (df -h {folder})"),
+    errno.EDQUOT: ("disk quota exceeded", "Free some of your quota there (quota -s)"),
+    errno.EROFS: ("read-only file system", None),
+    errno.EACCES: ("permission denied", "Get write permission for {folder} (ls -ld {folder})"),
+    errno.EPERM: ("operation not permitted", "Get write permission for {folder} (ls -ld {folder})"),
+    errno.EFBIG: ("file too large for the file system", None),
+    errno.ENOTDIR: ("a part of the path is a file, not a folder", None),
+}
+_ONLY_WRITES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}  # errors no read gives
+
+
+class _Outputs:
+    """What this process's script wrote and could not write (run_main's last word when one
+    cannot be written), `elsewhere`: how its outputs can be sent to another folder, and
+    `resume`: what a re-run finds of the work done (an evaluation's cache)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self, elsewhere=None):
+        self.written, self.unwritten, self.elsewhere, self.resume = [], [], elsewhere, None
+
+    def summary(self, failed=None):
+        """Lines saying what was written and what was not (but `failed`, said already)."""
+        lines = []
+        others = list(dict.fromkeys(f"{os.path.basename(p)} ({why})" for p, why in self.unwritten if p != failed))
+        if others:
+            lines.append(("also not written: " if failed else "not written: ") + ", ".join(others))
+        written = list(dict.fromkeys(os.path.basename(p) for p in self.written))
+        lines.append("written: " + ", ".join(written) if written else "no output file was written")
+        return lines
+
+
+OUTPUTS = _Outputs()
+
+
+def output_error(path, e, folder=False):
+    """OutputError for the OSError `e` met writing `path` (folder: the folder itself would not
+    take a file): the path, why, and what to do."""
+    where = os.path.abspath(path) if folder else os.path.dirname(os.path.abspath(path))
+    why, todo = _WHY.get(e.errno, (e.strerror or str(e), None))
+    code = errno.errorcode.get(e.errno)
+    todo = [todo.format(folder=where)] if todo else []
+    if OUTPUTS.elsewhere:
+        todo.append(("write elsewhere: " if todo else "Write elsewhere: ") + OUTPUTS.elsewhere)
+    head = f"cannot write in {where}" if folder else f"cannot write {path}"
+    message = f"{head}: {why}" + (f" ({code})" if code else "") + "." + (" " + ", or ".join(todo) + "." if todo else "")
+    return OutputError(message, path, e.errno, why)
+
+
+def check_writable(folders):
+    """Each folder (or, where it does not exist yet, the nearest folder above it, where it will be
+    made) takes a file: a byte written and removed. Raises OutputError naming the folder, why and
+    what to do; called before a script's work (lgip.cli.run_main), so that a full disk, a missing
+    permission or a read-only folder stops it at once, not when its first output is written."""
+    for folder in dict.fromkeys(os.path.abspath(f or ".") for f in folders):
+        probe = folder
+        while not os.path.exists(probe):
+            probe = os.path.dirname(probe)
+        try:
+            if not os.path.isdir(probe):
+                raise OutputError(f"cannot write in {folder}: {probe} is a file, not a folder. Nothing was run.",
+                                  folder)
+            fd, tmp = tempfile.mkstemp(prefix=".lgip-write-check-", dir=probe)
+            try:
+                os.write(fd, b"\n")
+            finally:
+                os.close(fd)
+                os.unlink(tmp)
+        except OSError as e:
+            error = output_error(probe, e, folder=True)
+            raise OutputError(str(error) + " Nothing was run.", folder, error.errno, error.reason) from None
+
+
 @contextmanager
-def atomic_open(path, mode="w", durable=True):
+def atomic_open(path, mode="w", durable=True, output=True):
     """Write `path` through a temp file in the same folder, renamed into place on success.
 
     An exception or a kill mid-write leaves any previous file untouched and no partial one.
     durable: the data reaches the disk before the rename (fsync), so a power loss cannot
     leave a renamed but empty file either; files whose readers detect that (checksummed cache
-    chunks) skip it.
+    chunks) skip it. A file that cannot be written (no space, no permission, a read-only
+    folder) raises OutputError saying which, why and what to do (an OSError of the caller's
+    own, reading its input, passes as it is). output: a script's output, listed in OUTPUTS
+    (what was written, what was not); the cache's files are not.
     """
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise _failed(path, e, output) from None
+    body_done = False
     try:
         kwargs = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f
+            body_done = True
             f.flush()
             if durable:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError) and (body_done or e.errno in _ONLY_WRITES):
+            raise _failed(path, e, output) from None
         raise
+    if output:
+        OUTPUTS.written.append(path)
 
 
-def write_json(path, obj):
-    with atomic_open(path) as f:
+def _failed(path, e, output):
+    error = output_error(path, e)
+    if output:
+        OUTPUTS.unwritten.append((path, error.reason))
+    return error
+
+
+def write_json(path, obj, output=True):
+    with atomic_open(path, output=output) as f:
         json.dump(obj, f, indent=2, ensure_ascii=False)
         f.write("\n")
     return path

@@ -12,13 +12,13 @@ picks up by name (`lgip.report.tables.RESULT_COLUMNS`).
     >>> round(rows[0]["invariance_error"], 4), round(rows[0]["invariance_error_ci_lo"], 4), rows[0]["headline_source"]
     (0.1088, 0.0869, 'multi')
 """
-import json
 import os
 import re
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
 from ..errors import InputError
+from ..records import read_json
 from ..method import FLIP_TYPES
 from ..util import default_output, metrics_path
 
@@ -151,11 +151,7 @@ def find_metrics(jsonl_path):
 
 def load_metrics(path):
     """A metrics file: a list of per-model dicts, each with a model_tag."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    data = read_json(path)  # (a byte-order mark at its start is fine)
     if isinstance(data, dict):  # a single model's metrics file
         data = [data]
     if not isinstance(data, list) or not all(isinstance(m, dict) and "model_tag" in m for m in data):

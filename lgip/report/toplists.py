@@ -13,10 +13,9 @@ with the flip's type or the paraphrase's kind.
     (-0.247546, 'The dog is parked by a gray building.')
 """
 import heapq
-import json
 import os
 
-from ..errors import InputError
+from ..records import iter_json_lines
 
 
 class TopK:
@@ -80,30 +79,23 @@ def scan_scores(files, k):
     for source, model, path in files:
         para = (para_top.setdefault(model, TopK(k)), para_all)
         flip = (flip_top.setdefault(model, TopK(k)), flip_all)
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
+        for _, r in iter_json_lines(path):  # (a byte-order mark at its start is fine)
+            base = r.get("sim")
+            if base is None:
+                continue
+            where = (model, r.get("image_path"), r.get("caption_index"))
+            for p in r.get("paraphrases") or ():
+                delta = p["sim"] - base
+                _offer(para, abs(delta), where + (p["text"],),
+                       lambda: {"model": model, "source": source, "record": r, "text": p["text"],
+                                "kind": p.get("kind"), "sim": p["sim"], "delta": delta})
+            for fl in r.get("flips") or ():
+                gap = base - fl["sim"]
+                if gap >= 0:
                     continue
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise InputError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-                base = r.get("sim")
-                if base is None:
-                    continue
-                where = (model, r.get("image_path"), r.get("caption_index"))
-                for p in r.get("paraphrases") or ():
-                    delta = p["sim"] - base
-                    _offer(para, abs(delta), where + (p["text"],),
-                           lambda: {"model": model, "source": source, "record": r, "text": p["text"],
-                                    "kind": p.get("kind"), "sim": p["sim"], "delta": delta})
-                for fl in r.get("flips") or ():
-                    gap = base - fl["sim"]
-                    if gap >= 0:
-                        continue
-                    _offer(flip, -gap, where + (fl["text"],),
-                           lambda: {"model": model, "source": source, "record": r, "text": fl["text"],
-                                    "type": fl.get("type"), "sim": fl["sim"], "gap": gap})
+                _offer(flip, -gap, where + (fl["text"],),
+                       lambda: {"model": model, "source": source, "record": r, "text": fl["text"],
+                                "type": fl.get("type"), "sim": fl["sim"], "gap": gap})
     out = []
     for top in (para_top, flip_top):
         lists = {key: t.rows() for key, t in top.items()}
