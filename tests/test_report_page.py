@@ -367,7 +367,7 @@ def test_markdown_csv_and_page_give_each_explained_models_localization(nine):
     assert [sum(flag in line for line in lines) for flag in ("above chance", "**at chance level**", "below chance")] == [2, 1, 1]
     assert f"missing: `nine_with_fliptypes__LGIP_explain_{EXPLAIN_MISSING}.jsonl`" in section
     table = md.split("\n## Results\n")[1].strip().split("\n\n")[0].splitlines()
-    assert table[0].rstrip(" |").endswith("Localization ↑")
+    assert table[0].rstrip(" |").endswith("Loc. acc. ↑")
     assert table[2].split("|")[-2].strip() == "0.600 [0.400, 0.800]" and table[-1].split("|")[-2].strip() == "–"
     with open(folder / "nine__LGIP_report.csv", newline="", encoding="utf-8") as f:
         rows = {r["model"]: r for r in csv.DictReader(f)}

@@ -95,8 +95,8 @@ def source_notes(rows, metrics, paths):
                      + (" (each flip counted once, `combined_caps` evaluated)." if label == "corrected"
                         else " (no `corrected` block: an older analysis file)."))
     if "explain" in metrics:
-        notes.append(f"Localization from `{SCRIPTS['explain']}` (`{os.path.basename(paths['explain'])}`): "
-                     "share of the explained flips whose blamed word is the changed one, [lo, hi] over flips "
+        notes.append(f"Localization accuracy (Loc. acc.) from `{SCRIPTS['explain']}` "
+                     f"(`{os.path.basename(paths['explain'])}`): share of the explained flips whose blamed word is the changed one, [lo, hi] over flips "
                      "(see \"Which word does a model blame?\").")
     notes.append("Invariance error = mean |sim(image, caption) − sim(image, paraphrase)|; gap = mean "
                  "sim(image, caption) − sim(image, flip); positive rate = share of flips with gap > 0 "

@@ -36,7 +36,7 @@ RESULT_COLUMNS = (
     + [Column("Simple inv. ↓", "enhanced_simple_invariance_error", 4, "low"),
        Column("Advanced inv. ↓", "enhanced_advanced_invariance_error", 4, "low"),
        Column("Combined pos. ↑", "enhanced_combined_pos_rate", 3, "high"),
-       Column("Localization ↑", "localization_acc", 3, "high")])
+       Column("Loc. acc. ↑", "localization_acc", 3, "high")])
 
 
 def num(value, digits):
