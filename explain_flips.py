@@ -182,8 +182,8 @@ def explain_all(config):
                  "skipped": skipped, "explain_file": os.path.basename(path),
                  "score_file": score_file and os.path.basename(score_file)}
         m["run"] = dict(common.provenance(__file__, config), seconds=round(t.seconds, 3), family=tower.family,
-                        model={"name": enc.name, "type": enc.type, "device": str(enc.device), "dtype": "float32", **enc.info},
-                        **failed)
+                        model={"name": enc.name, "type": enc.type, "protocol": enc.protocol, "device": str(enc.device),
+                               "dtype": "float32", **enc.info}, num_records_in_file=len(records), **failed)
         results.append(m)
         print(f"{enc.name}: localization {common.fmt(m['localization_acc'], '.3f')} (detected "
               f"{common.fmt(m['localization_acc_detected'], '.3f')}, preferred {common.fmt(m['localization_acc_preferred'], '.3f')}, "

@@ -4,7 +4,9 @@ Reads the metrics that run_lgip_multi.py, run_lgip_by_fliptype.py and
 rebuttal_enhanced_lgip_by_transformation.py wrote for JSONL_PATH (the input of any of them, or
 the base JSONL: then the derived inputs `<stem>_with_perturb.jsonl`, `<stem>_with_fliptypes.jsonl`
 and `rebuttal_enhanced_<stem>_with_fliptypes.jsonl` beside it are looked at), all models, and
-writes next to JSONL_PATH:
+explain_flips.py's word attribution of the same flips when it ran (localization accuracy per
+model; the gallery flips it explained get their words coloured by score), and writes next to
+JSONL_PATH:
   <stem>__LGIP_report.html    one self-contained page (opens by double-click from any folder): the
                               markdown's content, the results table sortable, the plots, and galleries
                               of the top flips and paraphrases with their images, filtered by model
@@ -22,9 +24,10 @@ import os
 import sys
 
 import common
-from lgip.report import (Report, build_rows, find_metrics, gallery_items, image_roots, load_metrics, model_colors_hex,
-                         page_context, plot_fliptypes, plot_frontier, render_page, results_table, scan_scores,
-                         score_files, subtitle, write_csv, write_markdown, write_page)
+from lgip.report import (Report, attach_attributions, build_rows, csv_columns, explain_files, find_metrics, gallery_items,
+                         image_roots, load_metrics, model_colors_hex, page_context, plot_fliptypes, plot_frontier,
+                         render_page, results_table, scan_scores, score_files, subtitle, write_csv, write_markdown,
+                         write_page)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
@@ -39,21 +42,20 @@ DPI = 150  # int: resolution of the PNGs (dots per inch; the frontier is 8 x 6 i
 IMAGE_ROOT = None  # folder the score files' image paths are relative to, for the page's thumbnails; None = the one each evaluation used (its IMAGE_ROOT, else its JSONL's folder), then the metrics' folder
 THUMB_PX = 200  # int > 0: the page's thumbnails fit in THUMB_PX x THUMB_PX pixels (JPEG inside the page)
 CONFIG = common.configure(globals())
-from lgip.report import EVALUATIONS, FLIPTYPE_FIGURES, FRONTIER_FIGURES  # noqa: E402 (after CONFIG: not settings)
+from lgip.report import FLIPTYPE_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, SCORE_KEYS  # noqa: E402 (after CONFIG: not settings)
 
 OUTPUTS = ("report.html", "report.md", "report.csv", "frontier.png", "fliptypes.png")
-EVAL_KEYS = [e.key for e in EVALUATIONS]
 
 
 def find_inputs():
     """{evaluation: metrics path} and {evaluation: its per-model metrics}, or a clear error."""
     found, looked = find_metrics(JSONL_PATH)
-    if not found:
+    if not set(found) & set(HEADLINE_KEYS):  # explain_flips.py's figures alone are no report
         raise common.InputError(f"no LGIP metrics found for {JSONL_PATH}; looked for:\n  " + "\n  ".join(looked)
                                 + "\n(run run_lgip_multi.py, run_lgip_by_fliptype.py or "
                                   "rebuttal_enhanced_lgip_by_transformation.py first)")
-    if SCORE_SOURCES is not None and not set(SCORE_SOURCES) <= set(EVAL_KEYS):
-        raise common.InputError(f"unknown SCORE_SOURCES {SCORE_SOURCES!r}; valid: None or a list of {', '.join(EVAL_KEYS)}")
+    if SCORE_SOURCES is not None and not set(SCORE_SOURCES) <= set(SCORE_KEYS):
+        raise common.InputError(f"unknown SCORE_SOURCES {SCORE_SOURCES!r}; valid: None or a list of {', '.join(SCORE_KEYS)}")
     if not isinstance(THUMB_PX, int) or THUMB_PX <= 0:
         raise common.ConfigError(f"THUMB_PX must be an int > 0 (got {THUMB_PX!r})")
     return found, {k: load_metrics(p) for k, p in found.items()}
@@ -87,19 +89,22 @@ def main():
                      (flip_png, "Positive rate by flip type")):
         if png:
             report.figures.append((png, alt))
-    write_csv(out["report.csv"], rows)
+    write_csv(out["report.csv"], rows, csv_columns(found))
 
     # the score files can be large: streamed once, keeping the top TOP_K per model and over all models
     if TOP_K > 0:
-        files, report.missing = score_files(metrics, found, SCORE_SOURCES, EVAL_KEYS)
+        files, report.missing = score_files(metrics, found, SCORE_SOURCES, SCORE_KEYS)
         report.tops = scan_scores(files, TOP_K)
 
-    # the page's galleries show each listed pair's image, read where the evaluation read it
+    # the page's galleries show each listed pair's image, read where the evaluation read it, and
+    # the words of each flip that explain_flips.py explained for its model, with their scores
+    explained, report.explain_missing = explain_files(metrics, found)
     write_markdown(out["report.md"], report)
     gallery = None
     if report.tops is not None:
         labels = {r["model"]: r["label"] for r in rows}
         gallery = gallery_items(report.tops, image_roots(metrics, found, IMAGE_ROOT), labels, THUMB_PX)
+        attach_attributions(gallery["flips"], explained)
     context = page_context(report, gallery, model_colors_hex([r["model"] for r in rows]), out["report.csv"])
     write_page(out["report.html"], render_page(context))
 

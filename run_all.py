@@ -153,6 +153,7 @@ def plan(mode, base):
     metrics = [common.metrics_path(perturb, "LGIP_ALL.metrics.json"),
                common.metrics_path(fliptypes, "LGIP_fliptypes.metrics.json"),
                common.metrics_path(enhanced, "ENHANCED_LGIP_analysis.json")]
+    explained = common.metrics_path(fliptypes, "LGIP_explain.metrics.json")
     evaluation = {"MODELS": default_models(mode), "PROTOCOL": PROTOCOL, "DEVICE": DEVICE, "DTYPE": DTYPE}
     evaluation.update({k: v for k, v in (("IMAGE_BATCH_SIZE", IMAGE_BATCH_SIZE), ("TEXT_BATCH_SIZE", TEXT_BATCH_SIZE),
                                          ("NUM_WORKERS", NUM_WORKERS)) if v is not None})
@@ -173,10 +174,10 @@ def plan(mode, base):
         Step("run_lgip_by_fliptype", "run_lgip_by_fliptype.py", dict(evaluation, JSONL_PATH=fliptypes),
              [fliptypes], [metrics[1]]),
         Step("explain_flips", "explain_flips.py", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes, metrics[1]],
-             [common.metrics_path(fliptypes, "LGIP_explain.metrics.json")]),  # (after the score files it takes TOP_K from)
+             [explained]),  # (after the score files it takes TOP_K from)
         Step("rebuttal_enhanced_lgip", "rebuttal_enhanced_lgip_by_transformation.py",
              dict(evaluation, JSONL_PATH=enhanced), [enhanced], [metrics[2]]),
-        Step("report", "report.py", {"JSONL_PATH": base}, metrics,
+        Step("report", "report.py", {"JSONL_PATH": base}, metrics + [explained],  # the page colours explained flips
              [common.metrics_path(base, "LGIP_report.md"), common.metrics_path(base, "LGIP_report.csv"),
               common.metrics_path(base, "LGIP_report.html")]),
     ]

@@ -4,10 +4,13 @@ headless Chromium from another folder; and the lgip.report helpers against plain
 The nine models' metrics and score files are made here (no model runs): each model's strongest
 failures fall on images of its own, so the galleries show as many different photographs as they
 can (the page's size at its worst), and two of them point at a missing and an unreadable image.
+Five models have explain_flips.py metrics, four of them its per-flip lines (word scores).
 """
+import csv
 import json
 import os
 import random
+import re
 import shutil
 
 import numpy as np
@@ -21,6 +24,10 @@ MODELS = [m["name"] for m in PUBLISHED_MODELS]  # nine
 HTML_WORDS = "waiting near Tom & Jerry's <b>wall</b>"  # captions are text, never markup
 PER_MODEL = 20  # records whose flips and paraphrases only this model gets badly wrong
 MAX_PAGE_BYTES = 5_000_000
+EXPLAINED = {MODELS[0]: (0.6, [0.4, 0.8]), MODELS[1]: (0.15, [0.05, 0.3]),  # localization: above chance, at chance,
+             MODELS[2]: (0.0, [0.0, 0.05]), MODELS[3]: (0.3, None), MODELS[4]: (0.5, [0.3, 0.7])}  # below, no interval
+EXPLAIN_MISSING = MODELS[4]  # in the explain metrics, its lines' file not there
+UNEXPLAINED = 1  # an explained model's own record j = 1 has no explain line: its card says nothing more
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 
@@ -124,7 +131,56 @@ def make_inputs(folder):
     with open(os.path.join(folder, "nine.jsonl"), "w", encoding="utf-8") as f:
         for image_id, path, caption, _, _ in records:
             f.write(json.dumps({"image_id": image_id, "image_path": path, "orig_captions": [caption]}) + "\n")
+    make_explain(folder, records)
     return records
+
+
+def explain_line(image_path, caption, flip, scores):
+    words, caption_words = flip.split(), caption.split()
+    changed = [w for w, (a, b) in enumerate(zip(caption_words, words)) if a != b]
+    blamed = min((v, w) for w, v in enumerate(scores) if v is not None)[1]
+    return {"line": 1, "image_path": image_path, "caption_index": 0, "caption": caption, "flip": flip, "flip_type": "color",
+            "drawn": ["top_k"], "sim_caption": 0.25, "sim_flip": 0.3, "gap": -0.05, "tokens": words,
+            "token_words": list(range(len(words))), "token_scores": scores, "words": words, "word_scores": scores,
+            "changed": changed, "blamed": blamed, "hit": blamed in changed, "caption_words": caption_words,
+            "caption_word_scores": [0.001] * len(caption_words)}
+
+
+def make_explain(folder, records):
+    """explain_flips.py's outputs for nine_with_fliptypes.jsonl as it leaves them: an explained
+    model's lines are the flips of its own records (but for record UNEXPLAINED and the unreadable
+    images) and, with other scores, the next model's first records' flips; its metrics are EXPLAINED."""
+    rng = random.Random(2)
+    metrics = []
+    for m, model in enumerate(EXPLAINED):
+        lines = []
+        for i, (_, path, caption, flips, _) in enumerate(records[:-2]):
+            own, nexts = i // PER_MODEL == m and i % PER_MODEL != UNEXPLAINED, i // PER_MODEL == m + 1 and i % PER_MODEL < 3
+            for k, (flip, _) in enumerate(flips if own or nexts else ()):
+                scores = [round(rng.uniform(-0.01, 0.01), 6) for _ in flip.split()]
+                changed = next(w for w, (a, b) in enumerate(zip(caption.split(), flip.split())) if a != b)
+                if k == 1:
+                    scores[changed] = -0.02  # blamed: the changed word
+                if k == 2 and own:
+                    scores[-1] = None  # a word without tokens
+                lines.append(explain_line(path, caption, flip, scores))
+        name = f"nine_with_fliptypes__LGIP_explain_{model}.jsonl"
+        if model != EXPLAIN_MISSING:
+            with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+                f.writelines(json.dumps(line) + "\n" for line in lines)
+        acc, ci = EXPLAINED[model]
+        block = {"localization_acc": acc, "localization_acc_detected": min(1.0, acc + 0.1), "num_detected": 30,
+                 "localization_acc_preferred": max(0.0, acc - 0.1), "num_preferred": 27, "chance": 0.125}
+        if ci:
+            block.update({f"{key}_ci95": [max(0.0, block[key] + ci[0] - acc), min(1.0, block[key] + ci[1] - acc)]
+                          for key in ("localization_acc", "localization_acc_detected", "localization_acc_preferred")})
+        metrics.append(dict(block, model_tag=model, num_flips=57, explain_file=name,
+                            by_flip_type={"color": {"count": 19, "localization_acc": acc, "chance": 0.125}},
+                            run={"config": {"JSONL_PATH": os.path.join(folder, "nine_with_fliptypes.jsonl"), "LAYERS": 3},
+                                 "model": {"protocol": "corrected"}, "num_records_in_file": len(records),
+                                 "num_failed_images": 2, "versions": {"python": "3.11", "numpy": np.__version__}}))
+    with open(os.path.join(folder, "nine_with_fliptypes__LGIP_explain.metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f)
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +253,13 @@ def test_page_in_chromium(request, tmp_path):
             page.click("#results thead th:has-text('Inv. error') button")
             descending, values_down = order(), column("Inv. error")
             escaped = page.eval_on_selector_all("#flips .card td.txt b", "els => els.length")
+            scored = page.eval_on_selector_all("#flips .card", """cards => cards.map(c => ({
+                model: c.dataset.model, image: c.querySelector('.imgid').title,
+                caption: c.querySelector('td.txt').textContent, flip: c.querySelector('td.alt').textContent,
+                words: [...c.querySelectorAll('td.alt .ws')].map(w => ({text: w.textContent, cls: w.className, title: w.title,
+                    tag: w.tagName, bg: getComputedStyle(w).backgroundColor, outline: getComputedStyle(w).outlineStyle})),
+                blame: c.querySelector('.blame') ? c.querySelector('.blame').textContent : null}))""")
+            legend = page.inner_text("#flips .legend")
             flips = page.eval_on_selector_all("#flips .card", """cards => cards.map(c => [
                 c.querySelector('td.txt').textContent, c.querySelector('td.alt').textContent,
                 [...c.querySelectorAll('td.alt mark')].map(m => m.textContent.trim())])""")
@@ -232,9 +295,147 @@ def test_page_in_chromium(request, tmp_path):
     assert len(shown_model_paras) == 10 and {m for m, _ in shown_model_paras} == {MODELS[3]}
     assert shown_color and {t for _, t in shown_color} == {"color"} and {m for m, _ in shown_color} == {MODELS[3]}
     assert status.startswith(f"{len(shown_color)} shown") and "color flips only" in status
+    check_word_scores(folder, scored, legend)
+
+
+def explain_lines(folder):
+    """{(model, image path, caption, flip): its first explain line} of the explain files written."""
+    lines = {}
+    for model in EXPLAINED:
+        path = folder / f"nine_with_fliptypes__LGIP_explain_{model}.jsonl"
+        for line in map(json.loads, path.read_text(encoding="utf-8").splitlines() if path.is_file() else ()):
+            lines.setdefault((model, line["image_path"], line["caption"], line["flip"]), line)
+    return lines
+
+
+def check_word_scores(folder, cards, legend):
+    """Each flip card with an explain line of its model shows its flip's words coloured by their
+    scores (the score on hover), the blamed word outlined and named; the others show none."""
+    lines, explained_cards, seen = explain_lines(folder), 0, set()
+    for card in cards:
+        line = lines.get((card["model"], card["image"], card["caption"], card["flip"]))
+        if line is None:
+            assert card["words"] == [] and card["blame"] is None, card
+            continue
+        explained_cards += 1
+        words = card["words"]
+        assert [w["text"] for w in words] == line["words"] == card["flip"].split()
+        for k, (w, score) in enumerate(zip(words, line["word_scores"])):
+            assert ("blamed" in w["cls"].split()) == (k == line["blamed"]) == w["title"].startswith("blamed")
+            assert (w["tag"] == "MARK") == (k in line["changed"]) == w["title"].endswith(", the changed word")
+            assert (w["outline"] == "solid") == (k == line["blamed"])
+            seen.add("no score" if score is None else "scored")
+            if score is None:
+                assert w["title"] == "no score (no tokens)" and "none" in w["cls"].split() and w["bg"] == "rgba(0, 0, 0, 0)"
+                continue
+            shown = float(re.search(r"[+−]\d[\d.]*(e[+−]\d+)?", w["title"]).group().replace("−", "-"))
+            assert shown == float(f"{score:+.3g}"), (w, score)
+            assert ("neg" if score < 0 else "pos") in w["cls"].split()
+            assert w["bg"].startswith("rgba(") and w["bg"] != "rgba(0, 0, 0, 0)"  # coloured
+        blamed = line["words"][line["blamed"]]
+        seen.add("hit" if line["hit"] else "miss")
+        assert card["blame"] == f"blames {blamed} " + ("the changed word" if line["hit"] else "not the changed word")
+    assert seen == {"scored", "no score", "hit", "miss"}
+    assert explained_cards >= 25 and any(c["words"] == [] and c["model"] in EXPLAINED for c in cards)
+    assert not any(c["words"] for c in cards if c["model"] in (EXPLAIN_MISSING, *MODELS[5:]))
+    assert f"{sum(1 for c in cards if c['words'])} of {len(cards)} flips explained" in legend
+
+
+def localization_line(m):
+    """A model's markdown line, restated from its explain_flips.py metrics."""
+    def fig(key):
+        ci = m.get(key + "_ci95")
+        return f"{m[key]:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+    ci, chance = m.get("localization_acc_ci95"), m["chance"]
+    flag = ("" if not ci else ": **at chance level** (its interval contains chance)" if ci[0] <= chance <= ci[1]
+            else ": below chance" if ci[1] < chance else ": above chance")
+    return (f"- `{m['model_tag']}`: localization {fig('localization_acc')} of {m['num_flips']} flips, chance {chance:.3f}{flag}; "
+            f"detected {fig('localization_acc_detected')} of {m['num_detected']}, "
+            f"preferred {fig('localization_acc_preferred')} of {m['num_preferred']}.")
+
+
+def test_markdown_csv_and_page_give_each_explained_models_localization(nine):
+    """One markdown line per explained model (figure, interval, chance, detected / preferred), the
+    same on the page; the results table's and the CSV's localization columns; a missing explain file named."""
+    from html import unescape
+    folder, _, _ = nine
+    metrics = json.loads((folder / "nine_with_fliptypes__LGIP_explain.metrics.json").read_text(encoding="utf-8"))
+    md = (folder / "nine__LGIP_report.md").read_text(encoding="utf-8")
+    section = md.split("\n## Which word does a model blame?\n")[1].split("\n## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("- ")]
+    assert lines == [localization_line(m) for m in metrics] and len(lines) == len(EXPLAINED)
+    assert [sum(flag in line for line in lines) for flag in ("above chance", "**at chance level**", "below chance")] == [2, 1, 1]
+    assert f"missing: `nine_with_fliptypes__LGIP_explain_{EXPLAIN_MISSING}.jsonl`" in section
+    table = md.split("\n## Results\n")[1].strip().split("\n\n")[0].splitlines()
+    assert table[0].rstrip(" |").endswith("Loc. acc. ↑")
+    assert table[2].split("|")[-2].strip() == "0.600 [0.400, 0.800]" and table[-1].split("|")[-2].strip() == "–"
+    with open(folder / "nine__LGIP_report.csv", newline="", encoding="utf-8") as f:
+        rows = {r["model"]: r for r in csv.DictReader(f)}
+    by_tag = {m["model_tag"]: m for m in metrics}
+    for model in MODELS:
+        r, m = rows[model], by_tag.get(model)
+        if m is None:
+            assert all(r[c] == "" for c in r if c.startswith("localization_")), model
+            continue
+        assert float(r["localization_acc"]) == m["localization_acc"] and float(r["localization_chance"]) == m["chance"]
+        ci = [repr(v) for v in m["localization_acc_ci95"]] if "localization_acc_ci95" in m else ["", ""]
+        assert [r["localization_acc_ci_lo"], r["localization_acc_ci_hi"]] == ci
+        assert int(r["localization_num_flips"]) == m["num_flips"] and int(r["localization_num_preferred"]) == m["num_preferred"]
+        assert float(r["localization_color_acc"]) == m["by_flip_type"]["color"]["localization_acc"]
+        assert r["localization_number_acc"] == ""
+    text = unescape(re.sub(r"<[^>]+>", "", (folder / "nine__LGIP_report.html").read_text(encoding="utf-8")))
+    for line in lines:
+        assert line[2:].replace("`", "").replace("**", "") in text, line
 
 
 # --- the lgip.report helpers ---
+
+def test_attributions_go_to_the_flips_of_their_model_image_caption_and_text(tmp_path):
+    """attach_attributions: an item gets the line of its own model, image path, caption and flip
+    (the same flip text under two captions gets each caption's line); items without a line are
+    left as they were; a bad line stops with its file and line."""
+    import copy
+
+    from lgip.errors import InputError
+    from lgip.report import attach_attributions, word_marks
+
+    def item(model, image, caption, flip):
+        caption_words, words = word_marks(caption, flip)
+        return {"kind": "flip", "model": model, "image_path": image, "caption": caption, "caption_words": caption_words,
+                "text": flip, "words": words}
+
+    a, b, flip = "two red buses on a road", "two green buses on a road", "two blue buses on a road"
+    items = [item("m1", "1.jpg", a, flip), item("m1", "1.jpg", b, flip),  # one flip text under two captions
+             item("m2", "1.jpg", a, flip), item("m1", "2.jpg", a, flip), item("m1", "1.jpg", a, "three red buses on a road")]
+    before = copy.deepcopy(items[2:])
+    m1 = [explain_line("1.jpg", a, flip, [0.01, -0.02, 0.005, None, 0.0, -0.001]),  # blames blue: a hit
+          explain_line("1.jpg", b, flip, [0.01, 0.02, -0.03, 0.004, 0.0, 0.002]),  # blames buses
+          explain_line("1.jpg", a, flip, [-0.5] * 6),  # the same texts again (another caption index): the first counts
+          explain_line("3.jpg", a, flip, [-0.1] * 6)]  # a flip not in the gallery
+    m2 = [explain_line("1.jpg", b, flip, [0.1] * 6),  # m2's item has caption a: no line
+          explain_line("2.jpg", a, flip, [0.1] * 6)]  # m1's item of this image: not m2's line
+    files = []
+    for model, lines in (("m1", m1), ("m2", m2)):
+        files.append((model, str(tmp_path / f"{model}.jsonl")))
+        (tmp_path / f"{model}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    assert attach_attributions(items, files) == 2
+    for it, line, blamed, hit in ((items[0], m1[0], "blue", True), (items[1], m1[1], "buses", False)):
+        scale = max(abs(v) for v in line["word_scores"] if v is not None)
+        assert [(w["text"], w["changed"], w["score"], w["blamed"], w["strength"]) for w in it["words"]] == [
+            (t, k == 1, v, k == line["blamed"], None if v is None else round(abs(v) / scale, 2))
+            for k, (t, v) in enumerate(zip(flip.split(), line["word_scores"]))]
+        assert it["attribution"] == {"blamed": blamed, "hit": hit, "changed": ["blue"], "sim_caption": 0.25,
+                                     "sim_flip": 0.3, "gap": -0.05}
+    assert items[2:] == before
+    bad = dict(m1[0])
+    del bad["word_scores"]
+    (tmp_path / "bad.jsonl").write_text("\n" + json.dumps(bad) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(f"{tmp_path / 'bad.jsonl'}:2: missing word_scores")):
+        attach_attributions(items, [("m1", str(tmp_path / "bad.jsonl"))])
+    (tmp_path / "bad.jsonl").write_text(json.dumps(dict(m1[0], blamed=6)) + "\n", encoding="utf-8")
+    with pytest.raises(InputError, match="bad.jsonl:1: blamed 6 or changed"):
+        attach_attributions(items, [("m1", str(tmp_path / "bad.jsonl"))])
+
 
 def test_word_marks_compare_position_by_position_or_by_runs():
     from lgip.report import word_marks

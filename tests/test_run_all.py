@@ -84,6 +84,13 @@ def test_end_to_end_writes_every_output(demo_done):
     explained = json.load(open(folder / EXPLAIN_OUTPUTS[0]))
     assert [m["model_tag"] for m in explained] == [m["name"] for m in TINY_MODELS]
     assert all(m["num_flips"] > 0 and m["run"]["config"]["MODELS"] == TINY_MODELS for m in explained)
+    if HAVE_REPORT:  # the report, made last, has the word attribution: a line per model, the explained flips coloured
+        md = (folder / REPORT_OUTPUTS[0]).read_text(encoding="utf-8")
+        lines = md.split("## Which word does a model blame?")[1].split("\n## ")[0]
+        assert [re.match(r"- `(\w+)`: localization ", x).group(1) for x in lines.splitlines() if x.startswith("- ")] == \
+            [m["model_tag"] for m in explained]
+        html = (folder / REPORT_OUTPUTS[-1]).read_text(encoding="utf-8")
+        assert 'class="ws ' in html and html.count('<div class="blame ') >= 1
 
 
 def test_second_run_skips_every_step(demo_copy):

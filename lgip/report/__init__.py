@@ -9,24 +9,26 @@
   plots      the frontier and flip-type figures (matplotlib, PNG); a new figure goes here
   overview   `Report` (what the markdown and the page say) and the texts around the figures
   markdown   the markdown report
-  gallery    gallery items: thumbnails as data: URIs (placeholders when unreadable), words marked
+  gallery    gallery items: thumbnails as data: URIs (placeholders when unreadable), words marked,
+             a flip's word scores from explain_flips.py's lines
   page       the self-contained HTML page, rendered with Jinja2 from templates/page.html.j2
 
     >>> found, looked = find_metrics("x.jsonl")
     >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()})
 """
-from .metrics import (COLUMNS, EVALUATIONS, SCRIPTS, build_rows, find_metrics, image_roots, load_metrics,
-                      short_label, short_labels)
+from .metrics import (COLUMNS, EVALUATIONS, HEADLINE_KEYS, SCORE_KEYS, SCRIPTS, build_rows, csv_columns, find_metrics,
+                      image_roots, load_metrics, short_label, short_labels)
 from .tables import RESULT_COLUMNS, write_csv
 from .toplists import TopK, TopLists, scan_scores, score_files
 from .plots import FLIPTYPE_FIGURES, FRONTIER_FIGURES, model_colors_hex, pareto_front, plot_fliptypes, plot_frontier, subtitle
 from .overview import Report
 from .markdown import results_table, write_markdown
-from .gallery import gallery_items, thumbnail, word_marks
+from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .page import page_context, render_page, write_page
 
-__all__ = ["COLUMNS", "EVALUATIONS", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "RESULT_COLUMNS", "Report", "SCRIPTS",
-           "TopK", "TopLists", "build_rows", "find_metrics", "gallery_items", "image_roots", "load_metrics",
-           "model_colors_hex", "page_context", "pareto_front", "plot_fliptypes", "plot_frontier", "render_page",
-           "results_table", "scan_scores", "score_files", "short_label", "short_labels", "subtitle", "thumbnail",
-           "word_marks", "write_csv", "write_markdown", "write_page"]
+__all__ = ["COLUMNS", "EVALUATIONS", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "HEADLINE_KEYS", "RESULT_COLUMNS",
+           "Report", "SCORE_KEYS", "SCRIPTS", "TopK", "TopLists", "attach_attributions", "build_rows", "csv_columns",
+           "explain_files", "find_metrics", "gallery_items", "image_roots", "load_metrics", "model_colors_hex",
+           "page_context", "pareto_front", "plot_fliptypes", "plot_frontier", "render_page", "results_table",
+           "scan_scores", "score_files", "short_label", "short_labels", "subtitle", "thumbnail", "word_marks",
+           "write_csv", "write_markdown", "write_page"]

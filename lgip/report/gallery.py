@@ -3,8 +3,10 @@ top lists: its image as a small JPEG `data:` URI (or why there is none), the cap
 flip or paraphrase word by word with the words that differ marked, both similarities, the gap
 (or change), the flip type, and its rank in its model's list and in the list over all models.
 
-A word is a dict {"text", "changed"}; a later step may add keys to it (say "score" and "blamed"
-from a word attribution) and to the item before the page is rendered.
+A word is a dict {"text", "changed"}. `attach_attributions` adds explain_flips.py's word
+attribution to the flips it explained: each word's "score", "strength" (|score| over the
+largest |score| of its flip) and "blamed", and the item's "attribution" (the blamed word,
+whether it is the changed one, that run's similarities).
 
     >>> _, words = word_marks("a yellow train", "a green train")
     >>> [w["text"] for w in words if w["changed"]]
@@ -12,11 +14,21 @@ from a word attribution) and to the item before the page is rendered.
     >>> items = gallery_items(tops, roots, labels, thumb_px=200)
     >>> items["flips"][0]["thumb"]["src"][:23], items["flips"][0]["rank_all"]
     ('data:image/jpeg;base64,', 1)
+    >>> files, missing = explain_files(metrics, found)      # the demo, run_all.py with the tiny models
+    >>> attach_attributions(items["flips"], files), len(items["flips"])    # flips with an explain line
+    (8, 20)
+    >>> [(w["text"], round(w["score"], 4), w["blamed"]) for w in items["flips"][1]["words"]][:3]
+    [('two', 0.001, False), ('dogs', 0.0067, False), ('playing', -0.0011, True)]
+    >>> items["flips"][1]["attribution"]["blamed"], items["flips"][1]["attribution"]["hit"]
+    ('playing', False)
 """
 import base64
 import difflib
 import io
+import json
 import os
+
+from ..errors import InputError
 
 
 def word_marks(caption, text):
@@ -104,3 +116,72 @@ def gallery_items(tops, roots, labels, thumb_px=200):
             thumbs[item["path"]] = thumbnail(item["path"], thumb_px)
         item["thumb"] = thumbs[item["path"]]
     return out
+
+
+EXPLAIN_FIELDS = ("image_path", "caption", "flip", "words", "word_scores", "changed", "blamed", "hit",
+                  "sim_caption", "sim_flip", "gap")
+
+
+def explain_files(metrics, paths):
+    """[(model, explain file)] that exist and [(model, explain file)] that the explain_flips.py
+    metrics list but that are not there."""
+    files, missing = [], []
+    folder = os.path.dirname(os.path.abspath(paths.get("explain", "")))
+    for m in metrics.get("explain", ()):
+        if m.get("explain_file"):
+            path = os.path.join(folder, m["explain_file"])
+            (files if os.path.isfile(path) else missing).append((m["model_tag"], path))
+    return files, missing
+
+
+def _check(line):
+    """Why an explain line cannot colour its flip's words, or None."""
+    if not isinstance(line, dict):
+        return "not a JSON object"
+    absent = [k for k in EXPLAIN_FIELDS if k not in line]
+    if absent:
+        return f"missing {', '.join(absent)} (not an explain_flips.py line)"
+    n = len(line["words"])
+    if not isinstance(line["flip"], str) or line["words"] != line["flip"].split() or len(line["word_scores"]) != n:
+        return "words and word_scores are not the flip's whitespace words"
+    if not all(isinstance(k, int) and 0 <= k < n for k in [line["blamed"], *line["changed"]]):
+        return f"blamed {line['blamed']!r} or changed {line['changed']!r} is not a word index"
+    return None
+
+
+def _attach(item, line):
+    """The line's word scores on the item's flip words (the same whitespace words: checked)."""
+    words, scores = item["words"], line["word_scores"]
+    scale = max((abs(v) for v in scores if v is not None), default=0.0)
+    for k, (w, v) in enumerate(zip(words, scores)):
+        w.update(score=v, blamed=k == line["blamed"],
+                 strength=None if v is None else round(abs(v) / scale, 2) if scale else 0.0)
+    item["attribution"] = {"blamed": words[line["blamed"]]["text"], "hit": bool(line["hit"]),
+                           "changed": [words[k]["text"] for k in line["changed"]],
+                           "sim_caption": line["sim_caption"], "sim_flip": line["sim_flip"], "gap": line["gap"]}
+
+
+def attach_attributions(flips, files):
+    """Give each flip item the explain line of its model for its image path, caption and flip
+    text (the same texts under two caption indices have one attribution: the first line's);
+    items without one stay as they are. files: [(model, explain file)]. Returns how many got one."""
+    wanted = {}
+    for item in flips:
+        wanted.setdefault((item["model"], item.get("image_path"), item["caption"], item["text"]), []).append(item)
+    done = 0
+    for model, path in files:
+        with open(path, encoding="utf-8") as f:
+            for lineno, text in enumerate(f, 1):
+                if not text.strip():
+                    continue
+                try:
+                    line = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+                why = _check(line)
+                if why:
+                    raise InputError(f"{path}:{lineno}: {why}")
+                for item in wanted.pop((model, line["image_path"], line["caption"], line["flip"]), ()):
+                    _attach(item, line)
+                    done += 1
+    return done

@@ -1,6 +1,6 @@
 """lgip.report.markdown: the report as markdown (`<stem>__LGIP_report.md`): inputs, the
-evaluations found, the results table, notes, the figures (linked beside it), the top lists, and
-what made it. Pure text from a `Report` (lgip.report.overview).
+evaluations found, the results table, notes, the figures (linked beside it), the word
+attribution's line per model (when explain_flips.py ran), the top lists, and what made it. Pure text from a `Report` (lgip.report.overview).
 
     >>> print(results_table(report.rows))     # also what report.py prints
     | Model         | Records |            Inv. error ↓ | ...
@@ -8,7 +8,7 @@ what made it. Pure text from a `Report` (lgip.report.overview).
 import os
 
 from ..util import atomic_open
-from .overview import frontier_note, made_by, missing_note, runs_table, source_notes
+from .overview import attribution_lines, frontier_note, made_by, missing_note, runs_table, source_notes
 from .tables import main_table, md_table, md_text
 
 
@@ -68,6 +68,11 @@ def markdown(report, md_path):
         md.append(frontier_note(report.front) + "\n")
     for png, alt in report.figures:
         md.append(f"![{alt}]({os.path.relpath(os.path.abspath(png), md_dir)})\n")
+    attribution = attribution_lines(rows, report.metrics, report.paths, report.explain_missing)
+    if attribution is not None:
+        md += (["## Which word does a model blame?", "", attribution["lead"], ""]
+               + ["- " + line["text"] for line in attribution["lines"]] + [""]
+               + ([attribution["missing"], ""] if attribution["missing"] else []))
     if report.tops is not None:
         md.append(_top_tables(report))
         if report.missing:

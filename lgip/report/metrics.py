@@ -4,8 +4,9 @@ row per model (the report's CSV columns) built from them.
 Each evaluation the report knows is one `Evaluation` in `EVALUATIONS`: its script, the suffix of
 its metrics file, where its input lies beside a base JSONL, and how one model's metrics become
 flat columns (`extract`). A row is a plain dict, so a later evaluation (say retrieval figures)
-adds an `Evaluation` whose `columns` are appended to the CSV and whose figures the results table
-picks up by name (`lgip.report.tables.RESULT_COLUMNS`).
+adds an `Evaluation` whose `columns` are appended to the CSV (when it ran: `csv_columns`) and
+whose figures the results table picks up by name (`lgip.report.tables.RESULT_COLUMNS`).
+explain_flips.py's word attribution is one such entry (`explain`: localization accuracy per model).
 
     >>> found, looked = find_metrics("data/x.jsonl")      # {"multi": "data/x_with_perturb__LGIP_ALL.metrics.json", ...}
     >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()})
@@ -86,6 +87,37 @@ def _extract_enhanced(m):
     return out
 
 
+LOCALIZATION = ("localization_acc", "localization_acc_detected", "localization_acc_preferred")
+
+
+def _extract_explain(m):
+    out = {"localization_num_flips": m.get("num_flips"), "localization_chance": m.get("chance")}
+    for key in LOCALIZATION:
+        out.update(fig(m, key))
+    for part in ("detected", "preferred"):
+        out[f"localization_num_{part}"] = m.get(f"num_{part}")
+    for t in FLIP_TYPES:
+        b = (m.get("by_flip_type") or {}).get(t) or {}
+        out.update(fig(b, "localization_acc", f"localization_{t}_acc"))
+        out[f"localization_{t}_chance"], out[f"localization_{t}_count"] = b.get("chance"), b.get("count")
+    return out
+
+
+def _explain_columns():
+    cols = ["localization_num_flips", "localization_chance"]
+    for key in LOCALIZATION:
+        cols += [key, key + "_ci_lo", key + "_ci_hi"]
+    cols += ["localization_num_detected", "localization_num_preferred"]
+    for t in FLIP_TYPES:
+        cols += [f"localization_{t}_acc", f"localization_{t}_acc_ci_lo", f"localization_{t}_acc_ci_hi",
+                 f"localization_{t}_chance", f"localization_{t}_count"]
+    return tuple(cols)
+
+
+def _num_samples(m):
+    return m.get("num_samples", "?")
+
+
 @dataclass(frozen=True)
 class Evaluation:
     key: str  # the name in HEADLINE, SCORE_SOURCES and the CSV's *_source columns
@@ -96,7 +128,9 @@ class Evaluation:
     short: str  # its name in a figure's subtitle
     headline: bool = True  # has invariance error, gap and positive rate, so can head the table
     typed: bool = False  # has figures per flip type
-    columns: Tuple[str, ...] = ()  # CSV columns of its own, after the shared ones (COLUMNS)
+    columns: Tuple[str, ...] = ()  # CSV columns of its own, after the shared ones (COLUMNS), when it ran
+    scores: bool = True  # writes per-pair score files (the top lists' SCORE_SOURCES)
+    evaluated: Callable = _num_samples  # one model's metrics -> what it evaluated, as the inputs table says it
 
 
 EVALUATIONS = [
@@ -106,12 +140,16 @@ EVALUATIONS = [
                _extract_fliptypes, "run_lgip_by_fliptype", typed=True),
     Evaluation("enhanced", "rebuttal_enhanced_lgip_by_transformation.py", "ENHANCED_LGIP_analysis.json",
                ("_with_fliptypes.jsonl", "rebuttal_enhanced_"), _extract_enhanced, "enhanced analysis, corrected",
-               typed=True),
+               typed=True, evaluated=lambda m: (m.get("corrected") or {}).get("num_records", "?")),
+    Evaluation("explain", "explain_flips.py", "LGIP_explain.metrics.json", ("_with_fliptypes.jsonl", ""),
+               _extract_explain, "explain_flips", headline=False, columns=_explain_columns(), scores=False,
+               evaluated=lambda m: f"{m.get('num_flips', '?')} flips"),
 ]
 BY_KEY = {e.key: e for e in EVALUATIONS}
 EVAL_KEYS = [e.key for e in EVALUATIONS]
 SCRIPTS = {e.key: e.script for e in EVALUATIONS}
 HEADLINE_KEYS = [e.key for e in EVALUATIONS if e.headline]
+SCORE_KEYS = [e.key for e in EVALUATIONS if e.scores]
 
 
 def _columns():
@@ -134,6 +172,13 @@ def _columns():
 
 
 COLUMNS = _columns()  # the CSV's columns, in order; every row has each (None where unknown)
+
+
+def csv_columns(found):
+    """COLUMNS less the own columns of the evaluations not in `found` (a report without them
+    writes the CSV it wrote before they existed)."""
+    absent = {c for e in EVALUATIONS if e.key not in found for c in e.columns}
+    return [c for c in COLUMNS if c not in absent]
 
 
 def find_metrics(jsonl_path):

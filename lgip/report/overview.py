@@ -1,21 +1,26 @@
 """lgip.report.overview: what the report says around its figures, once for the markdown and the
 page: the evaluations found (a table), the package versions they ran with, where each figure
-comes from and what it means (notes), the Pareto sentence, and what made the report.
+comes from and what it means (notes), the Pareto sentence, the word attribution's lines (one
+per model: its localization accuracy against chance), and what made the report.
 
-Texts are markdown inline text (`code` in backticks): the markdown prints them as they are, the
-page turns the backticks into <code>.
+Texts are markdown inline text (`code` in backticks, **bold**): the markdown prints them as they
+are, the page turns them into <code> and <strong>.
 
     >>> header, cells, versions = runs_table(metrics, found)
     >>> cells[0][:2]
     ['`run_lgip_multi.py`', '`x_with_perturb__LGIP_ALL.metrics.json`']
     >>> source_notes(rows, metrics, found)[0]
     'Invariance error, gap and positive rate from `run_lgip_multi.py` (`x_with_perturb__LGIP_ALL.metrics.json`).'
+    >>> attribution_lines(rows, metrics, found)["lines"][0]["text"]      # the demo's, tiny models
+    '`tiny_openclip`: localization 0.117 [0.052, 0.195] of 77 flips, chance 0.168: **at chance level** (its
+     interval contains chance); detected 0.135 [0.027, 0.243] of 37, preferred 0.100 [0.025, 0.200] of 40.'
 """
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .metrics import EVALUATIONS, SCRIPTS, enhanced_blocks
+from .tables import cell
 
 
 @dataclass
@@ -31,6 +36,7 @@ class Report:
     figures: List[tuple] = field(default_factory=list)  # (png path, alt text) of each figure written
     tops: Any = None  # lgip.report.toplists.TopLists, or None when TOP_K = 0
     missing: list = field(default_factory=list)  # score files the metrics list but that are not there
+    explain_missing: list = field(default_factory=list)  # (model, explain file) the explain metrics list but not there
     top_k_per_model: bool = False  # the markdown's lists: per model, or one over all models
     max_text_chars: int = 0  # the markdown lists' captions cut to this many characters
 
@@ -57,8 +63,7 @@ def runs_table(metrics, paths):
         protocols = sorted({(r.get("model") or {}).get("protocol") or "?" for r in runs})
         inputs = sorted({(r.get("config") or {}).get("JSONL_PATH") or "?" for r in runs})
         in_file = sorted({str(r.get("num_records_in_file", "?")) for r in runs})
-        evaluated = sorted({str((m.get("corrected") or {}).get("num_records", "?") if e.key == "enhanced"
-                                else m.get("num_samples", "?")) for m in ms})
+        evaluated = sorted({str(e.evaluated(m)) for m in ms})
         failed = [r.get("num_failed_images") for r in runs if r.get("num_failed_images") is not None]
         cells.append([f"`{e.script}`", f"`{os.path.basename(paths[e.key])}`",
                       ", ".join(f"`{os.path.basename(p)}`" if p != "?" else "?" for p in inputs),
@@ -89,10 +94,52 @@ def source_notes(rows, metrics, paths):
                      if label == "corrected" else "") + f" from `{SCRIPTS['enhanced']}`, {label} figures"
                      + (" (each flip counted once, `combined_caps` evaluated)." if label == "corrected"
                         else " (no `corrected` block: an older analysis file)."))
+    if "explain" in metrics:
+        notes.append(f"Localization accuracy (Loc. acc.) from `{SCRIPTS['explain']}` "
+                     f"(`{os.path.basename(paths['explain'])}`): share of the explained flips whose blamed word is the changed one, [lo, hi] over flips "
+                     "(see \"Which word does a model blame?\").")
     notes.append("Invariance error = mean |sim(image, caption) − sim(image, paraphrase)|; gap = mean "
                  "sim(image, caption) − sim(image, flip); positive rate = share of flips with gap > 0 "
                  "(0.5 = chance). [lo, hi] = 95% bootstrap CI over images.")
     return notes
+
+
+def attribution_lines(rows, metrics, paths, missing=()):
+    """{"lead", "lines": [{"model", "text"}], "missing"} of the word-attribution section: what
+    localization accuracy and its detected / preferred parts mean, then one line per explained
+    model with its figure, 95% interval and chance level, flagged when the interval contains
+    chance; and the explain files listed but missing (or None). None without explain_flips.py metrics."""
+    if "explain" not in metrics:
+        return None
+    layers = sorted({str(((m.get("run") or {}).get("config") or {}).get("LAYERS", "?")) for m in metrics["explain"]})
+    lead = (f"From `{SCRIPTS['explain']}` (`{os.path.basename(paths['explain'])}`): each explained flip's "
+            f"sim(image, flip) is attributed to its words (gradient × attention over the text tower's last "
+            f"{' or '.join(layers)} layers) and its lowest-scoring word is blamed. Localization = share of the flips "
+            "whose blamed word is the word the flip changed; chance = the share a randomly blamed word would get. "
+            "Detected: over the flips the model scores below their caption (gap > 0): a hit says its lower score "
+            "rests on the changed word. Preferred: over those it scores as high or higher (gap ≤ 0): a hit says it "
+            "weighed the changed word and still preferred the flip. [lo, hi] = 95% bootstrap CI over flips.")
+    explained = {m["model_tag"] for m in metrics["explain"]}
+    lines = []
+    for r in rows:
+        if r["model"] not in explained:
+            continue
+        if r["localization_acc"] is None:
+            lines.append({"model": r["model"], "text": f"`{r['model']}`: no flip explained."})
+            continue
+        lo, hi, chance = r["localization_acc_ci_lo"], r["localization_acc_ci_hi"], r["localization_chance"]
+        where = ("" if lo is None or hi is None else
+                 ": **at chance level** (its interval contains chance)" if lo <= chance <= hi else
+                 ": below chance" if hi < chance else ": above chance")
+        parts = [f"{name} {cell(r, key, 3)} of {r[count]}" if r[key] is not None else f"{name} – of {r[count] or 0}"
+                 for name, key, count in (("detected", "localization_acc_detected", "localization_num_detected"),
+                                          ("preferred", "localization_acc_preferred", "localization_num_preferred"))]
+        lines.append({"model": r["model"],
+                      "text": f"`{r['model']}`: localization {cell(r, 'localization_acc', 3)} of "
+                              f"{r['localization_num_flips']} flips, chance {chance:.3f}{where}; " + ", ".join(parts) + "."})
+    gone = ("Explain files listed in the metrics but missing: " + ", ".join(
+        f"`{os.path.basename(p)}`" for _, p in missing) + " (their flips are shown without word scores).") if missing else None
+    return {"lead": lead, "lines": lines, "missing": gone}
 
 
 def frontier_note(front):

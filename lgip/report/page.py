@@ -5,7 +5,8 @@ opens by double-click from any folder.
 
 What the template gets (`page_context`): the overview (inputs, evaluations, versions, notes,
 provenance), the results table as rows of cells that carry the value they sort by, the figures,
-and the gallery items (lgip.report.gallery). A later column, figure or item field shows once it
+the word attribution's lines, and the gallery items (lgip.report.gallery; a flip's words with
+their scores when explain_flips.py explained it). A later column, figure or item field shows once it
 is in these; the template is the one place that decides how.
 
     >>> html = render_page(report, gallery_items(report.tops, roots, labels))
@@ -17,7 +18,7 @@ import re
 
 from ..method import FLIP_TYPES
 from ..util import atomic_open
-from .overview import frontier_note, made_by, missing_note, runs_table, source_notes
+from .overview import attribution_lines, frontier_note, made_by, missing_note, runs_table, source_notes
 from .tables import interval, num, result_columns
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -25,12 +26,13 @@ TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates"
 
 def inline_markdown(text):
     """Markdown inline text as HTML: escaped, `code` as <code> that may break after _ . / (long
-    file names wrap at their parts)."""
+    file names wrap at their parts), **bold** as <strong>."""
     from markupsafe import Markup, escape
 
     def code(m):
         return "<code>" + re.sub(r"([_./])", r"\1<wbr>", m.group(1)) + "</code>"
-    return Markup(re.sub(r"`([^`]+)`", code, str(escape(text))))
+    html = re.sub(r"`([^`]+)`", code, str(escape(text)))
+    return Markup(re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", html))
 
 
 def data_uri(path, mime):
@@ -94,7 +96,9 @@ def page_context(report, gallery=None, colors=None, csv_path=None):
         "frontier": frontier_note(report.front) if report.front else None,
         "figures": figures,
         "top_k": report.tops.k if report.tops is not None else 0,
+        "attribution": attribution_lines(report.rows, report.metrics, report.paths, report.explain_missing),
         "gallery": gallery,
+        "attributed": sum("attribution" in i for i in gallery["flips"]) if gallery else 0,
         "flip_types": [t for t in FLIP_TYPES if gallery and any(i.get("type") == t for i in gallery["flips"])],
         "missing": missing_note(report.missing),
         "made_by": made_by(report.prov),
@@ -111,6 +115,7 @@ def render_page(context):
     env.filters["inline"] = inline_markdown
     env.filters["signed"] = lambda v, digits=4: "–" if v is None else f"{v:+.{digits}f}".replace("-", "−")
     env.filters["fixed"] = lambda v, digits=4: "–" if v is None else f"{v:.{digits}f}".replace("-", "−")
+    env.filters["score"] = lambda v: "–" if v is None else f"{v:+.3g}".replace("-", "−")
     return env.get_template("page.html.j2").render(**context)
 
 

@@ -35,7 +35,8 @@ RESULT_COLUMNS = (
     + [Column(f"{t.capitalize()} pos. ↑", f"{t}_pos_rate", 3, "high") for t in FLIP_TYPES]
     + [Column("Simple inv. ↓", "enhanced_simple_invariance_error", 4, "low"),
        Column("Advanced inv. ↓", "enhanced_advanced_invariance_error", 4, "low"),
-       Column("Combined pos. ↑", "enhanced_combined_pos_rate", 3, "high")])
+       Column("Combined pos. ↑", "enhanced_combined_pos_rate", 3, "high"),
+       Column("Loc. acc. ↑", "localization_acc", 3, "high")])
 
 
 def num(value, digits):
