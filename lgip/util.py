@@ -103,6 +103,16 @@ def check_writable(folders):
             raise OutputError(str(error) + " Nothing was run.", folder, error.errno, error.reason) from None
 
 
+def _file_mode():
+    """The mode a file created here gets: 0666 less the umask (read once, before any thread)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _file_mode()
+
+
 @contextmanager
 def atomic_open(path, mode="w", durable=True, output=True):
     """Write `path` through a temp file in the same folder, renamed into place on success.
@@ -119,6 +129,7 @@ def atomic_open(path, mode="w", durable=True, output=True):
     try:
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+        os.fchmod(fd, _FILE_MODE)  # (mkstemp makes it 0600: an output is readable as any file the user makes)
     except OSError as e:
         raise _failed(path, e, output) from None
     body_done = False

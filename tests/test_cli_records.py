@@ -65,6 +65,14 @@ def test_atomic_open_leaves_nothing_on_error(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_outputs_get_the_mode_of_any_file_the_user_makes(tmp_path):
+    """Not mkstemp's 0600: on a shared machine colleagues read the results as the user's umask allows."""
+    (tmp_path / "plain.txt").write_text("x")
+    with atomic_open(str(tmp_path / "x.json")) as f:
+        f.write("{}")
+    assert os.stat(tmp_path / "x.json").st_mode & 0o777 == os.stat(tmp_path / "plain.txt").st_mode & 0o777
+
+
 def test_configure_overrides_and_errors(capsys):
     ns = {"__file__": "x.py", "BATCH": 32, "NAME": "a", "PATH": None}
     cfg = configure(ns, ["--BATCH=64", "--NAME=cuda:0", "--PATH=[1, 'b']"])
