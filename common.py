@@ -23,6 +23,7 @@ above it in this list, so it can be read, and changed, knowing only those:
                         deduplicated and batched (TextBank)
   lookahead             the later models' tokenizing and decoding, done while a model runs
   scoring, scorefile    pairs, means and bootstrap intervals (the metrics); the *.scores.jsonl files
+  retrieval             recall over galleries of records, with the flips among the captions (LGIP_SPEC.md 7)
   evaluation            ModelRun (one model over one JSONL, torchrun sharding) and run_evaluation
 
 Where a record goes, in an evaluation: `records.load_records` reads and validates it;
@@ -52,6 +53,7 @@ from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_fl
 from lgip.models import PUBLISHED_MODELS, load_model
 from lgip.pixel_memory import forget_pixels
 from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_records
+from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
 from lgip.scorefile import PerModel, ScoreSidecar
 from lgip.scoring import Pairs, add_ci, mean_or_none
 from lgip.device import cosines
@@ -59,11 +61,11 @@ from lgip.texts import TextBank
 from lgip.util import (Timer, atomic_open, default_num_workers, default_output, fmt, metrics_path, package_versions,
                        provenance, write_json)
 
-__all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "InputError", "Lookahead", "ModelError", "ModelRun",
+__all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "InputError", "Lookahead", "ModelError", "ModelRun",
            "NUMBER_WORDS", "OBJECTS", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel", "SIGLIP_TEXT_LENGTH",
            "ScoreSidecar", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
-           "cap_sample", "caption_texts", "configure", "cosines", "default_num_workers", "default_output",
+           "cap_sample", "caption_texts", "check_gallery_size", "configure", "cosines", "default_num_workers", "default_output",
            "dump_jsonl_line", "encode_record_images", "fmt", "forget_pixels", "forget_token_tables", "infer_flip_type",
            "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions",
-           "parse_value", "provenance", "resolve_device", "resolve_dtype", "run_evaluation", "run_generator", "run_main",
-           "simple_paraphrases", "swap_process_state", "typed_flips", "write_json"]
+           "parse_value", "provenance", "resolve_device", "resolve_dtype", "retrieval_figures", "run_evaluation", "run_generator",
+           "run_main", "search_galleries", "simple_paraphrases", "swap_process_state", "typed_flips", "write_json"]
