@@ -32,6 +32,8 @@ image ranks 1; its most similar image is then image 0 (first on ties), while p's
     >>> f["t2i_recall@1"], f["t2i_paraphrase_recall@1"], f["t2i_paraphrase_agreement@1"]
     (1.0, 1.0, 0.0)
 """
+import time
+
 from .errors import ConfigError
 from .scoring import add_ci
 
@@ -83,12 +85,11 @@ class Gallery:
         import numpy as np
         import torch
         ok = np.asarray(sorted(ok), dtype=np.int64)
-        pos_of = np.full(int(ok.max()) + 1 if len(ok) else 0, -1, dtype=np.int64)
+        pos_of = np.full(len(img_emb), -1, dtype=np.int64)  # record -> its image's place; -1: unreadable
         pos_of[ok] = np.arange(len(ok))
 
         def items(pairs, keep=None):
-            rec = np.asarray(pairs.rec, dtype=np.int64)
-            pos = pos_of[rec] if len(pos_of) else np.full(len(rec), -1, dtype=np.int64)
+            pos = pos_of[np.asarray(pairs.rec, dtype=np.int64)]
             good = (pos >= 0) if keep is None else (pos >= 0) & keep
             slots = np.asarray(pairs.slot, dtype=np.int64)[good]
             return Items(pos[good], np.asarray(rows)[slots], np.asarray(pairs.cap, dtype=np.int64)[good])
@@ -145,7 +146,9 @@ class Gallery:
 def _row_bytes(x):
     """Each row of a tensor as one bytes value (equal rows, equal values)."""
     import numpy as np
-    a = np.ascontiguousarray(x.detach().cpu().numpy())
+    import torch
+    x = x.detach().cpu()
+    a = np.ascontiguousarray((x.view(torch.int16) if x.dtype == torch.bfloat16 else x).numpy())
     return a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).ravel() if a.size else np.zeros(len(a), "V1")
 
 
@@ -162,54 +165,70 @@ def _unique_first(keys):
     return first[order], number[inverse.ravel()]
 
 
-def _image_columns(images, device):
-    """A block's images as gallery columns: the distinct vectors (float32, in block order of first
-    occurrence), each record's column, and how often each column occurs."""
-    import numpy as np
-    import torch
-    first, col = _unique_first(_row_bytes(images))
-    emb = images[torch.as_tensor(first, device=images.device)].to(device).float()
-    return emb, torch.as_tensor(col, device=device), torch.as_tensor(np.bincount(col).astype(np.float32), device=device)
+class _Columns:
+    """A block's gallery of one or more kinds (captions, flips, each flip type; or images) as
+    columns: each distinct vector once (`emb`, float32), so a text that is a caption and a flip
+    gets one similarity, ordered so that the columns held by the same kinds are contiguous
+    (`groups`: (start, end, kinds)): a kind's best and its count above a threshold are then a
+    few slices of the similarities, never a copy. `col[k]`: each item's column, per kind;
+    `extra[k]`: the columns a kind holds more than once, and how many times more."""
 
-
-class _TextColumns:
-    """A block's texts of every kind (captions, flips, each flip type) as one set of gallery
-    columns: the distinct rows once (`emb`, float32), so a text that is a caption and a flip gets
-    one similarity. Per kind: its columns (`members`), how often each column occurs in it
-    (`weight` [columns, kinds]), each record's own columns (`own`, -1 padded) and whether the
-    record has any (`has`)."""
-
-    def __init__(self, table, kinds, n, device):
+    def __init__(self, vectors, cols, device):
         import numpy as np
         import torch
-        rows = np.concatenate([it.row for it in kinds])
-        first, col = _unique_first(rows)
-        self.emb = table[torch.as_tensor(rows[first], device=table.device)].to(device).float()
-        bounds = np.cumsum([0] + [len(it) for it in kinds])
-        weight = np.zeros((len(first), len(kinds)), dtype=np.float32)
-        self.members, self.own, self.has = [], [], []
-        for j, it in enumerate(kinds):
-            c = col[bounds[j]:bounds[j + 1]]
-            weight[:, j] = np.bincount(c, minlength=len(first))
-            self.members.append(torch.as_tensor(np.flatnonzero(weight[:, j]), device=device))
-            per = np.bincount(it.pos, minlength=n)
-            starts = np.concatenate([[0], np.cumsum(per)[:-1]])
-            own = np.full((n, int(per.max()) if len(c) else 0), -1, dtype=np.int64)
-            own[it.pos, np.arange(len(c)) - starts[it.pos]] = c
-            self.own.append(torch.as_tensor(own, device=device))
-            self.has.append(per > 0)
-        self.weight = torch.as_tensor(weight, device=device)
+        n = len(vectors)
+        weight = np.stack([np.bincount(c, minlength=n) for c in cols], axis=1) if n else np.zeros((0, len(cols)), int)
+        code = ((weight > 0) << np.arange(len(cols))).sum(axis=1)
+        order = np.argsort(code, kind="stable")
+        place = np.empty(n, dtype=np.int64)
+        place[order] = np.arange(n)
+        self.emb = vectors[torch.as_tensor(order, device=vectors.device)].to(device).float()
+        self.col = [place[c] for c in cols]
+        code, weight = code[order], weight[order]
+        cut = np.flatnonzero(np.diff(code)) + 1
+        self.groups = [(int(s), int(e), int(code[s])) for s, e in zip(np.r_[0, cut], np.r_[cut, n]) if e > s]
+        self.extra = []
+        for k in range(len(cols)):
+            more = np.flatnonzero(weight[:, k] > 1)
+            self.extra.append((torch.as_tensor(more, device=device),
+                               torch.as_tensor((weight[more, k] - 1).astype(np.float32), device=device)))
 
     def __len__(self):
         return len(self.emb)
 
-    def best(self, sims, kind):
-        """Each row's most similar text of a kind (-inf when the block has none)."""
+    def best(self, group_max, k):
+        """The most similar column of kind k per row, from each group's maxima (-inf: none)."""
         import torch
-        members = self.members[kind]
-        if len(members) == 0:
-            return torch.full((len(sims),), float("-inf"), device=sims.device)
-        return sims.index_select(1, members).max(dim=1).values
+        got = [m for (_, _, code), m in zip(self.groups, group_max) if code >> k & 1]
+        if not got:
+            return torch.full((len(group_max[0]) if group_max else 0,), float("-inf"), device=self.emb.device)
+        return torch.stack(got).amax(dim=0) if len(got) > 1 else got[0]
+
+    def above(self, greater, k):
+        """How many items of kind k (columns with their repeats) each row's `greater` mask holds."""
+        import torch
+        out = torch.zeros(len(greater), device=self.emb.device)
+        for s, e, code in self.groups:
+            if code >> k & 1:
+                out += greater[:, s:e].view(torch.uint8).sum(dim=1)  # (as bytes: several times faster than bool on a CPU)
+        more, times = self.extra[k]
+        if len(more):
+            out += greater.index_select(1, more).float() @ times
+        return out
+
+    def maxima(self, sims):
+        return [sims[:, s:e].amax(dim=1) for s, e, _ in self.groups]
+
+
+def _own(items, col, n, device):
+    """([records, most per record] the columns of each record's own items, -1 padded; whether it has any)."""
+    import numpy as np
+    import torch
+    per = np.bincount(items.pos, minlength=n)
+    starts = np.concatenate([[0], np.cumsum(per)[:-1]])
+    own = np.full((n, int(per.max()) if len(col) else 0), -1, dtype=np.int64)
+    own[items.pos, np.arange(len(col)) - starts[items.pos]] = col
+    return torch.as_tensor(own, device=device), per > 0
 
 
 def _own_max(sims, own):
@@ -219,13 +238,7 @@ def _own_max(sims, own):
     if own.shape[1] == 0:
         return torch.full((len(sims),), float("-inf"), device=sims.device)
     vals = sims.gather(1, own.clamp(min=0))
-    return vals.masked_fill(own < 0, float("-inf")).max(dim=1).values
-
-
-def _above(sims, threshold, weight):
-    """How many gallery items (columns counted with their weights, one count per weight column)
-    are strictly more similar than each row's threshold (exact: integer sums below 2^24)."""
-    return (sims > threshold[:, None]).float() @ weight
+    return vals.masked_fill(own < 0, float("-inf")).amax(dim=1)
 
 
 class Found:
@@ -233,7 +246,7 @@ class Found:
     `i2t_rank` (over C), `i2t_flip_rank` (over C + F), `flip_top1` (the top-1 text is a flip),
     `own_flip` / `has_own_flip`, and per type `typed[t]` = (top1, own, has); caption queries
     `cap_pos`, `t2i_rank`; paraphrase queries `para_pos`, `para_rank`, `para_agree`; plus the
-    gallery's `records` and counts."""
+    gallery's `records`, counts, and `seconds` per part of the search."""
 
 
 def check_gallery_size(size):
@@ -269,6 +282,8 @@ def search_galleries(gallery, size=5000, chunk_elements=None):
         setattr(found, name, np.concatenate([p[name] for p in parts]) if parts else np.zeros(0, dtype=np.int64))
     found.typed = {t: tuple(np.concatenate([p["typed"][t][j] for p in parts]) if parts else np.zeros(0, dtype=bool)
                             for j in range(3)) for t in gallery.typed}
+    # where the time went (the text queries include their columns, images made distinct)
+    found.seconds = {k: round(sum(p["seconds"][k] for p in parts), 3) for k in ("columns", "image_queries", "text_queries")}
     found.records, found.num_blocks, found.gallery_size = gallery.records, len(parts), min(size, n)
     found.num_captions, found.num_flips = len(gallery.captions), len(gallery.flips)
     return found
@@ -283,36 +298,47 @@ def _block(g, lo, hi, device, budget):
     """The figures' raw material for the records lo..hi-1, searched against each other only."""
     import numpy as np
     import torch
+    t0 = time.perf_counter()
     n = hi - lo
     caps, flips, paras = g.captions.span(lo, hi), g.flips.span(lo, hi), g.paraphrases.span(lo, hi)
     types = list(g.typed)
-    texts = _TextColumns(g.texts, [caps, flips] + [g.typed[t].span(lo, hi) for t in types], n, device)
+    kinds = [caps, flips] + [g.typed[t].span(lo, hi) for t in types]
+    rows = np.concatenate([it.row for it in kinds])
+    first, col = _unique_first(rows)  # a text that occurs in several places or kinds: one column
+    bounds = np.cumsum([0] + [len(it) for it in kinds])
+    texts = _Columns(g.texts[torch.as_tensor(rows[first], device=g.texts.device)],
+                     [col[bounds[k]:bounds[k + 1]] for k in range(len(kinds))], device)
+    own, has = zip(*(_own(it, texts.col[k], n, device) for k, it in enumerate(kinds)))
     C, F = 0, 1
-    queries = np.flatnonzero(texts.has[C])  # images with a caption of their own: they have a target
+    queries = np.flatnonzero(has[C])  # images with a caption of their own: they have a target
     q_dev = torch.as_tensor(queries, device=device)
     out = {k: [] for k in ("i2t_rank", "i2t_flip_rank", "flip_top1", "own_flip")}
     out_typed = [([], []) for _ in types]
-    width = 2 * len(texts) + max(len(m) for m in texts.members)  # the similarities, their comparison, one kind's copy
-    for a, b in _chunks(len(queries), width, budget):
+    t1 = time.perf_counter()
+    for a, b in _chunks(len(queries), 2 * len(texts), budget):  # the similarities and their comparison
         q = q_dev[a:b]
         sims = g.images[lo:hi][q].to(device).float() @ texts.emb.T
-        target = _own_max(sims, texts.own[C][q])  # the most similar own caption
-        above = _above(sims, target, texts.weight[:, :2])  # captions, flips strictly more similar
-        best_c = texts.best(sims, C)
-        out["i2t_rank"].append(1 + above[:, C])
-        out["i2t_flip_rank"].append(1 + above[:, C] + above[:, F])
-        out["flip_top1"].append(texts.best(sims, F) > best_c)
-        out["own_flip"].append(_own_max(sims, texts.own[F][q]) > target)
+        target = _own_max(sims, own[C][q])  # the most similar own caption
+        greater = sims > target[:, None]
+        above_c = texts.above(greater, C)
+        out["i2t_rank"].append(1 + above_c)
+        out["i2t_flip_rank"].append(1 + above_c + texts.above(greater, F))
+        del greater
+        maxima = texts.maxima(sims)
+        best_c = texts.best(maxima, C)
+        out["flip_top1"].append(texts.best(maxima, F) > best_c)
+        out["own_flip"].append(_own_max(sims, own[F][q]) > target)
         for j in range(len(types)):
-            out_typed[j][0].append(texts.best(sims, 2 + j) > best_c)
-            out_typed[j][1].append(_own_max(sims, texts.own[2 + j][q]) > target)
+            out_typed[j][0].append(texts.best(maxima, 2 + j) > best_c)
+            out_typed[j][1].append(_own_max(sims, own[2 + j][q]) > target)
     nq = len(queries)
     res = {"img_pos": lo + queries, "i2t_rank": _host(out["i2t_rank"], nq).astype(np.int64),
            "i2t_flip_rank": _host(out["i2t_flip_rank"], nq).astype(np.int64),
            "flip_top1": _host(out["flip_top1"], nq).astype(bool), "own_flip": _host(out["own_flip"], nq).astype(bool),
-           "has_own_flip": texts.has[F][queries]}
+           "has_own_flip": has[F][queries]}
     res["typed"] = {t: (_host(out_typed[j][0], nq).astype(bool), _host(out_typed[j][1], nq).astype(bool),
-                        texts.has[2 + j][queries]) for j, t in enumerate(types)}
+                        has[2 + j][queries]) for j, t in enumerate(types)}
+    t2 = time.perf_counter()  # (the results on the host: the device's work is done)
     rank, best = _text_queries(g.texts, [caps, paras], g.images[lo:hi], device, budget)
     nc = len(caps)
     # a paraphrase's caption: the caption item of the same record and caption index
@@ -323,6 +349,7 @@ def _block(g, lo, hi, device, budget):
         raise ValueError("a paraphrase whose caption is not among the gallery's captions")
     res.update(cap_pos=lo + caps.pos, t2i_rank=rank[:nc], para_pos=lo + paras.pos, para_rank=rank[nc:],
                para_agree=best[nc:] == best[:nc][at] if len(paras) else np.zeros(0, dtype=bool))
+    res["seconds"] = {"columns": t1 - t0, "image_queries": t2 - t1, "text_queries": time.perf_counter() - t2}
     return res
 
 
@@ -331,20 +358,24 @@ def _text_queries(table, kinds, images, device, budget):
     image: the first on ties, in block order). A text that occurs several times is one query."""
     import numpy as np
     import torch
-    img_emb, img_col, img_weight = _image_columns(images, device)
+    first_img, img_col = _unique_first(_row_bytes(images))  # one image in two records: one column
+    gallery = _Columns(images[torch.as_tensor(first_img, device=images.device)], [img_col], device)
+    # (one kind: a single group, in block order of first occurrence, as argmax's ties need)
     rows = np.concatenate([it.row for it in kinds])
-    pos = np.concatenate([it.pos for it in kinds])
     first, u = _unique_first(rows)
     order = np.argsort(u, kind="stable")  # items by query, so a chunk of items needs a run of queries
-    u_dev, own = torch.as_tensor(u[order], device=device), img_col[torch.as_tensor(pos[order], device=device)]
+    u_sorted = u[order]
+    u_dev = torch.as_tensor(u_sorted, device=device)
+    own = torch.as_tensor(gallery.col[0][np.concatenate([it.pos for it in kinds])[order]], device=device)
     q_rows = torch.as_tensor(rows[first], device=table.device)
     ranks, best = [], []
-    for a, b in _chunks(len(order), 2 * len(img_emb), budget):
-        u0, u1 = int(u[order[a]]), int(u[order[b - 1]]) + 1
-        sims = table[q_rows[u0:u1]].to(device).float() @ img_emb.T
-        mine = sims.index_select(0, u_dev[a:b] - u0)
-        ranks.append(1 + _above(mine, mine.gather(1, own[a:b, None])[:, 0], img_weight[:, None])[:, 0])
-        best.append(sims.argmax(dim=1)[u_dev[a:b] - u0])  # (columns are in block order of first occurrence)
+    for a, b in _chunks(len(order), 2 * len(gallery), budget):
+        u0, u1 = int(u_sorted[a]), int(u_sorted[b - 1]) + 1
+        sims = table[q_rows[u0:u1]].to(device).float() @ gallery.emb.T
+        if u1 - u0 != b - a:  # a text asked more than once in this chunk: a row per item
+            sims = sims.index_select(0, u_dev[a:b] - u0)
+        ranks.append(1 + gallery.above(sims > sims.gather(1, own[a:b, None]), 0))
+        best.append(sims.argmax(dim=1))
     back = np.empty(len(order), dtype=np.int64)
     back[order] = np.arange(len(order))
     return _host(ranks, len(order)).astype(np.int64)[back], _host(best, len(order)).astype(np.int64)[back]
