@@ -26,6 +26,7 @@ above it in this list, so it can be read, and changed, knowing only those:
                         deduplicated and batched (TextBank)
   lookahead             the later models' tokenizing and decoding, done while a model runs
   scoring, scorefile    pairs, means and bootstrap intervals (the metrics); the *.scores.jsonl files
+  retrieval             recall over galleries of records, with the flips among the captions (LGIP_SPEC.md 7)
   evaluation            ModelRun (one model over one JSONL, torchrun sharding) and run_evaluation
   entry                 a script's run(**constants): its command line's run, callable from Python
   attribution           word attribution of a text's similarity (LGIP_SPEC.md 8): plain tower forwards
@@ -63,6 +64,7 @@ from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_fl
 from lgip.models import PUBLISHED_MODELS, load_model
 from lgip.pixel_memory import forget_pixels
 from lgip.records import caption_texts, dump_jsonl_line, iter_json_lines, iter_records, load_records, read_json
+from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
 from lgip.scorefile import PerModel, ScoreSidecar, read_flip_gaps
 from lgip.scoring import Pairs, add_ci, mean_or_none
 from lgip.device import cosines
@@ -70,14 +72,14 @@ from lgip.texts import TextBank
 from lgip.util import (Timer, atomic_open, default_num_workers, default_output, fmt, metrics_path, package_versions,
                        provenance, write_json)
 
-__all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "InputError", "Lookahead", "ModelError", "ModelRun",
-           "NUMBER_WORDS", "OBJECTS", "OutputError", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel",
+__all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "InputError", "Lookahead", "ModelError",
+           "ModelRun", "NUMBER_WORDS", "OBJECTS", "OutputError", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel",
            "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips",
            "advanced_paraphrases", "align_words", "atomic_open", "attribute", "blamed_word", "cap_sample",
-           "caption_texts", "changed_words", "check_models", "check_tower", "configure", "cosines",
-           "default_num_workers", "default_output", "dump_jsonl_line", "encode_record_images", "fmt", "forget_pixels",
-           "forget_token_tables", "infer_flip_type", "iter_json_lines", "iter_records", "load_model", "load_records",
-           "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids", "parse_value", "provenance",
-           "read_flip_gaps", "read_json", "resolve_device", "resolve_dtype", "run_evaluation", "run_generator",
-           "run_main", "script_call", "simple_paraphrases", "swap_process_state", "text_tower", "token_namer",
-           "typed_flips", "word_scores", "write_json"]
+           "caption_texts", "changed_words", "check_gallery_size", "check_models", "check_tower", "configure",
+           "cosines", "default_num_workers", "default_output", "dump_jsonl_line", "encode_record_images", "fmt",
+           "forget_pixels", "forget_token_tables", "infer_flip_type", "iter_json_lines", "iter_records", "load_model",
+           "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids", "parse_value",
+           "provenance", "read_flip_gaps", "read_json", "resolve_device", "resolve_dtype", "retrieval_figures",
+           "run_evaluation", "run_generator", "run_main", "script_call", "search_galleries", "simple_paraphrases",
+           "swap_process_state", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json"]

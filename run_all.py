@@ -15,6 +15,7 @@ Steps (names for STEPS), each a subprocess of this Python with its output stream
   rebuttal_enhanced_perturb    base -> rebuttal_enhanced_<stem>_with_fliptypes.jsonl
   run_lgip_multi               _with_perturb.jsonl -> <its stem>__LGIP_ALL.metrics.json
   run_lgip_by_fliptype         _with_fliptypes.jsonl -> <its stem>__LGIP_fliptypes.metrics.json
+  run_lgip_retrieval           _with_fliptypes.jsonl -> <its stem>__LGIP_retrieval.metrics.json (from the cached embeddings)
   explain_flips                _with_fliptypes.jsonl (+ its score files) -> <its stem>__LGIP_explain.metrics.json
   rebuttal_enhanced_lgip       rebuttal_enhanced_..jsonl -> <its stem>__ENHANCED_LGIP_analysis.json
   report                       the metrics -> <base stem>__LGIP_report.html/.md/.csv and plots
@@ -49,13 +50,14 @@ IMAGE_BATCH_SIZE = None  # int: images per forward pass in the evaluations; None
 TEXT_BATCH_SIZE = None  # int: texts per forward pass in the evaluations; None = their default
 NUM_WORKERS = None  # int: image-decoding workers in the evaluations; None = their default (from the CPU count)
 SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAME, e.g. {"BOOTSTRAP": 0, "N_IMAGES": 1000, "CACHE_DIR": None}; a NAME no step has is an error
-STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption, make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype, explain_flips, rebuttal_enhanced_lgip, report
+STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption, make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype, run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, report
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
 CONFIG = common.configure(globals())
 
 STEP_NAMES = ["make_base", "diff_gen_caption", "make_perturb_with_fliptypes", "rebuttal_enhanced_perturb",
-              "run_lgip_multi", "run_lgip_by_fliptype", "explain_flips", "rebuttal_enhanced_lgip", "report"]
+              "run_lgip_multi", "run_lgip_by_fliptype", "run_lgip_retrieval", "explain_flips", "rebuttal_enhanced_lgip",
+              "report"]
 DEMO_MODEL = "openclip_ViT-B-16_openai"  # the smallest published model: the demo's default
 # Settings run_all sets itself (SETTINGS may not), and those that never change a step's results
 # (left out of the recorded settings, so changing them re-runs nothing).
@@ -152,7 +154,8 @@ def plan(mode, base):
     enhanced = common.default_output(base, "_with_fliptypes.jsonl", prefix="rebuttal_enhanced_")
     metrics = [common.metrics_path(perturb, "LGIP_ALL.metrics.json"),
                common.metrics_path(fliptypes, "LGIP_fliptypes.metrics.json"),
-               common.metrics_path(enhanced, "ENHANCED_LGIP_analysis.json")]
+               common.metrics_path(enhanced, "ENHANCED_LGIP_analysis.json"),
+               common.metrics_path(fliptypes, "LGIP_retrieval.metrics.json")]
     explained = common.metrics_path(fliptypes, "LGIP_explain.metrics.json")
     evaluation = {"MODELS": default_models(mode), "PROTOCOL": PROTOCOL, "DEVICE": DEVICE, "DTYPE": DTYPE}
     evaluation.update({k: v for k, v in (("IMAGE_BATCH_SIZE", IMAGE_BATCH_SIZE), ("TEXT_BATCH_SIZE", TEXT_BATCH_SIZE),
@@ -173,6 +176,9 @@ def plan(mode, base):
         Step("run_lgip_multi", "run_lgip_multi.py", dict(evaluation, JSONL_PATH=perturb), [perturb], [metrics[0]]),
         Step("run_lgip_by_fliptype", "run_lgip_by_fliptype.py", dict(evaluation, JSONL_PATH=fliptypes),
              [fliptypes], [metrics[1]]),
+        # after by_fliptype: every embedding it needs is then in the cache (no model's weights are loaded)
+        Step("run_lgip_retrieval", "run_lgip_retrieval.py", dict(evaluation, JSONL_PATH=fliptypes),
+             [fliptypes], [metrics[3]]),
         Step("explain_flips", "explain_flips.py", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes, metrics[1]],
              [explained]),  # (after the score files it takes TOP_K from)
         Step("rebuttal_enhanced_lgip", "rebuttal_enhanced_lgip_by_transformation.py",
@@ -190,7 +196,7 @@ def check_settings(steps):
     known = set().union(*(script_settings(os.path.join(_HERE, s)) for s in (
         "make_base_jsonl.py", "diff_gen_caption.py", "make_perturb_with_fliptypes.py",
         "rebuttal_enhanced_perturb_with_fliptypes.py", "run_lgip_multi.py", "run_lgip_by_fliptype.py",
-        "explain_flips.py", "rebuttal_enhanced_lgip_by_transformation.py", "report.py")))
+        "run_lgip_retrieval.py", "explain_flips.py", "rebuttal_enhanced_lgip_by_transformation.py", "report.py")))
     for key in SETTINGS:
         if key in _OWN:
             own = f"use --{key}=..." if key in CONFIG else "run_all sets it"

@@ -152,8 +152,10 @@ class ModelRun:
             _LAST_CALLS[:] = [(build, self.records, self.rank, self.world), self.bank.run_calls]
         return [copy.copy(p) for p in self.bank.run_calls.pairs]
 
-    def score(self, *pairs_list, text_cos=False):
-        """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes."""
+    def score(self, *pairs_list, text_cos=False, keep_embeddings=False):
+        """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes.
+        keep_embeddings: also keep this process's text table and slot -> row map as
+        `text_embeddings` (images: `img_emb`, by record), for figures made from the embeddings."""
         self.seconds["pairs"] = round(time.perf_counter() - self._mark, 3)
         ahead = self.lookahead
         waited, self.ahead = ahead.settle(self.enc) if ahead is not None else (0.0, None)
@@ -174,6 +176,7 @@ class ModelRun:
             raise
         with Timer() as t_images:
             self.img_emb, self.ok, self.image_report = images.finish()
+        self.text_embeddings = (txt_emb, rows) if keep_embeddings else None
         self._report_resumed(len(images.paths))
         self.seconds.update(lookahead_wait=waited, **self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
         t_scoring = time.perf_counter()
@@ -207,6 +210,11 @@ class ModelRun:
         merged = [Pairs.merged([g[0][j] for g in gathered]) for j in range(len(pairs_list))]
         self._scored(t_scoring)
         return merged
+
+    def gathered(self, obj):
+        """`obj` of every process, in rank order, on rank 0 (None on the others); [obj] alone."""
+        out = _gather(obj, self.world)
+        return out if self.is_main else None
 
     def _all_in_cache(self):
         """True when every text of the calls and every image file of this process's records has
@@ -244,6 +252,11 @@ class ModelRun:
         if self.enc.release is not None:
             self.enc.release()
 
+    def phase_done(self, name):
+        """Count the time since the last phase ended as the script's own phase `name`."""
+        now = time.perf_counter()
+        self.seconds[name], self._mark = round(now - self._mark, 3), now
+
     def finished(self):
         """Called once the evaluation's metrics are made: the time since scoring (confidence
         intervals, the score file) is its last phase."""
@@ -253,7 +266,7 @@ class ModelRun:
         info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank)
         info["num_processes"] = self.world
         info["accelerations"] = accelerations.state()  # which of lgip/accelerations.py's switches were on
-        info["seconds_by_phase"] = self.seconds  # in order: loading the model; building the pairs; waiting for work done ahead for this model; cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after; similarities (and gathering them from other processes); confidence intervals and score file
+        info["seconds_by_phase"] = self.seconds  # in order: loading the model; building the pairs; waiting for work done ahead for this model; cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after; similarities (and gathering them from other processes); a script's own phases (phase_done: run_lgip_retrieval's "retrieval"); confidence intervals and score file
         info["lookahead"] = getattr(self, "ahead", None)  # jobs done ahead for this model while earlier ones ran (None: no Lookahead)
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         # token positions of the encoded texts; computed: fewer when prefixes are shared (pack_nodes 0: no prefix packs)

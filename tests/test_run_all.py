@@ -10,13 +10,16 @@ from conftest import FIXTURES, ROOT, TINY_MODELS, run_script
 
 HAVE_REPORT = os.path.isfile(os.path.join(ROOT, "report.py"))  # written separately; its step is left out when absent
 GENERATORS = ["diff_gen_caption", "make_perturb_with_fliptypes", "rebuttal_enhanced_perturb"]
-EVALUATIONS = ["run_lgip_multi", "run_lgip_by_fliptype", "rebuttal_enhanced_lgip"]
+EVALUATIONS = ["run_lgip_multi", "run_lgip_by_fliptype", "run_lgip_retrieval", "rebuttal_enhanced_lgip"]
 EXPLAIN = ["explain_flips"]  # after the by-fliptype evaluation, whose score files it reads
-STEPS = GENERATORS + EVALUATIONS[:2] + EXPLAIN + EVALUATIONS[2:] + (["report"] if HAVE_REPORT else [])
+STEPS = GENERATORS + EVALUATIONS[:3] + EXPLAIN + EVALUATIONS[3:] + (["report"] if HAVE_REPORT else [])
 OUTPUTS = ["lgip_demo_with_perturb.jsonl", "lgip_demo_with_fliptypes.jsonl",
            "rebuttal_enhanced_lgip_demo_with_fliptypes.jsonl",
            "lgip_demo_with_perturb__LGIP_ALL.metrics.json", "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
-           "rebuttal_enhanced_lgip_demo_with_fliptypes__ENHANCED_LGIP_analysis.json"]
+           "rebuttal_enhanced_lgip_demo_with_fliptypes__ENHANCED_LGIP_analysis.json",
+           "lgip_demo_with_fliptypes__LGIP_retrieval.metrics.json"]
+INPUT_OF = {"run_lgip_multi": OUTPUTS[0], "run_lgip_by_fliptype": OUTPUTS[1], "run_lgip_retrieval": OUTPUTS[1],
+            "rebuttal_enhanced_lgip": OUTPUTS[2]}
 EXPLAIN_OUTPUTS = ["lgip_demo_with_fliptypes__LGIP_explain.metrics.json", "lgip_demo_with_fliptypes__LGIP_explain_tiny_openclip.jsonl",
                    "lgip_demo_with_fliptypes__LGIP_explain_tiny_siglip.jsonl"]
 REPORT_OUTPUTS = ["lgip_demo__LGIP_report.md", "lgip_demo__LGIP_report.csv", "lgip_demo__LGIP_frontier.png",
@@ -81,6 +84,8 @@ def test_end_to_end_writes_every_output(demo_done):
             assert m["run"]["config"]["PROTOCOL"] == "corrected" and m["run"]["config"]["MODELS"] == TINY_MODELS
         stamp = json.load(open(folder / (name + ".run_all.meta.json")))
         assert stamp["settings"] == {"MODELS": TINY_MODELS, "PROTOCOL": "corrected", "DTYPE": "auto"}
+    # the retrieval runs after run_lgip_by_fliptype, on the embeddings it cached
+    assert [m["run"]["model"]["weights_loaded"] for m in json.load(open(folder / OUTPUTS[6]))] == [False, False]
     explained = json.load(open(folder / EXPLAIN_OUTPUTS[0]))
     assert [m["model_tag"] for m in explained] == [m["name"] for m in TINY_MODELS]
     assert all(m["num_flips"] > 0 and m["run"]["config"]["MODELS"] == TINY_MODELS for m in explained)
@@ -115,8 +120,8 @@ def test_newer_input_reruns_the_steps(demo_copy):
     assert all(ran(proc, step) for step in GENERATORS)
     dry = run_all(demo_copy, "--DRY_RUN=True")
     assert all(skipped(dry, step) for step in GENERATORS)
-    for step, name in zip(EVALUATIONS, OUTPUTS[:3]):
-        assert would_run(dry, step, f"{name} is newer"), step
+    for step in EVALUATIONS:
+        assert would_run(dry, step, f"{INPUT_OF[step]} is newer"), step
 
 
 def test_settings_change_reruns_the_evaluations(demo_copy):

@@ -1,0 +1,94 @@
+"""run_lgip_retrieval: standard image-text retrieval beside LGIP, and retrieval with the flips in the
+caption gallery (RoCOCO), from the same embeddings.
+
+LGIP_SPEC.md section 7. Reads `<stem>_with_fliptypes.jsonl` (or a `<stem>_with_perturb.jsonl`: then
+no per-type figures) and writes all models' figures to `<stem>__LGIP_retrieval.metrics.json` next to
+it. Its texts are run_lgip_by_fliptype.py's published calls, so after that script on the same file
+(or run_lgip_multi.py on a _with_perturb file) every embedding is in the cache: no weights are loaded.
+  python run_lgip_retrieval.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes.jsonl
+  python run_lgip_retrieval.py --GALLERY_SIZE=1000            # the COCO 1k protocol
+  torchrun --nproc_per_node=4 run_lgip_retrieval.py ...        # records sharded, galleries searched on rank 0
+"""
+import os
+
+import common
+import run_lgip_by_fliptype as by_fliptype  # its published calls: the texts, paddings and so cache keys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: make_perturb_with_fliptypes.py (or diff_gen_caption.py) output
+IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
+MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type": "openclip"|"transformers"|"siglip"|"python", + "model_name"/"pretrained" | "model_id" | "loader"/"kwargs"} (README "Models")
+PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
+GALLERY_SIZE = 5000  # int >= 1: records per gallery, searched on its own (5000: the COCO 5k protocol; the last may be smaller); None = one gallery of all records
+DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
+DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
+IMAGE_BATCH_SIZE = 64  # int: images per forward pass
+TEXT_BATCH_SIZE = "auto"  # int, or "auto" (2048 on CUDA, 64 on CPU): texts per forward pass (CLIP family: about 16 token positions per text, in prefix packs of 128)
+NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+CACHE_DIR = "auto"  # embedding cache folder; "auto" = .lgip_cache beside the input (shared with the other evaluations); None = no cache
+CACHE_FLUSH_S = 60  # float >= 0: cache chunks are also written after this many seconds of work, so a crash loses at most about that much
+PIXEL_MEMORY_GB = "auto"  # float >= 0: host memory for decoded pixels kept for the next model with the same preprocessing; "auto" = a quarter of the memory this process may use, 0 = off
+LOOKAHEAD = True  # True: while a model runs, the later models' tokenizing and image decoding are done in low-priority background workers; False: each model does its own
+ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off, or "all": the plain computation (slower; the same numbers to float rounding)
+BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
+BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
+CONFIG = common.configure(globals())
+FIELDS = ("same_caps", "diff_caps", "diff_caps_*")  # the typed lists are optional (a _with_perturb file has none)
+
+
+def retrieval_calls(run):
+    """run_lgip_by_fliptype's published calls (paraphrases, flips, typed flips), then each record's
+    captions once more as the same call: the same keys, so nothing more to encode, and a slot for
+    every caption, also one that no pair names."""
+    paras, flips, typed = by_fliptype.published_calls(run)
+    captions = common.Pairs()
+    for k in run.ok:
+        texts = run.records[k][1]["orig_captions"]
+        for i, slot in enumerate(run.bank.add_call(texts, by_fliptype.PUBLISHED_TEXT_BATCH)):
+            captions.add(k, i, slot, [slot], [texts[i]], "caption")
+    return captions, flips, typed, paras
+
+
+def flip_types(records):
+    """The typed lists of section 7 when the input has them (a _with_fliptypes file), else none."""
+    fields = {"diff_caps_" + t for t in common.FLIP_TYPES}
+    return list(common.FLIP_TYPES) if any(fields & rec.keys() for _, rec in records) else []
+
+
+def evaluate(run):
+    captions, flips, typed, paras = run.pairs(retrieval_calls)  # (built once per run)
+    run.score(keep_embeddings=True)  # every text and image encoded, or read from the cache; no pair to score
+    mine = common.Gallery.from_pairs(run.ok, run.img_emb, *run.text_embeddings, captions, flips, typed, paras,
+                                     flip_types(run.records))
+    run.text_embeddings = None
+    parts = run.gathered(mine.to_host()) if run.world > 1 else [mine]  # galleries need every record
+    if not run.is_main:
+        return None
+    gallery = mine if run.world == 1 else common.Gallery.merged(parts, run.enc.device)
+    found = common.search_galleries(gallery, run.config["GALLERY_SIZE"])
+    run.phase_done("retrieval")  # (then "metrics_and_scores_file": the intervals)
+    return {"model_tag": run.enc.name,
+            **common.retrieval_figures(found, run.config["BOOTSTRAP"], run.config["BOOTSTRAP_SEED"])}
+
+
+def summary(m):
+    f = lambda key: common.fmt(m[key], ".3f")
+    return (f"i2t R@1 {f('i2t_recall@1')}, with flips {f('i2t_flip_recall@1')}, top-1 a flip "
+            f"{f('i2t_flip_top1_rate')}, own flip preferred {f('own_flip_preferred_rate')}, t2i R@1 {f('t2i_recall@1')} "
+            f"({m['num_blocks']} galleries of {m['gallery_size']})")
+
+
+def run(**constants):
+    """The command line's run, and a call from Python: the constants above as keyword arguments
+    (`run(JSONL_PATH=..., MODELS=[...], GALLERY_SIZE=1000)`), in force for this call only; returns
+    the list of per-model metrics dicts it writes (None on torchrun's other ranks)."""
+    with common.script_call(globals(), constants) as config:
+        common.check_gallery_size(config["GALLERY_SIZE"])  # before any model's work
+        results = common.run_evaluation(__file__, config, FIELDS, evaluate, summary)
+        if results is not None:
+            print(f"-> {common.write_json(common.metrics_path(JSONL_PATH, 'LGIP_retrieval.metrics.json'), results)}")
+        return results
+
+
+if __name__ == "__main__":
+    common.run_main(run)
