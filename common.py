@@ -49,7 +49,8 @@ Example (an evaluation script):
             return common.run_evaluation(__file__, config, ("same_caps", "diff_caps"), evaluate, summary)
 """
 from lgip.accelerations import NAMES as ACCELERATIONS
-from lgip.attribution import align_words, attribute, blamed_word, changed_words, check_tower, pad_ids, text_tower, token_namer, word_scores
+from lgip.attribution import (align_words, attribute, blamed_word, changed_words, check_tower, pad_ids, text_ids, text_tower,
+                              token_namer, word_scores)
 from lgip.cli import configure, parse_value, run_main
 from lgip.entry import script_call
 from lgip.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
@@ -82,4 +83,4 @@ __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "I
            "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids", "parse_value",
            "provenance", "read_flip_gaps", "read_json", "resolve_device", "resolve_dtype", "retrieval_figures",
            "run_evaluation", "run_generator", "run_main", "script_call", "search_galleries", "simple_paraphrases",
-           "swap_process_state", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json"]
+           "swap_process_state", "text_ids", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json"]

@@ -32,6 +32,7 @@ TEMPLATE = ""  # "" (texts as written, as LGIP scores them) or a prefix ending i
 TEXT_BATCH_SIZE = 32  # int >= 1: texts per forward and backward pass
 IMAGE_BATCH_SIZE = 64  # int: images per forward pass
 NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+UNSUPPORTED = "stop"  # "stop": a model of a family word attribution does not support stops the script, naming the supported ones; "skip": it is left out with that message (listed in the metrics as "unsupported"; run_all.py's choice)
 BOOTSTRAP = 1000  # int: bootstrap resamples of the flips for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 CONFIG = common.configure(globals())
@@ -43,6 +44,8 @@ def check_config(config):
         value = config[name]
         if not (isinstance(value, int) and value >= low) and not (name == "N_FLIPS" and value is None):
             raise common.ConfigError(f"{name} must be an int >= {low}{' or None' if name == 'N_FLIPS' else ''}, got {value!r}")
+    if config["UNSUPPORTED"] not in ("stop", "skip"):
+        raise common.ConfigError(f"UNSUPPORTED must be \"stop\" or \"skip\", got {config['UNSUPPORTED']!r}")
     if not isinstance(TEMPLATE, str) or (TEMPLATE and not TEMPLATE[-1].isspace()):
         raise common.ConfigError(f"TEMPLATE must be \"\" or a string ending in a space, got {TEMPLATE!r}")
 
@@ -77,7 +80,7 @@ def attribute_texts(enc, tower, keys, embs):
     """{(record, text): (s, Alignment, token scores)} for each (record position, text); None where
     the tokens cannot be put on the text's words."""
     import torch
-    aligned = common.align_words(enc.tokenize, [text for _, text in keys], TEMPLATE)
+    aligned = common.align_words(common.text_ids(enc), [text for _, text in keys], TEMPLATE)
     out = {key: None for key, al in zip(keys, aligned) if al is None}
     todo = [(key, al) for key, al in zip(keys, aligned) if al is not None]
     for start in range(0, len(todo), TEXT_BATCH_SIZE):
@@ -167,7 +170,15 @@ def explain_all(config):
     for spec in MODELS:
         with common.Timer() as t:
             enc = common.load_model(spec, "corrected", DEVICE, "fp32")
-            tower = common.text_tower(getattr(enc, "model", None))  # an unsupported family stops here, naming the supported ones
+            try:
+                tower = common.text_tower(getattr(enc, "model", None))  # an unsupported family: named, with the supported ones
+            except common.ModelError as e:
+                if UNSUPPORTED == "stop":
+                    raise
+                print(f"{enc.name}: skipped: {e}", flush=True)
+                results.append({"model_tag": enc.name, "num_flips": 0, "unsupported": str(e),
+                                "run": dict(common.provenance(__file__, config), model={"name": enc.name, "type": enc.type})})
+                continue
             top, score_file = top_k(records, flips, enc.name)
             drawn = {j: ["random"] * (j in sample) + ["top_k"] * (j in top) for j in sample | top}
             lines, skipped, failed = explain(enc, tower, common.token_namer(enc, spec), records, flips, drawn)

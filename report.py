@@ -1,12 +1,13 @@
-"""report: one report over every LGIP evaluation of a JSONL: a web page, markdown, CSV and two plots.
+"""report: one report over every LGIP evaluation of a JSONL: a web page, markdown, CSV and plots.
 
 Reads the metrics that run_lgip_multi.py, run_lgip_by_fliptype.py and
 rebuttal_enhanced_lgip_by_transformation.py wrote for JSONL_PATH (the input of any of them, or
 the base JSONL: then the derived inputs `<stem>_with_perturb.jsonl`, `<stem>_with_fliptypes.jsonl`
-and `rebuttal_enhanced_<stem>_with_fliptypes.jsonl` beside it are looked at), all models, and
-explain_flips.py's word attribution of the same flips when it ran (localization accuracy per
-model; the gallery flips it explained get their words coloured by score), and writes next to
-JSONL_PATH:
+and `rebuttal_enhanced_<stem>_with_fliptypes.jsonl` beside it are looked at), all models,
+run_lgip_retrieval.py's recall figures when it ran (in the table and CSV, a figure against the LGIP
+positive rate, Spearman's rho across models), and explain_flips.py's word attribution of the same
+flips when it ran (localization accuracy per model; the gallery flips it explained get their words
+coloured by score), and writes next to JSONL_PATH:
   <stem>__LGIP_report.html    one self-contained page (opens by double-click from any folder): the
                               markdown's content, the results table sortable, the plots, and galleries
                               of the top flips and paraphrases with their images, filtered by model
@@ -15,6 +16,8 @@ JSONL_PATH:
   <stem>__LGIP_report.csv     one row per model, every figure, 95% CI bounds as separate columns
   <stem>__LGIP_frontier.png   invariance error against positive rate, CI whiskers, Pareto frontier
   <stem>__LGIP_fliptypes.png  positive rate per flip type and model (when a typed evaluation ran)
+  <stem>__LGIP_retrieval.png  positive rate against image-to-text recall@1 and the flip top-1 rate
+                              (when run_lgip_retrieval.py ran)
 The top lists (paraphrases that move the score most, flips scored above their original) stream
 the evaluations' per-pair score files, keeping only TOP_K rows. The table is printed too. The
 machinery is in lgip/report/ (a module per concern).
@@ -26,8 +29,8 @@ import sys
 import common
 from lgip.report import (Report, attach_attributions, build_rows, csv_columns, explain_files, find_metrics, gallery_items,
                          image_roots, load_metrics, model_colors_hex, page_context, plot_fliptypes, plot_frontier,
-                         render_page, results_table, scan_scores, score_files, subtitle, write_csv, write_markdown,
-                         write_page)
+                         plot_retrieval, render_page, results_table, scan_scores, score_files, subtitle, write_csv,
+                         write_markdown, write_page)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
@@ -42,9 +45,11 @@ DPI = 150  # int: resolution of the PNGs (dots per inch; the frontier is 8 x 6 i
 IMAGE_ROOT = None  # folder the score files' image paths are relative to, for the page's thumbnails; None = the one each evaluation used (its IMAGE_ROOT, else its JSONL's folder), then the metrics' folder
 THUMB_PX = 200  # int > 0: the page's thumbnails fit in THUMB_PX x THUMB_PX pixels (JPEG inside the page)
 CONFIG = common.configure(globals())
-from lgip.report import FLIPTYPE_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, SCORE_KEYS  # noqa: E402 (after CONFIG: not settings)
+from lgip.report import FLIPTYPE_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, RETRIEVAL_FIGURES, SCORE_KEYS  # noqa: E402 (after CONFIG: not settings)
 
-OUTPUTS = ("report.html", "report.md", "report.csv", "frontier.png", "fliptypes.png")
+OUTPUTS = ("report.html", "report.md", "report.csv", "frontier.png", "fliptypes.png", "retrieval.png")
+NOT_WRITTEN = {"frontier.png": "no headline metrics", "fliptypes.png": "no per-type metrics",
+               "retrieval.png": "no run_lgip_retrieval.py metrics"}
 
 
 def find_inputs():
@@ -85,10 +90,14 @@ def main():
                                  subtitle(report.stem, rows, "headline_source", FRONTIER_FIGURES), DPI)
     flip_png = plot_fliptypes(rows, out["fliptypes.png"],
                               subtitle(report.stem, rows, "flip_type_source", FLIPTYPE_FIGURES), DPI)
-    for png, alt in ((out["frontier.png"] if report.front is not None else None, "Invariance error against positive rate"),
-                     (flip_png, "Positive rate by flip type")):
-        if png:
-            report.figures.append((png, alt))
+    retrieval_png = plot_retrieval(rows, out["retrieval.png"],
+                                   subtitle(report.stem, rows, "headline_source", RETRIEVAL_FIGURES), DPI)
+    pngs = {"frontier.png": out["frontier.png"] if report.front is not None else None, "fliptypes.png": flip_png,
+            "retrieval.png": retrieval_png}
+    for name, alt in (("frontier.png", "Invariance error against positive rate"), ("fliptypes.png", "Positive rate by flip type"),
+                      ("retrieval.png", "LGIP positive rate against retrieval recall and the flip top-1 rate")):
+        if pngs[name]:
+            report.figures.append((pngs[name], alt))
     write_csv(out["report.csv"], rows, csv_columns(found))
 
     # the score files can be large: streamed once, keeping the top TOP_K per model and over all models
@@ -113,10 +122,8 @@ def main():
     print(results_table(rows))
     print()
     for name in OUTPUTS[1:]:
-        if name == "fliptypes.png" and flip_png is None:
-            print(f"(no per-type metrics: {os.path.basename(out[name])} not written)")
-        elif name == "frontier.png" and report.front is None:
-            print(f"(no headline metrics: {os.path.basename(out[name])} not written)")
+        if name in pngs and pngs[name] is None:
+            print(f"({NOT_WRITTEN[name]}: {os.path.basename(out[name])} not written)")
         else:
             print(f"-> {out[name]}")
     unreadable = len({i["path"] for items in (gallery or {}).values() for i in items if "error" in i["thumb"]})

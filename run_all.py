@@ -62,7 +62,7 @@ DEMO_MODEL = "openclip_ViT-B-16_openai"  # the smallest published model: the dem
 # Settings run_all sets itself (SETTINGS may not), and those that never change a step's results
 # (left out of the recorded settings, so changing them re-runs nothing).
 _OWN = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "OUTPUT_PREFIX", "ANNOTATIONS_JSON", "IMAGE_DIR", "MODELS",
-        "PROTOCOL", "DEVICE", "DTYPE", "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS"}
+        "PROTOCOL", "DEVICE", "DTYPE", "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "UNSUPPORTED"}
 _NO_EFFECT = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "ANNOTATIONS_JSON", "IMAGE_DIR", "DEVICE",
               "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "CACHE_DIR", "PIXEL_MEMORY_GB", "LOOKAHEAD"}
 
@@ -179,8 +179,9 @@ def plan(mode, base):
         # after by_fliptype: every embedding it needs is then in the cache (no model's weights are loaded)
         Step("run_lgip_retrieval", "run_lgip_retrieval.py", dict(evaluation, JSONL_PATH=fliptypes),
              [fliptypes], [metrics[3]]),
-        Step("explain_flips", "explain_flips.py", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes, metrics[1]],
-             [explained]),  # (after the score files it takes TOP_K from)
+        # (after the score files it takes TOP_K from; a model whose family it cannot explain is left out, said)
+        Step("explain_flips", "explain_flips.py", dict(evaluation, JSONL_PATH=fliptypes, UNSUPPORTED="skip"),
+             [fliptypes, metrics[1]], [explained]),
         Step("rebuttal_enhanced_lgip", "rebuttal_enhanced_lgip_by_transformation.py",
              dict(evaluation, JSONL_PATH=enhanced), [enhanced], [metrics[2]]),
         Step("report", "report.py", {"JSONL_PATH": base}, metrics + [explained],  # the page colours explained flips
@@ -343,7 +344,8 @@ def main():
     page = common.metrics_path(base, "LGIP_report.html")
     report = common.metrics_path(base, "LGIP_report.md")
     others = [show(p) for p in (report, common.metrics_path(base, "LGIP_report.csv"), common.metrics_path(base, "LGIP_frontier.png"),
-                                common.metrics_path(base, "LGIP_fliptypes.png")) if os.path.isfile(p)]
+                                common.metrics_path(base, "LGIP_fliptypes.png"), common.metrics_path(base, "LGIP_retrieval.png"))
+              if os.path.isfile(p)]
     if os.path.isfile(page):
         print(f"report: open {show(page)} in a browser" + (f" (also {', '.join(others)})" if others else ""))
     elif others:

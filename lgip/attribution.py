@@ -278,6 +278,28 @@ def attribute(tower, ids, image_emb, layers=3):
     return s, torch.stack(per_layer).mean(dim=0).float()
 
 
+def text_ids(enc):
+    """tokenize(texts) -> id lists that end at each text's end: the Encoder's own, less the padding
+    a fixed-length tokenizer of one's own fills its rows with (type python: `row_padding`), so
+    that a text's ids extend those of its first words (align_words).
+    >>> text_ids(enc)(["a dog"])    # a python loader's open_clip tokenizer: 77 ids a row, less its zeros
+    [[49406, 320, 1929, 49407]]
+    """
+    pad = getattr(enc, "row_padding", None)
+    if pad is None:
+        return enc.tokenize
+
+    def tokenize(texts):
+        out = []
+        for ids in enc.tokenize(texts):
+            n = len(ids)
+            while n and ids[n - 1] == pad:
+                n -= 1
+            out.append(list(ids[:n]))
+        return out
+    return tokenize
+
+
 def pad_ids(enc, id_lists):
     """A LongTensor [N, L] of token-id lists padded as the Encoder pads a batch under the corrected
     protocol (SigLIP: 64 with its pad id; causal towers: to the longest, nothing after a text's end

@@ -44,6 +44,7 @@ class Encoder:
     text_key_tag = ""  # prefix of this family's text cache keys: bumped when its tokenization changes
     info = {}
     release = None  # called once a run is done with the model (a caller's model in memory: its mode restored)
+    row_padding = None  # the id a tokenizer of one's own pads its fixed-length rows with (lgip.attribution.text_ids)
 
     @property
     def rounds_to_fp16(self):

@@ -187,6 +187,7 @@ def load_python(spec, protocol, device, dtype):
 
     probe = token_rows(_PROBE_TEXTS)
     fixed = token_rows(_PROBE_TEXTS[:1]).shape[1] == probe.shape[1]  # rows of one length whatever the batch
+    enc.row_padding = _row_padding(token_rows(["", "a"]).tolist()) if fixed else None
 
     def tokenize(texts):
         rows = token_rows(texts) if fixed else [token_rows([t])[0] for t in texts]
@@ -222,6 +223,24 @@ def load_python(spec, protocol, device, dtype):
     if given and isinstance(model, torch.nn.Module):
         enc.release = lambda: model.train(was_training)  # the caller's model back in the mode it came in
     return enc
+
+
+def _row_padding(rows):
+    """The id a fixed-length tokenizer fills its rows with after a text's end (open_clip's: 0),
+    found on the rows of "" and "a": the run both end with, when what is left of them ends alike
+    (their end-of-text token); None otherwise (a tokenizer padding with its end-of-text token,
+    or without one). Only word attribution uses it (lgip.attribution.text_ids): the rows
+    themselves reach the model as the tokenizer made them."""
+    empty, short = rows
+    pad = short[-1]
+    if empty[-1] != pad:
+        return None
+    empty, short = ([i for i in r] for r in (empty, short))
+    while empty and empty[-1] == pad:
+        empty.pop()
+    while short and short[-1] == pad:
+        short.pop()
+    return int(pad) if empty and short and empty[-1] == short[-1] and len(short) > len(empty) else None
 
 
 def python_key_encoder(spec, protocol):

@@ -163,3 +163,28 @@ def add_ci(block, key, record_idx, values, resamples, seed):
         if k == key:
             block[key + "_ci95"] = ci
     return block
+
+
+def spearman(xs, ys):
+    """Spearman's rank correlation of paired values (ties get their average rank), or None with
+    fewer than 3 pairs or a constant side: the report's rank correlation across models.
+    >>> spearman([0.1, 0.2, 0.3, 0.4], [0.9, 0.7, 0.8, 0.1]), spearman([1, 2], [3, 4])
+    (-0.8, None)
+    """
+    import numpy as np
+
+    def ranks(v):
+        v = np.asarray(v, dtype=np.float64)
+        order = np.argsort(v, kind="stable")
+        r = np.empty(len(v))
+        r[order] = np.arange(1, len(v) + 1)
+        for value in np.unique(v):  # ties: their average rank
+            r[v == value] = r[v == value].mean()
+        return r
+
+    if len(xs) != len(ys) or len(xs) < 3:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    if rx.std() == 0 or ry.std() == 0:
+        return None
+    return round(float(np.corrcoef(rx, ry)[0, 1]), 12)

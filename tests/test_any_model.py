@@ -291,17 +291,26 @@ def test_hub_check_knows_the_transformers_type():
     assert hub_files({"name": "m", "type": "python", "loader": "x:y"}) == []
 
 
-def test_word_attribution_of_a_transformers_clip_equals_open_clips(hf_folders, tmp_path):
-    """explain_flips.py on the same weights as open_clip and as a transformers CLIPModel: the same
-    token scores, words and blamed words."""
+def test_word_attribution_of_the_same_weights_through_three_types(hf_folders, tmp_path):
+    """explain_flips.py on the same weights as open_clip, as a transformers CLIPModel and through a
+    python loader (whose tokenizer's 77-id rows are cut at the text's end for the word alignment):
+    the same token scores, words and blamed words. A family it cannot explain (AltCLIP) stops the
+    script, or with UNSUPPORTED="skip" is left out and listed."""
     import explain_flips
+    from lgip.errors import ModelError
     jsonl = copy_input(str(tmp_path), "run_lgip_by_fliptype.py")
-    results = explain_flips.run(JSONL_PATH=jsonl, IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0, N_FLIPS=12, TOP_K=0,
-                                BOOTSTRAP=0, MODELS=[OPENCLIP_TINY, spec("as_transformers", hf_folders["clip"])])
+    python = {"name": "as_python", "type": "python", "loader": user_loaders.openclip_tiny()}
+    settings_ = dict(JSONL_PATH=jsonl, IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0, N_FLIPS=12, TOP_K=0, BOOTSTRAP=0)
+    results = explain_flips.run(**settings_, UNSUPPORTED="skip", MODELS=[
+        OPENCLIP_TINY, spec("as_transformers", hf_folders["clip"]), python, spec("altclip", hf_folders["altclip"])])
     assert results[0]["run"]["family"] == "open_clip" and results[1]["run"]["family"] != "open_clip"
+    assert results[3]["model_tag"] == "altclip" and "AltCLIPModel" in results[3]["unsupported"]
     lines = [[json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__LGIP_explain_{m['model_tag']}.jsonl")]
-             for m in results]
-    assert len(lines[0]) == len(lines[1]) == 12
-    for a, b in zip(*lines):
-        assert (a["flip"], a["words"], a["changed"], a["blamed"]) == (b["flip"], b["words"], b["changed"], b["blamed"])
-        assert max(abs(x - y) for x, y in zip(a["token_scores"], b["token_scores"])) < 1e-6
+             for m in results[:3]]
+    assert [len(x) for x in lines] == [12, 12, 12]
+    for a, *others in zip(*lines):
+        for b in others:
+            assert (a["flip"], a["words"], a["changed"], a["blamed"]) == (b["flip"], b["words"], b["changed"], b["blamed"])
+            assert max(abs(x - y) for x, y in zip(a["token_scores"], b["token_scores"])) < 1e-6
+    with pytest.raises(ModelError, match="word attribution does not support this model .*AltCLIPModel.*supported: open_clip"):
+        explain_flips.run(**settings_, MODELS=[spec("altclip", hf_folders["altclip"])])

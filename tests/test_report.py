@@ -217,16 +217,18 @@ def test_headline_not_found_is_an_error(evaluated, tmp_path):
 
 
 def test_without_explain_outputs_nothing_about_attribution(full_report, tmp_path):
-    """No explain_flips.py outputs beside the inputs: no localization column in the CSV, no section
-    in the markdown or the page; its metrics alone make no report."""
+    """No explain_flips.py (nor run_lgip_retrieval.py) outputs beside the inputs: no localization (or
+    retrieval) column in the CSV, no section in the markdown or the page, no retrieval figure; the
+    explain metrics alone make no report."""
     from lgip.report import COLUMNS, EVALUATIONS
     folder, _ = full_report
-    explain = next(e for e in EVALUATIONS if e.key == "explain")
+    optional = {c for e in EVALUATIONS if e.key in ("explain", "retrieval") for c in e.columns}
     with open(folder / "fixture__LGIP_report.csv", newline="", encoding="utf-8") as f:
-        assert next(csv.reader(f)) == [c for c in COLUMNS if c not in explain.columns]
+        assert next(csv.reader(f)) == [c for c in COLUMNS if c not in optional]
     md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
     html = (folder / "fixture__LGIP_report.html").read_text(encoding="utf-8")
     assert "ocalization" not in md and "blame" not in md
+    assert "retrieval" not in md.split("<sub>Made by")[0] and not (folder / "fixture__LGIP_retrieval.png").exists()
     assert 'id="attribution"' not in html and 'class="ws ' not in html and 'class="blame ' not in html
     (tmp_path / "fixture_with_fliptypes__LGIP_explain.metrics.json").write_text(json.dumps([{"model_tag": "m"}]))
     proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", check=False)

@@ -132,7 +132,33 @@ def make_inputs(folder):
         for image_id, path, caption, _, _ in records:
             f.write(json.dumps({"image_id": image_id, "image_path": path, "orig_captions": [caption]}) + "\n")
     make_explain(folder, records)
+    make_retrieval(folder, len(records) - 2)
     return records
+
+
+RETRIEVAL_RATES = ["i2t_recall@1", "i2t_recall@5", "i2t_recall@10", "t2i_recall@1", "t2i_recall@5", "t2i_recall@10",
+                   "i2t_flip_recall@1", "i2t_flip_recall@5", "i2t_flip_recall@10", "i2t_flip_top1_rate",
+                   "own_flip_preferred_rate", "t2i_paraphrase_recall@1", "t2i_paraphrase_agreement@1"]
+
+
+def make_retrieval(folder, n):
+    """nine_with_fliptypes' retrieval metrics as run_lgip_retrieval.py writes them: every rate of
+    LGIP_SPEC.md section 7 with its interval, per flip type, the counts; distinct per model."""
+    metrics = []
+    for m, model in enumerate(MODELS):
+        out = {"model_tag": model, "num_samples": n, "gallery_size": n, "num_blocks": 1, "num_captions": n,
+               "num_flips": 3 * n, "num_paraphrases": 2 * n, "num_images_with_flips": n}
+        for k, name in enumerate(RETRIEVAL_RATES):
+            v = round(0.05 + 0.1 * ((2 * m + k) % 9), 6)
+            out[name], out[name + "_ci95"] = v, [round(v - 0.03, 6), round(v + 0.04, 6)]
+        out["by_flip_type"] = {t: {"i2t_flip_top1_rate": 0.1 * j + 0.01 * m, "own_flip_preferred_rate": 0.2 + 0.01 * m,
+                                   "count": n} for j, t in enumerate(("color", "number", "object"))}
+        out["run"] = {"config": {"JSONL_PATH": os.path.join(folder, "nine_with_fliptypes.jsonl")},
+                      "model": {"protocol": "corrected", "weights_loaded": False}, "num_records_in_file": n + 2,
+                      "num_failed_images": 2}
+        metrics.append(out)
+    with open(os.path.join(folder, "nine_with_fliptypes__LGIP_retrieval.metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f)
 
 
 def explain_line(image_path, caption, flip, scores):
@@ -279,7 +305,7 @@ def test_page_in_chromium(request, tmp_path):
             browser.close()
     assert not errors, errors
     assert all(u == page_path.as_uri() or u.startswith("data:") for u in fetched), fetched
-    assert len(images) == 2 * 10 * len(MODELS) - 6 + 2  # the thumbnails (six are placeholders) and two figures
+    assert len(images) == 2 * 10 * len(MODELS) - 6 + 3  # the thumbnails (six are placeholders) and three figures
     assert all(width > 0 for _, width in images), [alt for alt, width in images if not width]
     assert {t.split("images")[-1] for t in placeholders} == {os.sep + "missing.jpg", os.sep + "corrupt.jpg"}
     assert all(("image not found" in t) == ("missing.jpg" in t) for t in placeholders)
@@ -386,6 +412,55 @@ def test_markdown_csv_and_page_give_each_explained_models_localization(nine):
     text = unescape(re.sub(r"<[^>]+>", "", (folder / "nine__LGIP_report.html").read_text(encoding="utf-8")))
     for line in lines:
         assert line[2:].replace("`", "").replace("**", "") in text, line
+
+
+def _spearman(xs, ys):
+    """The test's own: Pearson's r of the ranks, tied values sharing their mean rank."""
+    def ranks(v):
+        order = sorted(v)
+        return [np.mean([k + 1 for k, w in enumerate(order) if w == x]) for x in v]
+    return float(np.corrcoef(ranks(xs), ranks(ys))[0, 1])
+
+
+def test_retrieval_figures_beside_lgip_in_the_table_csv_figure_and_text(nine):
+    """run_lgip_retrieval.py's figures: two table columns beside the positive rate, every figure in
+    the CSV, the figure written, and Spearman's rho across the nine models stated (not descriptive)."""
+    folder, _, proc = nine
+    metrics = json.loads((folder / "nine_with_fliptypes__LGIP_retrieval.metrics.json").read_text(encoding="utf-8"))
+    md = (folder / "nine__LGIP_report.md").read_text(encoding="utf-8")
+    table = md.split("\n## Results\n")[1].strip().split("\n\n")[0].splitlines()
+    header = [c.strip() for c in table[0].split("|")[1:-1]]
+    assert header[4:7] == ["Pos. rate ↑", "I2T R@1 ↑", "Flip top\u20111 ↓"]
+    first = [c.strip() for c in table[2].split("|")[1:-1]]
+    m0 = metrics[0]
+    assert first[5] == f"{m0['i2t_recall@1']:.3f} [{m0['i2t_recall@1_ci95'][0]:.3f}, {m0['i2t_recall@1_ci95'][1]:.3f}]"
+    with open(folder / "nine__LGIP_report.csv", newline="", encoding="utf-8") as f:
+        rows = {r["model"]: r for r in csv.DictReader(f)}
+    for m in metrics:
+        r = rows[m["model_tag"]]
+        for name in RETRIEVAL_RATES:
+            assert float(r[f"retrieval_{name}"]) == m[name] and float(r[f"retrieval_{name}_ci_hi"]) == m[name + "_ci95"][1]
+        assert float(r["retrieval_number_i2t_flip_top1_rate"]) == m["by_flip_type"]["number"]["i2t_flip_top1_rate"]
+        assert int(r["retrieval_gallery_size"]) == m["gallery_size"] and int(r["retrieval_color_count"]) == m["num_samples"]
+    assert (folder / "nine__LGIP_retrieval.png").is_file() and f"-> {folder / 'nine__LGIP_retrieval.png'}" in proc.stdout
+    pos = [float(rows[m["model_tag"]]["pos_rate"]) for m in metrics]
+    rhos = [_spearman([m[x] for m in metrics], pos) for x in ("i2t_recall@1", "i2t_flip_top1_rate")]
+    note = next(line for line in md.splitlines() if line.startswith("LGIP beside retrieval: across 9 models"))
+    assert f"(`i2t_recall@1`) ρ = {rhos[0]:.2f}" in note and f"(`i2t_flip_top1_rate`) ρ = {rhos[1]:.2f}" in note
+    assert "descriptive" not in note
+    from html import unescape
+    html = (folder / "nine__LGIP_report.html").read_text(encoding="utf-8")
+    assert note.replace("`", "") in unescape(re.sub(r"<[^>]+>", "", html)) and "I2T R@1\u00a0↑" in html
+
+
+def test_a_rank_correlation_under_five_models_is_labelled_descriptive():
+    from lgip.report.overview import retrieval_note
+    rows = [{"model": f"m{i}", "pos_rate": p, "retrieval_i2t_recall@1": r, "retrieval_i2t_flip_top1_rate": t}
+            for i, (p, r, t) in enumerate([(0.9, 0.5, 0.1), (0.8, 0.6, 0.2), (0.7, 0.4, 0.3)])]
+    note = retrieval_note(rows)
+    assert "across 3 models" in note and "(`i2t_recall@1`) ρ = 0.50" in note and "ρ = -1.00" in note and "**descriptive**" in note
+    assert "undefined (fewer than 3 models" in retrieval_note(rows[:2])
+    assert retrieval_note([{"model": "m", "pos_rate": 0.5}]) is None
 
 
 # --- the lgip.report helpers ---

@@ -23,7 +23,7 @@ INPUT_OF = {"run_lgip_multi": OUTPUTS[0], "run_lgip_by_fliptype": OUTPUTS[1], "r
 EXPLAIN_OUTPUTS = ["lgip_demo_with_fliptypes__LGIP_explain.metrics.json", "lgip_demo_with_fliptypes__LGIP_explain_tiny_openclip.jsonl",
                    "lgip_demo_with_fliptypes__LGIP_explain_tiny_siglip.jsonl"]
 REPORT_OUTPUTS = ["lgip_demo__LGIP_report.md", "lgip_demo__LGIP_report.csv", "lgip_demo__LGIP_frontier.png",
-                  "lgip_demo__LGIP_fliptypes.png", "lgip_demo__LGIP_report.html"]
+                  "lgip_demo__LGIP_fliptypes.png", "lgip_demo__LGIP_retrieval.png", "lgip_demo__LGIP_report.html"]
 
 
 def run_all(folder, *args, check=True):
@@ -96,6 +96,8 @@ def test_end_to_end_writes_every_output(demo_done):
             [m["model_tag"] for m in explained]
         html = (folder / REPORT_OUTPUTS[-1]).read_text(encoding="utf-8")
         assert 'class="ws ' in html and html.count('<div class="blame ') >= 1
+        # and retrieval beside LGIP: its columns, and the rank correlation (undefined for two models)
+        assert "I2T R@1 ↑" in md and "LGIP beside retrieval: across 2 models" in md and "undefined" in md
 
 
 def test_second_run_skips_every_step(demo_copy):

@@ -6,7 +6,7 @@
              printed, markdown tables, the CSV
   toplists   the score files streamed into the top K paraphrase moves and preferred flips, per model
              and over all models
-  plots      the frontier and flip-type figures (matplotlib, PNG); a new figure goes here
+  plots      the frontier, flip-type and retrieval figures (matplotlib, PNG); a new figure goes here
   overview   `Report` (what the markdown and the page say) and the texts around the figures
   markdown   the markdown report
   gallery    gallery items: thumbnails as data: URIs (placeholders when unreadable), words marked,
@@ -20,15 +20,16 @@ from .metrics import (COLUMNS, EVALUATIONS, HEADLINE_KEYS, SCORE_KEYS, SCRIPTS, 
                       image_roots, load_metrics, short_label, short_labels)
 from .tables import RESULT_COLUMNS, write_csv
 from .toplists import TopK, TopLists, scan_scores, score_files
-from .plots import FLIPTYPE_FIGURES, FRONTIER_FIGURES, model_colors_hex, pareto_front, plot_fliptypes, plot_frontier, subtitle
+from .plots import (FLIPTYPE_FIGURES, FRONTIER_FIGURES, RETRIEVAL_FIGURES, model_colors_hex, pareto_front, plot_fliptypes,
+                    plot_frontier, plot_retrieval, subtitle)
 from .overview import Report
 from .markdown import results_table, write_markdown
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .page import page_context, render_page, write_page
 
-__all__ = ["COLUMNS", "EVALUATIONS", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "HEADLINE_KEYS", "RESULT_COLUMNS",
+__all__ = ["COLUMNS", "EVALUATIONS", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "HEADLINE_KEYS", "RESULT_COLUMNS", "RETRIEVAL_FIGURES",
            "Report", "SCORE_KEYS", "SCRIPTS", "TopK", "TopLists", "attach_attributions", "build_rows", "csv_columns",
            "explain_files", "find_metrics", "gallery_items", "image_roots", "load_metrics", "model_colors_hex",
-           "page_context", "pareto_front", "plot_fliptypes", "plot_frontier", "render_page", "results_table",
+           "page_context", "pareto_front", "plot_fliptypes", "plot_frontier", "plot_retrieval", "render_page", "results_table",
            "scan_scores", "score_files", "short_label", "short_labels", "subtitle", "thumbnail", "word_marks",
            "write_csv", "write_markdown", "write_page"]

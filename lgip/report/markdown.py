@@ -1,5 +1,6 @@
 """lgip.report.markdown: the report as markdown (`<stem>__LGIP_report.md`): inputs, the
-evaluations found, the results table, notes, the figures (linked beside it), the word
+evaluations found, the results table, notes, the rank correlation with retrieval (when
+run_lgip_retrieval.py ran), the figures (linked beside it), the word
 attribution's line per model (when explain_flips.py ran), the top lists, and what made it. Pure text from a `Report` (lgip.report.overview).
 
     >>> print(results_table(report.rows))     # also what report.py prints
@@ -8,7 +9,7 @@ attribution's line per model (when explain_flips.py ran), the top lists, and wha
 import os
 
 from ..util import atomic_open
-from .overview import attribution_lines, frontier_note, made_by, missing_note, runs_table, source_notes
+from .overview import attribution_lines, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes
 from .tables import main_table, md_table, md_text
 
 
@@ -66,6 +67,8 @@ def markdown(report, md_path):
           "\n".join("- " + n for n in source_notes(rows, report.metrics, report.paths)), ""]
     if report.front is not None:
         md.append(frontier_note(report.front) + "\n")
+    if retrieval_note(rows) is not None:
+        md.append(retrieval_note(rows) + "\n")
     for png, alt in report.figures:
         md.append(f"![{alt}]({os.path.relpath(os.path.abspath(png), md_dir)})\n")
     attribution = attribution_lines(rows, report.metrics, report.paths, report.explain_missing)

@@ -6,7 +6,8 @@ its metrics file, where its input lies beside a base JSONL, and how one model's 
 flat columns (`extract`). A row is a plain dict, so a later evaluation (say retrieval figures)
 adds an `Evaluation` whose `columns` are appended to the CSV (when it ran: `csv_columns`) and
 whose figures the results table picks up by name (`lgip.report.tables.RESULT_COLUMNS`).
-explain_flips.py's word attribution is one such entry (`explain`: localization accuracy per model).
+run_lgip_retrieval.py's recall figures (`retrieval`, every section 7 figure as `retrieval_<name>`)
+and explain_flips.py's word attribution (`explain`: localization accuracy per model) are two such.
 
     >>> found, looked = find_metrics("data/x.jsonl")      # {"multi": "data/x_with_perturb__LGIP_ALL.metrics.json", ...}
     >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()})
@@ -20,6 +21,7 @@ from typing import Callable, Tuple
 
 from ..errors import InputError
 from ..records import read_json
+from ..scoring import spearman
 from ..method import FLIP_TYPES
 from ..util import default_output, metrics_path
 
@@ -114,6 +116,53 @@ def _explain_columns():
     return tuple(cols)
 
 
+RETRIEVAL_KS = (1, 5, 10)
+RETRIEVAL = ([f"i2t_recall@{k}" for k in RETRIEVAL_KS] + [f"t2i_recall@{k}" for k in RETRIEVAL_KS]
+             + [f"i2t_flip_recall@{k}" for k in RETRIEVAL_KS]
+             + ["i2t_flip_top1_rate", "own_flip_preferred_rate", "t2i_paraphrase_recall@1", "t2i_paraphrase_agreement@1"])
+RETRIEVAL_COUNTS = ("gallery_size", "num_blocks", "num_captions", "num_flips", "num_paraphrases", "num_images_with_flips")
+
+
+def _extract_retrieval(m):
+    """run_lgip_retrieval.py's figures (LGIP_SPEC.md section 7), each as retrieval_<name>."""
+    out = {f"retrieval_{k}": m.get(k) for k in RETRIEVAL_COUNTS}
+    for key in RETRIEVAL:
+        out.update(fig(m, key, f"retrieval_{key}"))
+    for t in FLIP_TYPES:
+        b = (m.get("by_flip_type") or {}).get(t) or {}
+        for key in ("i2t_flip_top1_rate", "own_flip_preferred_rate"):
+            out.update(fig(b, key, f"retrieval_{t}_{key}"))
+        out[f"retrieval_{t}_count"] = b.get("count")
+    return out
+
+
+def _retrieval_columns():
+    cols = [f"retrieval_{k}" for k in RETRIEVAL_COUNTS]
+    for key in RETRIEVAL:
+        cols += [f"retrieval_{key}", f"retrieval_{key}_ci_lo", f"retrieval_{key}_ci_hi"]
+    for t in FLIP_TYPES:
+        for key in ("i2t_flip_top1_rate", "own_flip_preferred_rate"):
+            cols += [f"retrieval_{t}_{key}", f"retrieval_{t}_{key}_ci_lo", f"retrieval_{t}_{key}_ci_hi"]
+        cols.append(f"retrieval_{t}_count")
+    return tuple(cols)
+
+
+RETRIEVAL_AXES = ("retrieval_i2t_recall@1", "retrieval_i2t_flip_top1_rate")  # the retrieval figure's two x axes
+DESCRIPTIVE_BELOW = 5  # a rank correlation over fewer models describes them, nothing more
+
+
+def rank_correlations(rows):
+    """Across models: Spearman's rho between the LGIP positive rate (the table's) and each of
+    RETRIEVAL_AXES, over the models having both: [{"x", "rho" (None under 3 models), "n",
+    "descriptive"}], [] when no model has retrieval figures."""
+    out = []
+    for x in RETRIEVAL_AXES:
+        pairs = [(r[x], r["pos_rate"]) for r in rows if r.get(x) is not None and r.get("pos_rate") is not None]
+        if pairs:
+            out.append({"x": x, "rho": spearman(*zip(*pairs)), "n": len(pairs), "descriptive": len(pairs) < DESCRIPTIVE_BELOW})
+    return out
+
+
 def _num_samples(m):
     return m.get("num_samples", "?")
 
@@ -141,6 +190,8 @@ EVALUATIONS = [
     Evaluation("enhanced", "rebuttal_enhanced_lgip_by_transformation.py", "ENHANCED_LGIP_analysis.json",
                ("_with_fliptypes.jsonl", "rebuttal_enhanced_"), _extract_enhanced, "enhanced analysis, corrected",
                typed=True, evaluated=lambda m: (m.get("corrected") or {}).get("num_records", "?")),
+    Evaluation("retrieval", "run_lgip_retrieval.py", "LGIP_retrieval.metrics.json", ("_with_fliptypes.jsonl", ""),
+               _extract_retrieval, "run_lgip_retrieval", headline=False, columns=_retrieval_columns(), scores=False),
     Evaluation("explain", "explain_flips.py", "LGIP_explain.metrics.json", ("_with_fliptypes.jsonl", ""),
                _extract_explain, "explain_flips", headline=False, columns=_explain_columns(), scores=False,
                evaluated=lambda m: f"{m.get('num_flips', '?')} flips"),

@@ -1,7 +1,8 @@
 """lgip.report.overview: what the report says around its figures, once for the markdown and the
 page: the evaluations found (a table), the package versions they ran with, where each figure
-comes from and what it means (notes), the Pareto sentence, the word attribution's lines (one
-per model: its localization accuracy against chance), and what made the report.
+comes from and what it means (notes), the Pareto sentence, the rank correlation of LGIP with
+retrieval across models, the word attribution's lines (one per model: its localization accuracy
+against chance), and what made the report.
 
 Texts are markdown inline text (`code` in backticks, **bold**): the markdown prints them as they
 are, the page turns them into <code> and <strong>.
@@ -19,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .metrics import EVALUATIONS, SCRIPTS, enhanced_blocks
+from .metrics import DESCRIPTIVE_BELOW, EVALUATIONS, SCRIPTS, enhanced_blocks, rank_correlations
 from .tables import cell
 
 
@@ -94,6 +95,12 @@ def source_notes(rows, metrics, paths):
                      if label == "corrected" else "") + f" from `{SCRIPTS['enhanced']}`, {label} figures"
                      + (" (each flip counted once, `combined_caps` evaluated)." if label == "corrected"
                         else " (no `corrected` block: an older analysis file)."))
+    if "retrieval" in metrics:
+        sizes = sorted({str(m.get("gallery_size", "?")) for m in metrics["retrieval"]})
+        notes.append(f"I2T R@1 and flip top-1 from `{SCRIPTS['retrieval']}` (`{os.path.basename(paths['retrieval'])}`, "
+                     f"galleries of {' or '.join(sizes)} records): I2T R@1 = share of images whose best caption ranks "
+                     "first among the gallery's captions; flip top-1 = share of images whose most similar text is a flip "
+                     "when the flips join the gallery (RoCOCO's false rate); every figure of section 7 is in the CSV.")
     if "explain" in metrics:
         notes.append(f"Localization accuracy (Loc. acc.) from `{SCRIPTS['explain']}` "
                      f"(`{os.path.basename(paths['explain'])}`): share of the explained flips whose blamed word is the changed one, [lo, hi] over flips "
@@ -119,13 +126,15 @@ def attribution_lines(rows, metrics, paths, missing=()):
             "Detected: over the flips the model scores below their caption (gap > 0): a hit says its lower score "
             "rests on the changed word. Preferred: over those it scores as high or higher (gap ≤ 0): a hit says it "
             "weighed the changed word and still preferred the flip. [lo, hi] = 95% bootstrap CI over flips.")
-    explained = {m["model_tag"] for m in metrics["explain"]}
+    explained = {m["model_tag"]: m for m in metrics["explain"]}
     lines = []
     for r in rows:
         if r["model"] not in explained:
             continue
         if r["localization_acc"] is None:
-            lines.append({"model": r["model"], "text": f"`{r['model']}`: no flip explained."})
+            why = explained[r["model"]].get("unsupported")
+            lines.append({"model": r["model"], "text": f"`{r['model']}`: " + (f"not explained ({why})." if why else
+                                                                            "no flip explained.")})
             continue
         lo, hi, chance = r["localization_acc_ci_lo"], r["localization_acc_ci_hi"], r["localization_chance"]
         where = ("" if lo is None or hi is None else
@@ -140,6 +149,27 @@ def attribution_lines(rows, metrics, paths, missing=()):
     gone = ("Explain files listed in the metrics but missing: " + ", ".join(
         f"`{os.path.basename(p)}`" for _, p in missing) + " (their flips are shown without word scores).") if missing else None
     return {"lead": lead, "lines": lines, "missing": gone}
+
+
+def retrieval_note(rows):
+    """The rank correlations across models between the LGIP positive rate and the retrieval
+    figures (LGIP_SPEC.md 7), as one sentence; None without retrieval metrics. Under
+    DESCRIPTIVE_BELOW models they are labelled descriptive: they describe those models only."""
+    found = rank_correlations(rows)
+    if not found:
+        return None
+    names = {"retrieval_i2t_recall@1": "image-to-text recall@1 (`i2t_recall@1`)",
+             "retrieval_i2t_flip_top1_rate": "the flip top-1 rate (`i2t_flip_top1_rate`)"}
+    parts = [f"with {names[c['x']]} ρ = {c['rho']:.2f}" if c["rho"] is not None else
+             f"with {names[c['x']]} undefined (fewer than 3 models, or a figure equal for all)" for c in found]
+    n = max(c["n"] for c in found)
+    descriptive = any(c["descriptive"] for c in found)
+    return (f"LGIP beside retrieval: across {n} model{'s' if n != 1 else ''}, Spearman's rank correlation of the LGIP "
+            f"positive rate {' and '.join(parts)}"
+            + (f" (**descriptive**: under {DESCRIPTIVE_BELOW} models a rank correlation describes these models, "
+               "nothing more)." if descriptive else ".")
+            + " Near 0: the order of the models by LGIP sensitivity is not the order retrieval gives them (the LGIP "
+              "paper's claim that flip failures are largely invisible to standard retrieval).")
 
 
 def frontier_note(front):

@@ -18,7 +18,7 @@ import re
 
 from ..method import FLIP_TYPES
 from ..util import atomic_open
-from .overview import attribution_lines, frontier_note, made_by, missing_note, runs_table, source_notes
+from .overview import attribution_lines, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes
 from .tables import interval, num, result_columns
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -94,6 +94,7 @@ def page_context(report, gallery=None, colors=None, csv_path=None):
         "table": {"header": table_header, "rows": table_rows},
         "notes": source_notes(report.rows, report.metrics, report.paths),
         "frontier": frontier_note(report.front) if report.front else None,
+        "retrieval": retrieval_note(report.rows),
         "figures": figures,
         "top_k": report.tops.k if report.tops is not None else 0,
         "attribution": attribution_lines(report.rows, report.metrics, report.paths, report.explain_missing),

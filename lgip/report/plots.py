@@ -1,8 +1,9 @@
-"""lgip.report.plots: the report's two figures, drawn with matplotlib (Agg) into PNG files:
-the frontier (invariance error against positive rate, 95% CI whiskers, the Pareto frontier, each
-model labelled beside its point) and the positive rate per flip type and model. A later figure
-(say retrieval recall) is one more function here, returning its path or None when no row has
-its figures.
+"""lgip.report.plots: the report's figures, drawn with matplotlib (Agg) into PNG files: the
+frontier (invariance error against positive rate, 95% CI whiskers, the Pareto frontier, each
+model labelled beside its point), the positive rate per flip type and model, and LGIP beside
+retrieval (positive rate against image-to-text recall@1 and against the flip top-1 rate, with
+Spearman's rho across models). A new figure is one more function here, returning its path or None
+when no row has its figures.
 
     >>> plot_frontier(rows, "x__LGIP_frontier.png", subtitle("x", rows, "headline_source", FRONTIER_FIGURES))
     ['tiny_siglip']
@@ -11,10 +12,11 @@ import textwrap
 
 from ..method import FLIP_TYPES
 from ..util import atomic_open
-from .metrics import EVALUATIONS
+from .metrics import EVALUATIONS, RETRIEVAL_AXES, rank_correlations
 
 FRONTIER_FIGURES = ["invariance_error", "pos_rate"]
 FLIPTYPE_FIGURES = [f"{t}_pos_rate" for t in FLIP_TYPES]
+RETRIEVAL_FIGURES = ["pos_rate", *RETRIEVAL_AXES]
 
 
 def pareto_front(points):
@@ -210,6 +212,61 @@ def plot_fliptypes(rows, path, title_note="", dpi=150):
     plt.close(fig)
     return path
 
+
+RETRIEVAL_LABELS = {"retrieval_i2t_recall@1": ("image-to-text R@1", "Image-to-text recall@1: standard retrieval (higher is better)"),
+                    "retrieval_i2t_flip_top1_rate": ("flip top-1 rate", "Flip top-1 rate: the best text is a flip (lower is better)")}
+
+
+def rho_text(c):
+    """'Spearman ρ = 0.43 (9 models)', '... (3 models: descriptive)', or 'ρ undefined' (under 3 models
+    or a constant figure)."""
+    models = f"{c['n']} model{'s' if c['n'] != 1 else ''}" + (": descriptive" if c["descriptive"] else "")
+    return (f"Spearman ρ = {c['rho']:.2f}" if c["rho"] is not None else "Spearman ρ undefined") + f" ({models})"
+
+
+def plot_retrieval(rows, path, title_note="", dpi=150):
+    """Each model's LGIP positive rate against its image-to-text recall@1 (left) and its flip top-1
+    rate (right), 95% CI whiskers, Spearman's rho across models in each panel's title; None when
+    no model has both figures."""
+    panels = [(c, [r for r in rows if r.get(c["x"]) is not None and r.get("pos_rate") is not None])
+              for c in rank_correlations(rows)]
+    if not panels:
+        return None
+    plt = _pyplot()
+    from matplotlib.lines import Line2D
+    colors = _model_colors([r["model"] for r in rows])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 5.6), sharey=True, squeeze=False)
+    families = {}
+    ys = [v for _, pts in panels for r in pts for v in (r["pos_rate"], r["pos_rate_ci_lo"], r["pos_rate_ci_hi"])
+          if v is not None]
+    ypad = max((max(ys) - min(ys)) * 0.18, 0.02)
+    for ax, (c, pts) in zip(axes[0], panels):
+        x = c["x"]
+        xs = [v for r in pts for v in (r[x], r[x + "_ci_lo"], r[x + "_ci_hi"]) if v is not None]
+        xpad = max((max(xs) - min(xs)) * 0.18, 0.02)
+        ax.set_xlim(max(-0.03, min(xs) - xpad), max(xs) + xpad if max(xs) + xpad < 1.0 else 1.03)  # (a rate of 0 or 1: its marker whole)
+        ax.set_ylim(max(0.0, min(ys) - ypad), min(1.0, max(ys) + ypad) if max(ys) + ypad < 1.0 else 1.02)
+        ax.grid(True, alpha=0.3, linewidth=0.8)
+        for r in pts:
+            family = _family(r)
+            marker = families.setdefault(family, FAMILY_MARKERS.get(family, "D"))
+            ax.errorbar(r[x], r["pos_rate"], xerr=_err(r[x], r[x + "_ci_lo"], r[x + "_ci_hi"]),
+                        yerr=_err(r["pos_rate"], r["pos_rate_ci_lo"], r["pos_rate_ci_hi"]), fmt=marker,
+                        color=colors[r["model"]], ecolor=colors[r["model"]], elinewidth=1.2, capsize=3,
+                        markersize=8, markeredgecolor="white", markeredgewidth=0.8, zorder=3)
+        ax.set_xlabel(RETRIEVAL_LABELS[x][1])
+        ax.set_title(f"vs. {RETRIEVAL_LABELS[x][0]}: {rho_text(c)}", fontsize=11.5)
+    axes[0][0].set_ylabel("LGIP positive rate (higher is better)")
+    fig.suptitle("LGIP beside retrieval" + (f"\n{title_note}" if title_note else ""), fontsize=13)
+    handles = [Line2D([], [], color="0.45", marker=m, linestyle="none", markersize=7, label=f) for f, m in families.items()]
+    if len(handles) > 1:
+        axes[0][-1].legend(handles=handles, loc="best", frameon=True, framealpha=0.9)
+    fig.tight_layout()
+    for ax, (c, pts) in zip(axes[0], panels):
+        _place_labels(fig, ax, [(r[c["x"]], r["pos_rate"], r["label"]) for r in pts])
+    _save(fig, path, dpi)
+    plt.close(fig)
+    return path
 
 
 def subtitle(stem, rows, source_column, figures):

@@ -2,8 +2,8 @@
 the page), numbers as the report prints them, markdown tables, and the CSV.
 
 A column of the results table names a row's figure; its interval, when the row has one, is the
-figure's `_ci_lo` / `_ci_hi`. Columns that no row has are left out, so a later evaluation's
-columns (say `retrieval_i2t_recall@1`) can be listed here before any report has them.
+figure's `_ci_lo` / `_ci_hi`. Columns that no row has are left out (a report without retrieval
+or explain metrics has no such column).
 
     >>> cell({"gap": 0.0123, "gap_ci_lo": 0.01, "gap_ci_hi": 0.02}, "gap", 4)
     '0.0123 [0.0100, 0.0200]'
@@ -29,9 +29,11 @@ class Column:
     better: str  # "low" or "high"
 
 
-RESULT_COLUMNS = (
+RESULT_COLUMNS = (  # (retrieval beside the positive rate: the comparison the LGIP paper makes)
     [Column("Inv. error ↓", "invariance_error", 4, "low"), Column("Gap ↑", "gap", 4, "high"),
-     Column("Pos. rate ↑", "pos_rate", 3, "high")]
+     Column("Pos. rate ↑", "pos_rate", 3, "high"),
+     Column("I2T R@1 ↑", "retrieval_i2t_recall@1", 3, "high"),
+     Column("Flip top\u20111 ↓", "retrieval_i2t_flip_top1_rate", 3, "low")]
     + [Column(f"{t.capitalize()} pos. ↑", f"{t}_pos_rate", 3, "high") for t in FLIP_TYPES]
     + [Column("Simple inv. ↓", "enhanced_simple_invariance_error", 4, "low"),
        Column("Advanced inv. ↓", "enhanced_advanced_invariance_error", 4, "low"),
