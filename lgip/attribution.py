@@ -37,6 +37,7 @@ import math
 import re
 
 from .errors import ModelError
+from .towers import _plain_blocks
 
 
 FAMILIES = ("open_clip CLIP/CustomTextCLIP text towers of plain ResidualAttentionBlocks (CLIP, OpenCLIP, EVA02)",
@@ -176,22 +177,6 @@ class _TransformersTower(TextTower):
         return getattr(out, "pooler_output", out)  # (transformers 5: a ModelOutput)
 
 
-def _openclip_blocks(transformer):
-    """A text transformer's blocks when each is a plain batch-first ResidualAttentionBlock
-    (nn.MultiheadAttention with one in_proj), whose attention _OpenClipTower writes out; else None."""
-    import torch
-    from open_clip.transformer import ResidualAttentionBlock
-    blocks = list(getattr(transformer, "resblocks", []))
-    if not blocks or not getattr(transformer, "batch_first", False):
-        return None
-    for b in blocks:
-        a = getattr(b, "attn", None)
-        if (type(b) is not ResidualAttentionBlock or hasattr(b, "ln_1_kv") or not isinstance(a, torch.nn.MultiheadAttention)
-                or not a.batch_first or not a._qkv_same_embed_dim or a.bias_k is not None):
-            return None
-    return blocks
-
-
 def _unsupported(model, why=""):
     return ModelError(f"word attribution does not support this model ({type(model).__module__}.{type(model).__name__}"
                       f"{': ' + why if why else ''}); supported: {'; '.join(FAMILIES)}")
@@ -214,7 +199,7 @@ def text_tower(model):
             raise _unsupported(model, "no CLIP-style text tower")
         if pool not in ("argmax", "eos") or getattr(tower, "attn_mask", None) is None:
             raise _unsupported(model, f"its text tower is not causal with end-of-text pooling (pool type {pool!r})")
-        blocks = _openclip_blocks(tower.transformer)
+        blocks = _plain_blocks(tower.transformer)
         if blocks is None:
             raise _unsupported(model, "its text blocks are not plain ResidualAttentionBlocks")
         return _OpenClipTower(model, tower, blocks)

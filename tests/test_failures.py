@@ -198,6 +198,8 @@ def test_a_rerun_from_the_cache_does_not_load_the_weights(tmp_path, protocol):
     assert_same_numbers(first, changed)
 
 
+# A run whose every text batch takes 0.15 s longer and says how many texts it encoded: slow enough
+# to be stopped mid-way (Ctrl-C here, SIGTERM in test_faults.py).
 SLOW_RUN = """
 import os, runpy, time
 from lgip import evaluation
@@ -207,7 +209,12 @@ def load(*args, **kwargs):
     for name in ("encode_tokens", "encode_packs"):
         f = getattr(enc, name)
         if f is not None:
-            setattr(enc, name, lambda *a, _f=f, **k: (time.sleep(0.15), _f(*a, **k))[1])
+            def slow(*a, _f=f, **k):
+                time.sleep(0.15)
+                out = _f(*a, **k)
+                print("encoded", len(out), flush=True)
+                return out
+            setattr(enc, name, slow)
     return enc
 evaluation.load_model = load
 sys.argv = {argv!r}

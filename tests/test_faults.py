@@ -18,7 +18,7 @@ import pytest
 import small_disk
 from conftest import BASE_JSONL, FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, run_script
 from test_evaluation import assert_matches
-from test_failures import processes_with
+from test_failures import SLOW_RUN, processes_with
 from test_make_base_jsonl import Coco, coco_dict
 
 PERTURBED = os.path.join(REFERENCE, "fixture_with_perturb.jsonl")
@@ -182,26 +182,6 @@ def test_real_full_and_read_only_file_systems(tmp_path, tmpfs):
         f"writable path with room>. Nothing was run.\n")
 
 
-SLOW_RUN = """
-import runpy, time
-from lgip import evaluation
-real = evaluation.load_model
-def load(*args, **kwargs):
-    enc = real(*args, **kwargs)
-    for name in ("encode_tokens", "encode_packs"):
-        f = getattr(enc, name)
-        if f is not None:
-            def slow(*a, _f=f, **k):
-                time.sleep(0.15)
-                out = _f(*a, **k)
-                print("encoded", len(out), flush=True)
-                return out
-            setattr(enc, name, slow)
-    return enc
-evaluation.load_model = load
-sys.argv = {argv!r}
-runpy.run_path({script!r}, run_name="__main__")
-"""
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to find the processes left behind")

@@ -25,10 +25,10 @@ whether it is the changed one, that run's similarities).
 import base64
 import difflib
 import io
-import json
 import os
 
 from ..errors import InputError
+from ..records import iter_json_lines
 
 
 def word_marks(caption, text):
@@ -170,18 +170,11 @@ def attach_attributions(flips, files):
         wanted.setdefault((item["model"], item.get("image_path"), item["caption"], item["text"]), []).append(item)
     done = 0
     for model, path in files:
-        with open(path, encoding="utf-8") as f:
-            for lineno, text in enumerate(f, 1):
-                if not text.strip():
-                    continue
-                try:
-                    line = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise InputError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-                why = _check(line)
-                if why:
-                    raise InputError(f"{path}:{lineno}: {why}")
-                for item in wanted.pop((model, line["image_path"], line["caption"], line["flip"]), ()):
-                    _attach(item, line)
-                    done += 1
+        for lineno, line in iter_json_lines(path):  # (a byte-order mark at its start is fine)
+            why = _check(line)
+            if why:
+                raise InputError(f"{path}:{lineno}: {why}")
+            for item in wanted.pop((model, line["image_path"], line["caption"], line["flip"]), ()):
+                _attach(item, line)
+                done += 1
     return done
