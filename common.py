@@ -49,22 +49,22 @@ Example (an evaluation script):
             return common.run_evaluation(__file__, config, ("same_caps", "diff_caps"), evaluate, summary)
 """
 from lgip.accelerations import NAMES as ACCELERATIONS
-from lgip.attribution import (align_words, attribute, blamed_word, changed_words, check_tower, pad_ids, text_ids, text_tower,
+from lgip.attribution import (align_words, attribute, blamed_word, changed_words, check_tower, pad_ids, text_tower,
                               token_namer, word_scores)
 from lgip.cli import configure, parse_value, run_main
 from lgip.entry import script_call
 from lgip.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
-from lgip.errors import ConfigError, InputError, ModelError, OutputError, Terminated
-from lgip.evaluation import ModelRun, forget_token_tables, run_evaluation, swap_process_state
+from lgip.errors import ConfigError, InputError, ModelError, Terminated
+from lgip.evaluation import ModelRun, eval_run_info, forget_token_tables, run_evaluation, swap_process_state
 from lgip.generate import run_generator
-from lgip.hub import check_models
+from lgip.hub import check_models, require_models
 from lgip.images import encode_record_images, open_rgb
 from lgip.lookahead import Lookahead
 from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_flips, advanced_paraphrases, cap_sample,
                          infer_flip_type, simple_paraphrases, typed_flips)
 from lgip.models import PUBLISHED_MODELS, load_model
 from lgip.pixel_memory import forget_pixels
-from lgip.records import caption_texts, dump_jsonl_line, iter_json_lines, iter_records, load_records, read_json
+from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_records, read_json
 from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
 from lgip.scorefile import PerModel, ScoreSidecar, read_flip_gaps
 from lgip.scoring import Pairs, add_ci, mean_or_none
@@ -74,13 +74,14 @@ from lgip.util import (Timer, atomic_open, default_num_workers, default_output, 
                        provenance, write_json)
 
 __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "InputError", "Lookahead", "ModelError",
-           "ModelRun", "NUMBER_WORDS", "OBJECTS", "OutputError", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel",
+           "ModelRun", "NUMBER_WORDS", "OBJECTS", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel",
            "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips",
            "advanced_paraphrases", "align_words", "atomic_open", "attribute", "blamed_word", "cap_sample",
            "caption_texts", "changed_words", "check_gallery_size", "check_models", "check_tower", "configure",
-           "cosines", "default_num_workers", "default_output", "dump_jsonl_line", "encode_record_images", "fmt",
-           "forget_pixels", "forget_token_tables", "infer_flip_type", "iter_json_lines", "iter_records", "load_model",
-           "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids", "parse_value",
-           "provenance", "read_flip_gaps", "read_json", "resolve_device", "resolve_dtype", "retrieval_figures",
-           "run_evaluation", "run_generator", "run_main", "script_call", "search_galleries", "simple_paraphrases",
-           "swap_process_state", "text_ids", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json"]
+           "cosines", "default_num_workers", "default_output", "dump_jsonl_line", "encode_record_images",
+           "eval_run_info", "fmt", "forget_pixels", "forget_token_tables", "infer_flip_type", "iter_records",
+           "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids",
+           "parse_value", "provenance", "read_flip_gaps", "read_json", "require_models", "resolve_device",
+           "resolve_dtype", "retrieval_figures", "run_evaluation", "run_generator", "run_main", "script_call",
+           "search_galleries", "simple_paraphrases", "swap_process_state", "text_tower", "token_namer", "typed_flips",
+           "word_scores", "write_json"]

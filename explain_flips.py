@@ -80,7 +80,7 @@ def attribute_texts(enc, tower, keys, embs):
     """{(record, text): (s, Alignment, token scores)} for each (record position, text); None where
     the tokens cannot be put on the text's words."""
     import torch
-    aligned = common.align_words(common.text_ids(enc), [text for _, text in keys], TEMPLATE)
+    aligned = common.align_words(enc.tokenize, [text for _, text in keys], TEMPLATE)
     out = {key: None for key, al in zip(keys, aligned) if al is None}
     todo = [(key, al) for key, al in zip(keys, aligned) if al is not None]
     for start in range(0, len(todo), TEXT_BATCH_SIZE):
@@ -148,6 +148,30 @@ def type_order(flip_type):
     return (common.FLIP_TYPES.index(flip_type), "") if flip_type in common.FLIP_TYPES else (len(common.FLIP_TYPES), flip_type)
 
 
+def explain_model(enc, spec, records, flips, sample):
+    """One model's metrics (with its image report and family, for the run block), its explain file
+    written; {"unsupported": why} for a family word attribution cannot explain (UNSUPPORTED "skip")."""
+    try:
+        tower = common.text_tower(getattr(enc, "model", None))  # an unsupported family: named, with the supported ones
+    except common.ModelError as e:
+        if UNSUPPORTED == "stop":
+            raise
+        return {"model_tag": enc.name, "num_flips": 0, "unsupported": str(e), "image_report": {}, "family": None}
+    top, score_file = top_k(records, flips, enc.name)
+    drawn = {j: ["random"] * (j in sample) + ["top_k"] * (j in top) for j in sample | top}
+    lines, skipped, failed = explain(enc, tower, common.token_namer(enc), records, flips, drawn)
+    path = common.metrics_path(JSONL_PATH, f"LGIP_explain_{enc.name}.jsonl")
+    with common.atomic_open(path) as f:
+        f.writelines(common.dump_jsonl_line(line) for line in lines)
+    block = localization(lines)
+    return {"model_tag": enc.name, "num_flips": block.pop("count"), **block,
+            "by_flip_type": {ft: localization([x for x in lines if x["flip_type"] == ft])
+                             for ft in sorted({x["flip_type"] for x in lines}, key=type_order)},
+            "num_random": sum("random" in x["drawn"] for x in lines), "num_top_k": sum("top_k" in x["drawn"] for x in lines),
+            "skipped": skipped, "explain_file": os.path.basename(path), "score_file": score_file and os.path.basename(score_file),
+            "image_report": failed, "family": tower.family}
+
+
 def run(**constants):
     """The command line's run, and a call from Python: the constants above as keyword arguments,
     in force for this call only; returns the list of per-model metrics dicts it writes."""
@@ -159,10 +183,7 @@ def explain_all(config):
     check_config(config)
     records = common.load_records(JSONL_PATH, ("diff_caps", "diff_caps_*"))
     flips = all_flips(records)
-    problems = common.check_models(MODELS)  # before the first model's work
-    if problems:
-        raise common.ModelError(f"{len(problems)} of {len(MODELS)} models cannot be loaded, so nothing was run:\n  "
-                                + "\n  ".join(problems.values()))
+    common.require_models(MODELS)  # before the first model's work
     n = len(flips) if N_FLIPS is None else min(N_FLIPS, len(flips))
     sample = set(random.Random(SEED).sample(range(len(flips)), n))
     print(f"{len(records)} records, {len(flips)} flips; explaining {n} drawn with seed {SEED} (+ TOP_K {TOP_K} per model)")
@@ -171,35 +192,21 @@ def explain_all(config):
         with common.Timer() as t:
             enc = common.load_model(spec, "corrected", DEVICE, "fp32")
             try:
-                tower = common.text_tower(getattr(enc, "model", None))  # an unsupported family: named, with the supported ones
-            except common.ModelError as e:
-                if UNSUPPORTED == "stop":
-                    raise
-                print(f"{enc.name}: skipped: {e}", flush=True)
-                results.append({"model_tag": enc.name, "num_flips": 0, "unsupported": str(e),
-                                "run": dict(common.provenance(__file__, config), model={"name": enc.name, "type": enc.type})})
-                continue
-            top, score_file = top_k(records, flips, enc.name)
-            drawn = {j: ["random"] * (j in sample) + ["top_k"] * (j in top) for j in sample | top}
-            lines, skipped, failed = explain(enc, tower, common.token_namer(enc, spec), records, flips, drawn)
-            path = common.metrics_path(JSONL_PATH, f"LGIP_explain_{enc.name}.jsonl")
-            with common.atomic_open(path) as f:
-                f.writelines(common.dump_jsonl_line(line) for line in lines)
-            block = localization(lines)
-            m = {"model_tag": enc.name, "num_flips": block.pop("count"), **block,
-                 "by_flip_type": {ft: localization([x for x in lines if x["flip_type"] == ft])
-                                  for ft in sorted({x["flip_type"] for x in lines}, key=type_order)},
-                 "num_random": sum("random" in x["drawn"] for x in lines), "num_top_k": sum("top_k" in x["drawn"] for x in lines),
-                 "skipped": skipped, "explain_file": os.path.basename(path),
-                 "score_file": score_file and os.path.basename(score_file)}
-        m["run"] = dict(common.provenance(__file__, config), seconds=round(t.seconds, 3), family=tower.family,
-                        model={"name": enc.name, "type": enc.type, "protocol": enc.protocol, "device": str(enc.device),
-                               "dtype": "float32", **enc.info}, num_records_in_file=len(records), **failed)
+                m = explain_model(enc, spec, records, flips, sample)
+            finally:
+                if enc.release is not None:
+                    enc.release()  # (a caller's model in memory: back in the mode it came in)
+        m["run"] = dict(common.eval_run_info(__file__, config, enc, m.pop("image_report"), len(records)),
+                        seconds=round(t.seconds, 3), family=m.pop("family"))
         results.append(m)
+        if "unsupported" in m:
+            print(f"{enc.name}: skipped: {m['unsupported']}", flush=True)
+            continue
         print(f"{enc.name}: localization {common.fmt(m['localization_acc'], '.3f')} (detected "
               f"{common.fmt(m['localization_acc_detected'], '.3f')}, preferred {common.fmt(m['localization_acc_preferred'], '.3f')}, "
-              f"chance {common.fmt(m['chance'], '.3f')}) over {m['num_flips']} flips, {t.seconds:.1f} s -> {path}"
-              + (f"; left out: {', '.join(f'{v} {k}' for k, v in skipped.items() if v)}" if any(skipped.values()) else ""))
+              f"chance {common.fmt(m['chance'], '.3f')}) over {m['num_flips']} flips, {t.seconds:.1f} s -> "
+              f"{m['explain_file']}" + (f"; left out: {', '.join(f'{v} {k}' for k, v in m['skipped'].items() if v)}"
+                                       if any(m["skipped"].values()) else ""))
     print(f"-> {common.write_json(common.metrics_path(JSONL_PATH, 'LGIP_explain.metrics.json'), results)}")
     return results
 

@@ -180,7 +180,9 @@ def plan(mode, base):
         Step("run_lgip_retrieval", "run_lgip_retrieval.py", dict(evaluation, JSONL_PATH=fliptypes),
              [fliptypes], [metrics[3]]),
         # (after the score files it takes TOP_K from; a model whose family it cannot explain is left out, said)
-        Step("explain_flips", "explain_flips.py", dict(evaluation, JSONL_PATH=fliptypes, UNSUPPORTED="skip"),
+        # (its TEXT_BATCH_SIZE counts texts per forward and backward pass with the attention kept: not the evaluations')
+        Step("explain_flips", "explain_flips.py",
+             dict({k: v for k, v in evaluation.items() if k != "TEXT_BATCH_SIZE"}, JSONL_PATH=fliptypes, UNSUPPORTED="skip"),
              [fliptypes, metrics[1]], [explained]),
         Step("rebuttal_enhanced_lgip", "rebuttal_enhanced_lgip_by_transformation.py",
              dict(evaluation, JSONL_PATH=enhanced), [enhanced], [metrics[2]]),

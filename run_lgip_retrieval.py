@@ -67,6 +67,7 @@ def evaluate(run):
     gallery = mine if run.world == 1 else common.Gallery.merged(parts, run.enc.device)
     found = common.search_galleries(gallery, run.config["GALLERY_SIZE"])
     run.phase_done("retrieval")  # (then "metrics_and_scores_file": the intervals)
+    run.seconds.update({f"retrieval_{part}": v for part, v in found.seconds.items()})  # (the search's parts, of it)
     return {"model_tag": run.enc.name,
             **common.retrieval_figures(found, run.config["BOOTSTRAP"], run.config["BOOTSTRAP_SEED"])}
 

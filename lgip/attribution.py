@@ -263,28 +263,6 @@ def attribute(tower, ids, image_emb, layers=3):
     return s, torch.stack(per_layer).mean(dim=0).float()
 
 
-def text_ids(enc):
-    """tokenize(texts) -> id lists that end at each text's end: the Encoder's own, less the padding
-    a fixed-length tokenizer of one's own fills its rows with (type python: `row_padding`), so
-    that a text's ids extend those of its first words (align_words).
-    >>> text_ids(enc)(["a dog"])    # a python loader's open_clip tokenizer: 77 ids a row, less its zeros
-    [[49406, 320, 1929, 49407]]
-    """
-    pad = getattr(enc, "row_padding", None)
-    if pad is None:
-        return enc.tokenize
-
-    def tokenize(texts):
-        out = []
-        for ids in enc.tokenize(texts):
-            n = len(ids)
-            while n and ids[n - 1] == pad:
-                n -= 1
-            out.append(list(ids[:n]))
-        return out
-    return tokenize
-
-
 def pad_ids(enc, id_lists):
     """A LongTensor [N, L] of token-id lists padded as the Encoder pads a batch under the corrected
     protocol (SigLIP: 64 with its pad id; causal towers: to the longest, nothing after a text's end
@@ -398,23 +376,17 @@ def blamed_word(scores):
     return best
 
 
-def token_namer(enc, spec):
+def token_namer(enc):
     """ids -> the tokenizer's names of those tokens (CLIP BPE: the text of each piece; transformers:
-    its pieces, "▁" marking a space), for the explain files; ids as strings when the tokenizer cannot be had."""
-    model = enc.model
-    try:
-        if type(model).__module__.startswith("open_clip"):
-            import open_clip
-            tok = open_clip.get_tokenizer(spec["model_name"]) if spec.get("model_name") else open_clip.SimpleTokenizer()
-            if hasattr(tok, "decoder") and hasattr(tok, "byte_decoder"):
-                def name(i):
-                    piece = tok.decoder.get(i, "")
-                    return bytearray(tok.byte_decoder[c] for c in piece).decode("utf-8", "replace").replace("</w>", "")
-                return lambda ids: [name(i) for i in ids]
-            tok = getattr(tok, "tokenizer", tok)
-        else:
-            from transformers import AutoTokenizer
-            tok = AutoTokenizer.from_pretrained(model.name_or_path)
+    its pieces, "▁" marking a space), for the explain files, from the tokenizer the model was loaded
+    with (`enc.tokenizer`); ids as strings when it names none."""
+    tok = getattr(enc, "tokenizer", None)
+    if hasattr(tok, "decoder") and hasattr(tok, "byte_decoder"):  # open_clip's CLIP BPE
+        def name(i):
+            piece = tok.decoder.get(i, "")
+            return bytearray(tok.byte_decoder[c] for c in piece).decode("utf-8", "replace").replace("</w>", "")
+        return lambda ids: [name(i) for i in ids]
+    tok = getattr(tok, "tokenizer", tok)  # (open_clip's HFTokenizer holds a transformers one)
+    if hasattr(tok, "convert_ids_to_tokens"):
         return lambda ids: tok.convert_ids_to_tokens(list(ids))
-    except Exception:  # (names are for reading only; the scores do not depend on them)
-        return lambda ids: [str(i) for i in ids]
+    return lambda ids: [str(i) for i in ids]  # (names are for reading only; the scores do not depend on them)

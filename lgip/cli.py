@@ -149,6 +149,7 @@ def run_main(main):
     started = False
     try:
         check_writable(folders)  # before any work: not after an hour
+        OUTPUTS.checked = folders  # (a script's run() then checks them no more)
         started = True
         main()
         if OUTPUTS.unwritten:  # optional outputs the run went on without (said when they failed)

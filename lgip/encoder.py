@@ -44,7 +44,7 @@ class Encoder:
     text_key_tag = ""  # prefix of this family's text cache keys: bumped when its tokenization changes
     info = {}
     release = None  # called once a run is done with the model (a caller's model in memory: its mode restored)
-    row_padding = None  # the id a tokenizer of one's own pads its fixed-length rows with (lgip.attribution.text_ids)
+    tokenizer = None  # the tokenizer the model was loaded with (its token names, for word attribution)
 
     @property
     def rounds_to_fp16(self):
@@ -91,10 +91,9 @@ def resolve_device(device):
 
 
 def _download_hint(spec, err):
+    from .hub import local_copy_hint
     what = spec.get("model_id") or f"{spec.get('model_name')} / {spec.get('pretrained')}"
-    local = ('"model_id": "/path/to/local/folder" (a folder saved with save_pretrained or a Hub snapshot)'
-             if spec.get("type") in ("siglip", "transformers") else
-             '"pretrained": "/path/to/open_clip_pytorch_model.bin" or "model_name": "local-dir:/path/to/folder"')
+    local = local_copy_hint(spec)
     return ModelError(f"model {spec.get('name')!r}: could not load weights for {what} ({type(err).__name__}: {err}). "
                       f"Check the network, or download them once elsewhere and point the spec at a local copy: "
                       f"{local}; a populated Hugging Face cache also works with HF_HUB_OFFLINE=1.")

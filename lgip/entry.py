@@ -40,8 +40,9 @@ def script_call(namespace, constants):
     try:
         config = {k: namespace[k] for k in names}
         folders, elsewhere = output_folders(config)
-        OUTPUTS.reset(elsewhere)  # (what this call writes, and could not: a score file is then None in its metrics)
-        check_writable(folders)  # before any work: not after an hour
+        if OUTPUTS.checked != folders:  # (the command line's run_main checked them already)
+            OUTPUTS.reset(elsewhere)  # what this call writes, and could not (a score file: None in its metrics)
+            check_writable(folders)  # before any work: not after an hour
         yield config
     finally:
         namespace.update(saved)

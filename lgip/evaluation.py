@@ -9,14 +9,14 @@ import os
 import time
 
 from . import accelerations, prefix_packs
-from .errors import Interrupted, ModelError
-from .hub import check_models
+from .errors import Interrupted
+from .hub import require_models
 from .util import OUTPUTS, Timer, provenance
 from .records import load_records
 from .encoder import resolve_device
 from .models import cacheable, key_encoder, load_model
 from .tokens import _TOKEN_TABLES
-from .cache import EmbeddingCache, image_cache_keys
+from .cache import _UNWRITABLE, EmbeddingCache, image_cache_keys
 from .pixel_memory import _PIXEL_MEMORY
 from .images import RecordImages
 from .texts import RunCalls, TextBank, _LAST_PLAN, resolve_text_batch_size
@@ -39,17 +39,20 @@ def forget_token_tables():
 
 def swap_process_state(state=None):
     """What one process keeps across its models (shared token tables, the last prefix plan,
-    the last run's calls and pairs and score-file layout, remembered pixels), taken out and replaced by `state` (None: empty, a fresh process's):
+    the last run's calls and pairs and score-file layout, remembered pixels, the cache folders it
+    could not write), taken out and replaced by `state` (None: empty, a fresh process's):
     bench.py runs passes of one simulated run between passes that must start fresh."""
     old = {"token_tables": dict(_TOKEN_TABLES), "plan": list(_LAST_PLAN), "calls": list(_LAST_CALLS),
-           "pixels": list(_PIXEL_MEMORY), "score_layout": list(_SCORE_LAYOUT)}
-    state = state or {"token_tables": {}, "plan": [], "calls": [], "pixels": [], "score_layout": []}
+           "pixels": list(_PIXEL_MEMORY), "score_layout": list(_SCORE_LAYOUT), "unwritable": dict(_UNWRITABLE)}
+    state = state or {"token_tables": {}, "plan": [], "calls": [], "pixels": [], "score_layout": [], "unwritable": {}}
     _TOKEN_TABLES.clear()
     _TOKEN_TABLES.update(state["token_tables"])
     _LAST_PLAN[:] = state["plan"]
     _LAST_CALLS[:] = state["calls"]
     _PIXEL_MEMORY[:] = state["pixels"]
     _SCORE_LAYOUT[:] = state["score_layout"]
+    _UNWRITABLE.clear()
+    _UNWRITABLE.update(state["unwritable"])
     return old
 
 
@@ -212,9 +215,14 @@ class ModelRun:
         return merged
 
     def gathered(self, obj):
-        """`obj` of every process, in rank order, on rank 0 (None on the others); [obj] alone."""
-        out = _gather(obj, self.world)
-        return out if self.is_main else None
+        """`obj` of every process, in rank order, on rank 0 (None on the others); [obj] alone.
+        Only rank 0 receives them (a retrieval gallery's embeddings are GBs at 40,000 records)."""
+        import torch.distributed as dist
+        if self.world == 1:
+            return [obj]
+        out = [None] * self.world if self.is_main else None
+        dist.gather_object(obj, out, dst=0)
+        return out
 
     def _all_in_cache(self):
         """True when every text of the calls and every image file of this process's records has
@@ -309,10 +317,7 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
                           "re-runs from it (a model whose embeddings are all there without loading its weights)")
     results = []
     models = config["MODELS"]
-    problems = check_models(models)  # before the first model's work: not after an hour
-    if problems:
-        raise ModelError(f"{len(problems)} of {len(models)} models cannot be loaded, so nothing was run:\n  "
-                         + "\n  ".join(problems.values()))
+    require_models(models)  # before the first model's work: not after an hour
     switched = accelerations.switch_off(config.get("ACCELERATIONS_OFF", []))
     ahead = (Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], config.get("PIXEL_MEMORY_GB", "auto"))
              if config.get("LOOKAHEAD", True) and accelerations.LOOKAHEAD and len(models) > 1 else None)

@@ -116,8 +116,9 @@ def _cache_dir():
     return constants.HF_HUB_CACHE
 
 
-def _local_copy_hint(spec):
-    if spec.get("type") in ("siglip", "transformers"):
+def local_copy_hint(spec):
+    """How to point a spec at a local copy of its files (a Hub id: a folder; open_clip: a checkpoint file)."""
+    if "model_id" in spec:
         return '"model_id": "/path/to/folder" (a folder saved with save_pretrained, or a Hub snapshot)'
     return '"pretrained": "/path/to/open_clip_pytorch_model.bin", or "model_name": "local-dir:/path/to/folder"'
 
@@ -138,7 +139,7 @@ def problem(spec):
             try:
                 if not any(file_exists(repo, n) for n in names):
                     return (f"model {spec.get('name')!r}: {repo} has none of {', '.join(names)} on the Hub ({endpoint()}); "
-                            f"check the spec's name, or point it at a local copy: {_local_copy_hint(spec)}")
+                            f"check the spec's name, or point it at a local copy: {local_copy_hint(spec)}")
             except Exception as e:  # a gated or private repo, a flaky network: the load says more
                 return None if "401" not in str(e) and "403" not in str(e) else (
                     f"model {spec.get('name')!r}: {repo} needs a Hugging Face login (huggingface-cli login): {e}")
@@ -146,7 +147,7 @@ def problem(spec):
     return (f"model {spec.get('name')!r}: {', '.join(repos)} is not in the local Hugging Face cache "
             f"({_cache_dir()}) and {why}. "
             f"Download it once where there is network (`huggingface-cli download {repos[0]}`, then copy the cache "
-            f"here: HF_HUB_OFFLINE=1 uses it), or point the spec at a local copy: {_local_copy_hint(spec)}")
+            f"here: HF_HUB_OFFLINE=1 uses it), or point the spec at a local copy: {local_copy_hint(spec)}")
 
 
 def check_model(spec):
@@ -160,3 +161,11 @@ def check_models(specs):
     """{model name: message} of every model of a run whose files cannot be had; printed up
     front, before the run's first model does any work."""
     return {spec.get("name"): msg for spec in specs if isinstance(spec, dict) for msg in [problem(spec)] if msg}
+
+
+def require_models(specs):
+    """Stop (ModelError) naming every model of a run whose files cannot be had, before any work."""
+    problems = check_models(specs)
+    if problems:
+        raise ModelError(f"{len(problems)} of {len(specs)} models cannot be loaded, so nothing was run:\n  "
+                         + "\n  ".join(problems.values()))

@@ -107,7 +107,7 @@ def load_openclip(spec, protocol, device, dtype):
     model = model.eval().to(device=device, dtype=dtype)
     tokenizer = open_clip.get_tokenizer(name)
     enc = Encoder()
-    enc.model, enc.device, enc.dtype = model, device, dtype
+    enc.model, enc.device, enc.dtype, enc.tokenizer = model, device, dtype, tokenizer
     enc.image_transform = preprocess
     enc.pixels = pixel_split_openclip(preprocess)
     enc.context_length = getattr(model, "context_length", None) or tokenizer.context_length

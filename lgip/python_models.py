@@ -27,6 +27,7 @@ import traceback
 
 from .errors import ModelError
 from .encoder import Encoder, _normalise
+from .util import jsonable
 
 
 TEXT_KEY_TAG = "py1|"  # the prefix of this family's text cache keys
@@ -41,13 +42,9 @@ def in_memory(spec):
 def loader_name(spec):
     """How the run block and messages name a spec's loader."""
     loader = spec.get("loader")
-    if isinstance(loader, str):
-        return loader
-    if callable(loader):
-        return f"<function {getattr(loader, '__module__', '?')}.{getattr(loader, '__qualname__', repr(loader))}>"
     if isinstance(loader, (tuple, list)):
         return "<(" + ", ".join(type(x).__name__ for x in loader) + ") in memory>"
-    return repr(loader)
+    return loader if isinstance(loader, str) else str(jsonable(loader))
 
 
 class UserCodeError(ModelError):
@@ -66,13 +63,25 @@ def _theirs(spec, what, e):
                          f"(loader {loader_name(spec)}):\n{tb.rstrip()}")
 
 
-def loader_file(loader):
-    """The file that defines a "module:function" or "file.py:function" loader, or None."""
+def _locate(loader):
+    """(module name or None, file path or None) of a "module:function" or "file.py:function"
+    loader: a file is taken from the working folder; a module is searched on sys.path and in the
+    working folder (a script's sys.path starts at its own folder, not the user's)."""
     where = loader.rsplit(":", 1)[0]
     if where.endswith(".py") or os.sep in where or "/" in where:
-        return os.path.abspath(os.path.expanduser(where))
+        return None, os.path.abspath(os.path.expanduser(where))
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    return where, None
+
+
+def loader_file(loader):
+    """The file that defines a string loader (its code is part of its cache's identity), or None."""
+    module, path = _locate(loader)
+    if path is not None:
+        return path
     try:
-        found = importlib.util.find_spec(where)
+        found = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         return None
     return getattr(found, "origin", None)
@@ -85,9 +94,9 @@ def _import_loader(spec):
         raise ModelError(f"model {spec.get('name')!r}: loader {loader!r} must be 'package.module:function' or "
                          f"'path/to/file.py:function'")
     where, name = loader.rsplit(":", 1)
+    module, path = _locate(loader)
     try:
-        if where.endswith(".py") or os.sep in where or "/" in where:
-            path = os.path.abspath(os.path.expanduser(where))
+        if path is not None:
             if not os.path.isfile(path):
                 raise ModelError(f"model {spec.get('name')!r}: loader file {path} does not exist (relative paths are "
                                  f"taken from the working folder, {os.getcwd()})")
@@ -97,9 +106,7 @@ def _import_loader(spec):
             sys.modules[module_name] = module
             found.loader.exec_module(module)
         else:
-            if os.getcwd() not in sys.path:  # (a script's sys.path starts at its own folder, not the user's)
-                sys.path.append(os.getcwd())
-            module = importlib.import_module(where)
+            module = importlib.import_module(module)
     except ModelError:
         raise
     except ModuleNotFoundError as e:
@@ -171,7 +178,7 @@ def load_python(spec, protocol, device, dtype):
     model, preprocess, tokenizer, given = _triple(spec, device, dtype)
     device, dtype = _where(model, device, dtype)
     enc = Encoder()
-    enc.model, enc.device, enc.dtype = model, device, dtype
+    enc.model, enc.device, enc.dtype, enc.tokenizer = model, device, dtype, tokenizer
     was_training = bool(getattr(model, "training", False))
     if isinstance(model, torch.nn.Module):
         model.eval()
@@ -186,15 +193,20 @@ def load_python(spec, protocol, device, dtype):
         return _expect(spec, "tokenizer(texts)", call("tokenizer(texts)", tokenizer, list(texts)), 2, ints=True)
 
     probe = token_rows(_PROBE_TEXTS)
-    fixed = token_rows(_PROBE_TEXTS[:1]).shape[1] == probe.shape[1]  # rows of one length whatever the batch
-    enc.row_padding = _row_padding(token_rows(["", "a"]).tolist()) if fixed else None
+    length = probe.shape[1]
+    fixed = token_rows(_PROBE_TEXTS[:1]).shape[1] == length  # rows of one length whatever the batch
+    # A fixed-length tokenizer's padding is taken off each text's ids (an Encoder's tokenize gives
+    # them unpadded) and put back before the model sees them: it gets the rows the tokenizer makes.
+    pad = _row_padding(token_rows(["", "a"]).tolist()) if fixed else None
 
     def tokenize(texts):
         rows = token_rows(texts) if fixed else [token_rows([t])[0] for t in texts]
-        return [r.tolist() for r in rows]
+        return [_unpadded(r.tolist(), pad) for r in rows]
 
     @torch.no_grad()
-    def encode_tokens(ids, exact_length=False):  # (batches of rows of one length: pad_length None)
+    def encode_tokens(ids, exact_length=False):  # (batches of texts of one token length: pad_length None)
+        if pad is not None and ids.shape[1] < length:
+            ids = torch.nn.functional.pad(ids, (0, length - ids.shape[1]), value=pad)
         out = call("model.encode_text(token_ids)", model.encode_text, ids.to(device, non_blocking=True))
         return _normalise(_expect(spec, "model.encode_text(token_ids)", out, 2))
 
@@ -214,33 +226,39 @@ def load_python(spec, protocol, device, dtype):
                          f"(loader {loader_name(spec)})")
     enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
     enc.image_transform = preprocess
-    enc.pad_id = 0
-    enc.pad_length = lambda call_lengths: None  # every row as the tokenizer made it, batched with rows of its length
+    enc.pad_id = pad if pad is not None else 0
+    enc.pad_length = lambda call_lengths: None  # texts batched with texts of their token length (padded back above)
     enc.text_key_tag = TEXT_KEY_TAG
     enc.tokenizer_identity = (type(tokenizer).__module__, type(tokenizer).__qualname__, fixed)
-    enc.info = {"loader": loader_name(spec), "in_memory": given or in_memory(spec),
-                "tokenizer_rows": "fixed length" if fixed else "one text at a time"}
+    enc.info = {"loader": loader_name(spec), "in_memory": in_memory(spec),
+                "tokenizer_rows": (f"{length} ids, padded with {pad}" if pad is not None else
+                                   f"{length} ids" if fixed else "one text at a time")}
     if given and isinstance(model, torch.nn.Module):
         enc.release = lambda: model.train(was_training)  # the caller's model back in the mode it came in
     return enc
 
 
+def _unpadded(ids, pad):
+    """ids less the trailing run of `pad` (None: as they are)."""
+    n = len(ids)
+    while pad is not None and n and ids[n - 1] == pad:
+        n -= 1
+    return ids[:n]
+
+
 def _row_padding(rows):
     """The id a fixed-length tokenizer fills its rows with after a text's end (open_clip's: 0),
     found on the rows of "" and "a": the run both end with, when what is left of them ends alike
-    (their end-of-text token); None otherwise (a tokenizer padding with its end-of-text token,
-    or without one). Only word attribution uses it (lgip.attribution.text_ids): the rows
-    themselves reach the model as the tokenizer made them."""
-    empty, short = rows
-    pad = short[-1]
-    if empty[-1] != pad:
+    (their end-of-text token); None otherwise (a tokenizer padding with its end-of-text token, or
+    without one: its rows are then taken whole).
+    >>> _row_padding([[49406, 49407, 0, 0, 0], [49406, 320, 49407, 0, 0]]), _row_padding([[1, 9, 9], [1, 5, 9]])
+    (0, None)
+    """
+    empty, short = (_unpadded(r, rows[1][-1]) for r in rows)
+    pad = rows[1][-1]
+    if rows[0][-1] != pad or not empty or not short or empty[-1] != short[-1] or len(short) <= len(empty):
         return None
-    empty, short = ([i for i in r] for r in (empty, short))
-    while empty and empty[-1] == pad:
-        empty.pop()
-    while short and short[-1] == pad:
-        short.pop()
-    return int(pad) if empty and short and empty[-1] == short[-1] and len(short) > len(empty) else None
+    return int(pad)
 
 
 def python_key_encoder(spec, protocol):

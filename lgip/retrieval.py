@@ -35,7 +35,7 @@ image ranks 1; its most similar image is then image 0 (first on ties), while p's
 import time
 
 from .errors import ConfigError
-from .scoring import add_ci
+from .scoring import add_ci, mean_or_none
 
 
 KS = (1, 5, 10)  # the k of every recall@k
@@ -390,7 +390,7 @@ def _host(pieces, n):
 def _rate(block, key, hits, records, resamples, seed):
     import numpy as np
     hits = np.asarray(hits, dtype=np.float64)
-    block[key] = float(hits.mean()) if len(hits) else None
+    block[key] = mean_or_none(hits)
     if resamples:
         add_ci(block, key, records, hits, resamples, seed)
     return block

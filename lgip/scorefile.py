@@ -13,7 +13,7 @@ import os
 import sys
 
 from . import accelerations
-from .errors import OutputError
+from .errors import InputError, OutputError
 from .util import atomic_open
 
 
@@ -232,26 +232,39 @@ class ScoreSidecar:
             return os.path.basename(self.write(path))
         except OutputError as e:
             print(f"warning: {e} The run goes on without this score file (--WRITE_SCORES=False writes none): "
-                  f"its metrics are still written, and it ends with exit status 4.", file=sys.stderr, flush=True)
+                  f"its metrics are still written (on the command line it then ends with exit status 4; from "
+                  f"Python its metrics say scores_file null).", file=sys.stderr, flush=True)
             return None
+
+
+def _number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def iter_score_lines(path, numbers=("caption_index",)):
+    """(line number, line) of a score file, each checked: an object whose fields `numbers` are
+    numbers, whose `sim` is a number or null (a caption without a score) and whose `paraphrases` /
+    `flips` (when there) are objects with a `text` and a `sim`; an InputError names path:line and
+    the field of any other (a wrong file, not a traceback). A byte-order mark at its start is fine."""
+    from .records import iter_json_lines
+    for lineno, row in iter_json_lines(path):
+        where = f"{path}:{lineno}"
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: not a *.scores.jsonl line (a JSON object)")
+        for field in numbers:
+            if not _number(row.get(field)):
+                raise InputError(f"{where}: field {field!r} missing or not a number (not a *.scores.jsonl line)")
+        if row.get("sim") is not None and not _number(row["sim"]):
+            raise InputError(f"{where}: field 'sim' is not a number")
+        for field in ("paraphrases", "flips"):
+            for j, item in enumerate(row.get(field) or []):
+                if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not _number(item.get("sim")):
+                    raise InputError(f"{where}: field '{field}[{j}]' is not an object with 'text' and 'sim'")
+        yield lineno, row
 
 
 def read_flip_gaps(path):
     """[(record line, caption index, flip text, gap)] of every flip of a score file, gap = the
-    caption's similarity less the flip's (in file order); an InputError names path:line and the
-    field of a line that is not a score line."""
-    from .errors import InputError
-    from .records import iter_json_lines
-    out = []
-    for lineno, row in iter_json_lines(path):  # (a byte-order mark at its start is fine)
-        where = f"{path}:{lineno}"
-        if not isinstance(row, dict):
-            raise InputError(f"{where}: not a *.scores.jsonl line (a JSON object)")
-        for field in ("line", "caption_index", "sim"):
-            if not isinstance(row.get(field), (int, float)) or isinstance(row.get(field), bool):
-                raise InputError(f"{where}: field {field!r} missing or not a number (not a *.scores.jsonl line)")
-        for j, item in enumerate(row.get("flips", [])):
-            if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not isinstance(item.get("sim"), (int, float)):
-                raise InputError(f"{where}: field 'flips[{j}]' is not an object with 'text' and 'sim'")
-            out.append((row["line"], row["caption_index"], item["text"], row["sim"] - item["sim"]))
-    return out
+    caption's similarity less the flip's (in file order)."""
+    return [(row["line"], row["caption_index"], item["text"], row["sim"] - item["sim"])
+            for _, row in iter_score_lines(path, ("line", "caption_index", "sim")) for item in row.get("flips") or []]

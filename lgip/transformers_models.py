@@ -4,7 +4,7 @@ MetaCLIP checkpoints, AltCLIPModel, AlignModel, ChineseCLIPModel, SiglipModel, S
 through its own AutoProcessor, the image processor pinned to its PIL backend.
 
 A text's embedding never depends on the texts that share its batch. How, per family
-(`text_rules`; tests/test_transformers_models.py shows each):
+(`text_rules`; tests/test_any_model.py shows each):
 - SigLIP/SigLIP2: trained without an attention mask on text padded to 64, so padded to 64 and
   no mask (corrected), or to the longest text of its published call (reference, as the published
   code); SigLIP2 lowercased (corrected), as trained.
@@ -171,7 +171,7 @@ def load_transformers(spec, protocol, device, dtype):
     rules = text_rules(spec, protocol, config, processor, tok)
     tokenize, identity = _tokenize_fn(tok, rules)
     enc = Encoder()
-    enc.model, enc.device, enc.dtype = model, device, dtype
+    enc.model, enc.device, enc.dtype, enc.tokenizer = model, device, dtype, tok
     enc.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     siglip = rules.family in SIGLIP_FAMILY
     tower = _siglip_text_tower(model) if siglip and accelerations.POOLED_LAST_BLOCK else None

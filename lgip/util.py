@@ -50,6 +50,7 @@ class _Outputs:
 
     def reset(self, elsewhere=None):
         self.written, self.unwritten, self.elsewhere, self.resume = [], [], elsewhere, None
+        self.checked = None  # the output folders run_main found writable before the script's run()
 
     def summary(self, failed=None):
         """Lines saying what was written and what was not (but `failed`, said already)."""

@@ -299,12 +299,15 @@ def test_word_attribution_of_the_same_weights_through_three_types(hf_folders, tm
     import explain_flips
     from lgip.errors import ModelError
     jsonl = copy_input(str(tmp_path), "run_lgip_by_fliptype.py")
-    python = {"name": "as_python", "type": "python", "loader": user_loaders.openclip_tiny()}
+    triple = user_loaders.openclip_tiny()
+    triple[0].train()
+    python = {"name": "as_python", "type": "python", "loader": triple}
     settings_ = dict(JSONL_PATH=jsonl, IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0, N_FLIPS=12, TOP_K=0, BOOTSTRAP=0)
     results = explain_flips.run(**settings_, UNSUPPORTED="skip", MODELS=[
         OPENCLIP_TINY, spec("as_transformers", hf_folders["clip"]), python, spec("altclip", hf_folders["altclip"])])
     assert results[0]["run"]["family"] == "open_clip" and results[1]["run"]["family"] != "open_clip"
     assert results[3]["model_tag"] == "altclip" and "AltCLIPModel" in results[3]["unsupported"]
+    assert triple[0].training and results[2]["run"]["model"]["dtype"] == "float32"  # handed back in its mode
     lines = [[json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__LGIP_explain_{m['model_tag']}.jsonl")]
              for m in results[:3]]
     assert [len(x) for x in lines] == [12, 12, 12]

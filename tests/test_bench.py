@@ -62,7 +62,7 @@ def test_bench_runs_and_paths_agree(tmp_path):
 
 
 def test_random_init_siglip_folder_loads_with_project_loader(tmp_path, monkeypatch):
-    """The GPU-only per-architecture path: a SigLIP built from sizes, saved, read by load_siglip."""
+    """The GPU-only per-architecture path: a SigLIP built from sizes, saved, read by load_transformers."""
     monkeypatch.setattr(sys, "argv", ["bench.py"])
     sys.modules.pop("bench", None)
     bench = importlib.import_module("bench")

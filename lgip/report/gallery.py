@@ -153,8 +153,9 @@ def _attach(item, line):
     """The line's word scores on the item's flip words (the same whitespace words: checked)."""
     words, scores = item["words"], line["word_scores"]
     scale = max((abs(v) for v in scores if v is not None), default=0.0)
+    changed = set(line["changed"])
     for k, (w, v) in enumerate(zip(words, scores)):
-        w.update(score=v, blamed=k == line["blamed"],
+        w.update(score=v, blamed=k == line["blamed"], changed=k in changed,  # (its changed words: the card's marks agree)
                  strength=None if v is None else round(abs(v) / scale, 2) if scale else 0.0)
     item["attribution"] = {"blamed": words[line["blamed"]]["text"], "hit": bool(line["hit"]),
                            "changed": [words[k]["text"] for k in line["changed"]],

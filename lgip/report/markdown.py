@@ -67,8 +67,9 @@ def markdown(report, md_path):
           "\n".join("- " + n for n in source_notes(rows, report.metrics, report.paths)), ""]
     if report.front is not None:
         md.append(frontier_note(report.front) + "\n")
-    if retrieval_note(rows) is not None:
-        md.append(retrieval_note(rows) + "\n")
+    note = retrieval_note(rows)
+    if note is not None:
+        md.append(note + "\n")
     for png, alt in report.figures:
         md.append(f"![{alt}]({os.path.relpath(os.path.abspath(png), md_dir)})\n")
     attribution = attribution_lines(rows, report.metrics, report.paths, report.explain_missing)

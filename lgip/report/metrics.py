@@ -21,6 +21,7 @@ from typing import Callable, Tuple
 
 from ..errors import InputError
 from ..records import read_json
+from ..retrieval import KS
 from ..scoring import spearman
 from ..method import FLIP_TYPES
 from ..util import default_output, metrics_path
@@ -105,20 +106,7 @@ def _extract_explain(m):
     return out
 
 
-def _explain_columns():
-    cols = ["localization_num_flips", "localization_chance"]
-    for key in LOCALIZATION:
-        cols += [key, key + "_ci_lo", key + "_ci_hi"]
-    cols += ["localization_num_detected", "localization_num_preferred"]
-    for t in FLIP_TYPES:
-        cols += [f"localization_{t}_acc", f"localization_{t}_acc_ci_lo", f"localization_{t}_acc_ci_hi",
-                 f"localization_{t}_chance", f"localization_{t}_count"]
-    return tuple(cols)
-
-
-RETRIEVAL_KS = (1, 5, 10)
-RETRIEVAL = ([f"i2t_recall@{k}" for k in RETRIEVAL_KS] + [f"t2i_recall@{k}" for k in RETRIEVAL_KS]
-             + [f"i2t_flip_recall@{k}" for k in RETRIEVAL_KS]
+RETRIEVAL = ([f"i2t_recall@{k}" for k in KS] + [f"t2i_recall@{k}" for k in KS] + [f"i2t_flip_recall@{k}" for k in KS]
              + ["i2t_flip_top1_rate", "own_flip_preferred_rate", "t2i_paraphrase_recall@1", "t2i_paraphrase_agreement@1"])
 RETRIEVAL_COUNTS = ("gallery_size", "num_blocks", "num_captions", "num_flips", "num_paraphrases", "num_images_with_flips")
 
@@ -134,17 +122,6 @@ def _extract_retrieval(m):
             out.update(fig(b, key, f"retrieval_{t}_{key}"))
         out[f"retrieval_{t}_count"] = b.get("count")
     return out
-
-
-def _retrieval_columns():
-    cols = [f"retrieval_{k}" for k in RETRIEVAL_COUNTS]
-    for key in RETRIEVAL:
-        cols += [f"retrieval_{key}", f"retrieval_{key}_ci_lo", f"retrieval_{key}_ci_hi"]
-    for t in FLIP_TYPES:
-        for key in ("i2t_flip_top1_rate", "own_flip_preferred_rate"):
-            cols += [f"retrieval_{t}_{key}", f"retrieval_{t}_{key}_ci_lo", f"retrieval_{t}_{key}_ci_hi"]
-        cols.append(f"retrieval_{t}_count")
-    return tuple(cols)
 
 
 RETRIEVAL_AXES = ("retrieval_i2t_recall@1", "retrieval_i2t_flip_top1_rate")  # the retrieval figure's two x axes
@@ -177,7 +154,7 @@ class Evaluation:
     short: str  # its name in a figure's subtitle
     headline: bool = True  # has invariance error, gap and positive rate, so can head the table
     typed: bool = False  # has figures per flip type
-    columns: Tuple[str, ...] = ()  # CSV columns of its own, after the shared ones (COLUMNS), when it ran
+    columns: Tuple[str, ...] = ()  # CSV columns of its own, after the shared ones (COLUMNS), when it ran: its extract's keys
     scores: bool = True  # writes per-pair score files (the top lists' SCORE_SOURCES)
     evaluated: Callable = _num_samples  # one model's metrics -> what it evaluated, as the inputs table says it
 
@@ -191,9 +168,9 @@ EVALUATIONS = [
                ("_with_fliptypes.jsonl", "rebuttal_enhanced_"), _extract_enhanced, "enhanced analysis, corrected",
                typed=True, evaluated=lambda m: (m.get("corrected") or {}).get("num_records", "?")),
     Evaluation("retrieval", "run_lgip_retrieval.py", "LGIP_retrieval.metrics.json", ("_with_fliptypes.jsonl", ""),
-               _extract_retrieval, "run_lgip_retrieval", headline=False, columns=_retrieval_columns(), scores=False),
+               _extract_retrieval, "run_lgip_retrieval", headline=False, columns=tuple(_extract_retrieval({})), scores=False),
     Evaluation("explain", "explain_flips.py", "LGIP_explain.metrics.json", ("_with_fliptypes.jsonl", ""),
-               _extract_explain, "explain_flips", headline=False, columns=_explain_columns(), scores=False,
+               _extract_explain, "explain_flips", headline=False, columns=tuple(_extract_explain({})), scores=False,
                evaluated=lambda m: f"{m.get('num_flips', '?')} flips"),
 ]
 BY_KEY = {e.key: e for e in EVALUATIONS}
@@ -257,7 +234,7 @@ def load_metrics(path):
 
 def build_rows(metrics, headline="auto", labels=None):
     """One dict per model (CSV columns, in first-seen order over the evaluations), plus `_type`
-    (the model's loader type, for the figures' markers). `labels`: tag -> label overrides."""
+    and `_family` (the model's loader type and, for transformers, its model type: the figures' markers). `labels`: tag -> label overrides."""
     if headline not in ("auto", *HEADLINE_KEYS):
         raise InputError(f"unknown HEADLINE {headline!r}; valid: auto, {', '.join(HEADLINE_KEYS)}")
     if headline != "auto" and headline not in metrics:
@@ -295,6 +272,8 @@ def build_rows(metrics, headline="auto", labels=None):
         row["protocol"] = (head_run.get("model") or {}).get("protocol")
         row["_type"] = next(((r.get("model") or {}).get("type") for r in run_infos
                              if (r.get("model") or {}).get("type")), None)
+        row["_family"] = next(((r.get("model") or {}).get("family") for r in run_infos
+                               if (r.get("model") or {}).get("family")), None)  # (type transformers: clip, siglip, ...)
         failed = [r.get("num_failed_images") for r in run_infos if r.get("num_failed_images") is not None]
         row["num_failed_images"] = max(failed) if failed else None
         if row["num_records"] is None:

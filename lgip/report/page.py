@@ -9,7 +9,7 @@ the word attribution's lines, and the gallery items (lgip.report.gallery; a flip
 their scores when explain_flips.py explained it). A later column, figure or item field shows once it
 is in these; the template is the one place that decides how.
 
-    >>> html = render_page(report, gallery_items(report.tops, roots, labels))
+    >>> html = render_page(page_context(report, gallery_items(report.tops, roots, labels)))
     >>> write_page("x__LGIP_report.html", html)
 """
 import base64

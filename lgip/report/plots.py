@@ -47,9 +47,12 @@ FAMILY_MARKERS = {"OpenCLIP": "o", "SigLIP": "s"}
 
 
 def _family(row):
-    """'OpenCLIP', 'SigLIP' or 'other', from the run's model type, else the tag."""
+    """'OpenCLIP', 'SigLIP' or 'other': the run's model type (a transformers model by its model
+    type: SigLIP/SigLIP2 checkpoints are SigLIP whichever type loaded them), else the tag."""
     kind = row.get("_type") or ("siglip" if "siglip" in row["model"].lower() else
                                 "openclip" if "clip" in row["model"].lower() else None)
+    if str(row.get("_family") or "").startswith("siglip"):
+        kind = "siglip"
     return {"openclip": "OpenCLIP", "siglip": "SigLIP"}.get(kind, "other")
 
 

@@ -15,7 +15,7 @@ with the flip's type or the paraphrase's kind.
 import heapq
 import os
 
-from ..records import iter_json_lines
+from ..scorefile import iter_score_lines
 
 
 class TopK:
@@ -79,7 +79,7 @@ def scan_scores(files, k):
     for source, model, path in files:
         para = (para_top.setdefault(model, TopK(k)), para_all)
         flip = (flip_top.setdefault(model, TopK(k)), flip_all)
-        for _, r in iter_json_lines(path):  # (a byte-order mark at its start is fine)
+        for _, r in iter_score_lines(path):  # (checked: a wrong file is named, path:line)
             base = r.get("sim")
             if base is None:
                 continue
