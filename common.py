@@ -31,6 +31,8 @@ above it in this list, so it can be read, and changed, knowing only those:
   entry                 a script's run(**constants): its command line's run, callable from Python
   attribution           word attribution of a text's similarity (LGIP_SPEC.md 8): plain tower forwards
                         keeping attention probabilities, token and word scores, changed and blamed words
+  pipeline              run_all's steps: each script a subprocess, run again only when an input, the
+                        script or the settings changed (recorded beside its output)
 
 Where a record goes, in an evaluation: `records.load_records` reads and validates it;
 `evaluation.run_evaluation` runs each model of MODELS through the script's `evaluate(run)`; its
@@ -63,6 +65,7 @@ from lgip.lookahead import Lookahead
 from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_flips, advanced_paraphrases, cap_sample,
                          infer_flip_type, simple_paraphrases, typed_flips)
 from lgip.models import PUBLISHED_MODELS, load_model
+from lgip.pipeline import Step, reason_to_run, run_step, script_settings, show
 from lgip.pixel_memory import forget_pixels
 from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_records, read_json
 from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
@@ -75,13 +78,13 @@ from lgip.util import (Timer, atomic_open, default_num_workers, default_output, 
 
 __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "InputError", "Lookahead", "ModelError",
            "ModelRun", "NUMBER_WORDS", "OBJECTS", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel",
-           "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips",
+           "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "Step", "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips",
            "advanced_paraphrases", "align_words", "atomic_open", "attribute", "blamed_word", "cap_sample",
            "caption_texts", "changed_words", "check_gallery_size", "check_models", "check_tower", "configure",
            "cosines", "default_num_workers", "default_output", "dump_jsonl_line", "encode_record_images",
            "eval_run_info", "fmt", "forget_pixels", "forget_token_tables", "infer_flip_type", "iter_records",
            "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids",
-           "parse_value", "provenance", "read_flip_gaps", "read_json", "require_models", "resolve_device",
-           "resolve_dtype", "retrieval_figures", "run_evaluation", "run_generator", "run_main", "script_call",
-           "search_galleries", "simple_paraphrases", "swap_process_state", "text_tower", "token_namer", "typed_flips",
-           "word_scores", "write_json"]
+           "parse_value", "provenance", "read_flip_gaps", "read_json", "reason_to_run", "require_models",
+           "resolve_device", "resolve_dtype", "retrieval_figures", "run_evaluation", "run_generator", "run_main",
+           "run_step", "script_call", "script_settings", "search_galleries", "show", "simple_paraphrases",
+           "swap_process_state", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json"]

@@ -1,0 +1,195 @@
+"""pipeline: run_all's steps, each a subprocess of this Python, run again only when it must.
+
+A `Step` is a script with the settings it accepts, its inputs and its outputs. `reason_to_run`
+says why a step must run, or None when it is up to date: every output exists, none is older than
+an input or the script, and it was made with the same settings. After a step, `write_stamp`
+records those settings beside its first output (`<output>.run_all.meta.json`, with the outputs'
+dates, so that the record vouches only for these files); without that record the settings the
+output stores itself are read (a metrics file's run.config, a JSONL's .meta.json).
+
+Example:
+    step = Step("diff_gen_caption", "/lgip/diff_gen_caption.py", {"INPUT_JSONL": base}, [base], [perturb])
+    reason = reason_to_run(step, pending=set())   # "…_with_perturb.jsonl missing", or None
+    if reason:
+        run_step(step, 1, 1, reason)              # streams its output; a failure exits with its status
+"""
+import ast
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+from .cli import parse_value
+from .errors import Terminated
+from .records import read_json
+from .util import write_json
+
+# Settings that never change a step's results: left out of the recorded settings, so that
+# changing them re-runs nothing.
+NO_EFFECT = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "ANNOTATIONS_JSON", "IMAGE_DIR", "DEVICE",
+             "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "CACHE_DIR", "PIXEL_MEMORY_GB", "LOOKAHEAD"}
+
+
+class Step:
+    """One step: its script, the settings it gets (those it accepts), its inputs and outputs.
+    `settings` ({NAME: value}, run_all's SETTINGS) go to every step whose script has NAME."""
+
+    def __init__(self, name, script, args, inputs, outputs, note=None, settings=None):
+        self.name, self.script = name, script
+        self.inputs, self.outputs = inputs, outputs  # inputs that do not exist are ignored
+        self.note = note  # a reason to skip regardless of dates (make_base without annotations)
+        accepted = script_settings(script)
+        self.args = {k: v for k, v in args.items() if k in accepted}
+        self.args.update({k: v for k, v in (settings or {}).items() if k in accepted})
+        self.recorded = {k: v for k, v in self.args.items() if k not in NO_EFFECT}
+
+    @property
+    def stamp(self):
+        return self.outputs[0] + ".run_all.meta.json"
+
+    def command(self):
+        return [sys.executable, self.script] + [f"--{k}={v!r}" for k, v in self.args.items()]
+
+    def shown(self):
+        """The command as one can paste it into a shell (strings bare where that means the same)."""
+        words = ["python", shlex.quote(show(self.script))]
+        for k, v in self.args.items():
+            arg = f"--{k}={v}" if isinstance(v, str) and parse_value(v) == v else f"--{k}={v!r}"
+            if shlex.quote(arg) != arg:  # double quotes read better around Python's single-quoted reprs
+                arg = shlex.quote(arg) if any(c in arg for c in '"$`\\!') else f'"{arg}"'
+            words.append(arg)
+        return " ".join(words)
+
+
+def script_settings(path):
+    """The settings a script accepts: its UPPERCASE constants up to `CONFIG = common.configure(...)`."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError):
+        return set()
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and "configure" in ast.dump(node.value.func):
+            break
+        names.update(t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper() and not t.id.startswith("_"))
+    return names
+
+
+def show(path):
+    """A path as the user reads it: relative to the current folder when below it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def recorded_settings(step):
+    """The settings an output was made with: run_all's record when it vouches for the current
+    files, else what the output stores itself (metrics: run.config; JSONL: .meta.json).
+    Returns (settings or None when unknown, whether they came from run_all's record)."""
+    try:
+        stamp = read_json(step.stamp)
+        if stamp.get("outputs") == {os.path.basename(p): os.stat(p).st_mtime_ns for p in step.outputs}:
+            return stamp["settings"], True
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    try:
+        path = step.outputs[0]
+        if not path.endswith(".metrics.json") and not path.endswith("_analysis.json"):
+            path += ".meta.json"
+        data = read_json(path)
+        config = data[0]["run"]["config"] if isinstance(data, list) else data["config"]
+        return {k: config[k] for k in step.recorded if k in config}, False
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None, False
+
+
+def write_stamp(step):
+    write_json(step.stamp, {
+        "step": step.name, "script": os.path.basename(step.script), "settings": step.recorded,
+        "outputs": {os.path.basename(p): os.stat(p).st_mtime_ns for p in step.outputs},
+        "note": "written by run_all.py: the settings these outputs were made with"})
+
+
+def reason_to_run(step, pending, force=False, dry_run=False):
+    """None when the step is up to date, else why it must run. `pending`: files a dry run would
+    rewrite (an earlier step's outputs). An up-to-date output without run_all's record gets one,
+    except in a dry run, so that a later change of settings is seen."""
+    if step.note:
+        return None
+    if force:
+        return "FORCE=True"
+    missing = [p for p in step.outputs if not os.path.exists(p)]
+    if missing:
+        return f"{show(missing[0])} missing"
+    oldest = min(os.stat(p).st_mtime_ns for p in step.outputs)
+    for path in step.inputs + [step.script]:
+        if path in pending:
+            return f"{show(path)} would be rewritten"
+        if os.path.exists(path) and os.stat(path).st_mtime_ns > oldest:
+            return f"{show(path)} is newer"
+    recorded, stamped = recorded_settings(step)
+    if recorded is None:
+        return "settings of the existing outputs unknown" if step.recorded else None
+    wanted = json.loads(json.dumps(step.recorded))  # as read back: tuples are lists
+    changed = sorted(k for k in set(wanted) | set(recorded if stamped else wanted)
+                     if recorded.get(k, "<unset>") != wanted.get(k, "<unset>"))
+    if changed:
+        return f"settings changed ({', '.join(changed)})"
+    if not stamped and not dry_run:
+        write_stamp(step)
+    return None
+
+
+def stopped_by(proc, sigterm, grace=25):
+    """Let a step that was stopped end as it does (its rows encoded so far written to the cache):
+    SIGTERM is passed on (a scheduler may have signalled this process alone; a step that got it
+    too ignores the second), Ctrl-C reached it from the terminal. One still running after `grace`
+    seconds gets SIGTERM (again), then SIGKILL: a scheduler's SIGKILL follows 30 s after its SIGTERM."""
+    if sigterm:
+        proc.send_signal(signal.SIGTERM)
+    for then in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            return proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(then)
+        except KeyboardInterrupt:  # a second Ctrl-C: stop it now
+            proc.send_signal(signal.SIGKILL)
+    return proc.wait()
+
+
+def run_step(step, k, n, reason, dry_run=False):
+    """Run step k of n (print its command, stream its output, stamp its outputs); in a dry run only
+    say it would. A failing step exits with its status, a stopped one with 130 (Ctrl-C) or 143 (SIGTERM)."""
+    tag = f"[{k}/{n}] {step.name}"
+    if not os.path.isfile(step.script):
+        raise SystemExit(f"error: step {step.name}: {step.script} not found")
+    shown = step.shown()
+    print(f"{tag}: {'would run' if dry_run else 'run'} ({reason})\n  $ {shown}", flush=True)
+    if dry_run:
+        return
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(step.command())
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the step stops as cleanly, and is waited for
+        stopped_by(proc, isinstance(e, Terminated))
+        print(f"\nerror: {'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted'} during step "
+              f"{step.name}; later steps not run. Run the same command again to go on: finished steps are skipped, "
+              f"an interrupted evaluation resumes from its cache", file=sys.stderr)
+        raise SystemExit(143 if isinstance(e, Terminated) else 130)
+    seconds = time.perf_counter() - t0
+    if rc != 0:
+        status = rc if rc > 0 else 128 - rc  # killed by a signal: the shell's convention
+        print(f"{tag}  FAILED after {seconds:.1f} s (exit status {status})", flush=True)
+        print(f"error: step {step.name} failed (exit status {status}); later steps not run. "
+              f"Its command:\n  {shown}", file=sys.stderr)
+        raise SystemExit(status)
+    write_stamp(step)
+    print(f"{tag}  done in {seconds:.1f} s -> {show(step.outputs[0])}", flush=True)
