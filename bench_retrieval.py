@@ -5,8 +5,9 @@ computed; images never decoded).
 Runs, as run_all.py does, run_lgip_by_fliptype's pass (cache on and cold: it encodes and caches every
 text and image) and then, as a fresh process would, run_lgip_retrieval's pass for each GALLERY_SIZES
 entry (every embedding read from the cache; its galleries searched on the CPU), and prints each
-pass's seconds by phase. The stand-in's image embeddings are random unit vectors (distinct images, as
-COCO's), its texts' zeros: the cost of a similarity does not depend on its value. On a GPU the
+pass's seconds by phase. The stand-in's embeddings are random unit vectors, a distinct one for each
+image and each text encoded (the search merges embeddings that are equal byte for byte, so equal
+stand-ins would leave it one column to search; COCO's texts and images are distinct). On a GPU the
 searches' matrix products are device work; here they run on the 2 CPU cores, so WIDTH=32 shows the
 host's own cost and WIDTH=768 adds the products a GPU would do (their count is printed).
   python bench_retrieval.py                                              # 3072 records
@@ -29,12 +30,15 @@ CONFIG = common.configure(globals())
 
 
 def stand_in():
-    """bench_host's instant encoder at this WIDTH and DTYPE, its images random unit vectors."""
+    """bench_host's instant encoder at this WIDTH and DTYPE, its images and texts random unit vectors."""
     import torch
     bench_host.WIDTH, bench_host.DTYPE = WIDTH, DTYPE
     spec, enc = bench_host.instant_encoder()
     gen = torch.Generator().manual_seed(0)
-    enc.encode_images = lambda batch: torch.nn.functional.normalize(torch.randn(batch.shape[0], WIDTH, generator=gen), dim=1)
+    unit = lambda n: torch.nn.functional.normalize(torch.randn(n, WIDTH, generator=gen), dim=1)
+    enc.encode_images = lambda batch: unit(batch.shape[0])
+    enc.encode_tokens = lambda ids, exact_length=False: unit(ids.shape[0])
+    enc.encode_packs = lambda *arrays: unit(len(arrays[-1]))
     return spec, enc
 
 

@@ -51,8 +51,8 @@ Example (an evaluation script):
             return common.run_evaluation(__file__, config, ("same_caps", "diff_caps"), evaluate, summary)
 """
 from lgip.accelerations import NAMES as ACCELERATIONS
-from lgip.attribution import (align_words, attribute, blamed_word, changed_words, check_tower, pad_ids, text_tower,
-                              token_namer, word_scores)
+from lgip.attribution import (align_words, attribute, blamed_word, changed_words, check_tower, in_fp32, pad_ids,
+                              similarity, text_tower, token_namer, word_scores)
 from lgip.cli import configure, parse_value, run_main
 from lgip.entry import script_call
 from lgip.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
@@ -82,9 +82,9 @@ __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "I
            "advanced_paraphrases", "align_words", "atomic_open", "attribute", "blamed_word", "cap_sample",
            "caption_texts", "changed_words", "check_gallery_size", "check_models", "check_tower", "configure",
            "cosines", "default_num_workers", "default_output", "dump_jsonl_line", "encode_record_images",
-           "eval_run_info", "fmt", "forget_pixels", "forget_token_tables", "infer_flip_type", "iter_records",
+           "eval_run_info", "fmt", "forget_pixels", "forget_token_tables", "in_fp32", "infer_flip_type", "iter_records",
            "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids",
            "parse_value", "provenance", "read_flip_gaps", "read_json", "reason_to_run", "require_models",
            "resolve_device", "resolve_dtype", "retrieval_figures", "run_evaluation", "run_generator", "run_main",
-           "run_step", "script_call", "script_settings", "search_galleries", "show", "simple_paraphrases",
+           "run_step", "script_call", "script_settings", "search_galleries", "show", "similarity", "simple_paraphrases",
            "swap_process_state", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json"]

@@ -76,6 +76,18 @@ def top_k(records, flips, name):
     return set(), None
 
 
+def score_protocol(path):
+    """The PROTOCOL a score file's evaluation ran with, from the metrics file beside it; None when unknown."""
+    for suffix in ("LGIP_fliptypes.metrics.json", "LGIP_ALL.metrics.json"):
+        try:
+            for m in common.read_json(common.metrics_path(JSONL_PATH, suffix)):
+                if m.get("scores_file") == os.path.basename(path):
+                    return m["run"]["config"]["PROTOCOL"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return None
+
+
 def attribute_texts(enc, tower, keys, embs):
     """{(record, text): (s, Alignment, token scores)} for each (record position, text); None where
     the tokens cannot be put on the text's words."""
@@ -94,6 +106,18 @@ def attribute_texts(enc, tower, keys, embs):
     return out
 
 
+def similarities(enc, tower, keys, embs):
+    """{(record, text): cos(image, text)} of the texts as written, as LGIP scores them (a TEMPLATE
+    run's gap, and its detected / preferred split, are LGIP's)."""
+    import torch
+    out = {}
+    for start in range(0, len(keys), TEXT_BATCH_SIZE):
+        batch = keys[start:start + TEXT_BATCH_SIZE]
+        ids = common.pad_ids(enc, enc.tokenize([text for _, text in batch]))
+        out.update(zip(batch, common.similarity(tower, ids, torch.stack([embs[k] for k, _ in batch])).tolist()))
+    return out
+
+
 def explain(enc, tower, names, records, flips, drawn):
     """The explain file's lines, the flips left out {why: count}, and the unreadable images' report."""
     root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
@@ -104,6 +128,7 @@ def explain(enc, tower, names, records, flips, drawn):
     keys = list(dict.fromkeys(key for j in keep for k, i, f, _ in [flips[j]]
                               for key in ((k, records[k][1]["orig_captions"][i]), (k, f))))
     done = attribute_texts(enc, tower, keys, embs)
+    written = similarities(enc, tower, keys, embs) if TEMPLATE else None
     lines, skipped = [], {"image_unreadable": len(drawn) - len(keep), "tokens_not_on_words": 0, "no_scored_changed_word": 0}
     for j in keep:
         k, i, flip, flip_type = flips[j]
@@ -119,9 +144,13 @@ def explain(enc, tower, names, records, flips, drawn):
             skipped["no_scored_changed_word"] += 1
             continue
         blamed = common.blamed_word(words)
+        sims = {"sim_caption": s_cap, "sim_flip": s_flip}
+        if written is not None:  # LGIP's gap, as written; the template's similarities, attributed, beside it
+            sims = {"sim_caption": written[(k, caption)], "sim_flip": written[(k, flip)],
+                    "sim_caption_template": s_cap, "sim_flip_template": s_flip}
         lines.append({"line": line, "image_path": rec["image_path"], "caption_index": i, "caption": caption, "flip": flip,
-                      "flip_type": flip_type, "drawn": drawn[j], "sim_caption": s_cap, "sim_flip": s_flip,
-                      "gap": s_cap - s_flip, "tokens": names([al.ids[p] for p in al.token_pos]), "token_words": al.token_word,
+                      "flip_type": flip_type, "drawn": drawn[j], **sims,
+                      "gap": sims["sim_caption"] - sims["sim_flip"], "tokens": names([al.ids[p] for p in al.token_pos]), "token_words": al.token_word,
                       "token_scores": scores, "words": al.words, "word_scores": words, "changed": changed,
                       "blamed": blamed, "hit": blamed in changed, "caption_words": cal.words,
                       "caption_word_scores": common.word_scores(cap_scores, cal.token_word, len(cal.words))})
@@ -130,7 +159,7 @@ def explain(enc, tower, names, records, flips, drawn):
 
 def localization(lines):
     """localization_acc (with its interval) over all these lines, those the model detects (gap > 0)
-    and those it prefers (gap <= 0); chance: the mean share of a flip's scored words that changed."""
+    and those it prefers (gap <= 0); chance: the mean share of a flip's words that changed."""
     hit = np.array([line["hit"] for line in lines], dtype=np.float64)
     gap, idx = np.array([line["gap"] for line in lines]), np.arange(len(lines))
     block = {"count": len(lines), "localization_acc": common.mean_or_none(hit)}
@@ -139,8 +168,7 @@ def localization(lines):
         block[f"localization_acc_{name}"] = common.mean_or_none(hit[sel])
         common.add_ci(block, f"localization_acc_{name}", idx[sel], hit[sel], BOOTSTRAP, BOOTSTRAP_SEED)
         block[f"num_{name}"] = int(sel.sum())
-    block["chance"] = common.mean_or_none([len(line["changed"]) / sum(s is not None for s in line["word_scores"])
-                                           for line in lines])
+    block["chance"] = common.mean_or_none([len(line["changed"]) / len(line["words"]) for line in lines])
     return block
 
 
@@ -158,8 +186,15 @@ def explain_model(enc, spec, records, flips, sample):
             raise
         return {"model_tag": enc.name, "num_flips": 0, "unsupported": str(e), "image_report": {}, "family": None}
     top, score_file = top_k(records, flips, enc.name)
+    protocol = score_file and score_protocol(score_file)
+    if protocol not in (None, "corrected"):
+        print(f"{enc.name}: note: its TOP_K flips are those {os.path.basename(score_file)} scores lowest, under "
+              f"PROTOCOL={protocol!r}; they are explained as the corrected protocol encodes them", flush=True)
     drawn = {j: ["random"] * (j in sample) + ["top_k"] * (j in top) for j in sample | top}
-    lines, skipped, failed = explain(enc, tower, common.token_namer(enc), records, flips, drawn)
+    with common.in_fp32(enc) as cast:  # (a model in memory runs in its own dtype: in fp32 here, then back)
+        lines, skipped, failed = explain(enc, tower, common.token_namer(enc), records, flips, drawn)
+    if cast:
+        enc.info = dict(enc.info, attribution_in_fp32_from=cast)
     path = common.metrics_path(JSONL_PATH, f"LGIP_explain_{enc.name}.jsonl")
     with common.atomic_open(path) as f:
         f.writelines(common.dump_jsonl_line(line) for line in lines)
@@ -169,6 +204,7 @@ def explain_model(enc, spec, records, flips, sample):
                              for ft in sorted({x["flip_type"] for x in lines}, key=type_order)},
             "num_random": sum("random" in x["drawn"] for x in lines), "num_top_k": sum("top_k" in x["drawn"] for x in lines),
             "skipped": skipped, "explain_file": os.path.basename(path), "score_file": score_file and os.path.basename(score_file),
+            "score_file_protocol": protocol,
             "image_report": failed, "family": tower.family}
 
 

@@ -33,6 +33,8 @@ Worked example (the tiny random-init open_clip fixture; v: its embedding of fixt
     >>> [round(w, 4) for w in ws], changed_words("a red bus", "a blue bus"), blamed_word(ws)
     ([0.0221, -0.0043, 0.0017], [1], 1)                  # blamed: "blue", the changed word (a hit)
 """
+import contextlib
+import itertools
 import math
 import re
 
@@ -215,6 +217,34 @@ def text_tower(model):
     raise _unsupported(model)
 
 
+@contextlib.contextmanager
+def in_fp32(enc):
+    """The Encoder's model with its floating weights and buffers in fp32 (section 8: the text tower
+    in fp32; its images are then encoded in fp32 too, as a model loaded in fp32 encodes them), and
+    afterwards back as it was: the very tensors it had, so a caller's model in memory in bf16 or
+    fp16 comes back untouched. Yields the dtypes it cast from ([]: the model was fp32 already).
+        >>> with in_fp32(enc) as cast:       # cast == ["torch.bfloat16"] for a bf16 model
+        ...     s, scores = attribute(text_tower(enc.model), ids, v)
+    """
+    import torch
+    model, kept = getattr(enc, "model", None), []
+    if isinstance(model, torch.nn.Module):
+        for t in itertools.chain(model.parameters(), model.buffers()):
+            if t.is_floating_point() and t.dtype != torch.float32 and all(t is not k for k, _ in kept):
+                kept.append((t, t.data))
+    dtype = enc.dtype
+    try:
+        for t, data in kept:
+            t.data = data.float()
+        if kept:
+            enc.dtype = torch.float32
+        yield sorted({str(data.dtype) for _, data in kept})
+    finally:
+        for t, data in kept:
+            t.data = data
+        enc.dtype = dtype
+
+
 def check_tower(tower, ids, tolerance=1e-4):
     """The largest difference between the normalised text embeddings of the plain forward and of
     the model's own text forward on these ids; a ModelError above `tolerance` (a variant of a
@@ -245,11 +275,23 @@ def attention_grads(tower, ids, image_emb, layers=3, edit=None):
 
     t = tower.features(ids, keep, grad_from=first)
     with torch.enable_grad():
-        dtype = torch.promote_types(t.dtype, torch.float32)  # s in fp32 (or the model's float64)
-        t, v = t.to(dtype), image_emb.to(device=t.device, dtype=dtype)
-        s = (t * v).sum(-1) / (t.norm(dim=-1) * v.norm(dim=-1)).clamp_min(1e-12)
+        s = _cos(t, image_emb)
         grads = torch.autograd.grad(s.sum(), kept)
     return s.detach(), [a.detach() for a in kept], grads
+
+
+def similarity(tower, ids, image_emb):
+    """s [N] = cos(image_emb[n], text n) through the plain forward, no gradients kept."""
+    import torch
+    with torch.no_grad():
+        return _cos(tower.features(ids), image_emb)
+
+
+def _cos(t, v):
+    import torch
+    dtype = torch.promote_types(t.dtype, torch.float32)  # s in fp32 (or the model's float64)
+    t, v = t.to(dtype), v.to(device=t.device, dtype=dtype)
+    return (t * v).sum(-1) / (t.norm(dim=-1) * v.norm(dim=-1)).clamp_min(1e-12)
 
 
 def attribute(tower, ids, image_emb, layers=3):

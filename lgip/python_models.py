@@ -211,8 +211,8 @@ def load_python(spec, protocol, device, dtype):
         return _normalise(_expect(spec, "model.encode_text(token_ids)", out, 2))
 
     @torch.no_grad()
-    def encode_images(pixels):
-        pixels = pixels.to(device=device, dtype=dtype, non_blocking=True)
+    def encode_images(pixels):  # (in the Encoder's dtype of the moment: explain_flips runs a model in memory in fp32)
+        pixels = pixels.to(device=device, dtype=enc.dtype, non_blocking=True)
         return _normalise(_expect(spec, "model.encode_image(pixels)", call("model.encode_image(pixels)",
                                                                             model.encode_image, pixels), 2))
 

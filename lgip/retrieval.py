@@ -9,9 +9,9 @@ its record's position among the images, its caption index and its row in the tab
 cuts the records into blocks of `size` and ranks each block's queries against that block alone,
 a chunk of queries at a time on the embeddings' device: the memory is a chunk x a block's
 gallery, never records x texts. Rank = 1 + the number of gallery items strictly more similar
-(ties favour the correct item); a gallery text or image that occurs several times (a caption
-repeated, one image in two records) is one column counted as often as it occurs, so its copies
-tie exactly. `retrieval_figures` turns the ranks into the section 7 figures with bootstrap intervals.
+(ties favour the correct item); a gallery text or image whose embedding occurs several times,
+byte for byte (a caption repeated, two texts that tokenize alike, one image in two records), is
+one column counted as often as it occurs, so its copies tie exactly. `retrieval_figures` turns the ranks into the section 7 figures with bootstrap intervals.
 
 Worked example: two records; image 0 = (1, 0) with caption a = (1, 0) and flip f = (.8, .6);
 image 1 = (0, 1) with captions b = (.6, .8) and d = (s, s), s = 1/sqrt(2), flip g = (0, 1), and a
@@ -103,44 +103,96 @@ class Gallery:
         """The same gallery on the CPU, its text table cut to the rows it uses (a torchrun process's
         part, to gather on rank 0)."""
         import numpy as np
-        import torch
+        used = self._used_rows()
+        part = self._renumbered(used, np.arange(len(used)))
+        part.images, part.texts = part.images.cpu(), part.texts.cpu()
+        return part
+
+    def distinct(self):
+        """The same gallery with each distinct text embedding once in its table, by its bytes
+        (texts that tokenize alike, a caption that is also a flip: one row), only the rows its
+        items use. A repeated text is then one column of a block's gallery, so its copies tie
+        exactly: a matrix product need not give equal columns equal values."""
+        used = self._used_rows()
+        first, number = _distinct_rows(self.texts[_index(used, self.texts)])
+        return self._renumbered(used[first], number)
+
+    def _used_rows(self):
+        import numpy as np
         kinds = [self.captions, self.flips, self.paraphrases, *self.typed.values()]
-        used = np.unique(np.concatenate([it.row for it in kinds])) if kinds else np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate([it.row for it in kinds])) if kinds else np.zeros(0, dtype=np.int64)
+
+    def _renumbered(self, keep, number):
+        """This gallery with the table texts[keep]: the i-th row its items use (ascending) becomes row number[i]."""
+        import numpy as np
+        used = self._used_rows()
         new = np.zeros(int(used.max()) + 1 if len(used) else 0, dtype=np.int64)
-        new[used] = np.arange(len(used))
+        new[used] = number
         moved = lambda it: Items(it.pos, new[it.row], it.cap)
-        return Gallery(self.images.cpu(), self.texts[torch.as_tensor(used, device=self.texts.device)].cpu(),
-                       moved(self.captions), moved(self.flips), moved(self.paraphrases),
-                       {t: moved(it) for t, it in self.typed.items()}, self.records)
+        return Gallery(self.images, self.texts[_index(keep, self.texts)], moved(self.captions), moved(self.flips),
+                       moved(self.paraphrases), {t: moved(it) for t, it in self.typed.items()}, self.records)
 
     @classmethod
     def merged(cls, parts, device="cpu"):
-        """One gallery from the parts of several processes (each from to_host), in record order;
-        texts with identical embeddings share one row, as they do in a single process."""
+        """One gallery from the parts of several processes (each from to_host), in record order
+        (search_galleries makes its texts distinct, as in a single process)."""
         import numpy as np
         import torch
         records = np.concatenate([p.records for p in parts])
         order = np.argsort(records, kind="stable")
         new_pos = np.empty(len(records), dtype=np.int64)
         new_pos[order] = np.arange(len(records))
-        texts = torch.cat([p.texts for p in parts])
-        first, inverse = _unique_first(_row_bytes(texts))
         pos_base = np.cumsum([0] + [len(p.records) for p in parts])
         row_base = np.cumsum([0] + [len(p.texts) for p in parts])
 
         def joined(get):
             its = [get(p) for p in parts]
             pos = np.concatenate([new_pos[it.pos + pos_base[j]] for j, it in enumerate(its)])
-            row = np.concatenate([inverse[it.row + row_base[j]] for j, it in enumerate(its)])
+            row = np.concatenate([it.row + row_base[j] for j, it in enumerate(its)])
             cap = np.concatenate([it.cap for it in its])
             keep = np.argsort(pos, kind="stable")  # a record's items all come from one process, in its order
             return Items(pos[keep], row[keep], cap[keep])
 
         types = list(parts[0].typed)
         return cls(torch.cat([p.images for p in parts])[torch.as_tensor(order)].to(device),
-                   texts[torch.as_tensor(first)].to(device), joined(lambda p: p.captions), joined(lambda p: p.flips),
+                   torch.cat([p.texts for p in parts]).to(device), joined(lambda p: p.captions), joined(lambda p: p.flips),
                    joined(lambda p: p.paraphrases), {t: joined(lambda p, t=t: p.typed[t]) for t in types},
                    records[order])
+
+
+def _index(rows, x):
+    import torch
+    return torch.as_tensor(rows, dtype=torch.int64, device=x.device)
+
+
+def _distinct_rows(x, hashes=None):
+    """_unique_first over the rows of x by their bytes, worked out where x is: two exact integer
+    hashes of each row's bits (sums, so equal rows hash alike wherever they sit) are grouped on
+    the host, then every row is compared with its group's first; were two distinct rows to hash
+    alike (odds about 2**-60 a pair), the rows' bytes are grouped on the host instead."""
+    import numpy as np
+    import torch
+    if len(x) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    bits = x.detach().contiguous().view(torch.int16)  # any float dtype: its bit pattern, 16 bits at a time
+    h = (hashes or _row_hashes)(bits).cpu().numpy()
+    first, number = _unique_first(np.ascontiguousarray(h).view(np.dtype((np.void, h.dtype.itemsize * h.shape[1]))).ravel())
+    lead = _index(first[number], bits)
+    step = max(1, (1 << 24) // bits.shape[1])
+    if all(bool((bits[a:a + step] == bits[lead[a:a + step]]).all()) for a in range(0, len(bits), step)):
+        return first, number
+    return _unique_first(_row_bytes(x))
+
+
+def _row_hashes(bits):
+    """[rows, 2] int64: each row's int16 values times fixed random weights below 2**30, summed
+    (below 2**62 for rows of up to 2**17 values: no overflow, so the sums are exact)."""
+    import torch
+    weights = torch.randint(1, 1 << 30, (bits.shape[1], 2), generator=torch.Generator().manual_seed(0),
+                            dtype=torch.int64).to(bits.device)
+    step = max(1, (1 << 22) // bits.shape[1])
+    return torch.cat([torch.stack([(bits[a:a + step].long() * w).sum(dim=1) for w in weights.T], dim=1)
+                      for a in range(0, len(bits), step)])
 
 
 def _row_bytes(x):
@@ -267,6 +319,9 @@ def search_galleries(gallery, size=5000, chunk_elements=None):
     size = size or max(n, 1)
     device = gallery.images.device
     budget = chunk_elements or CHUNK_ELEMENTS.get(device.type, CHUNK_ELEMENTS["cuda"])
+    t0 = time.perf_counter()
+    gallery = gallery.distinct()
+    distinct = time.perf_counter() - t0
     parts = []
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # similarities in float32, as section 7 says
@@ -283,7 +338,8 @@ def search_galleries(gallery, size=5000, chunk_elements=None):
     found.typed = {t: tuple(np.concatenate([p["typed"][t][j] for p in parts]) if parts else np.zeros(0, dtype=bool)
                             for j in range(3)) for t in gallery.typed}
     # where the time went (the text queries include their columns, images made distinct)
-    found.seconds = {k: round(sum(p["seconds"][k] for p in parts), 3) for k in ("columns", "image_queries", "text_queries")}
+    found.seconds = {"distinct_texts": round(distinct, 3),
+                     **{k: round(sum(p["seconds"][k] for p in parts), 3) for k in ("columns", "image_queries", "text_queries")}}
     found.records, found.num_blocks, found.gallery_size = gallery.records, len(parts), min(size, n)
     found.num_captions, found.num_flips = len(gallery.captions), len(gallery.flips)
     return found
@@ -358,7 +414,7 @@ def _text_queries(table, kinds, images, device, budget):
     image: the first on ties, in block order). A text that occurs several times is one query."""
     import numpy as np
     import torch
-    first_img, img_col = _unique_first(_row_bytes(images))  # one image in two records: one column
+    first_img, img_col = _distinct_rows(images)  # one image in two records: one column
     gallery = _Columns(images[torch.as_tensor(first_img, device=images.device)], [img_col], device)
     # (one kind: a single group, in block order of first occurrence, as argmax's ties need)
     rows = np.concatenate([it.row for it in kinds])

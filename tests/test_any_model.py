@@ -10,6 +10,7 @@ evaluations called from Python. No network: tiny checkpoints built by tests/tiny
 - errors: a model without the two methods, a user's loader that raises or returns the wrong kind;
 - run() twice in one process with a model in memory: independent calls, the model handed back as given.
 """
+import copy
 import json
 import math
 import os
@@ -317,3 +318,26 @@ def test_word_attribution_of_the_same_weights_through_three_types(hf_folders, tm
             assert max(abs(x - y) for x, y in zip(a["token_scores"], b["token_scores"])) < 1e-6
     with pytest.raises(ModelError, match="word attribution does not support this model .*AltCLIPModel.*supported: open_clip"):
         explain_flips.run(**settings_, MODELS=[spec("altclip", hf_folders["altclip"])])
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_word_attribution_of_a_model_in_memory_below_fp32_runs_in_fp32(tmp_path, dtype):
+    """Section 8 attributes through the text tower in fp32: a caller's bf16 or fp16 model in memory is
+    explained in fp32 (the same lines as a float32 copy of its weights gives) and comes back as it
+    was, the very tensors in its dtype and mode."""
+    import explain_flips
+    jsonl = copy_input(str(tmp_path), "run_lgip_by_fliptype.py")
+    model, preprocess, tokenizer = user_loaders.openclip_tiny()
+    model.to(getattr(torch, dtype)).train()
+    copy32 = copy.deepcopy(model).float()
+    before = {n: (p.data_ptr(), p.dtype) for n, p in model.named_parameters()}
+    settings_ = dict(JSONL_PATH=jsonl, IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0, N_FLIPS=12, TOP_K=0, BOOTSTRAP=0)
+    results = explain_flips.run(**settings_, MODELS=[{"name": "low", "type": "python", "loader": (model, preprocess, tokenizer)},
+                                                     {"name": "fp32", "type": "python", "loader": (copy32, preprocess, tokenizer)}])
+    assert results[0]["run"]["model"]["attribution_in_fp32_from"] == [f"torch.{dtype}"]
+    assert "attribution_in_fp32_from" not in results[1]["run"]["model"]
+    assert results[0]["run"]["model"]["attribution_embedding_diff"] < 1e-5
+    low, high = ([json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__LGIP_explain_{m}.jsonl")]
+                 for m in ("low", "fp32"))
+    assert len(low) == 12 and low == high
+    assert {n: (p.data_ptr(), p.dtype) for n, p in model.named_parameters()} == before and model.training

@@ -277,6 +277,10 @@ def _explained(tmp_path):
                 flips = [{"text": t, "sim": 0.9 if (line, i, t) in preferred else 0.1, "type": "x"}
                          for t in rec["diff_caps"].get(str(i), [])]
                 f.write(json.dumps({"line": line, "caption_index": i, "caption": caption, "sim": 0.5, "flips": flips}) + "\n")
+    # the evaluation's metrics beside it: the score file was made under the reference protocol
+    (tmp_path / "fixture_with_fliptypes__LGIP_fliptypes.metrics.json").write_text(json.dumps([
+        {"model_tag": "tiny_openclip", "scores_file": "fixture_with_fliptypes__LGIP_fliptypes_tiny_openclip.scores.jsonl",
+         "run": {"config": {"PROTOCOL": "reference"}}}]))
     proc = run_script("explain_flips.py", f"--JSONL_PATH={src}", f"--IMAGE_ROOT={FIXTURES}", "--DEVICE=cpu",
                       f"--MODELS={[OPENCLIP_TINY, SIGLIP_TINY]!r}", "--N_FLIPS=None", "--TOP_K=2", "--BOOTSTRAP=100",
                       "--NUM_WORKERS=0")
@@ -312,7 +316,7 @@ def test_explain_flips_lines_and_figures(tmp_path):
         assert m["num_detected"] == len(detected) and m["localization_acc_detected"] == pytest.approx(sum(detected) / len(detected))
         preferred_hits = [x["hit"] for x in lines if x["gap"] <= 0]
         assert m["localization_acc_preferred"] == pytest.approx(sum(preferred_hits) / len(preferred_hits))
-        chance = [len(x["changed"]) / sum(s is not None for s in x["word_scores"]) for x in lines]
+        chance = [len(x["changed"]) / len(x["words"]) for x in lines]  # section 8: changed / words
         assert m["chance"] == pytest.approx(sum(chance) / len(chance))
         assert sum(b["count"] for b in m["by_flip_type"].values()) == len(lines)
         for t, b in m["by_flip_type"].items():
@@ -322,7 +326,49 @@ def test_explain_flips_lines_and_figures(tmp_path):
     top = {(x["line"], x["caption_index"], x["flip"]) for x in map(json.loads, open(tmp_path / metrics[0]["explain_file"]))
            if "top_k" in x["drawn"]}
     assert top == set(preferred) and metrics[0]["score_file"] and metrics[1]["score_file"] is None
+    assert metrics[0]["score_file_protocol"] == "reference" and metrics[1]["score_file_protocol"] is None
+    assert "tiny_openclip: note: its TOP_K flips are those" in proc.stdout and "PROTOCOL='reference'" in proc.stdout
     assert "tiny_openclip: localization" in proc.stdout
+
+
+def _one_model_explained(tmp_path, records, **settings):
+    import explain_flips
+    src = tmp_path / "x_with_fliptypes.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in records))
+    metrics = explain_flips.run(JSONL_PATH=str(src), IMAGE_ROOT=FIXTURES, DEVICE="cpu", MODELS=[OPENCLIP_TINY],
+                                N_FLIPS=None, TOP_K=0, BOOTSTRAP=0, NUM_WORKERS=0, **settings)
+    return metrics[0], [json.loads(x) for x in open(tmp_path / metrics[0]["explain_file"])]
+
+
+def test_chance_counts_every_word_of_a_flip_even_past_the_token_limit(tmp_path):
+    """Section 8: chance = mean over flips of changed / words; a caption longer than the 77 tokens
+    the text tower reads has words without a score, counted all the same (and never blamed)."""
+    rec = json.loads(next(open(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"))))
+    caption = "a red bus " + " ".join(["parked"] * 80)
+    flip = "a blue bus " + " ".join(["parked"] * 80)
+    rec.update(orig_captions=[caption], same_caps={}, diff_caps={"0": [flip]}, diff_caps_color={"0": [flip]},
+               diff_caps_number={}, diff_caps_object={})
+    m, lines = _one_model_explained(tmp_path, [rec])
+    (line,) = lines
+    assert len(line["words"]) == 83 and line["word_scores"][-1] is None and line["word_scores"][1] is not None
+    assert line["changed"] == [1] and m["chance"] == pytest.approx(1 / 83)
+
+
+def test_a_template_is_attributed_but_the_gap_is_lgips(tmp_path):
+    """With TEMPLATE, the attributed similarities are the templated texts' (sim_*_template) and the
+    gap, with the detected / preferred split, is LGIP's: the texts as written, the same as without it."""
+    records = [json.loads(x) for x in open(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"))][:4]
+    plain_m, plain = _one_model_explained(tmp_path, records)
+    templ_m, templ = _one_model_explained(tmp_path, records, TEMPLATE="A photo depicts ")
+    assert len(plain) == len(templ) > 10
+    for a, b in zip(plain, templ):
+        assert (a["flip"], a["words"]) == (b["flip"], b["words"]) and "sim_caption_template" not in a
+        for key in ("sim_caption", "sim_flip", "gap"):
+            assert b[key] == pytest.approx(a[key], abs=1e-6)
+        assert b["gap"] == pytest.approx(b["sim_caption"] - b["sim_flip"], abs=1e-12)
+        assert b["sim_caption_template"] != pytest.approx(b["sim_caption"], abs=1e-6)
+    assert templ_m["num_detected"] == plain_m["num_detected"] == sum(x["gap"] > 0 for x in plain)
+    assert templ_m["run"]["config"]["TEMPLATE"] == "A photo depicts "
 
 
 def test_score_file_gaps_and_a_bad_line(tmp_path):

@@ -24,13 +24,19 @@ KS = (1, 5, 10)
 def brute_force(records, image_emb, text_emb, size, types=TYPES):
     """Section 7 restated: `records` [{"image", "captions", "flips": [[..] per caption], "typed": {t: [[..]]},
     "paras": [[..]]}] whose image reads, in file order; `image_emb` / `text_emb`: key -> unit vector.
-    Similarities of the distinct keys in one matrix, so copies of a text or an image tie exactly."""
+    Similarities of the distinct vectors (by their bytes) in one matrix, so copies of a text or an
+    image, and two texts with the same embedding, tie exactly."""
+    def distinct(keys, emb):
+        vecs = [np.asarray(emb[k], dtype=np.float32) for k in keys]
+        number = {}
+        col = [number.setdefault(v.tobytes(), len(number)) for v in vecs]
+        return col, [np.frombuffer(b, dtype=np.float32) for b in number]
+
     def sims(a_keys, b_keys, a_emb, b_emb):
-        ua, ub = sorted(set(a_keys)), sorted(set(b_keys))
+        (ca, ua), (cb, ub) = distinct(a_keys, a_emb), distinct(b_keys, b_emb)
         if not ua or not ub:
             return np.zeros((len(a_keys), len(b_keys)), dtype=np.float32)
-        full = np.stack([a_emb[k] for k in ua]).astype(np.float32) @ np.stack([b_emb[k] for k in ub]).astype(np.float32).T
-        return full[[ua.index(k) for k in a_keys]][:, [ub.index(k) for k in b_keys]]
+        return (np.stack(ua) @ np.stack(ub).T)[ca][:, cb]
 
     hits = {f: [] for f in ["i2t@%d" % k for k in KS] + ["t2i@%d" % k for k in KS] + ["flip@%d" % k for k in KS]
             + ["top1", "own", "para_r1", "para_agree"]}
@@ -193,6 +199,66 @@ def test_ties_count_for_the_correct_item():
     # the flip (.8) beats the caption (.6) for both images: it ranks them 2nd, and is the top-1 text
     assert f["i2t_flip_recall@1"] == 0.0 and f["i2t_flip_recall@5"] == 1.0 and f["i2t_flip_top1_rate"] == 1.0
     assert "by_flip_type" not in f
+
+
+def test_texts_with_equal_embeddings_tie_wherever_their_columns_sit():
+    """Two texts with byte-identical embeddings in separate table rows (distinct strings that
+    tokenize alike: "A dog." and "a dog.") tie exactly, as section 7 says, though a float32 matrix
+    product need not give equal columns equal values (a CPU kernel's last columns are summed
+    another way): the record's own caption ranks 1 in every trial, alone and on torchrun's path."""
+    import torch
+    from lgip.retrieval import Gallery, Items, search_galleries
+    unit = lambda x: x / x.norm(dim=-1, keepdim=True)
+    for seed in range(40):
+        g = torch.Generator().manual_seed(seed)
+        t = unit(torch.randn(1, 512, generator=g))
+        images = unit(torch.cat([t + 0.03 * torch.randn(1, 512, generator=g), torch.randn(1, 512, generator=g)]))
+        table = torch.cat([t, unit(torch.randn(4, 512, generator=g)), t.clone()])  # row 5: record 1's copy of row 0
+        caps = Items([0, 1, 1, 1, 1, 1], [0, 1, 2, 3, 4, 5], [0, 0, 1, 2, 3, 4])
+        assert search_galleries(Gallery(images, table, caps, Items(), Items()), None).i2t_rank[0] == 1, seed
+        parts = [Gallery(images[:1], table, Items([0], [0], [0]), Items(), Items(), records=[0]).to_host(),
+                 Gallery(images[1:], table, Items([0] * 5, [1, 2, 3, 4, 5], [0, 1, 2, 3, 4]), Items(), Items(),
+                         records=[1]).to_host()]
+        assert search_galleries(Gallery.merged(parts), None).i2t_rank[0] == 1, seed
+
+
+@pytest.mark.parametrize("size", [None, 3, 4])
+def test_a_model_that_embeds_every_text_alike_ranks_every_item_first(size):
+    """All texts (distinct strings, a row each) with one embedding: every similarity of an image is
+    the same number, so every rank is 1, no flip beats a caption, agreement is the first image."""
+    import torch
+    from lgip.retrieval import Gallery, Items, retrieval_figures, search_galleries
+    torch.manual_seed(0)
+    n = 7
+    table = torch.nn.functional.normalize(torch.randn(1, 512), dim=1).repeat(5 * n + 2 * n + n, 1)
+    images = torch.nn.functional.normalize(torch.randn(n, 512), dim=1)
+    caps = Items(np.repeat(np.arange(n), 5), np.arange(5 * n), np.tile(np.arange(5), n))
+    flips = Items(np.repeat(np.arange(n), 2), 5 * n + np.arange(2 * n), np.zeros(2 * n, int))
+    paras = Items(np.arange(n), 7 * n + np.arange(n), np.zeros(n, int))
+    f = retrieval_figures(search_galleries(Gallery(images, table, caps, flips, paras), size), resamples=0)
+    for k in KS:
+        assert f[f"i2t_recall@{k}"] == f[f"i2t_flip_recall@{k}"] == 1.0
+    assert f["i2t_flip_top1_rate"] == f["own_flip_preferred_rate"] == 0.0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_distinct_rows_by_bytes_on_the_device_equal_the_hosts(dtype, monkeypatch):
+    """_distinct_rows (hashes where the embeddings are) numbers rows as grouping their bytes on the
+    host does; a hash that puts distinct rows together is caught, and the host's grouping used."""
+    import torch
+    from lgip import retrieval
+    x = torch.randn(50, 24).to(getattr(torch, dtype))
+    x = x[torch.as_tensor(np.random.default_rng(0).integers(0, 20, 90))]  # 90 rows, at most 20 distinct
+    x[3, 0] = 0.0
+    x[4] = x[3]
+    x[4, 0] = -0.0  # equal as numbers, not as bytes
+    expected = retrieval._unique_first(retrieval._row_bytes(x))
+    got = retrieval._distinct_rows(x)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    assert len(got[0]) <= 22 and got[1][3] != got[1][4]
+    colliding = lambda bits: torch.zeros(len(bits), 2, dtype=torch.int64)
+    got = retrieval._distinct_rows(x, hashes=colliding)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected))
 
 
 def test_gallery_size_must_be_a_positive_int_or_none():
