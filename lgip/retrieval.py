@@ -104,7 +104,7 @@ class Gallery:
         part, to gather on rank 0)."""
         import numpy as np
         used = self._used_rows()
-        part = self._renumbered(used, np.arange(len(used)))
+        part = self._renumbered(used, used, np.arange(len(used)))
         part.images, part.texts = part.images.cpu(), part.texts.cpu()
         return part
 
@@ -115,17 +115,16 @@ class Gallery:
         exactly: a matrix product need not give equal columns equal values."""
         used = self._used_rows()
         first, number = _distinct_rows(self.texts[_index(used, self.texts)])
-        return self._renumbered(used[first], number)
+        return self._renumbered(used, used[first], number)
 
     def _used_rows(self):
         import numpy as np
         kinds = [self.captions, self.flips, self.paraphrases, *self.typed.values()]
         return np.unique(np.concatenate([it.row for it in kinds])) if kinds else np.zeros(0, dtype=np.int64)
 
-    def _renumbered(self, keep, number):
-        """This gallery with the table texts[keep]: the i-th row its items use (ascending) becomes row number[i]."""
+    def _renumbered(self, used, keep, number):
+        """This gallery with the table texts[keep]: row used[i] (the rows its items use, ascending) becomes number[i]."""
         import numpy as np
-        used = self._used_rows()
         new = np.zeros(int(used.max()) + 1 if len(used) else 0, dtype=np.int64)
         new[used] = number
         moved = lambda it: Items(it.pos, new[it.row], it.cap)
