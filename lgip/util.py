@@ -201,7 +201,11 @@ class OutputSet:
         return self.temps.get(path, path)
 
     def commit(self):
-        """Rename every file into place (listed in OUTPUTS.written as it goes)."""
+        """Rename every file into place (listed in OUTPUTS.written as it goes); a target that is a
+        folder is found before any is renamed."""
+        for path in self.temps:
+            if os.path.isdir(path):
+                raise OutputError(f"cannot write {path}: it is a folder. Remove or rename it.", path)
         while self.temps:
             path, tmp = next(iter(self.temps.items()))
             try:
