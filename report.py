@@ -19,17 +19,20 @@ coloured by score), and writes next to JSONL_PATH:
   <stem>__LGIP_retrieval.png  positive rate against image-to-text recall@1 and the flip top-1 rate
                               (when run_lgip_retrieval.py ran)
 The top lists (paraphrases that move the score most, flips scored above their original) stream
-the evaluations' per-pair score files, keeping only TOP_K rows. The table is printed too. The
-machinery is in lgip/report/ (a module per concern).
+the evaluations' per-pair score files, keeping only TOP_K rows. The table is printed too. Every
+input is read and checked before any output is written, and the outputs are renamed into place
+together at the end: bad input (a NaN, a string for a number, a truncated score file) stops with
+file, model or line, and field (exit status 2), the previous report left whole. The machinery is
+in lgip/report/ (a module per concern).
   python report.py --JSONL_PATH=lgip_coco_native5_train2017.jsonl
 """
 import os
 import sys
 
 import common
-from lgip.report import (Report, attach_attributions, build_rows, csv_columns, explain_files, find_metrics, gallery_items,
+from lgip.report import (OutputSet, Report, attach_attributions, build_rows, csv_columns, explain_files, find_metrics, gallery_items,
                          image_roots, load_metrics, model_colors_hex, page_context, plot_fliptypes, plot_frontier,
-                         plot_retrieval, render_page, results_table, scan_scores, score_files, subtitle, write_csv,
+                         plot_retrieval, render_page, results_table, scan_scores, score_files, subtitle, unmeasured_notes, write_csv,
                          write_markdown, write_page)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,18 +55,42 @@ NOT_WRITTEN = {"frontier.png": "no headline metrics", "fliptypes.png": "no per-t
                "retrieval.png": "no run_lgip_retrieval.py metrics"}
 
 
+def check_config(config):
+    """Each constant a value report.py can use, else ConfigError naming it, what it must be and
+    what it got: before any input is read or output written."""
+    def whole(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+    for name, low in (("TOP_K", 0), ("MAX_TEXT_CHARS", 0), ("THUMB_PX", 1)):
+        if not (whole(config[name]) and config[name] >= low):
+            raise common.ConfigError(f"{name} must be an int >= {low}, got {config[name]!r}")
+    if not (whole(config["DPI"]) and 10 <= config["DPI"] <= 1000):
+        raise common.ConfigError(f"DPI must be an int from 10 to 1000 (dots per inch), got {config['DPI']!r}")
+    if not isinstance(config["TOP_K_PER_MODEL"], bool):
+        raise common.ConfigError(f"TOP_K_PER_MODEL must be True or False, got {config['TOP_K_PER_MODEL']!r}")
+    labels = config["LABELS"]
+    if not (isinstance(labels, dict) and all(isinstance(k, str) and isinstance(v, str) and v for k, v in labels.items())):
+        raise common.ConfigError(f"LABELS must be a dict of model tag -> label, both strings (e.g. "
+                                 f"{{'tiny_siglip': 'SigLIP (tiny)'}}), got {labels!r}")
+    if config["HEADLINE"] not in ("auto", *HEADLINE_KEYS):
+        raise common.ConfigError(f"HEADLINE must be one of {', '.join(map(repr, ('auto', *HEADLINE_KEYS)))}, "
+                                 f"got {config['HEADLINE']!r}")
+    sources = config["SCORE_SOURCES"]
+    if sources is not None and not (isinstance(sources, (list, tuple)) and set(sources) <= set(SCORE_KEYS)):
+        raise common.ConfigError(f"SCORE_SOURCES must be None or a list of {', '.join(map(repr, SCORE_KEYS))}, got {sources!r}")
+    for name, may_be_none in (("JSONL_PATH", False), ("OUTPUT_PREFIX", True), ("IMAGE_ROOT", True)):
+        value = config[name]
+        if not ((value is None and may_be_none) or (isinstance(value, str) and value)):
+            raise common.ConfigError(f"{name} must be a path{' or None' if may_be_none else ''}, got {value!r}")
+
+
 def find_inputs():
-    """{evaluation: metrics path} and {evaluation: its per-model metrics}, or a clear error."""
+    """{evaluation: metrics path} and {evaluation: its per-model metrics, checked}, or a clear error."""
     found, looked = find_metrics(JSONL_PATH)
     if not set(found) & set(HEADLINE_KEYS):  # explain_flips.py's figures alone are no report
         raise common.InputError(f"no LGIP metrics found for {JSONL_PATH}; looked for:\n  " + "\n  ".join(looked)
                                 + "\n(run run_lgip_multi.py, run_lgip_by_fliptype.py or "
                                   "rebuttal_enhanced_lgip_by_transformation.py first)")
-    if SCORE_SOURCES is not None and not set(SCORE_SOURCES) <= set(SCORE_KEYS):
-        raise common.InputError(f"unknown SCORE_SOURCES {SCORE_SOURCES!r}; valid: None or a list of {', '.join(SCORE_KEYS)}")
-    if not isinstance(THUMB_PX, int) or THUMB_PX <= 0:
-        raise common.ConfigError(f"THUMB_PX must be an int > 0 (got {THUMB_PX!r})")
-    return found, {k: load_metrics(p) for k, p in found.items()}
+    return found, {k: load_metrics(p, k) for k, p in found.items()}
 
 
 def provenance():
@@ -78,6 +105,7 @@ def provenance():
 
 
 def main():
+    check_config(CONFIG)
     found, metrics = find_inputs()
     rows = build_rows(metrics, HEADLINE, LABELS)
     prefix = OUTPUT_PREFIX or common.metrics_path(JSONL_PATH, "LGIP_")
@@ -85,45 +113,51 @@ def main():
     report = Report(JSONL_PATH, rows, metrics, found, provenance(), top_k_per_model=TOP_K_PER_MODEL,
                     max_text_chars=MAX_TEXT_CHARS)
 
-    # the figures and the CSV first: the markdown links them, the page embeds them
-    report.front = plot_frontier(rows, out["frontier.png"],
-                                 subtitle(report.stem, rows, "headline_source", FRONTIER_FIGURES), DPI)
-    flip_png = plot_fliptypes(rows, out["fliptypes.png"],
-                              subtitle(report.stem, rows, "flip_type_source", FLIPTYPE_FIGURES), DPI)
-    retrieval_png = plot_retrieval(rows, out["retrieval.png"],
-                                   subtitle(report.stem, rows, "headline_source", RETRIEVAL_FIGURES), DPI)
-    pngs = {"frontier.png": out["frontier.png"] if report.front is not None else None, "fliptypes.png": flip_png,
-            "retrieval.png": retrieval_png}
-    for name, alt in (("frontier.png", "Invariance error against positive rate"), ("fliptypes.png", "Positive rate by flip type"),
-                      ("retrieval.png", "LGIP positive rate against retrieval recall and the flip top-1 rate")):
-        if pngs[name]:
-            report.figures.append((pngs[name], alt))
-    write_csv(out["report.csv"], rows, csv_columns(found))
-
-    # the score files can be large: streamed once, keeping the top TOP_K per model and over all models
+    # every input read and checked before any output is written. The score files can be large:
+    # streamed once, keeping the top TOP_K per model and over all models
     if TOP_K > 0:
         files, report.missing = score_files(metrics, found, SCORE_SOURCES, SCORE_KEYS)
         report.tops = scan_scores(files, TOP_K)
-
     # the page's galleries show each listed pair's image, read where the evaluation read it, and
     # the words of each flip that explain_flips.py explained for its model, with their scores
     explained, report.explain_missing = explain_files(metrics, found)
-    write_markdown(out["report.md"], report)
     gallery = None
     if report.tops is not None:
         labels = {r["model"]: r["label"] for r in rows}
         gallery = gallery_items(report.tops, image_roots(metrics, found, IMAGE_ROOT), labels, THUMB_PX)
         attach_attributions(gallery["flips"], explained)
-    context = page_context(report, gallery, model_colors_hex([r["model"] for r in rows]), out["report.csv"])
-    write_page(out["report.html"], render_page(context))
+
+    # the outputs as one set: each to a temp file, all renamed into place at the end (a failure
+    # before that leaves the previous report whole). The figures and the CSV first: the markdown
+    # links them, the page embeds them
+    with OutputSet() as written:
+        report.front = plot_frontier(rows, out["frontier.png"],
+                                     subtitle(report.stem, rows, "headline_source", FRONTIER_FIGURES), DPI, written)
+        flip_png = plot_fliptypes(rows, out["fliptypes.png"],
+                                  subtitle(report.stem, rows, "flip_type_source", FLIPTYPE_FIGURES), DPI, written)
+        retrieval_png = plot_retrieval(rows, out["retrieval.png"],
+                                       subtitle(report.stem, rows, "headline_source", RETRIEVAL_FIGURES), DPI, written)
+        pngs = {"frontier.png": out["frontier.png"] if report.front is not None else None, "fliptypes.png": flip_png,
+                "retrieval.png": retrieval_png}
+        for name, alt in (("frontier.png", "Invariance error against positive rate"), ("fliptypes.png", "Positive rate by flip type"),
+                          ("retrieval.png", "LGIP positive rate against retrieval recall and the flip top-1 rate")):
+            if pngs[name]:
+                report.figures.append((pngs[name], alt))
+        write_csv(out["report.csv"], rows, csv_columns(found), written)
+        write_markdown(out["report.md"], report, written)
+        context = page_context(report, gallery, model_colors_hex([r["model"] for r in rows]), out["report.csv"], written)
+        write_page(out["report.html"], render_page(context), written)
 
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")  # the table has arrows and dashes
     print(results_table(rows))
     print()
+    for note in unmeasured_notes(rows, found):
+        print("note: " + note.replace("`", ""))
     for name in OUTPUTS[1:]:
         if name in pngs and pngs[name] is None:
-            print(f"({NOT_WRITTEN[name]}: {os.path.basename(out[name])} not written)")
+            earlier = "; the one there is from an earlier run" if os.path.exists(out[name]) else ""
+            print(f"({NOT_WRITTEN[name]}: {os.path.basename(out[name])} not written{earlier})")
         else:
             print(f"-> {out[name]}")
     unreadable = len({i["path"] for items in (gallery or {}).values() for i in items if "error" in i["thumb"]})
@@ -132,5 +166,13 @@ def main():
           + "): open it in a browser")
 
 
+def run():
+    """main(); bad input or settings say that no output was written (all are checked first)."""
+    try:
+        main()
+    except (common.InputError, common.ConfigError) as e:
+        raise type(e)(f"{e}\n  no output was written (the previous report, if any, is as it was)") from None
+
+
 if __name__ == "__main__":
-    common.run_main(main)
+    common.run_main(run)

@@ -1,9 +1,10 @@
 """lgip.util: small utilities every other module may use: progress bars, timing, the
-collector pause, atomic output files (and what a script wrote or could not write), the check that
+collector pause, atomic output files (one, or a set written all or none; and what a script wrote or could not write), the check that
 its output folders take a file, provenance blocks and output names.
 
     >>> with atomic_open("out.json") as f: f.write("{}")   # renamed into place only when complete
     >>> check_writable(["data"])                            # OutputError now, not after an hour of work
+    >>> with OutputSet() as out: ...                        # several files renamed into place together, or none
     >>> metrics_path("data/x_with_perturb.jsonl", "LGIP_ALL.metrics.json")
     'data/x_with_perturb__LGIP_ALL.metrics.json'
 """
@@ -153,6 +154,87 @@ def atomic_open(path, mode="w", durable=True, output=True):
         raise
     if output:
         OUTPUTS.written.append(path)
+
+
+class OutputSet:
+    """Files written as one set, all or none: each is written whole to a temp file beside it
+    (`open`, as atomic_open), and `commit` renames them all into place at the end; an exception
+    before that (bad input met late, a full disk) removes the temp files and leaves every previous
+    file of the set as it was. `staged(path)`: where a file of the set can be read before the
+    commit (a page embedding a figure of the same set). As a context manager: commit on success,
+    discard on an exception.
+
+        >>> with OutputSet() as out:
+        ...     with out.open("x.md") as f: f.write("# x")
+        ...     with out.open("x.png", "wb") as f: f.write(png)    # both renamed here, or neither
+    """
+
+    def __init__(self):
+        self.temps = {}  # final path -> its temp file, in the order written
+
+    @contextmanager
+    def open(self, path, mode="w"):
+        folder = os.path.dirname(os.path.abspath(path))
+        try:
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+            os.fchmod(fd, _FILE_MODE)
+        except OSError as e:
+            raise _failed(path, e, True) from None
+        try:
+            kwargs = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
+            with os.fdopen(fd, mode, **kwargs) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException as e:
+            os.unlink(tmp)
+            if isinstance(e, OSError) and e.errno in _ONLY_WRITES:
+                raise _failed(path, e, True) from None
+            raise
+        old = self.temps.pop(path, None)  # (written twice: the last one counts)
+        if old:
+            os.unlink(old)
+        self.temps[path] = tmp
+
+    def staged(self, path):
+        return self.temps.get(path, path)
+
+    def commit(self):
+        """Rename every file into place (listed in OUTPUTS.written as it goes); a target that is a
+        folder is found before any is renamed."""
+        for path in self.temps:
+            if os.path.isdir(path):
+                raise OutputError(f"cannot write {path}: it is a folder. Remove or rename it.", path)
+        while self.temps:
+            path, tmp = next(iter(self.temps.items()))
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                raise _failed(path, e, True) from None
+            del self.temps[path]
+            OUTPUTS.written.append(path)
+
+    def discard(self):
+        for tmp in self.temps.values():
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        self.temps.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if kind is None:
+            try:
+                self.commit()
+            finally:
+                self.discard()  # (what a failed rename left)
+        else:
+            self.discard()
+        return False
 
 
 def _failed(path, e, output):

@@ -256,3 +256,176 @@ def test_page_of_real_outputs(full_report):
         listed = md.split(title)[1].split("\n## ")[0].split("\n---\n")[0]
         for line in (line for line in listed.splitlines() if re.match(r"^\|\s*\d+ \|", line)):
             assert line.split("|")[5].strip().replace("\\", "") in text, line  # each listed pair is in a gallery
+
+
+# Bad input: an error naming the file, the model and the field (exit status 2), nothing written,
+# the previous report left whole (the same bytes); or, for a null figure, shown as – and said.
+
+@pytest.fixture(scope="module")
+def reported(evaluated, tmp_path_factory):
+    """(folder, {output: bytes}): the evaluations' files and a report made from them, to be broken."""
+    folder = tmp_path_factory.mktemp("reported")
+    for path in evaluated.iterdir():
+        if path.is_file() and not path.name.startswith("fixture__LGIP_"):
+            shutil.copy(path, folder / path.name)
+    run_script("report.py", f"--JSONL_PATH={folder / 'fixture.jsonl'}")
+    return folder, outputs(folder)
+
+
+def outputs(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name.startswith("fixture__LGIP_")}
+
+
+def fails_leaving_the_report_whole(folder, before, *args):
+    proc = run_script("report.py", f"--JSONL_PATH={folder / 'fixture.jsonl'}", *args, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "no output was written" in proc.stderr
+    assert outputs(folder) == before  # the same files, the same bytes
+    assert not list(folder.glob(".*.tmp"))
+    return proc.stderr
+
+
+def nan(m):
+    m["invariance_error_mean"] = float("nan")
+
+
+def a_string(m):
+    m["sensitivity_pos_rate"] = "0.5"
+
+
+def short_interval(m):
+    m["sensitivity_gap_mean_ci95"] = [1]
+
+
+def headline_missing(m):
+    del m["invariance_error_mean"]
+
+
+def inf_in_combined(m):
+    m["corrected"]["combined"]["global_sensitivity"]["pos_rate"] = float("inf")
+
+
+def rate_over_one(m):
+    m["by_flip_type"]["color"]["pos_rate"] = 1.5
+
+
+@pytest.mark.parametrize("key, change, field, why", [
+    ("multi", nan, "invariance_error_mean", "is nan, not a finite number"),
+    ("multi", a_string, "sensitivity_pos_rate", "is the string '0.5', not a number"),
+    ("multi", short_interval, "sensitivity_gap_mean_ci95", "is [1] (list), not [low, high] or null"),
+    ("multi", headline_missing, "invariance_error_mean", "is missing"),
+    ("enhanced", inf_in_combined, "corrected.combined.global_sensitivity.pos_rate", "is inf, not a finite number"),
+    ("fliptypes", rate_over_one, "by_flip_type.color.pos_rate", "is 1.5, not a rate within [0, 1]"),
+])
+def test_a_bad_metrics_value_names_file_model_and_field(reported, key, change, field, why):
+    folder, before = reported
+    path = folder / EVALS[key][2]
+    good = path.read_bytes()
+    data = json.loads(good)
+    change(data[1])  # tiny_siglip's
+    path.write_text(json.dumps(data), encoding="utf-8")  # (NaN and Infinity as Python's json writes them)
+    try:
+        err = fails_leaving_the_report_whole(folder, before)
+    finally:
+        path.write_bytes(good)
+    assert f"error: {path}: model tiny_siglip: field '{field}' {why}" in err
+
+
+def test_an_empty_metrics_file_is_an_error(reported):
+    folder, before = reported
+    path = folder / EVALS["enhanced"][2]
+    good = path.read_bytes()
+    path.write_text("[]\n", encoding="utf-8")
+    try:
+        err = fails_leaving_the_report_whole(folder, before)
+    finally:
+        path.write_bytes(good)
+    assert f"error: {path}: no model's metrics in it" in err
+
+
+def test_a_truncated_score_file_leaves_the_previous_report_whole(reported):
+    """The last line cut short: the error names the file and line, and no output is replaced
+    (before, the CSV and the figures were, the markdown and the page not)."""
+    folder, before = reported
+    path = next(folder.glob("fixture_with_perturb__LGIP_*.scores.jsonl"))
+    good = path.read_bytes()
+    lines = good.decode("utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]) + lines[-1][:len(lines[-1]) // 2], encoding="utf-8")
+    try:
+        err = fails_leaving_the_report_whole(folder, before)
+    finally:
+        path.write_bytes(good)
+    assert f"{path}:{len(lines)}: invalid JSON" in err
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("--TOP_K=x", "TOP_K must be an int >= 0, got 'x'"), ("--TOP_K=-1", "TOP_K must be an int >= 0, got -1"),
+    ("--DPI=0", "DPI must be an int from 10 to 1000 (dots per inch), got 0"),
+    ("--LABELS=x", "LABELS must be a dict of model tag -> label, both strings"),
+    ("--MAX_TEXT_CHARS=x", "MAX_TEXT_CHARS must be an int >= 0, got 'x'"),
+])
+def test_a_bad_constant_stops_before_any_output(reported, arg, message):
+    folder, before = reported
+    assert f"error: {message}" in fails_leaving_the_report_whole(folder, before, arg)
+
+
+def test_a_null_headline_figure_is_shown_as_a_dash_and_said(reported, tmp_path):
+    """null: the evaluation measured nothing (no pairs): not an error; the table shows –, the CSV an
+    empty cell, and the output, the markdown and the page say which model, which figure, which file."""
+    folder, _ = reported
+    for path in folder.iterdir():
+        if path.is_file() and not path.name.startswith("fixture__LGIP_"):
+            shutil.copy(path, tmp_path / path.name)
+    path = tmp_path / EVALS["multi"][2]
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data[1]["invariance_error_mean"] = data[1]["invariance_error_mean_ci95"] = None
+    path.write_text(json.dumps(data), encoding="utf-8")
+    proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--TOP_K=0")
+    note = f"tiny_siglip: no invariance error (null in {path.name}: nothing measured)"
+    assert "note: " + note in proc.stdout
+    rows = read_csv(tmp_path / "fixture__LGIP_report.csv")
+    assert rows[1]["invariance_error"] == "" and rows[0]["invariance_error"] != ""
+    md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    assert f"`tiny_siglip`: no invariance error (null in `{path.name}`: nothing measured)" in md
+    assert "| tiny_siglip   |      12 |                       – |" in md
+
+
+def test_retrieval_and_explain_metrics_are_checked_too(tmp_path):
+    from lgip.errors import InputError
+    from lgip.report import load_metrics
+    for key, name, field in (("retrieval", "x__LGIP_retrieval.metrics.json", "i2t_recall@1"),
+                             ("explain", "x__LGIP_explain.metrics.json", "localization_acc")):
+        path = tmp_path / name
+        path.write_text(json.dumps([{"model_tag": "m", field: 0.5, field + "_ci95": [0.4, 0.6]}]), encoding="utf-8")
+        assert load_metrics(str(path), key)[0][field] == 0.5
+        path.write_text(json.dumps([{"model_tag": "m", field: float("nan")}]), encoding="utf-8")
+        with pytest.raises(InputError, match=re.escape(f"{path}: model m: field '{field}' is nan, not a finite number")):
+            load_metrics(str(path))  # (the evaluation known by its file name)
+        path.write_text(json.dumps([{"model_tag": "m", field: 0.5, field + "_ci95": [0.6, 0.4]}]), encoding="utf-8")
+        with pytest.raises(InputError, match=re.escape(f"field '{field}_ci95' is [0.6, 0.4], not [low, high] with low <= high")):
+            load_metrics(str(path), key)
+
+
+def test_an_output_set_is_renamed_whole_or_not_at_all(tmp_path):
+    from lgip.errors import OutputError
+    from lgip.util import OutputSet
+    (tmp_path / "a.md").write_text("old a")
+    with pytest.raises(RuntimeError):
+        with OutputSet() as out:
+            with out.open(str(tmp_path / "a.md")) as f:
+                f.write("new a")
+            assert open(out.staged(str(tmp_path / "a.md"))).read() == "new a"  # readable before the commit
+            raise RuntimeError("bad input met late")
+    assert sorted(os.listdir(tmp_path)) == ["a.md"] and (tmp_path / "a.md").read_text() == "old a"
+    (tmp_path / "b.png").mkdir()  # a target that cannot be replaced: found before anything is renamed
+    with pytest.raises(OutputError, match="b.png: it is a folder"):
+        with OutputSet() as out:
+            for name in ("a.md", "b.png"):
+                with out.open(str(tmp_path / name)) as f:
+                    f.write("new")
+    assert sorted(os.listdir(tmp_path)) == ["a.md", "b.png"] and (tmp_path / "a.md").read_text() == "old a"
+    with OutputSet() as out:
+        for name in ("a.md", "c.csv"):
+            with out.open(str(tmp_path / name)) as f:
+                f.write("new " + name)
+    assert (tmp_path / "a.md").read_text() == "new a.md" and (tmp_path / "c.csv").read_text() == "new c.csv"

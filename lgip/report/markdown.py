@@ -85,6 +85,6 @@ def markdown(report, md_path):
     return "\n".join(md)
 
 
-def write_markdown(path, report):
-    with atomic_open(path) as f:
+def write_markdown(path, report, files=None):
+    with (files.open if files else atomic_open)(path) as f:
         f.write(markdown(report, path))

@@ -14,6 +14,7 @@ and explain_flips.py's word attribution (`explain`: localization accuracy per mo
     >>> round(rows[0]["invariance_error"], 4), round(rows[0]["invariance_error_ci_lo"], 4), rows[0]["headline_source"]
     (0.1088, 0.0869, 'multi')
 """
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -27,14 +28,85 @@ from ..method import FLIP_TYPES
 from ..util import default_output, metrics_path
 
 FIGURES = ("invariance_error", "gap", "pos_rate")  # the headline figures, each with a CI
+RATE = re.compile(r"(rate|recall|acc|chance|agreement)(@\d+)?(_detected|_preferred)?$")  # figures in [0, 1]
 
 
-def fig(block, key, name=None):
-    """{name: value, name_ci_lo, name_ci_hi} from block[key] and block[key + "_ci95"]."""
+class BadField(ValueError):
+    """A field of one model's metrics that the report cannot use: `field` (dotted), why."""
+
+    def __init__(self, field, why):
+        super().__init__(f"field '{field}' {why}")
+        self.field = field
+
+
+class Block(dict):
+    """A block of one model's metrics that knows where it lies (`where`: 'corrected.global_sensitivity.'),
+    so that a bad value in it is named by its whole path."""
+    where = ""
+
+
+def _what(v):
+    return f"the string {v!r}" if isinstance(v, str) else f"{v!r} ({type(v).__name__})"
+
+
+def block(parent, key):
+    """parent[key] as a Block: {} when absent or null; BadField when it is not an object."""
+    parent = parent if isinstance(parent, Block) else Block(parent or {})
+    v = parent.get(key)
+    if v is not None and not isinstance(v, dict):
+        raise BadField(parent.where + key, f"is {_what(v)}, not an object")
+    out = Block(v or {})
+    out.where = parent.where + key + "."
+    return out
+
+
+def _value(field, v, name):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BadField(field, f"is {_what(v)}, not a number")
+    if not math.isfinite(v):
+        raise BadField(field, f"is {v!r}, not a finite number")
+    if RATE.search(name) and not 0.0 <= v <= 1.0:
+        raise BadField(field, f"is {v!r}, not a rate within [0, 1]")
+    return v
+
+
+def number(b, key, name=None, required=False):
+    """b[key]: None (null or absent: a figure not measured, e.g. no pairs) or a finite number, a
+    rate within [0, 1]; BadField for NaN, Inf, a string, a rate out of range, or a `required`
+    field that is not there at all."""
+    b = b if isinstance(b, Block) else Block(b or {})
+    if key not in b and required:
+        raise BadField(b.where + key, "is missing (null where nothing was measured)")
+    return _value(b.where + key, b.get(key), name or key)
+
+
+def count(b, key):
+    """b[key]: None or an int >= 0."""
+    b = b if isinstance(b, Block) else Block(b or {})
+    v = b.get(key)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+        raise BadField(b.where + key, f"is {_what(v)}, not a count (an int >= 0)")
+    return v
+
+
+def fig(b, key, name=None, required=False):
+    """{name: value, name_ci_lo, name_ci_hi} from b[key] and b[key + "_ci95"] (null: no interval,
+    else two finite numbers, low <= high), each checked (`number`)."""
     name = name or key
-    block = block or {}
-    ci = block.get(key + "_ci95") or [None, None]
-    return {name: block.get(key), name + "_ci_lo": ci[0], name + "_ci_hi": ci[1]}
+    b = b if isinstance(b, Block) else Block(b or {})
+    value = number(b, key, name, required)
+    ci = b.get(key + "_ci95")
+    if ci is None:
+        lo = hi = None
+    elif not isinstance(ci, (list, tuple)) or len(ci) != 2:
+        raise BadField(b.where + key + "_ci95", f"is {_what(ci)}, not [low, high] or null")
+    else:
+        lo, hi = (_value(b.where + key + "_ci95", v, name) for v in ci)
+        if (lo is None) != (hi is None) or (lo is not None and lo > hi):
+            raise BadField(b.where + key + "_ci95", f"is {ci!r}, not [low, high] with low <= high")
+    return {name: value, name + "_ci_lo": lo, name + "_ci_hi": hi}
 
 
 def enhanced_blocks(m):
@@ -47,46 +119,49 @@ def enhanced_blocks(m):
 
 def _extract_multi(m):
     out = {}
-    out.update(fig(m, "invariance_error_mean", "multi_invariance_error"))
-    out.update(fig(m, "sensitivity_gap_mean", "multi_gap"))
-    out.update(fig(m, "sensitivity_pos_rate", "multi_pos_rate"))
-    out["multi_num_records"] = m.get("num_samples")
+    out.update(fig(m, "invariance_error_mean", "multi_invariance_error", required=True))
+    out.update(fig(m, "sensitivity_gap_mean", "multi_gap", required=True))
+    out.update(fig(m, "sensitivity_pos_rate", "multi_pos_rate", required=True))
+    out["multi_num_records"] = count(m, "num_samples")
     return out
 
 
 def _extract_fliptypes(m):
     out = {}
-    g = m.get("global_sensitivity") or {}
-    out.update(fig(m, "invariance_error_mean", "fliptypes_invariance_error"))
-    out.update(fig(g, "gap_mean", "fliptypes_gap"))
-    out.update(fig(g, "pos_rate", "fliptypes_pos_rate"))
-    out["fliptypes_num_records"] = m.get("num_samples")
+    g = block(m, "global_sensitivity")
+    out.update(fig(m, "invariance_error_mean", "fliptypes_invariance_error", required=True))
+    out.update(fig(g, "gap_mean", "fliptypes_gap", required=True))
+    out.update(fig(g, "pos_rate", "fliptypes_pos_rate", required=True))
+    out["fliptypes_num_records"] = count(m, "num_samples")
     for t in FLIP_TYPES:
-        b = (m.get("by_flip_type") or {}).get(t) or {}
+        b = block(block(m, "by_flip_type"), t)
         out.update(fig(b, "pos_rate", f"fliptypes_{t}_pos_rate"))
         out.update(fig(b, "gap_mean", f"fliptypes_{t}_gap"))
-        out[f"fliptypes_{t}_count"] = b.get("count")
+        out[f"fliptypes_{t}_count"] = count(b, "count")
     return out
 
 
 def _extract_enhanced(m):
     out = {}
-    flips, combined, _ = enhanced_blocks(m)
-    g = flips.get("global_sensitivity") or {}
-    out.update(fig(m, "global_invariance_error_mean", "enhanced_invariance_error"))
-    out.update(fig(g, "gap_mean", "enhanced_gap"))
-    out.update(fig(g, "pos_rate", "enhanced_pos_rate"))
-    out["enhanced_num_records"] = (m.get("corrected") or {}).get("num_records")
+    corrected = m.get("corrected") is not None  # (as enhanced_blocks reads it: checked here)
+    flips = block(m, "corrected") if corrected else Block(m)
+    combined = block(flips, "combined") if corrected else Block()
+    g = block(flips, "global_sensitivity")
+    out.update(fig(m, "global_invariance_error_mean", "enhanced_invariance_error", required=True))
+    out.update(fig(g, "gap_mean", "enhanced_gap", required=True))
+    out.update(fig(g, "pos_rate", "enhanced_pos_rate", required=True))
+    out["enhanced_num_records"] = count(block(m, "corrected"), "num_records")
+    count(m, "num_samples")
     for kind in ("simple", "advanced"):
         out.update(fig(m, f"paraphrase_{kind}_inv_error_mean", f"enhanced_{kind}_invariance_error"))
-    cg = (combined or {}).get("global_sensitivity") or {}
+    cg = block(combined, "global_sensitivity")
     out.update(fig(cg, "pos_rate", "enhanced_combined_pos_rate"))
     out.update(fig(cg, "gap_mean", "enhanced_combined_gap"))
     for t in FLIP_TYPES:  # per type: no CI in the enhanced analysis
-        b = ((flips.get("error_type_stats") or {}).get(t) or {}).get("overall") or {}
+        b = block(block(block(flips, "error_type_stats"), t), "overall")
         out.update(fig(b, "pos_rate", f"enhanced_{t}_pos_rate"))
         out.update(fig(b, "gap_mean", f"enhanced_{t}_gap"))
-        out[f"enhanced_{t}_count"] = b.get("count")
+        out[f"enhanced_{t}_count"] = count(b, "count")
     return out
 
 
@@ -94,15 +169,15 @@ LOCALIZATION = ("localization_acc", "localization_acc_detected", "localization_a
 
 
 def _extract_explain(m):
-    out = {"localization_num_flips": m.get("num_flips"), "localization_chance": m.get("chance")}
+    out = {"localization_num_flips": count(m, "num_flips"), "localization_chance": number(m, "chance")}
     for key in LOCALIZATION:
         out.update(fig(m, key))
     for part in ("detected", "preferred"):
-        out[f"localization_num_{part}"] = m.get(f"num_{part}")
+        out[f"localization_num_{part}"] = count(m, f"num_{part}")
     for t in FLIP_TYPES:
-        b = (m.get("by_flip_type") or {}).get(t) or {}
+        b = block(block(m, "by_flip_type"), t)
         out.update(fig(b, "localization_acc", f"localization_{t}_acc"))
-        out[f"localization_{t}_chance"], out[f"localization_{t}_count"] = b.get("chance"), b.get("count")
+        out[f"localization_{t}_chance"], out[f"localization_{t}_count"] = number(b, "chance"), count(b, "count")
     return out
 
 
@@ -113,14 +188,14 @@ RETRIEVAL_COUNTS = ("gallery_size", "num_blocks", "num_captions", "num_flips", "
 
 def _extract_retrieval(m):
     """run_lgip_retrieval.py's figures (LGIP_SPEC.md section 7), each as retrieval_<name>."""
-    out = {f"retrieval_{k}": m.get(k) for k in RETRIEVAL_COUNTS}
+    out = {f"retrieval_{k}": count(m, k) for k in RETRIEVAL_COUNTS}
     for key in RETRIEVAL:
         out.update(fig(m, key, f"retrieval_{key}"))
     for t in FLIP_TYPES:
-        b = (m.get("by_flip_type") or {}).get(t) or {}
+        b = block(block(m, "by_flip_type"), t)
         for key in ("i2t_flip_top1_rate", "own_flip_preferred_rate"):
             out.update(fig(b, key, f"retrieval_{t}_{key}"))
-        out[f"retrieval_{t}_count"] = b.get("count")
+        out[f"retrieval_{t}_count"] = count(b, "count")
     return out
 
 
@@ -222,13 +297,47 @@ def find_metrics(jsonl_path):
     return found, looked
 
 
-def load_metrics(path):
-    """A metrics file: a list of per-model dicts, each with a model_tag."""
+def _check_model(m, e):
+    """BadField for the first field of one model's metrics the report cannot use: its figures
+    (e's extract: NaN, Inf, strings, a broken interval, a headline figure missing), its counts,
+    its run block and the files it names."""
+    run = block(m, "run")
+    count(run, "num_failed_images")
+    for key in ("model", "config"):
+        block(run, key)
+    for key in ("scores_file", "explain_file"):
+        if m.get(key) is not None and not isinstance(m[key], str):
+            raise BadField(key, f"is {_what(m[key])}, not a file name or null")
+    if e is not None:
+        e.extract(m)
+
+
+def load_metrics(path, key=None):
+    """A metrics file: a list of per-model dicts, each with a model_tag, every figure the report
+    reads checked (evaluation `key`, else the one whose suffix the file name has). InputError
+    naming the file, the model and the field: NaN, Inf, a string for a number, an interval that
+    is not [low, high], a headline figure missing; null is a figure not measured (shown as –)."""
     data = read_json(path)  # (a byte-order mark at its start is fine)
     if isinstance(data, dict):  # a single model's metrics file
         data = [data]
-    if not isinstance(data, list) or not all(isinstance(m, dict) and "model_tag" in m for m in data):
-        raise InputError(f"{path}: expected a list of per-model metrics with 'model_tag'")
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a list of per-model metrics with 'model_tag', got {type(data).__name__}")
+    if not data:
+        raise InputError(f"{path}: no model's metrics in it (an empty list); re-run the evaluation that wrote it")
+    e = BY_KEY.get(key) or next((e for e in EVALUATIONS if os.path.basename(path).endswith("__" + e.suffix)), None)
+    seen = set()
+    for i, m in enumerate(data):
+        tag = m.get("model_tag") if isinstance(m, dict) else None
+        if not isinstance(tag, str) or not tag:
+            raise InputError(f"{path}: model #{i + 1} of {len(data)}: "
+                             + ("not an object" if not isinstance(m, dict) else "no 'model_tag' (a non-empty string)"))
+        if tag in seen:
+            raise InputError(f"{path}: model {tag} is listed twice")
+        seen.add(tag)
+        try:
+            _check_model(m, e)
+        except BadField as bad:
+            raise InputError(f"{path}: model {tag}: {bad}") from None
     return data
 
 
@@ -259,6 +368,7 @@ def build_rows(metrics, headline="auto", labels=None):
                 for suffix in ("", "_ci_lo", "_ci_hi"):
                     row[f + suffix] = v.get(f"{src}_{f}{suffix}")
             row["num_records"] = v.get(f"{src}_num_records")
+            row["_unmeasured"] = [f for f in FIGURES if row[f] is None]  # null in its file: nothing measured
         typed = next((e.key for e in EVALUATIONS if e.typed and e.key in runs), None)
         if typed:
             row["flip_type_source"] = typed

@@ -105,10 +105,22 @@ def source_notes(rows, metrics, paths):
         notes.append(f"Localization accuracy (Loc. acc.) from `{SCRIPTS['explain']}` "
                      f"(`{os.path.basename(paths['explain'])}`): share of the explained flips whose blamed word is the changed one, [lo, hi] over flips "
                      "(see \"Which word does a model blame?\").")
+    notes += unmeasured_notes(rows, paths)
     notes.append("Invariance error = mean |sim(image, caption) − sim(image, paraphrase)|; gap = mean "
                  "sim(image, caption) − sim(image, flip); positive rate = share of flips with gap > 0 "
                  "(0.5 = chance). [lo, hi] = 95% bootstrap CI over images.")
     return notes
+
+
+FIGURE_NAMES = {"invariance_error": "invariance error", "gap": "gap", "pos_rate": "positive rate"}
+
+
+def unmeasured_notes(rows, paths):
+    """One sentence per model whose headline figures are null in their file (an evaluation that
+    had no such pairs): shown as –, and left out of the figures that need them."""
+    return [f"`{r['model']}`: no {' and no '.join(FIGURE_NAMES[f] for f in r['_unmeasured'])} "
+            f"(null in `{os.path.basename(paths[r['headline_source']])}`: nothing measured); shown as –, "
+            "left out of the figures that need it." for r in rows if r.get("_unmeasured")]
 
 
 def attribution_lines(rows, metrics, paths, missing=()):

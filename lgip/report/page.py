@@ -74,14 +74,16 @@ def results_table(rows):
     return header, body
 
 
-def page_context(report, gallery=None, colors=None, csv_path=None):
+def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
     """The template's variables. gallery: lgip.report.gallery.gallery_items (None: no lists);
-    colors: model tag -> '#rrggbb' as in the figures; csv_path: the CSV, offered as a download."""
+    colors: model tag -> '#rrggbb' as in the figures; csv_path: the CSV, offered as a download;
+    files: the lgip.util.OutputSet the figures and the CSV were written to (read before its commit)."""
+    staged = files.staged if files else (lambda path: path)
     header, cells, versions = runs_table(report.metrics, report.paths)
     table_header, table_rows = results_table(report.rows)
     colors = colors or {}
     models = [{"tag": r["model"], "label": r["label"], "color": colors.get(r["model"], "#777")} for r in report.rows]
-    figures = [dict(figure_size(png), src=data_uri(png, "image/png"), alt=alt, name=os.path.basename(png))
+    figures = [dict(figure_size(staged(png)), src=data_uri(staged(png), "image/png"), alt=alt, name=os.path.basename(png))
                for png, alt in report.figures]
     return {
         "stem": report.stem,
@@ -103,8 +105,8 @@ def page_context(report, gallery=None, colors=None, csv_path=None):
         "flip_types": [t for t in FLIP_TYPES if gallery and any(i.get("type") == t for i in gallery["flips"])],
         "missing": missing_note(report.missing),
         "made_by": made_by(report.prov),
-        "csv": ({"name": os.path.basename(csv_path), "src": data_uri(csv_path, "text/csv")}
-                if csv_path and os.path.isfile(csv_path) else None),
+        "csv": ({"name": os.path.basename(csv_path), "src": data_uri(staged(csv_path), "text/csv")}
+                if csv_path and os.path.isfile(staged(csv_path)) else None),
     }
 
 
@@ -120,6 +122,6 @@ def render_page(context):
     return env.get_template("page.html.j2").render(**context)
 
 
-def write_page(path, html):
-    with atomic_open(path) as f:
+def write_page(path, html, files=None):
+    with (files.open if files else atomic_open)(path) as f:
         f.write(html)

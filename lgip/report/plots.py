@@ -68,8 +68,8 @@ def model_colors_hex(tags):
     return {t: to_hex(c) for t, c in _model_colors(tags).items()}
 
 
-def _save(fig, path, dpi):
-    with atomic_open(path, "wb") as f:
+def _save(fig, path, dpi, files=None):
+    with (files.open if files else atomic_open)(path, "wb") as f:
         fig.savefig(f, format="png", dpi=dpi)
 
 
@@ -112,8 +112,9 @@ def _place_labels(fig, ax, items, obstacles=()):
         placed.append(best[2])
 
 
-def plot_frontier(rows, path, title_note="", dpi=150):
-    """Invariance error (x) against positive rate (y), CI whiskers, Pareto frontier; None if no data."""
+def plot_frontier(rows, path, title_note="", dpi=150, files=None):
+    """Invariance error (x) against positive rate (y), CI whiskers, Pareto frontier; None if no data.
+    files: the lgip.util.OutputSet the PNG belongs to (None: written at once), as for every figure."""
     pts = [r for r in rows if r["invariance_error"] is not None and r["pos_rate"] is not None]
     if not pts:
         return None
@@ -171,12 +172,12 @@ def plot_frontier(rows, path, title_note="", dpi=150):
                     v = lo + f * (hi - lo)
                     whiskers.append((v, y) if horizontal else (x, v))
     _place_labels(fig, ax, [(r["invariance_error"], r["pos_rate"], r["label"]) for r in pts], whiskers)
-    _save(fig, path, dpi)
+    _save(fig, path, dpi, files)
     plt.close(fig)
     return [pts[i]["model"] for i in front]
 
 
-def plot_fliptypes(rows, path, title_note="", dpi=150):
+def plot_fliptypes(rows, path, title_note="", dpi=150, files=None):
     """Grouped bars: per model, the positive rate of each flip type with CI whiskers; None if no data."""
     pts = [r for r in rows if any(r[f"{t}_pos_rate"] is not None for t in FLIP_TYPES)]
     if not pts:
@@ -211,7 +212,7 @@ def plot_fliptypes(rows, path, title_note="", dpi=150):
                  + (f"\n{title_note}" if title_note else ""), fontsize=13, pad=30)
     ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=nt + 1, frameon=False)
     fig.tight_layout()
-    _save(fig, path, dpi)
+    _save(fig, path, dpi, files)
     plt.close(fig)
     return path
 
@@ -227,7 +228,7 @@ def rho_text(c):
     return (f"Spearman ρ = {c['rho']:.2f}" if c["rho"] is not None else "Spearman ρ undefined") + f" ({models})"
 
 
-def plot_retrieval(rows, path, title_note="", dpi=150):
+def plot_retrieval(rows, path, title_note="", dpi=150, files=None):
     """Each model's LGIP positive rate against its image-to-text recall@1 (left) and its flip top-1
     rate (right), 95% CI whiskers, Spearman's rho across models in each panel's title; None when
     no model has both figures."""
@@ -267,7 +268,7 @@ def plot_retrieval(rows, path, title_note="", dpi=150):
     fig.tight_layout()
     for ax, (c, pts) in zip(axes[0], panels):
         _place_labels(fig, ax, [(r[c["x"]], r["pos_rate"], r["label"]) for r in pts])
-    _save(fig, path, dpi)
+    _save(fig, path, dpi, files)
     plt.close(fig)
     return path
 

@@ -101,12 +101,13 @@ def _fmt_csv(v):
     return repr(v) if isinstance(v, float) else str(v)
 
 
-def write_csv(path, rows, columns=COLUMNS):
-    """One line per row, every column; floats written exactly (repr), None as empty."""
+def write_csv(path, rows, columns=COLUMNS, files=None):
+    """One line per row, every column; floats written exactly (repr), None as empty. files: the
+    lgip.util.OutputSet it belongs to (None: written at once)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(columns)
     for r in rows:
         w.writerow([_fmt_csv(r.get(c)) for c in columns])
-    with atomic_open(path) as f:
+    with (files.open if files else atomic_open)(path) as f:
         f.write(buf.getvalue())
