@@ -219,7 +219,9 @@ def _examples(ids, what="image ids"):
 def main():
     check_settings()
     common.refuse_overwriting_input(OUTPUT_JSONL, ANNOTATIONS_JSON)
-    common.remove_stale_temps(OUTPUT_JSONL)
+    stale = common.remove_stale_temps(OUTPUT_JSONL)
+    if stale:
+        print(f"removed {len(stale)} temp file(s) a killed earlier run left for {os.path.basename(OUTPUT_JSONL)}")
     stats = {}
     skipped = {"too_few_captions": [], "image_missing": []}
     with common.Timer() as timer:
