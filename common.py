@@ -58,7 +58,7 @@ from lgip.entry import script_call
 from lgip.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
 from lgip.errors import ConfigError, InputError, ModelError, Terminated
 from lgip.evaluation import ModelRun, eval_run_info, forget_token_tables, run_evaluation, swap_process_state
-from lgip.generate import run_generator
+from lgip.generate import SkipRecord, run_generator
 from lgip.hub import check_models, require_models
 from lgip.images import encode_record_images, open_rgb
 from lgip.lookahead import Lookahead
@@ -74,17 +74,19 @@ from lgip.scoring import Pairs, add_ci, mean_or_none
 from lgip.device import cosines
 from lgip.texts import TextBank
 from lgip.util import (Timer, atomic_open, default_num_workers, default_output, fmt, metrics_path, package_versions,
-                       provenance, write_json)
+                       provenance, refuse_overwriting_input, remove_stale_temps, write_json)
 
 __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "InputError", "Lookahead", "ModelError",
            "ModelRun", "NUMBER_WORDS", "OBJECTS", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel",
-           "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "Step", "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips",
+           "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step", "Terminated", "TextBank", "Timer", "add_ci",
+           "add_typed_flips",
            "advanced_paraphrases", "align_words", "atomic_open", "attribute", "blamed_word", "cap_sample",
            "caption_texts", "changed_words", "check_gallery_size", "check_models", "check_tower", "configure",
            "cosines", "default_num_workers", "default_output", "dump_jsonl_line", "encode_record_images",
            "eval_run_info", "fmt", "forget_pixels", "forget_token_tables", "in_fp32", "infer_flip_type", "iter_records",
            "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids",
-           "parse_value", "provenance", "read_flip_gaps", "read_json", "reason_to_run", "require_models",
+           "parse_value", "provenance", "read_flip_gaps", "read_json", "reason_to_run", "refuse_overwriting_input",
+           "remove_stale_temps", "require_models",
            "resolve_device", "resolve_dtype", "retrieval_figures", "run_evaluation", "run_generator", "run_main",
            "run_step", "script_call", "script_settings", "search_galleries", "show", "similarity", "simple_paraphrases",
            "swap_process_state", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json"]

@@ -4,15 +4,17 @@ Step 0 of the pipeline. Reads the official COCO `annotations/captions_train2017.
 ({"images": [{"id", "file_name", ...}], "annotations": [{"id", "image_id", "caption"}]}) and
 writes one record per chosen image: {"image_id", "image_path", "orig_captions"}.
   - an image is eligible when it has at least CAPTIONS_PER_IMAGE captions and (with
-    CHECK_IMAGES) its file exists under IMAGE_DIR;
+    CHECK_IMAGES) its file exists under IMAGE_DIR and is not empty (a folder or a zero-byte
+    file counts as missing);
   - orig_captions = its first CAPTIONS_PER_IMAGE captions by annotation id, kept verbatim
     (no stripping: the published base kept the COCO text as is);
   - eligible images are ordered by image id; when there are more than N_IMAGES,
     random.Random(SEED).sample(eligible, N_IMAGES) picks them, and they are written in
     image-id order;
   - image_path is relative to the output file's folder, with forward slashes.
-Annotations naming an image id absent from "images" are skipped and counted. Prints what it
-skipped and why; writes `<OUTPUT_JSONL>.meta.json` (settings, versions, counts).
+Annotations naming an image id absent from "images", with an empty or blank caption, or repeating
+an earlier annotation's id (the first is kept) are skipped and counted. Prints what it skipped and
+why; writes `<OUTPUT_JSONL>.meta.json` (settings, versions, counts).
   python make_base_jsonl.py --N_IMAGES=40000 --SEED=42
 """
 import os
@@ -48,7 +50,7 @@ def check_settings():
 
 def load_coco(path):
     """The parsed annotations file: a dict with the lists 'images' and 'annotations'."""
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise common.InputError(
             f"{path}: no such file. Download the COCO 2017 train/val annotations "
             f"(annotations_trainval2017.zip from cocodataset.org) and put captions_train2017.json in "
@@ -97,9 +99,10 @@ def _check_annotation(ann, i, path):
 
 
 def group_captions(annotations, files, path, stats):
-    """{image id: [(annotation id, caption)]} for known images; unknown ids are counted."""
+    """{image id: [(annotation id, caption)]} for known images; unknown image ids, blank captions
+    and repeated annotation ids (the first kept) are counted."""
     by_image = {image_id: [] for image_id in files}
-    unknown = []
+    unknown, blank, seen, repeated = [], [], set(), []
     for i, ann in enumerate(annotations):
         try:  # fast path: the checks below only look closer at a suspicious annotation
             ann_id, image_id, caption = ann["id"], ann["image_id"], ann["caption"]
@@ -108,28 +111,42 @@ def group_captions(annotations, files, path, stats):
             raise
         if type(ann_id) is not int or type(image_id) is not int or type(caption) is not str:
             _check_annotation(ann, i, path)
+        if ann_id in seen:
+            repeated.append(ann_id)
+            continue
+        seen.add(ann_id)
         captions = by_image.get(image_id)
         if captions is None:
             unknown.append(ann_id)
+        elif not caption.strip():
+            blank.append(ann_id)
         else:
             captions.append((ann_id, caption))
     stats["annotations"] = len(annotations)
     stats["annotations_unknown_image"] = len(unknown)
-    return by_image, unknown
+    stats["annotations_blank_caption"] = len(blank)
+    stats["annotations_repeated_id"] = len(repeated)
+    return by_image, {"unknown_image": unknown, "blank_caption": blank, "repeated_id": repeated}
 
 
 def image_exists_fn(image_dir):
-    """A fast existence test: one directory listing for plain names, a stat for nested ones."""
+    """A fast existence test: one directory listing for plain names, a stat for nested ones. A
+    folder or a zero-byte file is no image: missing."""
     if not os.path.isdir(image_dir):
         raise common.InputError(
             f"{image_dir}: image folder not found (expected COCO layout train2017/train2017/*.jpg beside the "
             f"scripts); pass --IMAGE_DIR=<folder>, or --CHECK_IMAGES=False to write records without checking")
-    names = set(os.listdir(image_dir))
+    entries = {e.name: e for e in os.scandir(image_dir)}
 
     def exists(file_name):
         if "/" in file_name or os.sep in file_name:
-            return os.path.isfile(os.path.join(image_dir, file_name))
-        return file_name in names
+            path = os.path.join(image_dir, file_name)
+            return os.path.isfile(path) and os.path.getsize(path) > 0
+        entry = entries.get(file_name)
+        try:  # (is_file follows a link to a file; stat is asked only of a chosen name)
+            return entry is not None and entry.is_file() and entry.stat().st_size > 0
+        except OSError:  # a dangling link
+            return False
     return exists
 
 
@@ -170,17 +187,22 @@ def make_record(image_id, image_path, captions):
     return {"image_id": image_id, "image_path": image_path, "orig_captions": [c for _, c in captions]}
 
 
-def report(stats, skipped, unknown, seconds):
+def report(stats, skipped, dropped, seconds):
     name = os.path.basename(__file__)
     print(f"{name}: {stats['images_in_file']} images in file, {stats['annotations']} annotations, "
           f"{stats['eligible']} eligible, {stats['written']} written")
     print(f"  skipped (fewer than {CAPTIONS_PER_IMAGE} captions): {stats['skipped_too_few_captions']} images"
           + _examples(skipped["too_few_captions"]))
     check = "" if CHECK_IMAGES else " (not checked: CHECK_IMAGES=False)"
-    print(f"  skipped (image file missing){check}: {stats['skipped_image_missing']} images"
+    print(f"  skipped (image file missing, empty or a folder){check}: {stats['skipped_image_missing']} images"
           + _examples(skipped["image_missing"]))
     print(f"  skipped annotations with an unknown image id: {stats['annotations_unknown_image']}"
-          + _examples(unknown, "annotation ids"))
+          + _examples(dropped["unknown_image"], "annotation ids"))
+    for key, what in (("blank_caption", "an empty or blank caption"),
+                      ("repeated_id", "the id of an earlier annotation (the first one is kept)")):
+        if stats["annotations_" + key]:
+            print(f"  skipped annotations with {what}: {stats['annotations_' + key]}"
+                  + _examples(dropped[key], "annotation ids"))
     if N_IMAGES is not None and stats["eligible"] < N_IMAGES:
         print(f"  note: only {stats['eligible']} eligible images, fewer than N_IMAGES={N_IMAGES}: wrote them all")
     rate = stats["written"] / max(seconds, 1e-9)
@@ -196,12 +218,16 @@ def _examples(ids, what="image ids"):
 
 def main():
     check_settings()
+    common.refuse_overwriting_input(OUTPUT_JSONL, ANNOTATIONS_JSON)
+    stale = common.remove_stale_temps(OUTPUT_JSONL)
+    if stale:
+        print(f"removed {len(stale)} temp file(s) a killed earlier run left for {os.path.basename(OUTPUT_JSONL)}")
     stats = {}
     skipped = {"too_few_captions": [], "image_missing": []}
     with common.Timer() as timer:
         data = load_coco(ANNOTATIONS_JSON)
         files = index_images(data["images"], ANNOTATIONS_JSON)
-        by_image, unknown = group_captions(data["annotations"], files, ANNOTATIONS_JSON, stats)
+        by_image, dropped = group_captions(data["annotations"], files, ANNOTATIONS_JSON, stats)
         del data
         chosen = select(files, by_image, stats, skipped)
         relative = relative_path_fn(os.path.dirname(os.path.abspath(OUTPUT_JSONL)))
@@ -215,10 +241,10 @@ def main():
                 output=os.path.abspath(OUTPUT_JSONL), counts=stats,
                 skipped_examples={"too_few_captions": skipped["too_few_captions"][:_SHOW_SKIPPED],
                                   "image_missing": skipped["image_missing"][:_SHOW_SKIPPED],
-                                  "unknown_image_annotation_ids": unknown[:_SHOW_SKIPPED]},
+                                  **{f"{k}_annotation_ids": v[:_SHOW_SKIPPED] for k, v in dropped.items()}},
                 seconds=round(timer.seconds, 3))
     common.write_json(OUTPUT_JSONL + ".meta.json", meta)
-    report(stats, skipped, unknown, timer.seconds)
+    report(stats, skipped, dropped, timer.seconds)
 
 
 if __name__ == "__main__":

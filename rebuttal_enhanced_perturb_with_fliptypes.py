@@ -21,14 +21,27 @@ MAX_SAME_PER_CAP = 6  # int >= 0: paraphrases kept per caption (random.sample wh
 MAX_DIFF_PER_CAP = 6  # int >= 0: flips kept per caption (random.sample when there are more)
 MAX_COMBINED_PER_CAP = 6  # int >= 0: paraphrase+flip texts kept per caption (the first ones)
 COMBINED_SOURCE_PARAS = 5  # int >= 0: how many paraphrases (in order) are flipped for combined_caps
+MAX_CAPTION_WORDS = 100  # int >= 1: a record with a longer caption is skipped, counted and reported (its double synonym swaps grow with the square of its length: 400 words took 0.86 GB); COCO captions have at most ~50
 PARAPHRASE_ORDER = "generation"  # "generation" (deterministic) or "set" (the published order; depends on PYTHONHASHSEED)
 SEED = 42  # int: seed of the single random stream (42 reproduces the published outputs)
 CONFIG = common.configure(globals())
 if PARAPHRASE_ORDER not in ("generation", "set"):
     raise SystemExit(f"error: PARAPHRASE_ORDER must be 'generation' or 'set', got {PARAPHRASE_ORDER!r}")
+if not (isinstance(MAX_CAPTION_WORDS, int) and not isinstance(MAX_CAPTION_WORDS, bool) and MAX_CAPTION_WORDS >= 1):
+    raise SystemExit(f"error: MAX_CAPTION_WORDS must be an int >= 1, got {MAX_CAPTION_WORDS!r}")
+
+
+def check_length(rec):
+    """SkipRecord when a caption has more than MAX_CAPTION_WORDS words: checked before any
+    random call, so the records after it get what they would get without it."""
+    for i, c in enumerate(rec["orig_captions"]):
+        if len(c.split()) > MAX_CAPTION_WORDS:
+            raise common.SkipRecord("caption_over_MAX_CAPTION_WORDS", f"field 'orig_captions[{i}]' has "
+                                    f"{len(c.split()):,} words, over MAX_CAPTION_WORDS={MAX_CAPTION_WORDS}")
 
 
 def perturb(rec, rng, stats):
+    check_length(rec)
     fields = {"same_caps": {}, "diff_caps": {}}
     fields.update({"diff_caps_" + t: {} for t in common.FLIP_TYPES})
     fields["combined_caps"] = {}

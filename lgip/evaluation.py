@@ -9,7 +9,7 @@ import os
 import time
 
 from . import accelerations, prefix_packs
-from .errors import Interrupted
+from .errors import InputError, Interrupted
 from .hub import require_models
 from .util import OUTPUTS, Timer, provenance
 from .records import load_records
@@ -195,11 +195,16 @@ class ModelRun:
         # the published scripts count a record once its image and captions encode: not one without captions
         self.n_samples = sum(1 for k in self.ok if self.records[k][1]["orig_captions"])
         if self.world == 1:
+            self._check_usable(self.n_samples, self.image_report)
             self._scored(t_scoring)
             return pairs_list
         gathered = _gather(([p.state() for p in pairs_list], len(self.ok), self.image_report,
                             self.bank.n_unique, self.bank.n_encoded, self.bank.positions, self.n_samples,
                             self.failed), self.world)
+        # every rank has every rank's counts (all_gather): all stop together, or none
+        self._check_usable(sum(g[6] for g in gathered),
+                           {"num_failed_images": sum(g[2]["num_failed_images"] for g in gathered),
+                            "failed_images": [f for g in gathered for f in g[2]["failed_images"]]})
         if not self.is_main:
             return [None] * len(pairs_list)
         self.n_ok = sum(g[1] for g in gathered)
@@ -213,6 +218,19 @@ class ModelRun:
         merged = [Pairs.merged([g[0][j] for g in gathered]) for j in range(len(pairs_list))]
         self._scored(t_scoring)
         return merged
+
+    def _check_usable(self, n_usable, image_report):
+        """InputError (before any metrics or score file is written) when no record has both a
+        readable image and a caption: a run of all-None metrics, exit status 0, would pass for a
+        result."""
+        if n_usable:
+            return
+        first = image_report["failed_images"][:1]
+        why = f" (first: {first[0]['path']}: {first[0]['error']})" if first else ""
+        raise InputError(f"no usable records: {len(self.records)} in {self.config['JSONL_PATH']}, "
+                         f"{image_report['num_failed_images']} unreadable images{why}, "
+                         f"{sum(1 for _, r in self.records if not r['orig_captions'])} without captions "
+                         f"(IMAGE_ROOT: {self.image_root}). No metrics were written.")
 
     def gathered(self, obj):
         """`obj` of every process, in rank order, on rank 0 (None on the others); [obj] alone.
@@ -306,12 +324,39 @@ def _interrupted(config, models, finished, per_model_files):
     return f"during model {current}; {done}; {written}{resume}."
 
 
+def check_records(path, records):
+    """What the run block says of the input: records without captions (skipped: they make no
+    pair and the published scripts do not count them) and repeated image_path values (kept and
+    counted twice, as the published scripts do: warned). InputError when the file holds no
+    record at all, before any model is loaded."""
+    if not records:
+        raise InputError(f"no usable records: 0 in {path} (the file is empty or holds only blank lines). "
+                         f"Nothing was run.")
+    no_caps = [line for line, rec in records if not rec["orig_captions"]]
+    if no_caps:
+        print(f"warning: {path}: {len(no_caps)} record(s) without captions, skipped (lines "
+              f"{', '.join(map(str, no_caps[:5]))}{', ...' if len(no_caps) > 5 else ''})", flush=True)
+    seen, dup_lines = set(), []
+    for line, rec in records:
+        if rec["image_path"] in seen:
+            dup_lines.append(line)
+        seen.add(rec["image_path"])
+    if dup_lines:
+        print(f"warning: {path}: {len(dup_lines)} record(s) repeat an earlier record's image_path (lines "
+              f"{', '.join(map(str, dup_lines[:5]))}{', ...' if len(dup_lines) > 5 else ''}); they are kept and "
+              f"counted again, as the published scripts do: num_samples counts them and the intervals narrow. "
+              f"Remove the repeats unless meant.", flush=True)
+    return {"num_records_without_captions": len(no_caps), "records_without_captions_lines": no_caps[:20],
+            "num_duplicate_image_paths": len(dup_lines), "duplicate_image_path_lines": dup_lines[:20]}
+
+
 def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_model=None):
     """The evaluation scripts' loop: each model of MODELS through `evaluate(run) -> metrics`.
 
     Prints `summary(metrics)` per model; returns the list of metrics on rank 0, None elsewhere.
     """
     records = load_records(config["JSONL_PATH"], per_caption_fields)
+    input_report = check_records(config["JSONL_PATH"], records)
     if config.get("CACHE_DIR"):  # said should an output not be written: the work is not lost
         OUTPUTS.resume = ("the embeddings encoded so far are in the cache: once there is room, the same command "
                           "re-runs from it (a model whose embeddings are all there without loading its weights)")
@@ -334,13 +379,16 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
             if not run.is_main:
                 continue
             metrics["run"] = run.info(script)
+            metrics["run"].update(input_report)
             metrics["run"]["seconds"] = round(t.seconds, 3)
             if on_model:
                 on_model(metrics)
             results.append(metrics)
             finished.append(run.enc.name)
-            print(f"{run.enc.name}: {summary(metrics)} ({run.n_ok} records, "
-                  f"{run.image_report['num_failed_images']} unreadable images, {t.seconds:.1f} s)", flush=True)
+            no_caps = input_report["num_records_without_captions"]
+            print(f"{run.enc.name}: {summary(metrics)} ({run.n_samples} records, "
+                  f"{run.image_report['num_failed_images']} unreadable images, "
+                  + (f"{no_caps} without captions (skipped), " if no_caps else "") + f"{t.seconds:.1f} s)", flush=True)
     except KeyboardInterrupt:
         raise Interrupted(_interrupted(config, models, finished, on_model is not None)) from None
     finally:

@@ -17,18 +17,29 @@ from .errors import InputError
 from .util import gc_paused
 
 
-def _expect_str_list(value, where, field):
+def _expect_str_list(value, where, field, nonblank=False):
     if not isinstance(value, list):
         raise InputError(f"{where}: field {field!r} is {type(value).__name__}, expected a list of strings")
     for j, s in enumerate(value):
         if not isinstance(s, str):
             raise InputError(f"{where}: field '{field}[{j}]' is {type(s).__name__}, expected a string")
+        if nonblank and not s.strip():
+            raise InputError(f"{where}: field '{field}[{j}]' is {'empty' if not s else 'blank'} ({s!r}): "
+                             f"a caption needs text (remove it, or the record)")
+
+
+# the script that writes a file holding each per-caption field (named when a record lacks it)
+MADE_BY = {"same_caps": "diff_gen_caption.py (or either fliptypes generator)",
+           "diff_caps": "diff_gen_caption.py (or either fliptypes generator)",
+           "diff_caps_*": "make_perturb_with_fliptypes.py or rebuttal_enhanced_perturb_with_fliptypes.py",
+           "combined_caps": "rebuttal_enhanced_perturb_with_fliptypes.py"}
 
 
 def validate_record(rec, where, per_caption_fields=()):
     """Check the fields the scripts read; `where` is "file:line". per_caption_fields: names of
-    required {caption index: [texts]} fields; "prefix*" checks every field with that prefix;
-    "combined_caps" (optional) holds lists of {"text", "combined_type"} objects."""
+    required {caption index: [texts]} fields (keys "0".."n-1" for n captions, nothing else);
+    "prefix*" checks every field with that prefix (none is fine); "combined_caps" holds lists
+    of {"text", "combined_type"} objects. Captions must hold text; image_path no NUL."""
     if not isinstance(rec, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(rec).__name__}")
     for field in ("image_path", "orig_captions"):
@@ -36,23 +47,59 @@ def validate_record(rec, where, per_caption_fields=()):
             raise InputError(f"{where}: missing field {field!r}")
     if not isinstance(rec["image_path"], str):
         raise InputError(f"{where}: field 'image_path' is {type(rec['image_path']).__name__}, expected a string")
-    _expect_str_list(rec["orig_captions"], where, "orig_captions")
+    if "\0" in rec["image_path"]:
+        raise InputError(f"{where}: field 'image_path' contains a NUL character (\\u0000): not a file path")
+    _expect_str_list(rec["orig_captions"], where, "orig_captions", nonblank=True)
+    n = len(rec["orig_captions"])
     for pattern in per_caption_fields:
         # "diff_caps_*": every field with that prefix, however many (none is fine)
         fields = [f for f in rec if f.startswith(pattern[:-1])] if pattern.endswith("*") else [pattern]
         for field in fields:
             block = rec.get(field)
             if block is None:
-                if field == "combined_caps":
-                    continue
-                raise InputError(f"{where}: missing field {field!r} (run the generator first)")
+                raise InputError(f"{where}: missing field {field!r}: this script reads the output of "
+                                 f"{MADE_BY.get(pattern, 'the generator')}")
             if not isinstance(block, dict):
                 raise InputError(f"{where}: field {field!r} is {type(block).__name__}, expected an object keyed by caption index")
             for key, items in block.items():
+                if key not in _index_keys(n):
+                    raise InputError(f"{where}: field {field!r} has key {key!r}, not a caption index "
+                                     f"(\"0\"..\"{n - 1}\" for this record's {n} captions)" if n else
+                                     f"{where}: field {field!r} has key {key!r}, but the record has no captions")
                 if field == "combined_caps":
                     _expect_combined(items, where, f"{field}.{key}")
                 else:
                     _expect_str_list(items, where, f"{field}.{key}")
+
+
+_INDEX_KEYS = []
+
+
+def _index_keys(n):
+    """{"0", ..., str(n - 1)}: the keys a per-caption field of a record with n captions may have."""
+    while len(_INDEX_KEYS) <= n:
+        _INDEX_KEYS.append(frozenset(str(i) for i in range(len(_INDEX_KEYS))))
+    return _INDEX_KEYS[n]
+
+
+def _lone_surrogate(value, field=""):
+    """The field ("orig_captions[0]", "same_caps.0[1]") of the first string in `value` holding
+    a lone UTF-16 surrogate (valid JSON, "\\ud800", but no text: it cannot be written as UTF-8
+    nor tokenized), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return field or "(the value)"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        name = (f"{field}.{k}" if field else str(k)) if isinstance(value, dict) else f"{field}[{k}]"
+        found = _lone_surrogate(k, name + " (its key)") if isinstance(k, str) else None
+        found = found or _lone_surrogate(v, name)
+        if found:
+            return found
+    return None
 
 
 def _expect_combined(items, where, field):
@@ -87,11 +134,19 @@ def _decode(raw, where, of_line=False):
                          f"save the file as UTF-8") from None
 
 
-def iter_json_lines(path):
-    """Stream (line number, value) from a JSONL file; blank lines are skipped. A line that is not
-    JSON or not UTF-8 raises InputError naming `path:line`."""
+def check_input_file(path, kind="JSONL"):
+    """InputError unless `path` is a file: "<path>: no such file" / "is a directory"."""
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, expected a {kind} file")
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
+
+
+def iter_json_lines(path):
+    """Stream (line number, value) from a JSONL file; blank lines are skipped. A line that is not
+    JSON or not UTF-8, or holds a string with a lone surrogate ("\\ud800": valid JSON, not text),
+    raises InputError naming `path:line` (and the field)."""
+    check_input_file(path)
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             if lineno == 1:
@@ -103,14 +158,18 @@ def iter_json_lines(path):
                 value = json.loads(line)
             except json.JSONDecodeError as e:
                 raise InputError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+            if b"\\ud" in raw or b"\\uD" in raw:  # a surrogate escape: paired (an emoji) or lone?
+                field = _lone_surrogate(value)
+                if field:
+                    raise InputError(f"{path}:{lineno}: field {field!r} holds a lone UTF-16 surrogate (a \\ud800-\\udfff "
+                                     f"escape without its pair): not text; fix or remove it")
             yield lineno, value
 
 
 def read_json(path):
     """A whole JSON file, parsed; InputError naming the file (and line and column) when it is
     missing, not UTF-8 or not JSON."""
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file")
+    check_input_file(path, "JSON")
     with open(path, "rb") as f:
         data = f.read()
     text = _decode(data[_start(path, data[:4]):], path)

@@ -20,12 +20,54 @@ from .errors import OutputError
 
 
 def count_lines(path):
-    """Non-blank-agnostic line count (for progress bars); fast on large files."""
+    """Non-blank-agnostic line count (for progress bars); fast on large files. The caller checks
+    that `path` is a file first (lgip.records.check_input_file: an InputError, not a traceback)."""
     n = 0
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             n += block.count(b"\n")
     return n
+
+
+def same_file(a, b):
+    """True when paths a and b name one file (the same path, a link to it, another spelling of it)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet
+        return False
+
+
+def refuse_overwriting_input(output, *inputs, setting="OUTPUT_JSONL"):
+    """InputError (exit 2, before any work) when `output` is one of `inputs`: writing it would
+    replace the input with what is made from it."""
+    from .errors import InputError
+    for path in inputs:
+        if same_file(output, path):
+            raise InputError(f"{setting}={output} is the input file {path}: writing it would replace the input. "
+                             f"Give another {setting} (or leave it None for the default name). Nothing was written.")
+
+
+def remove_stale_temps(path, min_age_s=60):
+    """Remove the temp files atomic_open left for `path` when its process was killed (SIGKILL, an
+    out-of-memory kill: no handler runs), untouched for `min_age_s` seconds (a live writer of the
+    same output keeps its own fresh). Returns their names; the caller says so."""
+    folder = os.path.dirname(os.path.abspath(path))
+    prefix, now, removed = "." + os.path.basename(path) + ".", time.time(), []
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return removed
+    for name in names:
+        full = os.path.join(folder, name)
+        try:
+            if now - os.stat(full).st_mtime >= min_age_s:
+                os.unlink(full)
+                removed.append(name)
+        except OSError:
+            pass
+    return removed
 
 
 # why an output cannot be written, and what to do ({folder}: the folder it goes to)

@@ -28,6 +28,11 @@ GOOD = json.dumps({"image_path": "a.jpg", "orig_captions": ["A red bus on the ro
     ('{"image_path": "a.jpg", "orig_captions": "A bus"}', ":3: field 'orig_captions' is str"),
     ('{"orig_captions": ["A bus"]}', ":3: missing field 'image_path'"),
     ('[1, 2]', ":3: expected a JSON object"),
+    # valid JSON, but no text: nothing can write or tokenize a lone surrogate; no path holds a NUL
+    ('{"image_path": "a.jpg", "orig_captions": ["A bus \\ud800"]}', ":3: field 'orig_captions[0]' holds a lone UTF-16 surrogate"),
+    ('{"image_path": "a\\u0000.jpg", "orig_captions": ["A bus"]}', ":3: field 'image_path' contains a NUL character"),
+    ('{"image_path": "a.jpg", "orig_captions": ["A bus", ""]}', ":3: field 'orig_captions[1]' is empty"),
+    ('{"image_path": "a.jpg", "orig_captions": ["A bus", " \\t"]}', ":3: field 'orig_captions[1]' is blank"),
 ])
 @pytest.mark.parametrize("script", ["diff_gen_caption.py", "make_perturb_with_fliptypes.py",
                                     "rebuttal_enhanced_perturb_with_fliptypes.py"])
@@ -40,6 +45,78 @@ def test_malformed_record_stops_with_file_line_field(tmp_path, script, bad_line,
     assert f"{src}{expected}" in proc.stderr
     assert out.read_text() == "previous run\n"  # no half-written output replaced it
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+GENERATORS = ["diff_gen_caption.py", "make_perturb_with_fliptypes.py", "rebuttal_enhanced_perturb_with_fliptypes.py"]
+
+
+@pytest.mark.parametrize("script", GENERATORS)
+def test_generator_refuses_to_write_over_its_input(tmp_path, script):
+    src = write_lines(tmp_path / "in.jsonl", [GOOD])
+    (tmp_path / "link.jsonl").symlink_to(src)
+    for output in (src, tmp_path / "link.jsonl", tmp_path / "." / "in.jsonl"):
+        proc = run_script(script, f"--INPUT_JSONL={src}", f"--OUTPUT_JSONL={output}", check=False)
+        assert proc.returncode == 2 and "is the input file" in proc.stderr and "Traceback" not in proc.stderr
+        assert src.read_text() == GOOD + "\n"
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl", "link.jsonl"]
+
+
+def test_generator_input_missing_or_a_folder_is_said(tmp_path):
+    for path, said in ((tmp_path / "none.jsonl", "no such file"), (tmp_path, "is a directory, expected a JSONL file")):
+        proc = run_script("diff_gen_caption.py", f"--INPUT_JSONL={path}", f"--OUTPUT_JSONL={tmp_path / 'o.jsonl'}",
+                          check=False)
+        assert proc.returncode == 2 and f"{path}: {said}" in proc.stderr and "Traceback" not in proc.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_caption_keyed_fields_take_only_caption_indices(tmp_path):
+    rec = {"image_path": "a.jpg", "orig_captions": ["A red bus.", "A dog."], "same_caps": {"0": [], "1": []},
+           "diff_caps": {"0": ["A blue bus."], "7": ["lost"], "x": ["lost"]}}
+    src = write_lines(tmp_path / "in.jsonl", ["", json.dumps(rec)])
+    with pytest.raises(InputError, match=r"in.jsonl:2: field 'diff_caps' has key '7', not a caption index "
+                                         r'\("0".."1" for this record.s 2 captions\)'):
+        list(iter_records(str(src), per_caption_fields=["same_caps", "diff_caps"]))
+    rec["diff_caps"] = {"0": [], "01": []}
+    write_lines(src, [json.dumps(rec)])
+    with pytest.raises(InputError, match=r"in.jsonl:1: field 'diff_caps' has key '01'"):
+        list(iter_records(str(src), per_caption_fields=["diff_caps"]))
+    rec["diff_caps"] = {"1": ["A cat."], "0": []}  # any order; a caption may be absent
+    write_lines(src, [json.dumps(rec)])
+    assert len(list(iter_records(str(src), per_caption_fields=["same_caps", "diff_caps"]))) == 1
+
+
+def test_paired_surrogates_are_text(tmp_path):
+    src = write_lines(tmp_path / "in.jsonl", [json.dumps({"image_path": "a.jpg", "orig_captions": ["A \U0001F600 bus"]})])
+    assert "\\ud83d" in src.read_text() and list(iter_records(str(src)))[0][1]["orig_captions"] == ["A \U0001F600 bus"]
+
+
+def test_too_long_caption_skips_its_record_alone(tmp_path):
+    """Over MAX_CAPTION_WORDS a record is skipped before any random call: the others are as they
+    would be without it (its double synonym swaps grow with the square of its length)."""
+    lines = open(BASE_JSONL, encoding="utf-8").read().splitlines()
+    long = json.dumps({"image_path": "long.jpg", "orig_captions": ["a red dog sits " * 30]})
+    with_long = write_lines(tmp_path / "with.jsonl", lines[:3] + [long] + lines[3:6])
+    without = write_lines(tmp_path / "without.jsonl", lines[:6])
+    script = "rebuttal_enhanced_perturb_with_fliptypes.py"
+    proc = run_script(script, f"--INPUT_JSONL={with_long}", f"--OUTPUT_JSONL={tmp_path / 'a.jsonl'}")
+    run_script(script, f"--INPUT_JSONL={without}", f"--OUTPUT_JSONL={tmp_path / 'b.jsonl'}")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
+    assert (f"{with_long}:4: record skipped: field 'orig_captions[0]' has 120 words, over MAX_CAPTION_WORDS=100"
+            in proc.stdout)
+    assert "written 6 records; 1 skipped (caption over MAX CAPTION WORDS)" in proc.stdout
+    meta = json.load(open(tmp_path / "a.jsonl.meta.json"))
+    assert meta["counts"]["skipped_caption_over_MAX_CAPTION_WORDS"] == 1 and meta["counts"]["written"] == 6
+
+
+def test_a_killed_generators_temp_file_is_removed_by_the_next_run(tmp_path):
+    out = tmp_path / "out.jsonl"
+    stale, live = tmp_path / ".out.jsonl.k1ll3d.tmp", tmp_path / ".out.jsonl.wr1t1n.tmp"
+    stale.write_text("half")
+    live.write_text("being written")
+    os.utime(stale, (1e9, 1e9))  # untouched for years: its writer is gone
+    proc = run_script("diff_gen_caption.py", f"--INPUT_JSONL={BASE_JSONL}", f"--OUTPUT_JSONL={out}")
+    assert "removed 1 temp file(s) a killed earlier run left for out.jsonl" in proc.stdout
+    assert not stale.exists() and live.exists()  # a fresh one may be another run's, writing
 
 
 def test_blank_lines_are_skipped(tmp_path):

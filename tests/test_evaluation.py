@@ -96,3 +96,70 @@ def test_siglip_sanity_check_shows_both_protocols(tmp_path):
     assert any(abs(r["sim_corrected"] - r["sim_reference"]) > 1e-3 for r in out["rows"])
     assert "corrected:" in proc.stdout and "reference:" in proc.stdout and "flip: " in proc.stdout
     assert out["run"]["config"]["N_RECORDS"] == 4
+
+
+def _fixture_lines(name):
+    return open(os.path.join(REFERENCE, name), encoding="utf-8").read().splitlines()
+
+
+def test_records_without_captions_and_repeated_images_are_counted(tmp_path):
+    """A record without captions is skipped and said; a repeated image_path is kept (the published
+    scripts count it) but warned and recorded in the run block."""
+    from conftest import OPENCLIP_TINY
+    lines = _fixture_lines("fixture_with_perturb.jsonl")[:4]
+    empty = json.loads(lines.pop())
+    empty.update(orig_captions=[], same_caps={}, diff_caps={})
+    src = tmp_path / "x.jsonl"
+    src.write_text("\n".join(lines + [json.dumps(empty), lines[1]]) + "\n")
+    proc = run_script("run_lgip_multi.py", *eval_args(src, models=[OPENCLIP_TINY], BOOTSTRAP=0, WRITE_SCORES=False))
+    assert f"warning: {src}: 1 record(s) without captions, skipped (lines 4)" in proc.stdout
+    assert f"warning: {src}: 1 record(s) repeat an earlier record's image_path (lines 5)" in proc.stdout
+    assert "(4 records, 0 unreadable images, 1 without captions (skipped)," in proc.stdout
+    m = json.load(open(tmp_path / "x__LGIP_ALL.metrics.json"))[0]
+    assert m["num_samples"] == 4
+    assert m["run"]["num_records_without_captions"] == 1 and m["run"]["records_without_captions_lines"] == [4]
+    assert m["run"]["num_duplicate_image_paths"] == 1 and m["run"]["duplicate_image_path_lines"] == [5]
+
+
+def test_a_run_with_no_usable_record_fails_before_writing_metrics(tmp_path):
+    from conftest import OPENCLIP_TINY
+    src = tmp_path / "x.jsonl"
+    src.write_text("\n".join(_fixture_lines("fixture_with_perturb.jsonl")[:2]) + "\n")
+    (tmp_path / "noimages").mkdir()
+    proc = run_script("run_lgip_multi.py", *eval_args(src, models=[OPENCLIP_TINY], image_root=tmp_path / "noimages",
+                                                      BOOTSTRAP=0, CACHE_DIR=None), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert f"no usable records: 2 in {src}, 2 unreadable images (first: {tmp_path / 'noimages'}/" in proc.stderr
+    assert sorted(os.listdir(tmp_path)) == ["noimages", "x.jsonl"]  # no metrics, no score file
+    # an empty or blank-only file: before any model is loaded (this one could not be)
+    src.write_text("\n  \n")
+    missing = {"name": "nowhere", "type": "openclip", "model_name": "local-dir:" + str(tmp_path / "nowhere")}
+    for path in (src, tmp_path / "empty.jsonl"):
+        path.write_text("\n  \n")
+        proc = run_script("run_lgip_multi.py", *eval_args(path, models=[missing]), check=False)
+        assert proc.returncode == 2 and f"no usable records: 0 in {path} (the file is empty" in proc.stderr
+
+
+@pytest.mark.parametrize("script", ["run_lgip_multi.py", "rebuttal_enhanced_lgip_by_transformation.py"])
+def test_evaluation_input_of_the_wrong_kind_or_a_folder_is_said(tmp_path, script):
+    from conftest import OPENCLIP_TINY
+    proc = run_script(script, *eval_args(tmp_path, models=[OPENCLIP_TINY]), check=False)
+    assert proc.returncode == 2 and f"{tmp_path}: is a directory, expected a JSONL file" in proc.stderr
+    if script.startswith("rebuttal"):  # a _with_perturb file: no combined_caps
+        src = shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), tmp_path / "p.jsonl")
+        proc = run_script(script, *eval_args(src, models=[OPENCLIP_TINY]), check=False)
+        assert proc.returncode == 2 and (f"{src}:1: missing field 'combined_caps': this script reads the output of "
+                                         f"rebuttal_enhanced_perturb_with_fliptypes.py") in proc.stderr
+    else:  # a caption-keyed field with keys that are no caption index: an error, not 30 pairs lost
+        lines = _fixture_lines("fixture_with_perturb.jsonl")[:3]
+        rec = json.loads(lines[2])
+        rec["diff_caps"]["7"] = rec["diff_caps"].pop("4")
+        src = tmp_path / "k.jsonl"
+        src.write_text("\n".join(lines[:2] + [json.dumps(rec)]) + "\n")
+        proc = run_script(script, *eval_args(src, models=[OPENCLIP_TINY]), check=False)
+        assert proc.returncode == 2 and f"{src}:3: field 'diff_caps' has key '7', not a caption index" in proc.stderr
+        rec["diff_caps"]["4"] = rec["diff_caps"].pop("7")
+        rec["same_caps"]["1"] = ["A bus \ud800"]  # written with ensure_ascii: the escape, no UTF-8 could hold it
+        src.write_text("\n".join(lines[:2] + [json.dumps(rec)]) + "\n")
+        proc = run_script(script, *eval_args(src, models=[OPENCLIP_TINY]), check=False)
+        assert proc.returncode == 2 and f"{src}:3: field 'same_caps.1[0]' holds a lone UTF-16 surrogate" in proc.stderr

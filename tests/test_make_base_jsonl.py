@@ -101,11 +101,12 @@ def test_reports_what_it_skipped_and_why(coco):
     out = proc.stdout
     assert "8 images in file" in out and "6 eligible, 6 written" in out
     assert "skipped (fewer than 5 captions): 1 images; first image ids: 3" in out
-    assert "skipped (image file missing): 1 images; first image ids: 4" in out
+    assert "skipped (image file missing, empty or a folder): 1 images; first image ids: 4" in out
     assert "unknown image id: 1; first annotation ids: 500" in out
     assert "records/s" in out
     meta = json.loads((coco.output.parent / "base.jsonl.meta.json").read_text())
-    assert meta["counts"] == {"annotations": sum(map(len, CAPTION_IDS.values())) + 1, "annotations_unknown_image": 1, "images_in_file": 8,
+    assert meta["counts"] == {"annotations": sum(map(len, CAPTION_IDS.values())) + 1, "annotations_unknown_image": 1,
+                              "annotations_blank_caption": 0, "annotations_repeated_id": 0, "images_in_file": 8,
                               "eligible": 6, "skipped_too_few_captions": 1, "skipped_image_missing": 1,
                               "written": 6}
     assert meta["skipped_examples"]["image_missing"] == [4]
@@ -197,3 +198,41 @@ def test_missing_image_folder_is_an_error_when_checking(coco, tmp_path):
                       f"--OUTPUT_JSONL={coco.output}", check=False)
     assert proc.returncode == 2
     assert f"{missing}: image folder not found" in proc.stderr and "--CHECK_IMAGES=False" in proc.stderr
+
+
+def test_empty_images_blank_captions_and_repeated_ids_are_skipped_and_counted(tmp_path):
+    data = coco_dict()
+    for ann in data["annotations"]:
+        if ann["id"] == 62:
+            ann["caption"] = "  \n"  # image 6 is left with 4 captions
+    data["annotations"].append({"id": 81, "image_id": 1, "caption": "A repeat of annotation 81's id."})  # after it
+    coco = Coco(tmp_path, data)
+    (coco.image_dir / file_name(5)).write_bytes(b"")  # a zero-byte file
+    (coco.image_dir / file_name(7)).unlink()
+    (coco.image_dir / file_name(7)).mkdir()  # a folder with the image's name
+    out = coco.run("--N_IMAGES=None").stdout
+    recs = coco.records()
+    assert [r["image_id"] for r in recs] == [1, 2, 8]
+    assert recs[0]["orig_captions"] == expected_captions(1)  # the repeat was not taken as image 1's caption
+    assert "skipped (image file missing, empty or a folder): 3 images; first image ids: 4, 5, 7" in out
+    assert "skipped annotations with an empty or blank caption: 1; first annotation ids: 62" in out
+    assert "the id of an earlier annotation (the first one is kept): 1; first annotation ids: 81" in out
+    counts = json.loads((coco.output.parent / "base.jsonl.meta.json").read_text())["counts"]
+    assert counts["annotations_blank_caption"] == counts["annotations_repeated_id"] == 1
+    assert counts["skipped_too_few_captions"] == 2 and counts["skipped_image_missing"] == 3
+
+
+def test_output_equal_to_the_annotations_file_is_refused(coco, tmp_path):
+    before = coco.annotations.read_bytes()
+    link = tmp_path / "link.json"
+    link.symlink_to(coco.annotations)
+    for output in (coco.annotations, link):
+        proc = run_script(SCRIPT, f"--ANNOTATIONS_JSON={coco.annotations}", f"--IMAGE_DIR={coco.image_dir}",
+                          f"--OUTPUT_JSONL={output}", check=False)
+        assert proc.returncode == 2 and "is the input file" in proc.stderr and "Traceback" not in proc.stderr
+        assert coco.annotations.read_bytes() == before
+
+
+def test_annotations_path_that_is_a_folder_is_said(coco):
+    proc = coco.run(f"--ANNOTATIONS_JSON={coco.annotations.parent}", check=False)
+    assert proc.returncode == 2 and f"{coco.annotations.parent}: is a directory, expected a JSON file" in proc.stderr

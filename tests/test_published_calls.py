@@ -102,7 +102,8 @@ def test_siglip_sanity_check_draws_and_encodes_as_published(tmp_path):
     with open(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), encoding="utf-8") as f:
         recs = [json.loads(line) for line in f]
     recs[3]["image_path"] = "images/missing.jpg"
-    recs[5]["diff_caps"] = {"0": [], "9": ["A flip of no caption."]}  # counts as having flips; no caption to pick
+    # (a key that is no caption index, {"9": [...]}, which the published script counts as flips with no
+    # caption to pick, is now an input error: tests/test_evaluation.py, test_cli_records.py)
     recs[7]["diff_caps"] = {"1": [f"{recs[7]['orig_captions'][1]} {w}" for w in "abcdefg"]}  # 7 flips: 5 sampled
     recs.append({"image_path": "images/000000000001.jpg", "orig_captions": ["A red bus."], "diff_caps": {"0": []}})
     src = tmp_path / "in.jsonl"
@@ -132,7 +133,7 @@ def test_siglip_sanity_check_draws_and_encodes_as_published(tmp_path):
             shown.append((row["line"], row["caption_index"], []))
         shown[-1][2].append(row["text"])
     assert shown == expected
-    assert "image unreadable: skipped" in proc.stdout and "no caption with flips: skipped" in proc.stdout
+    assert "image unreadable: skipped" in proc.stdout
 
     vlm = published_style.PublishedVLM(SIGLIP_PIECES, text_batch=1 << 20)
     for line, i, texts in expected:
