@@ -35,15 +35,14 @@ def select(records, rng):
 
 
 def draw(selected, readable, rng):
-    """Per selected record: (caption index, flips), or None when its image fails or no caption has
-    flips (then, as published, no random call is made)."""
+    """Per selected record: (caption index, flips), or None when its image fails (then, as published,
+    no random call is made). A selected record has a caption with flips: its keys are caption indices."""
     picks = []
     for k, (_, r) in enumerate(selected):
-        candidates = [i for i in range(len(r["orig_captions"])) if r["diff_caps"].get(str(i))]
-        if k not in readable or not candidates:
+        if k not in readable:
             picks.append(None)
             continue
-        i = rng.choice(candidates)
+        i = rng.choice([i for i in range(len(r["orig_captions"])) if r["diff_caps"].get(str(i))])
         flips = r["diff_caps"][str(i)]
         picks.append((i, rng.sample(flips, MAX_FLIPS) if len(flips) > MAX_FLIPS else list(flips)))
     return picks
@@ -80,7 +79,7 @@ def main():
     for k, ((line, rec), pick) in enumerate(zip(selected, picks)):
         print(f"-- line {line}: {rec['image_path']}")
         if pick is None:
-            print("   (image unreadable: skipped)" if k not in readable else "   (no caption with flips: skipped)")
+            print("   (image unreadable: skipped)")
             continue
         (i, flips), corr, ref = pick, results["corrected"][k], results["reference"][k]
         for j, text in enumerate([rec["orig_captions"][i]] + flips):
