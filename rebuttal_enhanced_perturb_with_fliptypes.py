@@ -24,8 +24,6 @@ COMBINED_SOURCE_PARAS = 5  # int >= 0: how many paraphrases (in order) are flipp
 PARAPHRASE_ORDER = "generation"  # "generation" (deterministic) or "set" (the published order; depends on PYTHONHASHSEED)
 SEED = 42  # int: seed of the single random stream (42 reproduces the published outputs)
 CONFIG = common.configure(globals())
-if PARAPHRASE_ORDER not in ("generation", "set"):
-    raise SystemExit(f"error: PARAPHRASE_ORDER must be 'generation' or 'set', got {PARAPHRASE_ORDER!r}")
 
 
 def perturb(rec, rng, stats):
@@ -51,6 +49,8 @@ def perturb(rec, rng, stats):
 
 
 def main():
+    if PARAPHRASE_ORDER not in ("generation", "set"):  # (the counts and SEED: lgip.settings, checked by run_main)
+        raise common.ConfigError(f"PARAPHRASE_ORDER must be \"generation\" or \"set\", got {PARAPHRASE_ORDER!r}")
     output = OUTPUT_JSONL or common.default_output(INPUT_JSONL, "_with_fliptypes.jsonl", "rebuttal_enhanced_")
     common.run_generator(__file__, CONFIG, INPUT_JSONL, output, perturb)
 

@@ -13,6 +13,7 @@ import re
 import sys
 
 from .errors import ConfigError, InputError, Interrupted, ModelError, OutputError, Terminated
+from .settings import check_settings
 from .util import OUTPUTS, check_writable
 
 
@@ -69,14 +70,27 @@ def configure(namespace, argv=None):
         raise SystemExit(0)
     for arg in argv:
         if not arg.startswith("--") or "=" not in arg:
-            raise SystemExit(f"error: expected --NAME=value, got {arg!r} (see --help)")
+            _usage_error(f"expected --NAME=value, got {arg!r} (see --help)")
         key, text = arg[2:].split("=", 1)
         if key not in names:
-            raise SystemExit(f"error: unknown setting {key!r}; valid settings: {', '.join(names)}")
+            _usage_error(f"unknown setting {key!r}; valid settings: {', '.join(names)}")
         value = parse_value(text)
         print(f"override: {key} = {value!r}")
         namespace[key] = value
     return {k: namespace[k] for k in names}
+
+
+def _usage_error(message):
+    """A command line that names no setting: exit status 2, as every other bad input."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_config(config, script):
+    """The shared settings' rules (lgip.settings) over a script's constants in force, before any work;
+    a constant whose default in the script's source is None may be None (its comment says what that means)."""
+    none_ok = {k for k, (expr, _) in _constant_docs(script).items() if expr == "None"}
+    check_settings(config if isinstance(config, dict) else {}, none_ok)
 
 
 def output_folders(config):
@@ -143,11 +157,13 @@ def run_main(main):
     written, a score file, also ends so, once the rest is written), Ctrl-C with what was finished
     and how to resume (exit status 130), SIGTERM likewise (exit status 143). No partial output:
     every output file is written whole or not at all."""
-    folders, elsewhere = output_folders(getattr(main, "__globals__", {}).get("CONFIG"))
+    namespace = getattr(main, "__globals__", {})
+    folders, elsewhere = output_folders(namespace.get("CONFIG"))
     OUTPUTS.reset(elsewhere)
     restore = _handle_sigterm()
     started = False
     try:
+        check_config(namespace.get("CONFIG"), namespace.get("__file__", ""))  # bad settings: before any work
         check_writable(folders)  # before any work: not after an hour
         OUTPUTS.checked = folders  # (a script's run() then checks them no more)
         started = True

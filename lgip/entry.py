@@ -17,7 +17,7 @@ with no arguments: its `--NAME=value` overrides are already the module's constan
 import contextlib
 import os
 
-from .cli import output_folders
+from .cli import check_config, output_folders
 from .errors import ConfigError
 from .evaluation import swap_process_state
 from .util import OUTPUTS, check_writable
@@ -39,6 +39,7 @@ def script_call(namespace, constants):
     namespace.update(constants)
     try:
         config = {k: namespace[k] for k in names}
+        check_config(config, namespace.get("__file__", ""))  # bad settings: before any work
         folders, elsewhere = output_folders(config)
         if OUTPUTS.checked != folders:  # (the command line's run_main checked them already)
             OUTPUTS.reset(elsewhere)  # what this call writes, and could not (a score file: None in its metrics)

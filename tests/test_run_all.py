@@ -195,10 +195,13 @@ def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
     (["--SETTINGS={'INPUT_JSONL': 'x.jsonl'}"], "run_all sets it"),
     (["--DATA=both"], "DATA must be"),
     (["--PROTOCOL=fast"], "PROTOCOL must be"),
+    (["--STEPS=5"], "STEPS must be None, a list of step names"),
+    (["--SETTINGS={'BOOTSTRAP': 'x'}"], "BOOTSTRAP must be an int >= 0"),  # (before any step's work)
+    (["--MODELS=[]"], "MODELS is empty"),
 ])
 def test_bad_settings_are_errors(tmp_path, args, message):
     proc = run_script("run_all.py", "--DATA=demo", "--DRY_RUN=True", *args, check=False)
-    assert proc.returncode != 0 and message in proc.stderr
+    assert proc.returncode == 2 and message in proc.stderr
 
 
 # --- COCO mode ---------------------------------------------------------------
