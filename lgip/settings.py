@@ -32,7 +32,8 @@ def _number(low):
     return lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and v == v and v >= low
 
 
-def _device(v):
+def _device(v, here=True):
+    """A device string torch parses; `here`: one this machine has."""
     if v == "auto":
         return True
     if not isinstance(v, str):
@@ -42,7 +43,7 @@ def _device(v):
         device = torch.device(v)
     except (RuntimeError, ValueError):
         return False
-    if device.type == "cuda":  # (else the first model's loading fails with a driver message, after the data work)
+    if device.type == "cuda" and here:  # (else the first model's loading fails with a driver message, after the data work)
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
             raise ConfigError(f"DEVICE is {v!r} but CUDA is not available here (torch.cuda.is_available() is False): "
@@ -132,5 +133,7 @@ def check_settings(config, none_ok=()):
         if name not in RULES or (value is None and name in none_ok):
             continue
         test, what = RULES[name]
+        if name == "DEVICE" and config.get("DRY_RUN") is True:  # (run_all's plan may be for another machine)
+            test = lambda v: _device(v, here=False)  # noqa: E731
         if not test(value):
             raise ConfigError(f"{name} must be {what}, got {value!r}")

@@ -148,3 +148,9 @@ def test_image_encoding_close_after_a_failed_start_shows_the_real_error(enc):
             job.start()
         finally:
             job.close()
+
+
+def test_a_dry_run_may_plan_for_a_gpu_elsewhere():
+    check_settings({"DEVICE": "cuda:1", "DRY_RUN": True})  # (a login node's plan of a GPU job)
+    with pytest.raises(ConfigError, match="DEVICE must be"):
+        check_settings({"DEVICE": "tpu", "DRY_RUN": True})
