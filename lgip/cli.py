@@ -1,8 +1,9 @@
 """lgip.cli: a script's command line: `--NAME=value` overrides of its UPPERCASE constants
-(`configure`, as nanoGPT's configurator), and `run_main`, which first checks that the script's
-output folders take a file, then ends bad input with its message (exit status 2), a GPU out of
-memory with what to lower (3), an output that cannot be written with which, why and what to do
-(4), Ctrl-C (130) and SIGTERM (143) with what was finished and how to resume.
+(`configure`, as nanoGPT's configurator), and `run_main`, which first checks the settings
+(lgip.settings) and that the script's output folders take a file, then ends bad input with its
+message (exit status 2), a GPU out of memory with what to lower (3), an output that cannot be
+written with which, why and what to do (4), Ctrl-C (130) and SIGTERM (143) with what was finished
+and how to resume.
 
     JSONL_PATH = "x.jsonl"  # path to the input
     CONFIG = configure(globals())   # applies --JSONL_PATH=... from sys.argv, prints each override
@@ -150,8 +151,8 @@ def _handle_sigterm():
 
 
 def run_main(main):
-    """Run a script's main(). First its output folders (output_folders, from its CONFIG) are
-    checked to take a file. Bad input ends with its message and exit status 2, a GPU out of
+    """Run a script's main(). First its settings (check_config) are checked, and its output
+    folders (output_folders, from its CONFIG) to take a file. Bad input ends with its message and exit status 2, a GPU out of
     memory with what to lower and exit status 3, an output that cannot be written with which,
     why, what to do and what was written (exit status 4; an optional output that could not be
     written, a score file, also ends so, once the rest is written), Ctrl-C with what was finished

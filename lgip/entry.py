@@ -5,7 +5,7 @@ arguments, in force for the call only, in a process state as fresh as a new proc
 Each call starts with no token tables, prefix plan, shared calls, score-file layout or
 remembered pixels left by an earlier one, and drops its own when it ends (the lookahead's workers
 end with its run, the accelerations' switches are restored by run_evaluation), so a second call
-gives what a fresh process gives. Its output folders are checked to take a file before any work
+gives what a fresh process gives. Its settings (lgip.settings) and output folders are checked to take a file before any work
 (lgip.cli.run_main does the same on the command line). The command line calls the same run()
 with no arguments: its `--NAME=value` overrides are already the module's constants.
 
@@ -27,7 +27,7 @@ from .util import OUTPUTS, check_writable
 def script_call(namespace, constants):
     """Apply `constants` to a script's module constants (the names its `configure` returned as
     CONFIG) for the duration of the block, in a fresh process state; yields the settings in force.
-    An unknown name is an error listing the valid ones."""
+    An unknown name is an error listing the valid ones; so is a value its rule refuses."""
     names = list(namespace["CONFIG"])
     unknown = sorted(set(constants) - set(names))
     if unknown:
