@@ -7,6 +7,8 @@ above it in this list, so it can be read, and changed, knowing only those:
   errors, util          InputError / ModelError / ConfigError / OutputError; progress, timing, atomic files
                         (an output that cannot be written: which, why, what to do), output names
   accelerations         the off switch of every acceleration (ACCELERATIONS_OFF in the scripts)
+  settings              the rules of the settings the scripts share (BOOTSTRAP, MODELS, DEVICE, ...), checked
+                        before any work
   cli                   --NAME=value overrides of a script's constants; run_main and its exit codes
   records               reading every JSON/JSONL input (a UTF-8 byte-order mark is fine) and validating
                         records (file:line and field in every error)
@@ -71,6 +73,7 @@ from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_reco
 from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
 from lgip.scorefile import PerModel, ScoreSidecar, read_flip_gaps
 from lgip.scoring import Pairs, add_ci, mean_or_none
+from lgip.settings import check_settings
 from lgip.device import cosines
 from lgip.texts import TextBank
 from lgip.util import (Timer, atomic_open, default_num_workers, default_output, fmt, metrics_path, package_versions,
@@ -81,7 +84,7 @@ __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "I
            "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step", "Terminated", "TextBank", "Timer", "add_ci",
            "add_typed_flips",
            "advanced_paraphrases", "align_words", "atomic_open", "attribute", "blamed_word", "cap_sample",
-           "caption_texts", "changed_words", "check_gallery_size", "check_models", "check_tower", "configure",
+           "caption_texts", "changed_words", "check_gallery_size", "check_settings", "check_models", "check_tower", "configure",
            "cosines", "default_num_workers", "default_output", "dump_jsonl_line", "encode_record_images",
            "eval_run_info", "fmt", "forget_pixels", "forget_token_tables", "in_fp32", "infer_flip_type", "iter_records",
            "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids",

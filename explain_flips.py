@@ -30,17 +30,17 @@ TOP_K = 50  # int >= 0: also each model's TOP_K most preferred flips (lowest cap
 LAYERS = 3  # int >= 1: the last LAYERS attention layers of the text tower are averaged (all when it has fewer)
 TEMPLATE = ""  # "" (texts as written, as LGIP scores them) or a prefix ending in a space, e.g. "A photo depicts " (CLIP4DM's); its tokens are never words
 TEXT_BATCH_SIZE = 32  # int >= 1: texts per forward and backward pass
-IMAGE_BATCH_SIZE = 64  # int: images per forward pass
-NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+IMAGE_BATCH_SIZE = 64  # int >= 1: images per forward pass
+NUM_WORKERS = None  # int >= 0 (0: decoded in the main process): image-decoding worker processes; None = from the CPU count
 UNSUPPORTED = "stop"  # "stop": a model of a family word attribution does not support stops the script, naming the supported ones; "skip": it is left out with that message (listed in the metrics as "unsupported"; run_all.py's choice)
-BOOTSTRAP = 1000  # int: bootstrap resamples of the flips for the *_ci95 fields; 0 = no intervals
+BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the flips for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 CONFIG = common.configure(globals())
 
 
 def check_config(config):
-    for name, low in (("N_FLIPS", 0), ("TOP_K", 0), ("LAYERS", 1), ("TEXT_BATCH_SIZE", 1), ("IMAGE_BATCH_SIZE", 1),
-                      ("BOOTSTRAP", 0)):
+    # (IMAGE_BATCH_SIZE, BOOTSTRAP and the other shared settings: lgip.settings; TEXT_BATCH_SIZE has no "auto" here)
+    for name, low in (("N_FLIPS", 0), ("TOP_K", 0), ("LAYERS", 1), ("TEXT_BATCH_SIZE", 1)):
         value = config[name]
         if not (isinstance(value, int) and value >= low) and not (name == "N_FLIPS" and value is None):
             raise common.ConfigError(f"{name} must be an int >= {low}{' or None' if name == 'N_FLIPS' else ''}, got {value!r}")

@@ -25,10 +25,6 @@ MAX_CAPTION_WORDS = 100  # int >= 1: a record with a longer caption is skipped, 
 PARAPHRASE_ORDER = "generation"  # "generation" (deterministic) or "set" (the published order; depends on PYTHONHASHSEED)
 SEED = 42  # int: seed of the single random stream (42 reproduces the published outputs)
 CONFIG = common.configure(globals())
-if PARAPHRASE_ORDER not in ("generation", "set"):
-    raise SystemExit(f"error: PARAPHRASE_ORDER must be 'generation' or 'set', got {PARAPHRASE_ORDER!r}")
-if not (isinstance(MAX_CAPTION_WORDS, int) and not isinstance(MAX_CAPTION_WORDS, bool) and MAX_CAPTION_WORDS >= 1):
-    raise SystemExit(f"error: MAX_CAPTION_WORDS must be an int >= 1, got {MAX_CAPTION_WORDS!r}")
 
 
 def check_length(rec):
@@ -64,6 +60,10 @@ def perturb(rec, rng, stats):
 
 
 def main():
+    if PARAPHRASE_ORDER not in ("generation", "set"):  # (the counts and SEED: lgip.settings, checked by run_main)
+        raise common.ConfigError(f"PARAPHRASE_ORDER must be \"generation\" or \"set\", got {PARAPHRASE_ORDER!r}")
+    if not (isinstance(MAX_CAPTION_WORDS, int) and not isinstance(MAX_CAPTION_WORDS, bool) and MAX_CAPTION_WORDS >= 1):
+        raise common.ConfigError(f"MAX_CAPTION_WORDS must be an int >= 1, got {MAX_CAPTION_WORDS!r}")
     output = OUTPUT_JSONL or common.default_output(INPUT_JSONL, "_with_fliptypes.jsonl", "rebuttal_enhanced_")
     common.run_generator(__file__, CONFIG, INPUT_JSONL, output, perturb)
 

@@ -66,7 +66,7 @@ _OWN = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "OUTPUT_PREFIX", "ANNOTATIO
 def choose_data():
     """("coco" | "demo", base JSONL)."""
     if DATA not in ("auto", "coco", "demo"):
-        raise SystemExit(f"error: DATA must be 'auto', 'coco' or 'demo', got {DATA!r}")
+        raise common.ConfigError(f"DATA must be 'auto', 'coco' or 'demo', got {DATA!r}")
     mode = DATA
     if mode == "auto":
         mode = "coco" if os.path.isfile(ANNOTATIONS_JSON) or os.path.isfile(BASE_JSONL) else "demo"
@@ -74,7 +74,7 @@ def choose_data():
         print(f"data: COCO, base {common.show(BASE_JSONL)}")
         return mode, os.path.abspath(BASE_JSONL)
     if not os.path.isfile(DEMO_JSONL):
-        raise SystemExit(f"error: demo data {DEMO_JSONL} not found (pass --DEMO_JSONL=<path>, or --DATA='coco')")
+        raise common.ConfigError(f"demo data {DEMO_JSONL} not found (pass --DEMO_JSONL=<path>, or --DATA='coco')")
     why = "" if DATA == "demo" else f" (no COCO annotations at {common.show(ANNOTATIONS_JSON)})"
     print(f"data: demo, base {common.show(DEMO_JSONL)}{why}")
     return mode, os.path.abspath(DEMO_JSONL)
@@ -136,26 +136,31 @@ def plan(mode, base):
 
 def check_settings(steps):
     if not isinstance(SETTINGS, dict):
-        raise SystemExit(f"error: SETTINGS must be a dict {{NAME: value}}, got {SETTINGS!r}")
+        raise common.ConfigError(f"SETTINGS must be a dict {{NAME: value}}, got {SETTINGS!r}")
     known = set().union(*(common.script_settings(os.path.join(_HERE, s)) for s in SCRIPTS.values()))
     for key in SETTINGS:
         if key in _OWN:
             own = f"use --{key}=..." if key in CONFIG else "run_all sets it"
-            raise SystemExit(f"error: SETTINGS may not set {key}: {own}")
+            raise common.ConfigError(f"SETTINGS may not set {key}: {own}")
         if key not in known:
-            raise SystemExit(f"error: SETTINGS: no step has a setting {key!r}; the steps' settings: "
+            raise common.ConfigError(f"SETTINGS: no step has a setting {key!r}; the steps' settings: "
                              f"{', '.join(sorted(known - _OWN))}")
-    if PROTOCOL not in common.PROTOCOLS:
-        raise SystemExit(f"error: PROTOCOL must be one of {', '.join(map(repr, common.PROTOCOLS))}, got {PROTOCOL!r}")
+    common.check_settings(SETTINGS)  # the values each step will get: wrong ones stop here, not after a step's work
+    for name in ("FORCE", "DRY_RUN"):
+        if not isinstance(CONFIG[name], bool):
+            raise common.ConfigError(f"{name} must be True or False, got {CONFIG[name]!r}")
     names = STEPS.split(",") if isinstance(STEPS, str) else STEPS
     if names is None:
         return steps
+    if not isinstance(names, (list, tuple)):
+        raise common.ConfigError(f"STEPS must be None, a list of step names or one string \"a,b\", got {STEPS!r}; "
+                                 f"valid names: {', '.join(SCRIPTS)}")
     names = [str(n).strip() for n in names if str(n).strip()]
     for n in names:
         if n not in SCRIPTS:
-            raise SystemExit(f"error: unknown step {n!r} in STEPS; valid: {', '.join(SCRIPTS)}")
+            raise common.ConfigError(f"unknown step {n!r} in STEPS; valid: {', '.join(SCRIPTS)}")
     if "make_base" in names and not any(s.name == "make_base" for s in steps):
-        raise SystemExit("error: STEPS names make_base, which runs only on COCO data (pass --DATA='coco')")
+        raise common.ConfigError("STEPS names make_base, which runs only on COCO data (pass --DATA='coco')")
     return [s for s in steps if s.name in names]
 
 

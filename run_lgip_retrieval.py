@@ -22,15 +22,15 @@ PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) 
 GALLERY_SIZE = 5000  # int >= 1: records per gallery, searched on its own (5000: the COCO 5k protocol; the last may be smaller); None = one gallery of all records
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
-IMAGE_BATCH_SIZE = 64  # int: images per forward pass
-TEXT_BATCH_SIZE = "auto"  # int, or "auto" (2048 on CUDA, 64 on CPU): texts per forward pass (CLIP family: about 16 token positions per text, in prefix packs of 128)
-NUM_WORKERS = None  # int: image-decoding worker processes; None = from the CPU count
+IMAGE_BATCH_SIZE = 64  # int >= 1: images per forward pass
+TEXT_BATCH_SIZE = "auto"  # int >= 1, or "auto" (2048 on CUDA, 64 on CPU): texts per forward pass (CLIP family: about 16 token positions per text, in prefix packs of 128)
+NUM_WORKERS = None  # int >= 0 (0: decoded in the main process): image-decoding worker processes; None = from the CPU count
 CACHE_DIR = "auto"  # embedding cache folder; "auto" = .lgip_cache beside the input (shared with the other evaluations); None = no cache
 CACHE_FLUSH_S = 60  # float >= 0: cache chunks are also written after this many seconds of work, so a crash loses at most about that much
 PIXEL_MEMORY_GB = "auto"  # float >= 0: host memory for decoded pixels kept for the next model with the same preprocessing; "auto" = a quarter of the memory this process may use, 0 = off
 LOOKAHEAD = True  # True: while a model runs, the later models' tokenizing and image decoding are done in low-priority background workers; False: each model does its own
 ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off, or "all": the plain computation (slower; the same numbers to float rounding)
-BOOTSTRAP = 1000  # int: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
+BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 CONFIG = common.configure(globals())
 FIELDS = ("same_caps", "diff_caps", "diff_caps_*")  # the typed lists are optional (a _with_perturb file has none)

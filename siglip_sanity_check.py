@@ -19,8 +19,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_perturb.jsonl")  # any JSONL with diff_caps (published default: the diff_gen_caption output)
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
 MODEL = {"name": "siglip_google_siglip-base-patch16-224", "type": "siglip", "model_id": "google/siglip-base-patch16-224"}  # one model spec
-N_RECORDS = 10  # int: records drawn (among those with at least one flip); published: 10
-MAX_FLIPS = 5  # int: flips shown per caption (sampled when a caption has more); published: 5
+N_RECORDS = 10  # int >= 1: records drawn (among those with at least one flip); published: 10
+MAX_FLIPS = 5  # int >= 1: flips shown per caption (sampled when a caption has more); published: 5
 SEED = 42  # int: seed of the draws (one random.Random, in the published order of calls); published: 42
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", ...
 DTYPE = "fp32"  # "fp32", "bf16", "fp16", "auto"
@@ -64,6 +64,9 @@ def similarities(enc, img, selected, picks):
 
 
 def main():
+    for name in ("N_RECORDS", "MAX_FLIPS"):  # (the shared settings: lgip.settings, checked by run_main)
+        if not (isinstance(CONFIG[name], int) and not isinstance(CONFIG[name], bool) and CONFIG[name] >= 1):
+            raise common.ConfigError(f"{name} must be an int >= 1, got {CONFIG[name]!r}")
     records = common.load_records(JSONL_PATH, per_caption_fields=("diff_caps",))
     image_root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
     rng = random.Random(SEED)

@@ -1,8 +1,9 @@
 """lgip.cli: a script's command line: `--NAME=value` overrides of its UPPERCASE constants
-(`configure`, as nanoGPT's configurator), and `run_main`, which first checks that the script's
-output folders take a file, then ends bad input with its message (exit status 2), a GPU out of
-memory with what to lower (3), an output that cannot be written with which, why and what to do
-(4), Ctrl-C (130) and SIGTERM (143) with what was finished and how to resume.
+(`configure`, as nanoGPT's configurator), and `run_main`, which first checks the settings
+(lgip.settings) and that the script's output folders take a file, then ends bad input with its
+message (exit status 2), a GPU out of memory with what to lower (3), an output that cannot be
+written with which, why and what to do (4), Ctrl-C (130) and SIGTERM (143) with what was finished
+and how to resume.
 
     JSONL_PATH = "x.jsonl"  # path to the input
     CONFIG = configure(globals())   # applies --JSONL_PATH=... from sys.argv, prints each override
@@ -13,6 +14,7 @@ import re
 import sys
 
 from .errors import ConfigError, InputError, Interrupted, ModelError, OutputError, Terminated
+from .settings import check_settings
 from .util import OUTPUTS, check_writable
 
 
@@ -69,14 +71,27 @@ def configure(namespace, argv=None):
         raise SystemExit(0)
     for arg in argv:
         if not arg.startswith("--") or "=" not in arg:
-            raise SystemExit(f"error: expected --NAME=value, got {arg!r} (see --help)")
+            _usage_error(f"expected --NAME=value, got {arg!r} (see --help)")
         key, text = arg[2:].split("=", 1)
         if key not in names:
-            raise SystemExit(f"error: unknown setting {key!r}; valid settings: {', '.join(names)}")
+            _usage_error(f"unknown setting {key!r}; valid settings: {', '.join(names)}")
         value = parse_value(text)
         print(f"override: {key} = {value!r}")
         namespace[key] = value
     return {k: namespace[k] for k in names}
+
+
+def _usage_error(message):
+    """A command line that names no setting: exit status 2, as every other bad input."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_config(config, script):
+    """The shared settings' rules (lgip.settings) over a script's constants in force, before any work;
+    a constant whose default in the script's source is None may be None (its comment says what that means)."""
+    none_ok = {k for k, (expr, _) in _constant_docs(script).items() if expr == "None"}
+    check_settings(config if isinstance(config, dict) else {}, none_ok)
 
 
 def output_folders(config):
@@ -136,18 +151,20 @@ def _handle_sigterm():
 
 
 def run_main(main):
-    """Run a script's main(). First its output folders (output_folders, from its CONFIG) are
-    checked to take a file. Bad input ends with its message and exit status 2, a GPU out of
+    """Run a script's main(). First its settings (check_config) are checked, and its output
+    folders (output_folders, from its CONFIG) to take a file. Bad input ends with its message and exit status 2, a GPU out of
     memory with what to lower and exit status 3, an output that cannot be written with which,
     why, what to do and what was written (exit status 4; an optional output that could not be
     written, a score file, also ends so, once the rest is written), Ctrl-C with what was finished
     and how to resume (exit status 130), SIGTERM likewise (exit status 143). No partial output:
     every output file is written whole or not at all."""
-    folders, elsewhere = output_folders(getattr(main, "__globals__", {}).get("CONFIG"))
+    namespace = getattr(main, "__globals__", {})
+    folders, elsewhere = output_folders(namespace.get("CONFIG"))
     OUTPUTS.reset(elsewhere)
     restore = _handle_sigterm()
     started = False
     try:
+        check_config(namespace.get("CONFIG"), namespace.get("__file__", ""))  # bad settings: before any work
         check_writable(folders)  # before any work: not after an hour
         OUTPUTS.checked = folders  # (a script's run() then checks them no more)
         started = True

@@ -5,7 +5,7 @@ arguments, in force for the call only, in a process state as fresh as a new proc
 Each call starts with no token tables, prefix plan, shared calls, score-file layout or
 remembered pixels left by an earlier one, and drops its own when it ends (the lookahead's workers
 end with its run, the accelerations' switches are restored by run_evaluation), so a second call
-gives what a fresh process gives. Its output folders are checked to take a file before any work
+gives what a fresh process gives. Its settings (lgip.settings) and output folders are checked to take a file before any work
 (lgip.cli.run_main does the same on the command line). The command line calls the same run()
 with no arguments: its `--NAME=value` overrides are already the module's constants.
 
@@ -17,7 +17,7 @@ with no arguments: its `--NAME=value` overrides are already the module's constan
 import contextlib
 import os
 
-from .cli import output_folders
+from .cli import check_config, output_folders
 from .errors import ConfigError
 from .evaluation import swap_process_state
 from .util import OUTPUTS, check_writable
@@ -27,7 +27,7 @@ from .util import OUTPUTS, check_writable
 def script_call(namespace, constants):
     """Apply `constants` to a script's module constants (the names its `configure` returned as
     CONFIG) for the duration of the block, in a fresh process state; yields the settings in force.
-    An unknown name is an error listing the valid ones."""
+    An unknown name is an error listing the valid ones; so is a value its rule refuses."""
     names = list(namespace["CONFIG"])
     unknown = sorted(set(constants) - set(names))
     if unknown:
@@ -39,6 +39,7 @@ def script_call(namespace, constants):
     namespace.update(constants)
     try:
         config = {k: namespace[k] for k in names}
+        check_config(config, namespace.get("__file__", ""))  # bad settings: before any work
         folders, elsewhere = output_folders(config)
         if OUTPUTS.checked != folders:  # (the command line's run_main checked them already)
             OUTPUTS.reset(elsewhere)  # what this call writes, and could not (a score file: None in its metrics)

@@ -79,7 +79,7 @@ class ImageEncoding:
         self.num_workers = default_num_workers() if num_workers is None else num_workers
         self.out, self.failed, self.keys = _Rows(len(paths), float("nan"), enc.device, enc.storage_dtype), {}, {}
         self.todo = list(range(len(paths)))
-        self._queue = None
+        self._queue = self._thread = self._bar = None  # (close() after a start() that failed part way)
         budget = resolve_pixel_memory(pixel_memory_gb)
         remember = enc.pixels is not None and budget > 0 and accelerations.PIXEL_MEMORY
         self.memory = pixel_memory(budget) if remember else None
@@ -155,10 +155,11 @@ class ImageEncoding:
         if self._queue is None:
             return
         self._rows.stop(keep)
-        if not self._ended:
+        if not self._ended and self._thread is not None:
             self._closed.set()
             self._thread.join(timeout=30)
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
 
     def _take(self, item):
         if item is self._END:

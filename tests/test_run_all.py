@@ -157,13 +157,15 @@ def test_settings_read_from_the_metrics_without_a_record(demo_copy):
 
 def test_failing_step_stops_the_run(demo_copy):
     before = mtimes(demo_copy)
-    bad = [{"name": "bad", "type": "nope"}]
+    # (a spec run_all's own check passes, whose files are missing: the step fails loading it)
+    bad = [{"name": "bad", "type": "openclip", "model_name": "local-dir:" + str(demo_copy / "no_such_model")}]
     proc = run_all(demo_copy, f"--MODELS={bad!r}", check=False)
     assert proc.returncode != 0
     assert f"error: step run_lgip_multi failed (exit status {proc.returncode})" in proc.stderr
-    assert "unknown type 'nope'" in proc.stderr  # the step's own message
+    assert "no_such_model" in proc.stderr and "could not load" in proc.stderr  # the step's own message
     assert "run_lgip_by_fliptype" not in proc.stdout  # nothing after the failing step
-    assert mtimes(demo_copy) == before
+    cache = ".lgip_cache"  # (the cache folder was opened before the model failed to load: its entries change)
+    assert {k: v for k, v in mtimes(demo_copy).items() if k != cache} == {k: v for k, v in before.items() if k != cache}
 
 
 def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
@@ -195,10 +197,13 @@ def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
     (["--SETTINGS={'INPUT_JSONL': 'x.jsonl'}"], "run_all sets it"),
     (["--DATA=both"], "DATA must be"),
     (["--PROTOCOL=fast"], "PROTOCOL must be"),
+    (["--STEPS=5"], "STEPS must be None, a list of step names"),
+    (["--SETTINGS={'BOOTSTRAP': 'x'}"], "BOOTSTRAP must be an int >= 0"),  # (before any step's work)
+    (["--MODELS=[]"], "MODELS is empty"),
 ])
 def test_bad_settings_are_errors(tmp_path, args, message):
     proc = run_script("run_all.py", "--DATA=demo", "--DRY_RUN=True", *args, check=False)
-    assert proc.returncode != 0 and message in proc.stderr
+    assert proc.returncode == 2 and message in proc.stderr
 
 
 # --- COCO mode ---------------------------------------------------------------

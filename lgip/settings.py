@@ -1,0 +1,139 @@
+"""lgip.settings: the rules of the settings several scripts share, checked in one place before any
+model or data work (lgip.cli.run_main on the command line, lgip.entry.script_call for run() from
+Python), so that a bad value ends at once with a ConfigError (exit status 2) naming the setting, its
+valid values and the value given, never with a traceback after an hour of encoding.
+
+RULES: NAME -> (test, what it must be). A script checks its own constants beside it (explain_flips'
+check_config); a setting whose default in the script's source is None takes None too (that script's
+comment says what None means: run_all's MODELS, IMAGE_BATCH_SIZE, ...).
+
+    >>> check_settings({"BOOTSTRAP": "x"})
+    ConfigError: BOOTSTRAP must be an int >= 0 (bootstrap resamples; 0 = no intervals), got 'x'
+    >>> check_settings({"MODELS": [{"name": "a/b", "type": "openclip", "model_name": "ViT-B-16"}]})
+    ConfigError: MODELS: model name 'a/b' is not file-safe (it names output files): use letters, digits, ...
+"""
+import numbers
+import re
+
+from .errors import ConfigError, ModelError
+
+# a model's name is part of its output files' names: no folder separators, nothing a shell or a
+# file system treats specially (PUBLISHED_MODELS' names are letters, digits, '_', '-', '.')
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+@-]*$")
+SAFE_NAME_TEXT = "letters, digits and . _ - + @, starting with a letter or digit"
+
+
+def _int(low=None):
+    # (bool is an int to Python, never a count or a seed here)
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and (low is None or v >= low)
+
+
+def _number(low):
+    return lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and v == v and v >= low
+
+
+def _device(v, here=True):
+    """A device string torch parses; `here`: one this machine has."""
+    if v == "auto":
+        return True
+    if not isinstance(v, str):
+        return False
+    import torch
+    try:
+        device = torch.device(v)
+    except (RuntimeError, ValueError):
+        return False
+    if device.type == "cuda" and here:  # (else the first model's loading fails with a driver message, after the data work)
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"DEVICE is {v!r} but CUDA is not available here (torch.cuda.is_available() is False): "
+                              f"use \"cpu\" or \"auto\" (cuda if available)")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"DEVICE is {v!r} but this machine has {count} CUDA device(s): cuda:0 to cuda:{count - 1}")
+    return True
+
+
+def _accelerations(v):
+    from . import accelerations
+    try:
+        accelerations.restore(accelerations.switch_off(v))  # (its own check, which names the valid names)
+    except ConfigError as e:
+        raise ConfigError(f"ACCELERATIONS_OFF: {e}") from None
+    return True
+
+
+def check_models(models, name="MODELS"):
+    """A non-empty list of model specs (lgip.models' rules: a dict with a known type and its field),
+    each "name" file-safe (it names the output files) and used once (else two models' files are one)."""
+    from .models import _check_spec
+    if not isinstance(models, (list, tuple)) or not models:
+        raise ConfigError(f"{name} is empty: give a list of one or more model specs (README \"Models\"), got {models!r}"
+                          if isinstance(models, (list, tuple)) else
+                          f"{name} must be a list of model specs (dicts with \"name\" and \"type\"), got {models!r}")
+    seen = set()
+    for spec in models:
+        try:
+            _check_spec(spec, "corrected")
+        except ModelError as e:
+            raise ConfigError(f"{name}: {e}") from None
+        tag = spec["name"]
+        if not isinstance(tag, str) or not SAFE_NAME.match(tag):
+            raise ConfigError(f"{name}: model name {tag!r} is not file-safe (it names output files): use {SAFE_NAME_TEXT}, "
+                              f"e.g. 'openclip_ViT-B-16_openai'")
+        if tag in seen:
+            raise ConfigError(f"{name}: two models are named {tag!r} (their output files would be one): give each a "
+                              f"different \"name\"")
+        seen.add(tag)
+    return True
+
+
+def _models(v):
+    return check_models(v)
+
+
+def _model(v):
+    return check_models([v], "MODEL")
+
+
+_DTYPES = ("auto", "fp32", "bf16", "fp16", "float32", "bfloat16", "float16")
+_PROTOCOLS = ("corrected", "reference")  # (lgip.encoder.PROTOCOLS, without importing torch here)
+_COUNT = "an int >= 0"
+
+RULES = {
+    "BOOTSTRAP": (_int(0), "an int >= 0 (bootstrap resamples; 0 = no intervals)"),
+    "BOOTSTRAP_SEED": (_int(), "an int (the bootstrap's seed)"),
+    "SEED": (_int(), "an int (a seed)"),
+    "IMAGE_BATCH_SIZE": (_int(1), "an int >= 1 (images per forward pass)"),
+    "TEXT_BATCH_SIZE": (lambda v: v == "auto" or _int(1)(v), "an int >= 1 or \"auto\" (texts per forward pass)"),
+    "NUM_WORKERS": (lambda v: v is None or _int(0)(v), "an int >= 0 or None (image-decoding worker processes; "
+                                                       "0 = in the main process, None = from the CPU count)"),
+    "DEVICE": (_device, "\"auto\" or a torch device: \"cpu\", \"cuda\", \"cuda:1\", \"mps\", ..."),
+    "DTYPE": (lambda v: v in _DTYPES, "one of " + ", ".join(map(repr, _DTYPES))),
+    "PROTOCOL": (lambda v: v in _PROTOCOLS, "one of " + ", ".join(map(repr, _PROTOCOLS))),
+    "MODELS": (_models, "a non-empty list of model specs"),
+    "MODEL": (_model, "a model spec"),
+    "CACHE_DIR": (lambda v: v is None or (isinstance(v, str) and v != ""),
+                  "a folder path, \"auto\" (.lgip_cache beside the input) or None (no cache)"),
+    "CACHE_FLUSH_S": (_number(0), "a number >= 0 (seconds between cache writes)"),
+    "PIXEL_MEMORY_GB": (lambda v: v == "auto" or _number(0)(v), "a number >= 0 or \"auto\" (GB of decoded pixels kept; 0 = off)"),
+    "LOOKAHEAD": (lambda v: isinstance(v, bool), "True or False"),
+    "WRITE_SCORES": (lambda v: isinstance(v, bool), "True or False"),
+    "ACCELERATIONS_OFF": (_accelerations, "a list of names from lgip/accelerations.py, or \"all\""),
+    "MAX_SAME_PER_CAP": (_int(0), f"{_COUNT} (paraphrases kept per caption)"),
+    "MAX_DIFF_PER_CAP": (_int(0), f"{_COUNT} (flips kept per caption)"),
+    "MAX_COMBINED_PER_CAP": (_int(0), f"{_COUNT} (paraphrase+flip texts kept per caption)"),
+    "COMBINED_SOURCE_PARAS": (_int(0), f"{_COUNT} (paraphrases flipped for combined_caps)"),
+}
+
+
+def check_settings(config, none_ok=()):
+    """Raise a ConfigError for the first setting of `config` (NAME -> value) that breaks its rule
+    in RULES; names without a rule are the script's own to check. `none_ok`: names that may be None."""
+    for name, value in config.items():
+        if name not in RULES or (value is None and name in none_ok):
+            continue
+        test, what = RULES[name]
+        if name == "DEVICE" and config.get("DRY_RUN") is True:  # (run_all's plan may be for another machine)
+            test = lambda v: _device(v, here=False)  # noqa: E731
+        if not test(value):
+            raise ConfigError(f"{name} must be {what}, got {value!r}")

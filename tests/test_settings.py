@@ -1,0 +1,156 @@
+"""Bad settings end before any work with exit status 2 and a message naming the setting, its valid
+values and the value given; nothing is written. The shared rules live in lgip.settings, applied by
+run_main (command line) and script_call (a script's run() from Python)."""
+import importlib
+import os
+import shutil
+
+import pytest
+
+from conftest import BASE_JSONL, FIXTURES, OPENCLIP_TINY, eval_args, run_script
+from lgip.cli import check_config, configure
+from lgip.errors import ConfigError
+from lgip.models import PUBLISHED_MODELS
+from lgip.settings import RULES, check_models, check_settings
+
+SCRIPTS = ["bench", "bench_host", "bench_lookahead", "bench_retrieval", "diff_gen_caption", "explain_flips",
+           "make_base_jsonl", "make_perturb_with_fliptypes", "rebuttal_enhanced_lgip_by_transformation",
+           "rebuttal_enhanced_perturb_with_fliptypes", "report", "run_all", "run_lgip_by_fliptype", "run_lgip_multi",
+           "run_lgip_retrieval", "siglip_sanity_check"]
+
+
+def files(folder):
+    return sorted(os.listdir(folder))
+
+
+@pytest.fixture
+def perturbed(tmp_path):
+    """A copy of the fixture base JSONL with its paraphrases and flips, alone in its folder."""
+    shutil.copy(BASE_JSONL, tmp_path / "base.jsonl")
+    run_script("diff_gen_caption.py", f"--INPUT_JSONL={tmp_path / 'base.jsonl'}")
+    return tmp_path / "base_with_perturb.jsonl"
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_default_passes_its_rule(script):
+    mod = importlib.import_module(script)  # (imported, a script keeps its defaults)
+    check_config(mod.CONFIG, mod.__file__)
+
+
+def test_published_model_names_are_file_safe():
+    assert check_models(PUBLISHED_MODELS)
+
+
+BAD = [("BOOTSTRAP", "x"), ("BOOTSTRAP", -1), ("BOOTSTRAP", 2.5), ("BOOTSTRAP", True), ("BOOTSTRAP_SEED", "x"),
+       ("SEED", [1]), ("IMAGE_BATCH_SIZE", 0), ("IMAGE_BATCH_SIZE", -3), ("IMAGE_BATCH_SIZE", "x"),
+       ("TEXT_BATCH_SIZE", 0), ("TEXT_BATCH_SIZE", "big"), ("NUM_WORKERS", -1), ("NUM_WORKERS", "x"),
+       ("DEVICE", "tpu"), ("DEVICE", 0), ("DTYPE", "fp8"), ("PROTOCOL", "fast"), ("MODELS", "x"), ("MODELS", []),
+       ("MODEL", {"name": "a"}), ("CACHE_DIR", 5), ("CACHE_DIR", ""), ("CACHE_FLUSH_S", -1), ("CACHE_FLUSH_S", "x"),
+       ("PIXEL_MEMORY_GB", -1), ("LOOKAHEAD", "x"), ("WRITE_SCORES", "maybe"), ("WRITE_SCORES", 1),
+       ("ACCELERATIONS_OFF", ["nope"]), ("ACCELERATIONS_OFF", "nope"), ("MAX_SAME_PER_CAP", -1),
+       ("MAX_DIFF_PER_CAP", 2.5), ("MAX_COMBINED_PER_CAP", "x"), ("COMBINED_SOURCE_PARAS", -1)]
+
+
+@pytest.mark.parametrize("name,value", BAD)
+def test_bad_value_names_the_setting_and_the_value(name, value):
+    with pytest.raises(ConfigError) as e:
+        check_settings({name: value})
+    assert str(e.value).startswith(name) and (repr(value) in str(e.value) or name in ("MODELS", "MODEL", "ACCELERATIONS_OFF"))
+
+
+def test_rules_take_their_documented_values():
+    good = {"BOOTSTRAP": 0, "SEED": -5, "IMAGE_BATCH_SIZE": 1, "TEXT_BATCH_SIZE": "auto", "NUM_WORKERS": 0,
+            "DEVICE": "cpu", "DTYPE": "bf16", "CACHE_DIR": None, "CACHE_FLUSH_S": 0.5, "PIXEL_MEMORY_GB": 0,
+            "ACCELERATIONS_OFF": "all", "MODELS": [OPENCLIP_TINY, dict(OPENCLIP_TINY, name="tiny+v2@b")]}
+    check_settings(good)
+    check_settings({"MODELS": None}, none_ok={"MODELS"})  # (run_all: None = the published models)
+    assert set(good) <= set(RULES)
+
+
+@pytest.mark.parametrize("models,message", [
+    ([OPENCLIP_TINY, dict(OPENCLIP_TINY)], "two models are named 'tiny_openclip'"),
+    ([dict(OPENCLIP_TINY, name="../evil")], "model name '../evil' is not file-safe"),
+    ([dict(OPENCLIP_TINY, name="a b")], "letters, digits and . _ - + @"),
+    ([dict(OPENCLIP_TINY, type="onnx")], "unknown type 'onnx'"),
+    ([{"name": "x", "type": "siglip"}], "needs 'model_id'"),
+])
+def test_models_rules(models, message):
+    with pytest.raises(ConfigError, match="^MODELS: ") as e:
+        check_models(models)
+    assert message in str(e.value)
+
+
+def test_cuda_without_cuda_is_an_error():
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ConfigError, match="DEVICE is 'cuda:1' but CUDA is not available here"):
+        check_settings({"DEVICE": "cuda:1"})
+
+
+@pytest.mark.parametrize("override,message", [
+    ("--BOOTSTRAP='x'", "error: BOOTSTRAP must be an int >= 0 (bootstrap resamples; 0 = no intervals), got 'x'"),
+    ("--MODELS=[]", "error: MODELS is empty"),
+    ("--NUM_WORKERS=-1", "error: NUM_WORKERS must be an int >= 0 or None"),
+    ("--NOPE=1", "error: unknown setting 'NOPE'"),
+])
+def test_command_line_bad_setting_exits_2_before_any_work(perturbed, override, message):
+    before = files(perturbed.parent)
+    proc = run_script("run_lgip_multi.py", *eval_args(perturbed, models=[OPENCLIP_TINY]), override, check=False)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert files(perturbed.parent) == before  # no metrics, no cache, no score file
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("diff_gen_caption.py", ["--MAX_SAME_PER_CAP=-1"], "MAX_SAME_PER_CAP must be an int >= 0"),
+    ("siglip_sanity_check.py", ["--N_RECORDS=-1"], "N_RECORDS must be an int >= 1, got -1"),
+    ("run_all.py", ["--DATA=demo", "--DRY_RUN=True", "--STEPS=5"], "STEPS must be None, a list of step names"),
+])
+def test_script_own_settings_exit_2(tmp_path, script, args, message):
+    shutil.copy(BASE_JSONL, tmp_path / "base.jsonl")
+    where = "--INPUT_JSONL" if script == "diff_gen_caption.py" else "--JSONL_PATH"
+    args = args if script == "run_all.py" else [f"{where}={tmp_path / 'base.jsonl'}"] + args
+    proc = run_script(script, *args, check=False)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert files(tmp_path) == ["base.jsonl"]
+
+
+@pytest.mark.parametrize("constants,message", [
+    ({"BOOTSTRAP": "x"}, "BOOTSTRAP must be an int >= 0"),
+    ({"MODELS": []}, "MODELS is empty"),
+    ({"MODELS": [OPENCLIP_TINY, OPENCLIP_TINY]}, "two models are named 'tiny_openclip'"),
+    ({"MODELS": [dict(OPENCLIP_TINY, name="../evil")]}, "is not file-safe"),
+    ({"IMAGE_BATCH_SIZE": -3}, "IMAGE_BATCH_SIZE must be an int >= 1"),
+    ({"WRITE_SCORES": "maybe"}, "WRITE_SCORES must be True or False"),
+])
+def test_python_run_checks_settings_before_any_work(perturbed, constants, message):
+    import run_lgip_multi
+    before = files(perturbed.parent)
+    args = dict(JSONL_PATH=str(perturbed), IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0, MODELS=[OPENCLIP_TINY])
+    with pytest.raises(ConfigError, match=message):
+        run_lgip_multi.run(**dict(args, **constants))
+    assert files(perturbed.parent) == before
+    assert run_lgip_multi.BOOTSTRAP == 1000 and run_lgip_multi.MODELS is not args["MODELS"]  # defaults back
+
+
+def test_unknown_name_on_the_command_line_exits_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        configure({"__file__": "x.py", "BATCH": 1}, ["--BATC=2"])
+    assert e.value.code == 2 and "unknown setting 'BATC'" in capsys.readouterr().err
+
+
+def test_image_encoding_close_after_a_failed_start_shows_the_real_error(enc):
+    from conftest import image_paths
+    from lgip.images import ImageEncoding
+    job = ImageEncoding(enc, image_paths()[:2], batch_size=0, num_workers=0, pixel_memory_gb=0)
+    with pytest.raises(ZeroDivisionError):  # (batch_size 0 is refused by IMAGE_BATCH_SIZE's rule before this)
+        try:
+            job.start()
+        finally:
+            job.close()
+
+
+def test_a_dry_run_may_plan_for_a_gpu_elsewhere():
+    check_settings({"DEVICE": "cuda:1", "DRY_RUN": True})  # (a login node's plan of a GPU job)
+    with pytest.raises(ConfigError, match="DEVICE must be"):
+        check_settings({"DEVICE": "tpu", "DRY_RUN": True})
