@@ -50,9 +50,9 @@ def retrieval_calls(run):
 
 
 def flip_types(records):
-    """The typed lists of section 7 when the input has them (a _with_fliptypes file), else none."""
-    fields = {"diff_caps_" + t for t in common.FLIP_TYPES}
-    return list(common.FLIP_TYPES) if any(fields & rec.keys() for _, rec in records) else []
+    """The flip types of section 7's by_flip_type: those whose typed list (diff_caps_<type>) some
+    record has ("when present": none for a _with_perturb file)."""
+    return [t for t in common.FLIP_TYPES if any("diff_caps_" + t in rec for _, rec in records)]
 
 
 def evaluate(run):

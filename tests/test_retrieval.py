@@ -261,6 +261,15 @@ def test_distinct_rows_by_bytes_on_the_device_equal_the_hosts(dtype, monkeypatch
     assert all(np.array_equal(a, b) for a, b in zip(got, expected))
 
 
+def test_flip_types_are_those_the_input_has():
+    import run_lgip_retrieval
+    rec = {"image_path": "a.jpg", "orig_captions": ["a red bus"]}
+    assert run_lgip_retrieval.flip_types([(1, rec)]) == []
+    assert run_lgip_retrieval.flip_types([(1, rec), (2, dict(rec, diff_caps_color={"0": ["a blue bus"]}))]) == ["color"]
+    typed = {f"diff_caps_{t}": {} for t in TYPES}
+    assert run_lgip_retrieval.flip_types([(1, dict(rec, **typed))]) == list(TYPES)
+
+
 def test_gallery_size_must_be_a_positive_int_or_none():
     from lgip.errors import ConfigError
     from lgip.retrieval import check_gallery_size
