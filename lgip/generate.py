@@ -3,7 +3,7 @@ write the JSONL atomically with a .meta.json beside it)."""
 import os
 import random
 
-from .errors import Interrupted
+from .errors import InputError, Interrupted
 from .util import Timer, atomic_open, count_lines, progress, provenance, refuse_overwriting_input, remove_stale_temps, write_json
 from .records import check_input_file, dump_jsonl_line, iter_records
 from .method import FLIP_TYPES
@@ -56,6 +56,11 @@ def run_generator(script, config, input_path, output_path, perturb):
                     rec[key] = value
                 out.write(dump_jsonl_line(rec))
                 stats["written"] += 1
+            if not stats["written"]:  # (raised inside: the empty output is not left behind)
+                skipped = ", ".join(f"{v} {k[8:].replace('_', ' ')}" for k, v in stats.items() if k.startswith("skipped_"))
+                raise InputError(f"{input_path}: no record to write: " + (
+                    f"all {stats['records']:,} skipped ({skipped})" if stats["records"] else
+                    "the file is empty or holds only blank lines") + f"; {output_path} was not written")
     except KeyboardInterrupt:
         raise Interrupted(f"at record {stats['records']:,} of ~{total:,}; {output_path} was not written (no partial "
                           f"file is left). The generator is quick and deterministic: run the same command again.") from None

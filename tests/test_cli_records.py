@@ -108,6 +108,22 @@ def test_too_long_caption_skips_its_record_alone(tmp_path):
     assert meta["counts"]["skipped_caption_over_MAX_CAPTION_WORDS"] == 1 and meta["counts"]["written"] == 6
 
 
+@pytest.mark.parametrize("script", ["diff_gen_caption.py", "rebuttal_enhanced_perturb_with_fliptypes.py"])
+def test_a_generator_with_no_record_to_write_stops_and_writes_nothing(tmp_path, script):
+    """An empty input, or one whose every record is skipped, is an input error (exit 2), no output."""
+    long = json.dumps({"image_path": "long.jpg", "orig_captions": ["a red dog sits " * 30]})
+    cases = [("empty.jsonl", ["", "  "], "the file is empty or holds only blank lines")]
+    if script.startswith("rebuttal"):
+        cases.append(("long.jsonl", [long, long], "all 2 skipped (2 caption over MAX CAPTION WORDS)"))
+    for name, lines, why in cases:
+        src = write_lines(tmp_path / name, lines)
+        out = tmp_path / ("out_" + name)
+        proc = run_script(script, f"--INPUT_JSONL={src}", f"--OUTPUT_JSONL={out}", check=False)
+        assert proc.returncode == 2 and f"{src}: no record to write: {why}; {out} was not written" in proc.stderr
+        assert "Traceback" not in proc.stderr and not out.exists() and not (tmp_path / (out.name + ".meta.json")).exists()
+        assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
 def test_a_killed_generators_temp_file_is_removed_by_the_next_run(tmp_path):
     out = tmp_path / "out.jsonl"
     stale, live = tmp_path / ".out.jsonl.k1ll3d.tmp", tmp_path / ".out.jsonl.wr1t1n.tmp"
