@@ -442,6 +442,7 @@ def test_retrieval_figures_beside_lgip_in_the_table_csv_figure_and_text(nine):
             assert float(r[f"retrieval_{name}"]) == m[name] and float(r[f"retrieval_{name}_ci_hi"]) == m[name + "_ci95"][1]
         assert float(r["retrieval_number_i2t_flip_top1_rate"]) == m["by_flip_type"]["number"]["i2t_flip_top1_rate"]
         assert int(r["retrieval_gallery_size"]) == m["gallery_size"] and int(r["retrieval_color_count"]) == m["num_samples"]
+        assert int(r["retrieval_num_samples"]) == m["num_samples"]
     assert (folder / "nine__LGIP_retrieval.png").is_file() and f"-> {folder / 'nine__LGIP_retrieval.png'}" in proc.stdout
     pos = [float(rows[m["model_tag"]]["pos_rate"]) for m in metrics]
     rhos = [_spearman([m[x] for m in metrics], pos) for x in ("i2t_recall@1", "i2t_flip_top1_rate")]

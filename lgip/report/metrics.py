@@ -183,7 +183,7 @@ def _extract_explain(m):
 
 RETRIEVAL = ([f"i2t_recall@{k}" for k in KS] + [f"t2i_recall@{k}" for k in KS] + [f"i2t_flip_recall@{k}" for k in KS]
              + ["i2t_flip_top1_rate", "own_flip_preferred_rate", "t2i_paraphrase_recall@1", "t2i_paraphrase_agreement@1"])
-RETRIEVAL_COUNTS = ("gallery_size", "num_blocks", "num_captions", "num_flips", "num_paraphrases", "num_images_with_flips")
+RETRIEVAL_COUNTS = ("num_samples", "gallery_size", "num_blocks", "num_captions", "num_flips", "num_paraphrases", "num_images_with_flips")
 
 
 def _extract_retrieval(m):
