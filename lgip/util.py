@@ -169,6 +169,17 @@ def atomic_open(path, mode="w", durable=True, output=True):
     own, reading its input, passes as it is). output: a script's output, listed in OUTPUTS
     (what was written, what was not); the cache's files are not.
     """
+    with _through_temp(path, mode, durable, output, lambda tmp: os.replace(tmp, path)) as f:
+        yield f
+    if output:
+        OUTPUTS.written.append(path)
+
+
+@contextmanager
+def _through_temp(path, mode, durable, output, finish):
+    """The file object of a temp file beside `path`; once written whole (and synced when
+    durable) and closed, `finish(temp path)` renames or keeps it. An exception before that ends
+    removes the temp file; an OSError of the writing is an OutputError naming `path`."""
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, exist_ok=True)
@@ -185,7 +196,7 @@ def atomic_open(path, mode="w", durable=True, output=True):
             f.flush()
             if durable:
                 os.fsync(f.fileno())
-        os.replace(tmp, path)
+        finish(tmp)
     except BaseException as e:
         try:
             os.unlink(tmp)
@@ -194,8 +205,6 @@ def atomic_open(path, mode="w", durable=True, output=True):
         if isinstance(e, OSError) and (body_done or e.errno in _ONLY_WRITES):
             raise _failed(path, e, output) from None
         raise
-    if output:
-        OUTPUTS.written.append(path)
 
 
 class OutputSet:
@@ -216,24 +225,10 @@ class OutputSet:
 
     @contextmanager
     def open(self, path, mode="w"):
-        folder = os.path.dirname(os.path.abspath(path))
-        try:
-            os.makedirs(folder, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-            os.fchmod(fd, _FILE_MODE)
-        except OSError as e:
-            raise _failed(path, e, True) from None
-        try:
-            kwargs = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
-            with os.fdopen(fd, mode, **kwargs) as f:
-                yield f
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException as e:
-            os.unlink(tmp)
-            if isinstance(e, OSError) and e.errno in _ONLY_WRITES:
-                raise _failed(path, e, True) from None
-            raise
+        with _through_temp(path, mode, True, True, lambda tmp: self._keep(path, tmp)) as f:
+            yield f
+
+    def _keep(self, path, tmp):
         old = self.temps.pop(path, None)  # (written twice: the last one counts)
         if old:
             os.unlink(old)
