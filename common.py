@@ -73,7 +73,7 @@ from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_reco
 from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
 from lgip.scorefile import PerModel, ScoreSidecar, read_flip_gaps
 from lgip.scoring import Pairs, add_ci, mean_or_none
-from lgip.settings import check_settings
+from lgip.settings import check_settings, require_int
 from lgip.device import cosines
 from lgip.texts import TextBank
 from lgip.util import (Timer, atomic_open, default_num_workers, default_output, fmt, metrics_path, package_versions,
@@ -82,14 +82,13 @@ from lgip.util import (Timer, atomic_open, default_num_workers, default_output, 
 __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "InputError", "Lookahead", "ModelError",
            "ModelRun", "NUMBER_WORDS", "OBJECTS", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel",
            "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step", "Terminated", "TextBank", "Timer", "add_ci",
-           "add_typed_flips",
-           "advanced_paraphrases", "align_words", "atomic_open", "attribute", "blamed_word", "cap_sample",
-           "caption_texts", "changed_words", "check_gallery_size", "check_settings", "check_models", "check_tower", "configure",
-           "cosines", "default_num_workers", "default_output", "dump_jsonl_line", "encode_record_images",
-           "eval_run_info", "fmt", "forget_pixels", "forget_token_tables", "in_fp32", "infer_flip_type", "iter_records",
-           "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb", "package_versions", "pad_ids",
-           "parse_value", "provenance", "read_flip_gaps", "read_json", "reason_to_run", "refuse_overwriting_input",
-           "remove_stale_temps", "require_models",
-           "resolve_device", "resolve_dtype", "retrieval_figures", "run_evaluation", "run_generator", "run_main",
-           "run_step", "script_call", "script_settings", "search_galleries", "show", "similarity", "simple_paraphrases",
+           "add_typed_flips", "advanced_paraphrases", "align_words", "atomic_open", "attribute", "blamed_word",
+           "cap_sample", "caption_texts", "changed_words", "check_gallery_size", "check_models", "check_settings",
+           "check_tower", "configure", "cosines", "default_num_workers", "default_output", "dump_jsonl_line",
+           "encode_record_images", "eval_run_info", "fmt", "forget_pixels", "forget_token_tables", "in_fp32",
+           "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb",
+           "package_versions", "pad_ids", "parse_value", "provenance", "read_flip_gaps", "read_json", "reason_to_run",
+           "refuse_overwriting_input", "remove_stale_temps", "require_int", "require_models", "resolve_device",
+           "resolve_dtype", "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step",
+           "script_call", "script_settings", "search_galleries", "show", "similarity", "simple_paraphrases",
            "swap_process_state", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json"]

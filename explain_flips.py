@@ -41,9 +41,7 @@ CONFIG = common.configure(globals())
 def check_config(config):
     # (IMAGE_BATCH_SIZE, BOOTSTRAP and the other shared settings: lgip.settings; TEXT_BATCH_SIZE has no "auto" here)
     for name, low in (("N_FLIPS", 0), ("TOP_K", 0), ("LAYERS", 1), ("TEXT_BATCH_SIZE", 1)):
-        value = config[name]
-        if not (isinstance(value, int) and value >= low) and not (name == "N_FLIPS" and value is None):
-            raise common.ConfigError(f"{name} must be an int >= {low}{' or None' if name == 'N_FLIPS' else ''}, got {value!r}")
+        common.require_int(config, name, low, none_ok=name == "N_FLIPS")
     if config["UNSUPPORTED"] not in ("stop", "skip"):
         raise common.ConfigError(f"UNSUPPORTED must be \"stop\" or \"skip\", got {config['UNSUPPORTED']!r}")
     if not isinstance(TEMPLATE, str) or (TEMPLATE and not TEMPLATE[-1].isspace()):

@@ -62,8 +62,7 @@ def perturb(rec, rng, stats):
 def main():
     if PARAPHRASE_ORDER not in ("generation", "set"):  # (the counts and SEED: lgip.settings, checked by run_main)
         raise common.ConfigError(f"PARAPHRASE_ORDER must be \"generation\" or \"set\", got {PARAPHRASE_ORDER!r}")
-    if not (isinstance(MAX_CAPTION_WORDS, int) and not isinstance(MAX_CAPTION_WORDS, bool) and MAX_CAPTION_WORDS >= 1):
-        raise common.ConfigError(f"MAX_CAPTION_WORDS must be an int >= 1, got {MAX_CAPTION_WORDS!r}")
+    common.require_int(CONFIG, "MAX_CAPTION_WORDS", 1)
     output = OUTPUT_JSONL or common.default_output(INPUT_JSONL, "_with_fliptypes.jsonl", "rebuttal_enhanced_")
     common.run_generator(__file__, CONFIG, INPUT_JSONL, output, perturb)
 

@@ -58,12 +58,10 @@ NOT_WRITTEN = {"frontier.png": "no headline metrics", "fliptypes.png": "no per-t
 def check_config(config):
     """Each constant a value report.py can use, else ConfigError naming it, what it must be and
     what it got: before any input is read or output written."""
-    def whole(v):
-        return isinstance(v, int) and not isinstance(v, bool)
     for name, low in (("TOP_K", 0), ("MAX_TEXT_CHARS", 0), ("THUMB_PX", 1)):
-        if not (whole(config[name]) and config[name] >= low):
-            raise common.ConfigError(f"{name} must be an int >= {low}, got {config[name]!r}")
-    if not (whole(config["DPI"]) and 10 <= config["DPI"] <= 1000):
+        common.require_int(config, name, low)
+    dpi = config["DPI"]
+    if not (isinstance(dpi, int) and not isinstance(dpi, bool) and 10 <= dpi <= 1000):
         raise common.ConfigError(f"DPI must be an int from 10 to 1000 (dots per inch), got {config['DPI']!r}")
     if not isinstance(config["TOP_K_PER_MODEL"], bool):
         raise common.ConfigError(f"TOP_K_PER_MODEL must be True or False, got {config['TOP_K_PER_MODEL']!r}")

@@ -65,8 +65,7 @@ def similarities(enc, img, selected, picks):
 
 def main():
     for name in ("N_RECORDS", "MAX_FLIPS"):  # (the shared settings: lgip.settings, checked by run_main)
-        if not (isinstance(CONFIG[name], int) and not isinstance(CONFIG[name], bool) and CONFIG[name] >= 1):
-            raise common.ConfigError(f"{name} must be an int >= 1, got {CONFIG[name]!r}")
+        common.require_int(CONFIG, name, 1)
     records = common.load_records(JSONL_PATH, per_caption_fields=("diff_caps",))
     image_root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
     rng = random.Random(SEED)

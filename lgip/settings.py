@@ -126,6 +126,18 @@ RULES = {
 }
 
 
+def require_int(config, name, low=None, none_ok=False):
+    """A script's own int setting (a count, a size): its value, else a ConfigError in the shared form.
+        >>> require_int({"TOP_K": -1}, "TOP_K", 0)
+        ConfigError: TOP_K must be an int >= 0, got -1
+    """
+    value = config[name]
+    if (value is None and none_ok) or _int(low)(value):
+        return value
+    raise ConfigError(f"{name} must be an int{f' >= {low}' if low is not None else ''}{' or None' if none_ok else ''}, "
+                      f"got {value!r}")
+
+
 def check_settings(config, none_ok=()):
     """Raise a ConfigError for the first setting of `config` (NAME -> value) that breaks its rule
     in RULES; names without a rule are the script's own to check. `none_ok`: names that may be None."""
