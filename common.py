@@ -13,17 +13,15 @@ above it in this list, so it can be read, and changed, knowing only those:
   records               reading every JSON/JSONL input (a UTF-8 byte-order mark is fine) and validating
                         records (file:line and field in every error)
   method, generate      word lists, paraphrases, flips (LGIP_SPEC.md 2-3); the generators' loop
-  encoder, hub          the Encoder interface every loader returns; protocols, dtypes, tokenizer keys;
-                        where a model's files come from, and a run stopped at once when they cannot be had
-  towers, clip_tokenizer, pixels
-                        exact faster tower forwards; CLIP token ids fast; preprocessing split for the device
-  openclip_models, transformers_models, python_models
-                        the loaders (open_clip: CLIP/OpenCLIP/EVA02; transformers: any dual encoder, SigLIP's
-                        padding rules; a loader of one's own returning (model, preprocess, tokenizer))
-  models                the registry: spec "type" -> loader, preparer, key encoder; PUBLISHED_MODELS
-  tokens, prefix_packs, device, cache, pixel_memory
-                        token tables; prefix-tree packs; device-side tables and cosines; the embedding
-                        cache on disk; decoded pixels kept for later models
+  tokens                token tables shared by models that tokenize alike
+  models/               everything about a model (a package, lgip/models/__init__.py lists its modules):
+                        the Encoder interface; where a model's files come from (hub); exact faster tower
+                        forwards, prefix-tree packs, CLIP ids fast, preprocessing split for the device;
+                        one loader per spec type (openclip, transformers, python); the registry
+                        (spec "type" -> loader, preparer, key encoder; PUBLISHED_MODELS)
+  device, cache, pixel_memory
+                        device-side tables and cosines; the embedding cache on disk; decoded pixels
+                        kept for later models
   images, texts         images decoded in workers and encoded beside the texts; the published calls,
                         deduplicated and batched (TextBank)
   lookahead             the later models' tokenizing and decoding, done while a model runs
@@ -31,8 +29,9 @@ above it in this list, so it can be read, and changed, knowing only those:
   retrieval             recall over galleries of records, with the flips among the captions (LGIP_SPEC.md 7)
   evaluation            ModelRun (one model over one JSONL, torchrun sharding) and run_evaluation
   entry                 a script's run(**constants): its command line's run, callable from Python
-  attribution           word attribution of a text's similarity (LGIP_SPEC.md 8): plain tower forwards
-                        keeping attention probabilities, token and word scores, changed and blamed words
+  attribution, explain  word attribution of a text's similarity (LGIP_SPEC.md 8): plain tower forwards
+                        keeping attention probabilities, token and word scores, changed and blamed words;
+                        explain_flips.py's flips, lines and localization accuracy (`from lgip import explain`)
   pipeline              run_all's steps: each script a subprocess, run again only when an input, the
                         script or the settings changed (recorded beside its output)
 
@@ -53,15 +52,13 @@ Example (an evaluation script):
             return common.run_evaluation(__file__, config, ("same_caps", "diff_caps"), evaluate, summary)
 """
 from lgip.accelerations import NAMES as ACCELERATIONS
-from lgip.attribution import (align_words, attribute, blamed_word, changed_words, check_tower, in_fp32, pad_ids,
-                              similarity, text_tower, token_namer, word_scores)
 from lgip.cli import configure, parse_value, run_main
 from lgip.entry import script_call
-from lgip.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
+from lgip.models.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
 from lgip.errors import ConfigError, InputError, ModelError, Terminated
 from lgip.evaluation import ModelRun, eval_run_info, forget_token_tables, run_evaluation, swap_process_state
 from lgip.generate import SkipRecord, run_generator
-from lgip.hub import check_models, require_models
+from lgip.models.hub import check_models, require_models
 from lgip.images import encode_record_images, open_rgb
 from lgip.lookahead import Lookahead
 from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_flips, advanced_paraphrases, cap_sample,
@@ -71,7 +68,7 @@ from lgip.pipeline import Step, reason_to_run, run_step, script_settings, show
 from lgip.pixel_memory import forget_pixels
 from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_records, read_json
 from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
-from lgip.scorefile import PerModel, ScoreSidecar, read_flip_gaps
+from lgip.scorefile import PerModel, ScoreSidecar
 from lgip.scoring import Pairs, add_ci, mean_or_none
 from lgip.settings import check_settings, require_int
 from lgip.device import cosines
@@ -82,13 +79,12 @@ from lgip.util import (Timer, atomic_open, default_num_workers, default_output, 
 __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "InputError", "Lookahead", "ModelError",
            "ModelRun", "NUMBER_WORDS", "OBJECTS", "PROTOCOLS", "PUBLISHED_MODELS", "Pairs", "PerModel",
            "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step", "Terminated", "TextBank", "Timer", "add_ci",
-           "add_typed_flips", "advanced_paraphrases", "align_words", "atomic_open", "attribute", "blamed_word",
-           "cap_sample", "caption_texts", "changed_words", "check_gallery_size", "check_models", "check_settings",
-           "check_tower", "configure", "cosines", "default_num_workers", "default_output", "dump_jsonl_line",
-           "encode_record_images", "eval_run_info", "fmt", "forget_pixels", "forget_token_tables", "in_fp32",
-           "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb",
-           "package_versions", "pad_ids", "parse_value", "provenance", "read_flip_gaps", "read_json", "reason_to_run",
+           "add_typed_flips", "advanced_paraphrases", "atomic_open", "cap_sample", "caption_texts",
+           "check_gallery_size", "check_models", "check_settings", "configure", "cosines", "default_num_workers",
+           "default_output", "dump_jsonl_line", "encode_record_images", "eval_run_info", "fmt", "forget_pixels",
+           "forget_token_tables", "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none",
+           "metrics_path", "open_rgb", "package_versions", "parse_value", "provenance", "read_json", "reason_to_run",
            "refuse_overwriting_input", "remove_stale_temps", "require_int", "require_models", "resolve_device",
            "resolve_dtype", "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step",
-           "script_call", "script_settings", "search_galleries", "show", "similarity", "simple_paraphrases",
-           "swap_process_state", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json"]
+           "script_call", "script_settings", "search_galleries", "show", "simple_paraphrases", "swap_process_state",
+           "typed_flips", "write_json"]

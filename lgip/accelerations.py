@@ -15,18 +15,18 @@ what it gained where it was measured. The switches are read when a model loads o
 from .errors import ConfigError
 
 
-PREFIX_PACKS = True  # CLIP-family texts packed as prefix trees, a shared start computed once (lgip/prefix_packs.py); False: batches of one exact length
-POOLED_LAST_BLOCK = True  # the last block of open_clip's text and image towers and SigLIP's last text layer run for the pooled position only (lgip/towers.py); False: the towers' own forward
-TRIMMED_TEXT = True  # CLIP-family text batches cut to their longest text, blocks through SDPA with is_causal (lgip/towers.py); False: 77 positions through open_clip's encode_text
-FAST_CLIP_TOKENIZER = True  # open_clip's CLIP tokenizer through a fast path with its exact ids (lgip/clip_tokenizer.py); False: SimpleTokenizer.encode
-PIXELS_ON_DEVICE = True  # decoding workers send uint8 pixels, scaled and normalised on the device (lgip/pixels.py); False: the CPU transform in the workers
+PREFIX_PACKS = True  # CLIP-family texts packed as prefix trees, a shared start computed once (lgip/models/prefix_packs.py); False: batches of one exact length
+POOLED_LAST_BLOCK = True  # the last block of open_clip's text and image towers and SigLIP's last text layer run for the pooled position only (lgip/models/towers.py); False: the towers' own forward
+TRIMMED_TEXT = True  # CLIP-family text batches cut to their longest text, blocks through SDPA with is_causal (lgip/models/towers.py); False: 77 positions through open_clip's encode_text
+FAST_CLIP_TOKENIZER = True  # open_clip's CLIP tokenizer through a fast path with its exact ids (lgip/models/clip_tokenizer.py); False: SimpleTokenizer.encode
+PIXELS_ON_DEVICE = True  # decoding workers send uint8 pixels, scaled and normalised on the device (lgip/models/pixels.py); False: the CPU transform in the workers
 PIXEL_MEMORY = True  # decoded pixels kept for the run's later models of the same geometry (lgip/pixel_memory.py; needs PIXELS_ON_DEVICE); False: each model decodes its images
 LOOKAHEAD = True  # the later models' tokenizing and decoding done in background workers (lgip/lookahead.py); False: each model does its own
 SHARED_TOKENS = True  # models that tokenize alike share one token table and prefix plan (lgip/tokens.py, lgip/texts.py); False: each model tokenizes and plans
 SHARED_CALLS = True  # the published calls, pairs, keys and token-table rows built once per run (lgip/texts.py RunCalls, lgip/evaluation.py); False: per model
 SHARED_SCORE_LAYOUT = True  # a score file's text less its numbers made once per run (lgip/scorefile.py); False: per model
 DEVICE_TABLES = True  # embeddings kept and scored on the model's device, uploads pinned and non-blocking (lgip/device.py); False: tables and scoring on the host
-BUILD_ON_DEVICE = True  # open_clip models built directly on the GPU, not initialised on the CPU (lgip/openclip_models.py); False: built on the CPU, then moved
+BUILD_ON_DEVICE = True  # open_clip models built directly on the GPU, not initialised on the CPU (lgip/models/openclip.py); False: built on the CPU, then moved
 SHARED_BOOTSTRAP_DRAWS = True  # bootstrap resamples drawn once per (images, resamples, seed), shared by every interval (lgip/scoring.py); False: drawn per interval
 
 NAMES = ["PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "PIXELS_ON_DEVICE", "PIXEL_MEMORY",

@@ -13,7 +13,7 @@ towers of plain ResidualAttentionBlocks (CLIP, OpenCLIP, EVA02; p = the end-of-t
 transformers CLIPModel and MetaClip2Model (p: the first end-of-text token; the highest id for
 CLIP configs with eos_token_id 2, as transformers does), SiglipModel and
 Siglip2Model (p = the last of the 64 padded positions). The attention is written out (no fused
-kernel: lgip.towers' faster forwards never form the probabilities), for the explained texts only;
+kernel: lgip.models.towers' faster forwards never form the probabilities), for the explained texts only;
 `TextTower.reference` is the model's own text forward, which the plain one must equal.
 
 Words are the text's whitespace words; a token belongs to the word whose characters it covers.
@@ -39,7 +39,7 @@ import math
 import re
 
 from .errors import ModelError
-from .towers import _plain_blocks
+from .models.towers import _plain_blocks
 
 
 FAMILIES = ("open_clip CLIP/CustomTextCLIP text towers of plain ResidualAttentionBlocks (CLIP, OpenCLIP, EVA02)",

@@ -58,7 +58,7 @@ class EmbeddingCache:
             if path and os.path.exists(path):
                 ident[f"{key}_stat"] = _tree_stat(path)
         if spec.get("type") == "python":  # a loader of one's own: its code, and the files its kwargs name
-            from .python_models import loader_file
+            from .models.python import loader_file
             files = [loader_file(str(spec.get("loader", "")))] + [v for v in (spec.get("kwargs") or {}).values()
                                                                   if isinstance(v, str)]
             ident["loader_stat"] = [_tree_stat(f) for f in files if f and os.path.exists(f)]

@@ -1,7 +1,8 @@
 """lgip.errors: the project's error kinds, each ending a script with a message (lgip.cli.run_main).
 
 InputError: bad input; the message names the file, line and field. ModelError: a model spec that
-cannot be resolved or loaded; the message says what to do. OutputError: an output that cannot be
+cannot be resolved or loaded; the message says what to do (WrongModelType: a model its type
+cannot evaluate). OutputError: an output that cannot be
 written (no space, no permission, a read-only folder); the message names the file, why, and what
 to do. CacheError: a cache chunk that does not hold what it should (reported, deleted, rebuilt).
 Interrupted: Ctrl-C or SIGTERM, with what was finished; Terminated: the KeyboardInterrupt that
@@ -14,6 +15,12 @@ class InputError(ValueError):
 
 class ModelError(RuntimeError):
     """A model spec that cannot be resolved or loaded; the message says what to do."""
+
+
+class WrongModelType(ModelError):
+    """A model its spec's type cannot evaluate (e.g. a transformers checkpoint that is no image-text
+    dual encoder). Raised by a loader; the registry (lgip.models.registry.load_model) adds the
+    valid types to the message, so no loader needs to know the registry."""
 
 
 class CacheError(RuntimeError):

@@ -8,12 +8,13 @@ share), and what one process keeps across its models.
 import os
 import time
 
-from . import accelerations, prefix_packs
+from . import accelerations
+from .models import prefix_packs
 from .errors import InputError, Interrupted
-from .hub import require_models
+from .models.hub import require_models
 from .util import OUTPUTS, Timer, provenance
 from .records import load_records
-from .encoder import resolve_device
+from .models.encoder import resolve_device
 from .models import cacheable, key_encoder, load_model
 from .tokens import _TOKEN_TABLES
 from .cache import _UNWRITABLE, EmbeddingCache, image_cache_keys

@@ -85,7 +85,7 @@ class _ScoreLayout:
     `raw`). It depends on the records, pairs and other labels alone, which every model of a run
     shares, so the run's later models only format and place their numbers (40,000 images:
     200,000 lines of record fields, 1.46M texts with their labels, made once; 1.66M similarities
-    per model: 2.7 -> 0.9 s per later model, BENCHMARKS.md).
+    per model: 2.7 -> 0.9 s per later model, benchmarks/BENCHMARKS.md).
     >>> layout = _ScoreLayout(records, groups); text = layout.text(groups)
     """
 

@@ -65,7 +65,7 @@ def _accelerations(v):
 def check_models(models, name="MODELS"):
     """A non-empty list of model specs (lgip.models' rules: a dict with a known type and its field),
     each "name" file-safe (it names the output files) and used once (else two models' files are one)."""
-    from .models import _check_spec
+    from .models.registry import _check_spec
     if not isinstance(models, (list, tuple)) or not models:
         raise ConfigError(f"{name} is empty: give a list of one or more model specs (README \"Models\"), got {models!r}"
                           if isinstance(models, (list, tuple)) else
@@ -96,7 +96,7 @@ def _model(v):
 
 
 _DTYPES = ("auto", "fp32", "bf16", "fp16", "float32", "bfloat16", "float16")
-_PROTOCOLS = ("corrected", "reference")  # (lgip.encoder.PROTOCOLS, without importing torch here)
+_PROTOCOLS = ("corrected", "reference")  # (lgip.models.encoder.PROTOCOLS, without importing torch here)
 _COUNT = "an int >= 0"
 
 RULES = {

@@ -8,7 +8,8 @@ length or packed by shared prefix (`TextBank`); what a run's models share of the
 """
 import time
 
-from . import accelerations, prefix_packs
+from . import accelerations
+from .models import prefix_packs
 from .errors import ModelError
 from .util import default_num_workers, progress
 from .tokens import TokenTable, _TextChunks, _identity, padded_ids, shared_token_table
@@ -20,7 +21,7 @@ _LAST_PLAN = []  # [(token table, rows digest, size, packs per batch), plan]: th
 
 def resolve_text_batch_size(value, device):
     """TEXT_BATCH_SIZE constant -> int: "auto" = 2048 on CUDA (fewer, larger launches), 64 on
-    CPU (measured fastest there, BENCHMARKS.md)."""
+    CPU (measured fastest there, benchmarks/BENCHMARKS.md)."""
     if value in (None, "auto"):
         return 2048 if str(device).startswith("cuda") else 64
     if not isinstance(value, int) or value < 1:

@@ -11,7 +11,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 REFERENCE = os.path.join(FIXTURES, "reference")
 BASE_JSONL = os.path.join(FIXTURES, "lgip_fixture_base.jsonl")
+BENCHMARKS = os.path.join(ROOT, "benchmarks")
 sys.path.insert(0, ROOT)
+sys.path.insert(1, BENCHMARKS)  # the benchmark scripts, imported by name as the scripts are
 
 
 def run_script(script, *args, env=None, check=True):
@@ -27,8 +29,8 @@ def run_script(script, *args, env=None, check=True):
 @pytest.fixture(autouse=True)
 def fresh_process_state():
     """Each test starts as a fresh process would: no pixels, token tables or prefix plan left
-    by another test, and the Hub not yet asked (lgip.hub keeps its answer for the process)."""
-    from lgip import hub
+    by another test, and the Hub not yet asked (lgip.models.hub keeps its answer for the process)."""
+    from lgip.models import hub
     from lgip.evaluation import swap_process_state
     swap_process_state()
     hub._HUB.clear()

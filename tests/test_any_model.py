@@ -1,4 +1,4 @@
-"""Any image-text model (lgip/transformers_models.py, lgip/python_models.py, lgip/entry.py):
+"""Any image-text model (lgip/models/transformers.py, lgip/models/python.py, lgip/entry.py):
 transformers dual encoders through their own processors, a loader of one's own, and the
 evaluations called from Python. No network: tiny checkpoints built by tests/tiny_hf.py.
 
@@ -286,7 +286,7 @@ def test_a_loader_function_from_python_is_called_with_the_runs_device_and_dtype(
 
 
 def test_hub_check_knows_the_transformers_type():
-    from lgip.hub import hub_files
+    from lgip.models.hub import hub_files
     files = hub_files({"name": "m", "type": "transformers", "model_id": "facebook/metaclip-b32-400m"})
     assert files[0] == ("facebook/metaclip-b32-400m", ["config.json"]) and "model.safetensors.index.json" in files[1][1]
     assert hub_files({"name": "m", "type": "python", "loader": "x:y"}) == []

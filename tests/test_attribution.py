@@ -13,7 +13,7 @@ import torch
 
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, run_script
 from lgip import attribution
-from lgip.encoder import Encoder
+from lgip.models.encoder import Encoder
 from lgip.errors import ModelError
 
 TEXTS = ["A red bus parked on the side of the street.", "two  DOGS, one cat!!", "a dog"]

@@ -1,7 +1,7 @@
 """bench.py smoke tests: it runs, prints its ratios, and both paths give the same metrics.
 
 Tiny fixture models, 4 images, CPU. No timing is asserted: speed targets are measured by
-bench.py itself (BENCHMARKS.md), never by tests.
+bench.py itself (benchmarks/BENCHMARKS.md), never by tests.
 """
 import glob
 import importlib
@@ -10,7 +10,7 @@ import os
 import sys
 
 from lgip.cli import configure
-from lgip.encoder import SIGLIP_TEXT_LENGTH
+from lgip.models.encoder import SIGLIP_TEXT_LENGTH
 from lgip.models import load_model
 from lgip.records import load_records
 from lgip.tokens import _TOKEN_TABLES, shared_token_table
@@ -24,7 +24,7 @@ KEYS = ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate")
 def test_bench_runs_and_paths_agree(tmp_path):
     results = tmp_path / "bench_results.json"
     # SigLIP compared under the reference protocol: the published padding (longest text per call).
-    proc = run_script("bench.py", f"--MODEL={OPENCLIP_TINY!r}", f"--ARCHS={[SIGLIP_TINY]!r}", "--N_IMAGES=4",
+    proc = run_script("benchmarks/bench.py", f"--MODEL={OPENCLIP_TINY!r}", f"--ARCHS={[SIGLIP_TINY]!r}", "--N_IMAGES=4",
                       "--SCALE_IMAGES=3", "--PROTOCOL=reference", "--DEVICE=cpu", "--NUM_WORKERS=0", f"--WORK_DIR={str(tmp_path / 'work')!r}",
                       f"--RESULTS_JSON={str(results)!r}", "--PROFILE='tiny_siglip'")
     out = proc.stdout
@@ -81,12 +81,12 @@ def test_random_init_siglip_folder_loads_with_project_loader(tmp_path, monkeypat
 
 
 def test_bench_host_reports_cost_per_text(tmp_path):
-    proc = run_script("bench_host.py", "--N_IMAGES=6", "--REPEATS=1", f"--WORK_DIR={str(tmp_path)!r}")
+    proc = run_script("benchmarks/bench_host.py", "--N_IMAGES=6", "--REPEATS=1", f"--WORK_DIR={str(tmp_path)!r}")
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith("6 records, ") and " us per text" in line and "'lookup_and_tokenize'" in line
     assert "override: N_IMAGES = 6" in proc.stdout and proc.stdout.count("override:") == 3  # bench.py keeps its own
     assert "6 records, " in proc.stdout.split("first model")[0] and "later model" in line
-    proc = run_script("bench_host.py", "--N_IMAGES=6", "--REPEATS=1", "--WIDTH=8", "--DTYPE=bf16", "--CACHE=True",
+    proc = run_script("benchmarks/bench_host.py", "--N_IMAGES=6", "--REPEATS=1", "--WIDTH=8", "--DTYPE=bf16", "--CACHE=True",
                       f"--WORK_DIR={str(tmp_path / 'w2')!r}")
     assert proc.stdout.count(" us per text") == 2
     assert glob.glob(str(tmp_path / "w2" / "cache" / "*" / "text-*.npz"))  # (the last pass's cache, cold)
@@ -104,7 +104,7 @@ def test_imported_script_keeps_its_defaults(monkeypatch):
 def test_bench_measures_without_prefix_packs(tmp_path):
     """PREFIX_PACKS=False: CLIP-family texts in exact-length batches (to measure what packing
     buys), the same metrics as the published-style loop."""
-    proc = run_script("bench.py", f"--MODEL={OPENCLIP_TINY!r}", "--N_IMAGES=2", "--DEVICE=cpu", "--NUM_WORKERS=0",
+    proc = run_script("benchmarks/bench.py", f"--MODEL={OPENCLIP_TINY!r}", "--N_IMAGES=2", "--DEVICE=cpu", "--NUM_WORKERS=0",
                       "--PREFIX_PACKS=False", f"--WORK_DIR={str(tmp_path / 'work')!r}", "--RESULTS_JSON=None")
     assert "text prefix packs: False" in proc.stdout and "DISAGREE" not in proc.stdout
     assert "max abs metric diff:" in proc.stdout

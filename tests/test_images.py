@@ -1,4 +1,4 @@
-"""Images (lgip/images.py, lgip/pixels.py, lgip/pixel_memory.py): decoded in workers and encoded
+"""Images (lgip/images.py, lgip/models/pixels.py, lgip/pixel_memory.py): decoded in workers and encoded
 beside the texts with the same embeddings as alone, a failing loader reaching the caller, close();
 the preprocessing split between workers and device, bit for bit the model's own transform; pixels
 remembered for the next model of a run within their budget; unreadable images skipped, counted
@@ -12,11 +12,11 @@ import time
 import pytest
 import torch
 
-from lgip import prefix_packs
+from lgip.models import prefix_packs
 from lgip.images import ImageEncoding, embed_images, open_rgb
 from lgip.models import load_model
 from lgip.pixel_memory import pixel_memory, resolve_pixel_memory
-from lgip.pixels import check_pixel_split, pixel_split_openclip
+from lgip.models.pixels import check_pixel_split, pixel_split_openclip
 from lgip.errors import ModelError
 from lgip.records import iter_records
 from lgip.texts import TextBank

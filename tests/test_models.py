@@ -1,4 +1,4 @@
-"""The loaders and their registry (lgip/models.py, lgip/openclip_models.py, lgip/transformers_models.py, lgip/python_models.py):
+"""The loaders and their registry (lgip/models/registry.py, lgip/models/openclip.py, lgip/models/transformers.py, lgip/models/python.py):
 SigLIP's padding in each protocol, QuickGELU for the weights trained with it, bad model specs and
 weights that cannot be downloaded, open_clip models built on their device."""
 import os
@@ -7,10 +7,10 @@ import shutil
 import pytest
 import torch
 
-from lgip.encoder import _as_features
+from lgip.models.encoder import _as_features
 from lgip.errors import ModelError
 from lgip.models import PUBLISHED_MODELS, load_model
-from lgip.openclip_models import _create_openclip_on, openclip_create_kwargs
+from lgip.models.openclip import _create_openclip_on, openclip_create_kwargs
 from lgip.texts import TextBank
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, eval_args, run_script
 from conftest import UNEVEN_TEXTS as TEXTS

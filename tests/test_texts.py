@@ -1,7 +1,7 @@
 """The published calls and their encoding (lgip/texts.py and what it stands on): the TextBank's
 batches and uploads, the "auto" text batch, token tables shared by models that tokenize alike
-(lgip/tokens.py), CLIP token ids fast (lgip/clip_tokenizer.py), parallel tokenization, prefix-tree
-packs (lgip/prefix_packs.py), and the calls a run's models share."""
+(lgip/tokens.py), CLIP token ids fast (lgip/models/clip_tokenizer.py), parallel tokenization, prefix-tree
+packs (lgip/models/prefix_packs.py), and the calls a run's models share."""
 import glob
 import os
 
@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from lgip import prefix_packs
+from lgip.models import prefix_packs
 from lgip.cache import EmbeddingCache
-from lgip.clip_tokenizer import _fast_clip_encode
+from lgip.models.clip_tokenizer import _fast_clip_encode
 from lgip.errors import ModelError
 from lgip.evaluation import ModelRun, forget_token_tables, swap_process_state
 from lgip.models import load_model
-from lgip.prefix_packs import PrefixPacks
+from lgip.models.prefix_packs import PrefixPacks
 from lgip.records import load_records
 from lgip.texts import TextBank, _LAST_PLAN, resolve_text_batch_size
 from lgip.tokens import TokenTable, _pack

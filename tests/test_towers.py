@@ -1,4 +1,4 @@
-"""The exact faster tower forwards (lgip/towers.py) give the full forward's embeddings: open_clip
+"""The exact faster tower forwards (lgip/models/towers.py) give the full forward's embeddings: open_clip
 text batches cut to their longest text (CLIP and CustomTextCLIP), the last block for the pooled
 position or the class token only, SigLIP's last layer for its pooled position only (and the
 load-time check that drops it when it disagrees)."""
@@ -8,11 +8,11 @@ import os
 import pytest
 import torch
 
-from lgip import transformers_models
-from lgip.encoder import _as_features
+from lgip.models import transformers as transformers_models
+from lgip.models.encoder import _as_features
 from lgip.models import load_model
 from lgip.texts import TextBank
-from lgip.towers import _class_token_blocks, _plain_blocks, _siglip_text_last, _siglip_text_tower
+from lgip.models.towers import _class_token_blocks, _plain_blocks, _siglip_text_last, _siglip_text_tower
 from conftest import FIXTURES, OPENCLIP_TINY, SIGLIP_TINY, TEXTS, UNEVEN_TEXTS
 
 

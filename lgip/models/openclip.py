@@ -1,14 +1,14 @@
-"""lgip.openclip_models: the open_clip loader (CLIP, OpenCLIP, EVA02-CLIP): names, tags,
+"""lgip.models.openclip: the open_clip loader (CLIP, OpenCLIP, EVA02-CLIP): names, tags,
 hf-hub:/local-dir:/checkpoint files, QuickGELU for weights trained with it (corrected protocol),
-and an Encoder over the exact faster forwards of lgip.towers where the tower allows them.
+and an Encoder over the exact faster forwards of lgip.models.towers where the tower allows them.
 
     >>> enc = load_openclip({"name": "b16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "openai"},
     ...                     "corrected", "cuda", torch.bfloat16)
 """
 import os
 
-from . import accelerations
-from .errors import ModelError
+from .. import accelerations
+from ..errors import ModelError
 from .encoder import Encoder, Prepared, _download_hint, _normalise, tokenizer_key
 from .towers import _class_token_blocks, _openclip_causal_text_tower, _openclip_image_pooled, _openclip_text_packed, _openclip_text_trimmed, _plain_blocks
 from .clip_tokenizer import _openclip_tokenize_fn, _openclip_tokenizer_identity

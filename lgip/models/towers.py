@@ -1,4 +1,4 @@
-"""lgip.towers: exact, faster forwards of the open_clip and SigLIP towers: open_clip
+"""lgip.models.towers: exact, faster forwards of the open_clip and SigLIP towers: open_clip
 blocks through SDPA (is_causal for text), text batches cut to their longest text, prefix-packed
 text, and last blocks run for the pooled position only. Each equals the tower's own forward to
 float rounding (tests/test_towers.py, against open_clip's encode_text / encode_image and

@@ -1,4 +1,4 @@
-"""lgip.pixels: a model's image preprocessing cut in two (accelerations.PIXELS_ON_DEVICE):
+"""lgip.models.pixels: a model's image preprocessing cut in two (accelerations.PIXELS_ON_DEVICE):
 uint8 geometry (decode, resize, crop) in the decoding workers, the float arithmetic on the
 device, proven bit-identical to the CPU transform when the model loads (`check_pixel_split`)."""
 

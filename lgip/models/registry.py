@@ -1,4 +1,4 @@
-"""lgip.models: the registry (CLIP_benchmark's shape): a model spec's "type" picks a loader
+"""lgip.models.registry: the registry (CLIP_benchmark's shape): a model spec's "type" picks a loader
 returning an Encoder, a preparer returning its tokenizer and pixels without its weights, and a
 key encoder making its cache keys without them. The types:
   openclip      {"model_name", "pretrained"}: open_clip names and tags, hf-hub:, local-dir:, checkpoint files
@@ -11,14 +11,14 @@ Encoder, registered in the four dicts below (preparer and key encoder may be Non
     >>> enc = load_model({"name": "b16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "openai"})
     >>> enc.encode_images(pixels), enc.encode_tokens(ids)
 """
-from . import accelerations
-from .errors import ModelError
+from .. import accelerations
+from ..errors import ModelError, WrongModelType
 from .encoder import PROTOCOLS, resolve_device, resolve_dtype, tokenizer_key
 from .pixels import check_pixel_split
 from .hub import check_model
-from .openclip_models import load_openclip, openclip_key_encoder, prepare_openclip
-from .python_models import in_memory, load_python, python_key_encoder
-from .transformers_models import load_transformers, prepare_transformers, transformers_key_encoder
+from .openclip import load_openclip, openclip_key_encoder, prepare_openclip
+from .python import in_memory, load_python, python_key_encoder
+from .transformers import load_transformers, prepare_transformers, transformers_key_encoder
 
 
 PUBLISHED_MODELS = [  # the nine models of the paper, as the published scripts specify them
@@ -69,12 +69,16 @@ def cacheable(spec):
 
 def load_model(spec, protocol="corrected", device="cpu", dtype=None):
     """Build the Encoder for one model spec through the MODEL_LOADERS registry. A model whose
-    files can be had neither locally nor from the Hub stops here at once (lgip.hub)."""
+    files can be had neither locally nor from the Hub stops here at once (lgip.models.hub)."""
     _check_spec(spec, protocol)
     check_model(spec)
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
-    enc = MODEL_LOADERS[spec["type"]](spec, protocol, device, torch_dtype)
+    try:
+        enc = MODEL_LOADERS[spec["type"]](spec, protocol, device, torch_dtype)
+    except WrongModelType as e:
+        raise ModelError(f"{e} Valid types: {', '.join(MODEL_LOADERS)} (type 'python' takes a loader of your own "
+                         f"returning (model, preprocess, tokenizer))") from e
     enc.name, enc.type, enc.protocol = spec["name"], spec["type"], protocol
     enc.tokenizer_key = tokenizer_key(enc.type, enc.tokenizer_identity, enc.tokenize)
     enc.pixels = check_pixel_split(enc, enc.pixels) if accelerations.PIXELS_ON_DEVICE else None

@@ -9,16 +9,19 @@ bench.py's 640x480 images, with the models' forward passes replaced by a simulat
 wait per text and per image (the calling thread sleeps, as it does on a busy GPU), no compute.
 The sequence: open_clip (first: tokenizes, decodes), its twin (same tokens and pixels), SigLIP
 (another tokenization and geometry: the one the lookahead can prepare).
-  python bench_lookahead.py                    # 256 records, ~10.6k texts
-  python bench_lookahead.py --N_IMAGES=512 --DEVICE_US_PER_TEXT=200
+  python benchmarks/bench_lookahead.py                    # 256 records, ~10.6k texts
+  python benchmarks/bench_lookahead.py --N_IMAGES=512 --DEVICE_US_PER_TEXT=200
 Choose the device times so the twin is device-bound for longer than SigLIP's tokenizing and
 decoding take on this machine's workers (on an H100 with 15 workers that holds by far: BENCHMARKS.md).
 """
 import os
+import sys
 import time
 
-import bench
-import common
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
+sys.path.insert(1, _ROOT)  # common and lgip, when run as python benchmarks/<script>.py
+import bench  # noqa: E402
+import common  # noqa: E402
 
 N_IMAGES = 256  # int >= 1: records (synthetic 640x480 JPEGs and demo captions, as bench.py makes them)
 DEVICE_US_PER_TEXT = 400  # float >= 0: simulated device time per text encoded, microseconds
@@ -28,7 +31,7 @@ REPEATS = 2  # int >= 1: runs of each setting, alternating; the fastest sequence
 WORK_DIR = None  # scratch folder; None = a temp dir removed at the end
 CONFIG = common.configure(globals())
 
-_FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "fixtures", "models")
+_FIXTURES = os.path.join(_ROOT, "tests", "fixtures", "models")
 SPECS = [{"name": "open_clip", "type": "openclip", "model_name": "local-dir:" + os.path.join(_FIXTURES, "openclip-tiny")},
          {"name": "open_clip_twin", "type": "openclip", "model_name": "local-dir:" + os.path.join(_FIXTURES, "openclip-tiny")},
          {"name": "siglip", "type": "siglip", "model_id": os.path.join(_FIXTURES, "siglip-tiny")}]

@@ -1,4 +1,4 @@
-"""lgip.clip_tokenizer: open_clip's tokenizers as id lists (to EOT for a causal tower),
+"""lgip.models.clip_tokenizer: open_clip's tokenizers as id lists (to EOT for a causal tower),
 with a fast path for the CLIP BPE tokenizer that gives its exact ids (accelerations.FAST_CLIP_TOKENIZER).
 
     >>> tokenize = _openclip_tokenize_fn(open_clip.get_tokenizer("ViT-B-16"), 77, trimmable=True)
@@ -7,7 +7,7 @@ with a fast path for the CLIP BPE tokenizer that gives its exact ids (accelerati
 """
 import re
 
-from . import accelerations
+from .. import accelerations
 
 
 _PLAIN_ASCII = re.compile(r"[\x20-\x25\x27-\x7e]*")  # printable ASCII but '&': ftfy and html.unescape leave it as it is

@@ -1,4 +1,4 @@
-"""lgip.python_models: a model of one's own (type "python"): a loader returning
+"""lgip.models.python: a model of one's own (type "python"): a loader returning
 `(model, preprocess, tokenizer)` in open_clip's convention (what `create_model_and_transforms`
 and `get_tokenizer` give, CLIP_benchmark's convention too):
   model.encode_image(pixels [N, C, H, W]) -> [N, D];  model.encode_text(token ids [N, L]) -> [N, D]
@@ -25,9 +25,9 @@ import os
 import sys
 import traceback
 
-from .errors import ModelError
+from ..errors import ModelError
 from .encoder import Encoder, _normalise
-from .util import jsonable
+from ..util import jsonable
 
 
 TEXT_KEY_TAG = "py1|"  # the prefix of this family's text cache keys

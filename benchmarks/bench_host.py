@@ -9,17 +9,20 @@ tokenizes, builds the calls and pairs), then as a later one (it finds them made)
 DTYPE and CACHE make the stand-in's embeddings as wide, stored and cached as a real model's
 (their tables and similarities, on the CPU here, are device work in a GPU run; the cache's
 copies and file writes are host work there too, in the writer's thread).
-  python bench_host.py                       # 3072 records, ~127k texts: prints us per text
-  python bench_host.py --N_IMAGES=512 --REPEATS=5
-  python bench_host.py --N_IMAGES=40000 --WIDTH=768 --DTYPE=bf16 --CACHE=True --REPEATS=1   # a 40,000-image run's host
+  python benchmarks/bench_host.py                       # 3072 records, ~127k texts: prints us per text
+  python benchmarks/bench_host.py --N_IMAGES=512 --REPEATS=5
+  python benchmarks/bench_host.py --N_IMAGES=40000 --WIDTH=768 --DTYPE=bf16 --CACHE=True --REPEATS=1   # a 40,000-image run's host
 """
 import os
 import shutil
+import sys
 import zlib
 
-import bench
-import common
-import lgip.images
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
+sys.path.insert(1, _ROOT)  # common and lgip, when run as python benchmarks/<script>.py
+import bench  # noqa: E402
+import common  # noqa: E402
+import lgip.images  # noqa: E402
 
 N_IMAGES = 3072  # int >= 1: records (synthetic images and demo captions, as bench.py makes them)
 REPEATS = 3  # int >= 1: timed passes; the fastest is reported
@@ -36,7 +39,7 @@ def instant_encoder():
     import torch
     from PIL import Image
     spec = {"name": "host", "type": "openclip",
-            "model_name": "local-dir:" + os.path.join(os.path.dirname(os.path.abspath(__file__)),
+            "model_name": "local-dir:" + os.path.join(_ROOT,
                                                       "tests", "fixtures", "models", "openclip-tiny")}
     enc = common.load_model(spec, "corrected", "cpu")
     enc.dtype = common.resolve_dtype(DTYPE, "cpu")

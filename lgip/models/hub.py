@@ -1,4 +1,4 @@
-"""lgip.hub: where a model's files come from (a local path, the Hugging Face cache, the Hub),
+"""lgip.models.hub: where a model's files come from (a local path, the Hugging Face cache, the Hub),
 found out before a model loads, so that a missing model or an unreachable Hub stops a run at once
 with one message, not after minutes of download retries (huggingface_hub retries each file five
 times, ~25 s, and open_clip asks for two files per model).
@@ -15,7 +15,7 @@ import os
 import sys
 import time
 
-from .errors import ModelError
+from ..errors import ModelError
 
 
 PROBE_TIMEOUT_S = 4.0  # seconds the Hub has to answer one request before it counts as unreachable

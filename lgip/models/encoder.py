@@ -1,10 +1,10 @@
-"""lgip.encoder: the one small interface every model loader returns (`Encoder`), what a
+"""lgip.models.encoder: the one small interface every model loader returns (`Encoder`), what a
 later model's tokenizer and pixels need before its weights (`Prepared`), and what they share:
 protocols, dtype and device resolution, normalising, the tokenizer key.
 
 An Encoder turns token ids and pixels into L2-normalised float32 embeddings; the scripts never
-branch on model family (lgip.models holds the registry of loaders)."""
-from .errors import ModelError
+branch on model family (lgip.models.registry holds the registry of loaders)."""
+from ..errors import ModelError
 
 
 PROTOCOLS = ("corrected", "reference")

@@ -17,10 +17,10 @@ the same for each architecture of the nine published models (random init, same c
 weights) and projects the time of the 40,000-image job. Records: N_IMAGES synthetic 640x480
 JPEGs, captions of demo/lgip_demo.jsonl cycled (made unique per record), perturbed by
 diff_gen_caption.py.
-  python bench.py                                        # CPU: MODEL only (targets in BENCHMARKS.md)
-  python bench.py --ARCHS="['ViT-B-16', 'siglip-base-patch16-224']" --N_IMAGES=4
-  python bench.py --N_IMAGES=256 --SCALE_IMAGES=3072     # GPU: the 8 architectures (BENCHMARKS.md)
-  python bench.py --N_IMAGES=128 --SCALE_IMAGES=3072 --LOOKAHEAD=False   # the sequence without the lookahead
+  python benchmarks/bench.py                                        # CPU: MODEL only (targets in BENCHMARKS.md)
+  python benchmarks/bench.py --ARCHS="['ViT-B-16', 'siglip-base-patch16-224']" --N_IMAGES=4
+  python benchmarks/bench.py --N_IMAGES=256 --SCALE_IMAGES=3072     # GPU: the 8 architectures (BENCHMARKS.md)
+  python benchmarks/bench.py --N_IMAGES=128 --SCALE_IMAGES=3072 --LOOKAHEAD=False   # the sequence without the lookahead
 """
 import contextlib
 import copy
@@ -33,10 +33,11 @@ import sys
 import tempfile
 import time
 
-import common
-from lgip import accelerations
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
+sys.path.insert(1, _ROOT)  # common and lgip, when run as python benchmarks/<script>.py
+import common  # noqa: E402
+from lgip import accelerations  # noqa: E402
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
 N_IMAGES = 32  # int >= 1: synthetic COCO-sized (640x480) JPEG images, one record each
 MODEL = {"name": "bench_ViT-B-16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": None}  # model spec (as in MODELS of run_lgip_multi) of the main comparison and the cache test; pretrained None = random init
 PROTOCOL = "corrected"  # "corrected" or "reference": the project's text protocol (the published-style loop always encodes as the published code); identical for random-init open_clip, for SigLIP only "reference" gives comparable metrics
@@ -64,8 +65,8 @@ CONFIG = common.configure(globals())
 if not PREFIX_PACKS:
     accelerations.switch_off(["PREFIX_PACKS"])
 
-DEMO_JSONL = os.path.join(_HERE, "demo", "lgip_demo.jsonl")
-SIGLIP_TOKENIZER = os.path.join(_HERE, "tests", "fixtures", "models", "siglip-tiny")  # sentencepiece ids only; texts padded/truncated to 64
+DEMO_JSONL = os.path.join(_ROOT, "demo", "lgip_demo.jsonl")
+SIGLIP_TOKENIZER = os.path.join(_ROOT, "tests", "fixtures", "models", "siglip-tiny")  # sentencepiece ids only; texts padded/truncated to 64
 _OPENCLIP_ARCHS = ["ViT-B-16", "ViT-L-14", "ViT-H-14", "EVA02-L-14"]
 # google/siglip*-patch16-* config.json sizes (text and vision towers alike): width, MLP, heads, layers, vocab, image size.
 _SIGLIP_ARCHS = {
@@ -142,7 +143,7 @@ def make_records(work, n, seed, placeholder_images=False):
         for k, name in enumerate(names):
             caps = [unique_caption(c, k // len(demo), 5 * k + i) for i, c in enumerate(demo[k % len(demo)]["orig_captions"])]
             f.write(common.dump_jsonl_line({"image_id": k + 1, "image_path": f"images/{name}", "orig_captions": caps}))
-    proc = subprocess.run([sys.executable, os.path.join(_HERE, "diff_gen_caption.py"), f"--INPUT_JSONL={base}"],
+    proc = subprocess.run([sys.executable, os.path.join(_ROOT, "diff_gen_caption.py"), f"--INPUT_JSONL={base}"],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"diff_gen_caption.py failed:\n{proc.stdout}\n{proc.stderr}")
@@ -165,7 +166,7 @@ def text_counts(records):
 
 def make_siglip_folder(arch, folder, seed):
     """A random-init SigLIP of the published checkpoint's sizes, saved with a processor, so the
-    project's own loader (lgip.transformers_models.load_transformers) reads it; token ids from the fixture's tokenizer."""
+    project's own loader (lgip.models.transformers.load_transformers) reads it; token ids from the fixture's tokenizer."""
     import torch
     from transformers import AutoModel, SiglipConfig, SiglipImageProcessor, SiglipProcessor, SiglipTokenizer
     a = _SIGLIP_ARCHS[arch]
@@ -639,7 +640,7 @@ def save_results(rows, proj, info, counts, complete):
     a run cut short (a time limit on a lent GPU) still leaves what it measured."""
     if not RESULTS_JSON:
         return None
-    path = os.path.join(_HERE, "bench_results.json") if RESULTS_JSON == "auto" else RESULTS_JSON
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_results.json") if RESULTS_JSON == "auto" else RESULTS_JSON
     meta = common.provenance(__file__, CONFIG)
     meta["versions"] = common.package_versions(("torch", "torchvision", "open_clip_torch", "transformers",
                                                 "timm", "numpy", "pillow"))

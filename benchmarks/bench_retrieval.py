@@ -10,16 +10,18 @@ image and each text encoded (the search merges embeddings that are equal byte fo
 stand-ins would leave it one column to search; COCO's texts and images are distinct). On a GPU the
 searches' matrix products are device work; here they run on the 2 CPU cores, so WIDTH=32 shows the
 host's own cost and WIDTH=768 adds the products a GPU would do (their count is printed).
-  python bench_retrieval.py                                              # 3072 records
-  python bench_retrieval.py --N_IMAGES=40000 --WIDTH=768 --DTYPE=bf16    # a 40,000-image run
+  python benchmarks/bench_retrieval.py                                              # 3072 records
+  python benchmarks/bench_retrieval.py --N_IMAGES=40000 --WIDTH=768 --DTYPE=bf16    # a 40,000-image run
 """
 import os
 import subprocess
 import sys
 
-import bench
-import bench_host
-import common
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project root
+sys.path.insert(1, _ROOT)  # common and lgip, when run as python benchmarks/<script>.py
+import bench  # noqa: E402
+import bench_host  # noqa: E402
+import common  # noqa: E402
 
 N_IMAGES = 3072  # int >= 1: records (synthetic, as bench.py makes them; their flips by make_perturb_with_fliptypes.py)
 WIDTH = 32  # int: width of the stand-in's embeddings (768: ViT-L-14, SigLIP base; 1024: ViT-H-14, SigLIP large)
@@ -68,7 +70,7 @@ def main():
     with bench.scratch_dir(WORK_DIR, "lgip_bench_retrieval_") as work:
         bench.make_records(work, N_IMAGES, 0, placeholder_images=True)  # (never decoded)
         base = os.path.join(work, "bench_base.jsonl")
-        proc = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+        proc = subprocess.run([sys.executable, os.path.join(_ROOT,
                                                             "make_perturb_with_fliptypes.py"), f"--INPUT_JSONL={base}"],
                               capture_output=True, text=True)
         if proc.returncode != 0:

@@ -1,4 +1,4 @@
-"""lgip.transformers_models: the transformers loader (types "transformers" and "siglip", one
+"""lgip.models.transformers: the transformers loader (types "transformers" and "siglip", one
 loader): any dual encoder with `get_text_features` and `get_image_features` (CLIPModel and
 MetaCLIP checkpoints, AltCLIPModel, AlignModel, ChineseCLIPModel, SiglipModel, Siglip2Model, ...),
 through its own AutoProcessor, the image processor pinned to its PIL backend.
@@ -19,8 +19,8 @@ A text's embedding never depends on the texts that share its batch. How, per fam
 """
 import os
 
-from . import accelerations
-from .errors import ModelError
+from .. import accelerations
+from ..errors import ModelError, WrongModelType
 from .encoder import Encoder, Prepared, SIGLIP_TEXT_LENGTH, _as_features, _download_hint, _normalise, tokenizer_key
 from .towers import _siglip_text_last, _siglip_text_tower
 from .pixels import pixel_split_siglip
@@ -146,12 +146,10 @@ def _not_loadable(spec, e):
 def _check_dual_encoder(spec, model):
     missing = [m for m in REQUIRED if not callable(getattr(model, m, None))]
     if missing:
-        from .models import MODEL_LOADERS
-        raise ModelError(f"model {spec.get('name')!r}: {type(model).__name__} ({spec['model_id']}) has no "
-                         f"{' and no '.join(missing)}, so it is not an image-text dual encoder the 'transformers' type "
-                         f"can evaluate (CLIPModel, AltCLIPModel, AlignModel, ChineseCLIPModel, SiglipModel, "
-                         f"Siglip2Model, ...). Valid types: {', '.join(MODEL_LOADERS)} (type 'python' takes a loader "
-                         f"of your own returning (model, preprocess, tokenizer))")
+        raise WrongModelType(f"model {spec.get('name')!r}: {type(model).__name__} ({spec['model_id']}) has no "
+                             f"{' and no '.join(missing)}, so it is not an image-text dual encoder the 'transformers' "
+                             f"type can evaluate (CLIPModel, AltCLIPModel, AlignModel, ChineseCLIPModel, SiglipModel, "
+                             f"Siglip2Model, ...).")
 
 
 def load_transformers(spec, protocol, device, dtype):

@@ -1,7 +1,7 @@
-"""lgip.prefix_packs: texts of a causal text tower packed as prefix trees, so a shared start
+"""lgip.models.prefix_packs: texts of a causal text tower packed as prefix trees, so a shared start
 ("a photo of a ...") is computed once (accelerations.PREFIX_PACKS); the tree mask each pack's
 attention uses. Exact: a position attends only to the positions before it on its own text's path."""
-from .tokens import padded_ids
+from ..tokens import padded_ids
 
 
 PACK_NODES = 128  # tree nodes per prefix pack: larger shares a little more (1-2%), but its dense [M, M] tree mask costs attention FLOPs (~6% of a pack's at 128 on ViT-B-16 text, ~11% at 256); 0: no prefix packs (exact-length batches)

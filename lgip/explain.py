@@ -1,0 +1,187 @@
+"""lgip.explain: explain_flips.py's machinery (LGIP_SPEC.md section 8): which flips to explain, each
+flip and its caption attributed to their words through lgip.attribution, the explain file's lines,
+and localization accuracy with its intervals.
+
+Every function takes the script's settings in force as `cfg` (the dict its CONFIG holds:
+JSONL_PATH, IMAGE_ROOT, TOP_K, TEMPLATE, LAYERS, TEXT_BATCH_SIZE, IMAGE_BATCH_SIZE, NUM_WORKERS,
+UNSUPPORTED, BOOTSTRAP, BOOTSTRAP_SEED), so the script stays a recipe and a call from Python sees
+the same numbers.
+
+    >>> flips = all_flips(records)                      # [(record position, caption index, flip, type), ...]
+    >>> flips[0]
+    (0, 0, 'A blue bus parked on the side of the street.', 'color')
+    >>> m = explain_model(enc, records, flips, sample={0, 5}, cfg=CONFIG)   # writes <stem>__LGIP_explain_<model>.jsonl
+    >>> m["localization_acc"], m["chance"]
+"""
+import os
+
+import numpy as np
+
+from .attribution import (align_words, attribute, blamed_word, changed_words, check_tower, in_fp32, pad_ids,
+                          similarity, text_tower, token_namer, word_scores)
+from .errors import ModelError
+from .images import encode_record_images
+from .method import FLIP_TYPES, infer_flip_type
+from .records import caption_texts, dump_jsonl_line, read_json
+from .scorefile import read_flip_gaps
+from .scoring import add_ci, mean_or_none
+from .util import atomic_open, metrics_path
+
+
+def all_flips(records):
+    """(record position, caption index, flip, flip type) of every flip in file order: the typed
+    lists when the records have them, else diff_caps typed by the word lists ("other" if none)."""
+    flips = []
+    for k, (_, rec) in enumerate(records):
+        typed = [f[len("diff_caps_"):] for f in rec if f.startswith("diff_caps_")]
+        for i, caption in enumerate(rec["orig_captions"]):
+            if typed:
+                flips += [(k, i, f, t) for t in typed for f in caption_texts(rec, "diff_caps_" + t, i)]
+            else:
+                flips += [(k, i, f, infer_flip_type(caption, f) or "other") for f in caption_texts(rec, "diff_caps", i)]
+    return flips
+
+
+def top_k(records, flips, name, cfg):
+    """({flip index} of the model's TOP_K most preferred flips in its score file of this input, the file or None)."""
+    for suffix in (f"LGIP_fliptypes_{name}.scores.jsonl", f"LGIP_{name}.scores.jsonl"):
+        path = metrics_path(cfg["JSONL_PATH"], suffix)
+        if cfg["TOP_K"] and os.path.isfile(path):
+            where = {(records[k][0], i, f): j for j, (k, i, f, _) in reversed(list(enumerate(flips)))}
+            gaps = sorted((gap, where[(line, i, f)]) for line, i, f, gap in read_flip_gaps(path) if (line, i, f) in where)
+            return {j for _, j in gaps[:cfg["TOP_K"]]}, path
+    return set(), None
+
+
+def score_protocol(path, cfg):
+    """The PROTOCOL a score file's evaluation ran with, from the metrics file beside it; None when unknown."""
+    for suffix in ("LGIP_fliptypes.metrics.json", "LGIP_ALL.metrics.json"):
+        try:
+            for m in read_json(metrics_path(cfg["JSONL_PATH"], suffix)):
+                if m.get("scores_file") == os.path.basename(path):
+                    return m["run"]["config"]["PROTOCOL"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return None
+
+
+def attribute_texts(enc, tower, keys, embs, cfg):
+    """{(record, text): (s, Alignment, token scores)} for each (record position, text); None where
+    the tokens cannot be put on the text's words."""
+    import torch
+    aligned = align_words(enc.tokenize, [text for _, text in keys], cfg["TEMPLATE"])
+    out = {key: None for key, al in zip(keys, aligned) if al is None}
+    todo = [(key, al) for key, al in zip(keys, aligned) if al is not None]
+    size = cfg["TEXT_BATCH_SIZE"]
+    for start in range(0, len(todo), size):
+        batch = todo[start:start + size]
+        ids = pad_ids(enc, [al.ids for _, al in batch])
+        if start == 0:
+            enc.info = dict(enc.info, attribution_embedding_diff=check_tower(tower, ids))
+        s, scores = attribute(tower, ids, torch.stack([embs[k] for (k, _), _ in batch]), cfg["LAYERS"])
+        for r, (key, al) in enumerate(batch):
+            out[key] = (float(s[r]), al, scores[r, al.token_pos].tolist())
+    return out
+
+
+def similarities(enc, tower, keys, embs, cfg):
+    """{(record, text): cos(image, text)} of the texts as written, as LGIP scores them (a TEMPLATE
+    run's gap, and its detected / preferred split, are LGIP's)."""
+    import torch
+    out, size = {}, cfg["TEXT_BATCH_SIZE"]
+    for start in range(0, len(keys), size):
+        batch = keys[start:start + size]
+        ids = pad_ids(enc, enc.tokenize([text for _, text in batch]))
+        out.update(zip(batch, similarity(tower, ids, torch.stack([embs[k] for k, _ in batch])).tolist()))
+    return out
+
+
+def explain(enc, tower, records, flips, drawn, cfg):
+    """The explain file's lines, the flips left out {why: count}, and the unreadable images' report."""
+    root = cfg["IMAGE_ROOT"] or os.path.dirname(os.path.abspath(cfg["JSONL_PATH"]))
+    names = token_namer(enc)
+    embs, ok, failed = encode_record_images(enc, records, root, cfg["IMAGE_BATCH_SIZE"], cfg["NUM_WORKERS"],
+                                            indices=sorted({flips[j][0] for j in drawn}))
+    ok = set(ok)
+    keep = [j for j in sorted(drawn) if flips[j][0] in ok]
+    keys = list(dict.fromkeys(key for j in keep for k, i, f, _ in [flips[j]]
+                              for key in ((k, records[k][1]["orig_captions"][i]), (k, f))))
+    done = attribute_texts(enc, tower, keys, embs, cfg)
+    written = similarities(enc, tower, keys, embs, cfg) if cfg["TEMPLATE"] else None
+    lines, skipped = [], {"image_unreadable": len(drawn) - len(keep), "tokens_not_on_words": 0, "no_scored_changed_word": 0}
+    for j in keep:
+        k, i, flip, flip_type = flips[j]
+        line, rec = records[k]
+        caption = rec["orig_captions"][i]
+        if done[(k, caption)] is None or done[(k, flip)] is None:
+            skipped["tokens_not_on_words"] += 1
+            continue
+        (s_cap, cal, cap_scores), (s_flip, al, scores) = done[(k, caption)], done[(k, flip)]
+        words = word_scores(scores, al.token_word, len(al.words))
+        changed = changed_words(caption, flip)
+        if not changed or any(words[w] is None for w in changed):
+            skipped["no_scored_changed_word"] += 1
+            continue
+        blamed = blamed_word(words)
+        sims = {"sim_caption": s_cap, "sim_flip": s_flip}
+        if written is not None:  # LGIP's gap, as written; the template's similarities, attributed, beside it
+            sims = {"sim_caption": written[(k, caption)], "sim_flip": written[(k, flip)],
+                    "sim_caption_template": s_cap, "sim_flip_template": s_flip}
+        lines.append({"line": line, "image_path": rec["image_path"], "caption_index": i, "caption": caption, "flip": flip,
+                      "flip_type": flip_type, "drawn": drawn[j], **sims,
+                      "gap": sims["sim_caption"] - sims["sim_flip"], "tokens": names([al.ids[p] for p in al.token_pos]),
+                      "token_words": al.token_word, "token_scores": scores, "words": al.words, "word_scores": words,
+                      "changed": changed, "blamed": blamed, "hit": blamed in changed, "caption_words": cal.words,
+                      "caption_word_scores": word_scores(cap_scores, cal.token_word, len(cal.words))})
+    return lines, skipped, failed
+
+
+def localization(lines, cfg):
+    """localization_acc (with its interval) over all these lines, those the model detects (gap > 0)
+    and those it prefers (gap <= 0); chance: the mean share of a flip's words that changed."""
+    hit = np.array([line["hit"] for line in lines], dtype=np.float64)
+    gap, idx = np.array([line["gap"] for line in lines]), np.arange(len(lines))
+    boot = cfg["BOOTSTRAP"], cfg["BOOTSTRAP_SEED"]
+    block = {"count": len(lines), "localization_acc": mean_or_none(hit)}
+    add_ci(block, "localization_acc", idx, hit, *boot)
+    for name, sel in (("detected", gap > 0), ("preferred", gap <= 0)):
+        block[f"localization_acc_{name}"] = mean_or_none(hit[sel])
+        add_ci(block, f"localization_acc_{name}", idx[sel], hit[sel], *boot)
+        block[f"num_{name}"] = int(sel.sum())
+    block["chance"] = mean_or_none([len(line["changed"]) / len(line["words"]) for line in lines])
+    return block
+
+
+def type_order(flip_type):
+    return (FLIP_TYPES.index(flip_type), "") if flip_type in FLIP_TYPES else (len(FLIP_TYPES), flip_type)
+
+
+def explain_model(enc, records, flips, sample, cfg):
+    """One model's metrics (with its image report and family, for the run block), its explain file
+    written; {"unsupported": why} for a family word attribution cannot explain (UNSUPPORTED "skip")."""
+    try:
+        tower = text_tower(getattr(enc, "model", None))  # an unsupported family: named, with the supported ones
+    except ModelError as e:
+        if cfg["UNSUPPORTED"] == "stop":
+            raise
+        return {"model_tag": enc.name, "num_flips": 0, "unsupported": str(e), "image_report": {}, "family": None}
+    top, score_file = top_k(records, flips, enc.name, cfg)
+    protocol = score_file and score_protocol(score_file, cfg)
+    if protocol not in (None, "corrected"):
+        print(f"{enc.name}: note: its TOP_K flips are those {os.path.basename(score_file)} scores lowest, under "
+              f"PROTOCOL={protocol!r}; they are explained as the corrected protocol encodes them", flush=True)
+    drawn = {j: ["random"] * (j in sample) + ["top_k"] * (j in top) for j in sample | top}
+    with in_fp32(enc) as cast:  # (a model in memory runs in its own dtype: in fp32 here, then back)
+        lines, skipped, failed = explain(enc, tower, records, flips, drawn, cfg)
+    if cast:
+        enc.info = dict(enc.info, attribution_in_fp32_from=cast)
+    path = metrics_path(cfg["JSONL_PATH"], f"LGIP_explain_{enc.name}.jsonl")
+    with atomic_open(path) as f:
+        f.writelines(dump_jsonl_line(line) for line in lines)
+    block = localization(lines, cfg)
+    return {"model_tag": enc.name, "num_flips": block.pop("count"), **block,
+            "by_flip_type": {ft: localization([x for x in lines if x["flip_type"] == ft], cfg)
+                             for ft in sorted({x["flip_type"] for x in lines}, key=type_order)},
+            "num_random": sum("random" in x["drawn"] for x in lines), "num_top_k": sum("top_k" in x["drawn"] for x in lines),
+            "skipped": skipped, "explain_file": os.path.basename(path), "score_file": score_file and os.path.basename(score_file),
+            "score_file_protocol": protocol, "image_report": failed, "family": tower.family}
