@@ -21,7 +21,7 @@ from lgip import explain
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: make_perturb_with_fliptypes.py output (any JSONL with diff_caps)
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
-MODELS = common.PUBLISHED_MODELS  # list of specs (see run_lgip_multi.py); families: open_clip CLIP/OpenCLIP/EVA02, transformers CLIPModel, SigLIP, SigLIP2
+MODELS = common.PUBLISHED_MODELS  # list of specs or names (see run_lgip_multi.py); families: open_clip CLIP/OpenCLIP/EVA02, transformers CLIPModel, SigLIP, SigLIP2
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ... (the models run in fp32)
 N_FLIPS = 1000  # int >= 0: flips drawn at random (with SEED) from all the input's flips, the same for every model; None = all
 SEED = 0  # int: seed of that draw
@@ -59,6 +59,7 @@ def explain_all(config):
     records = common.load_records(JSONL_PATH, ("diff_caps", "diff_caps_*"))
     flips = explain.all_flips(records)
     common.require_models(MODELS)  # before the first model's work
+    common.say_demo(MODELS, JSONL_PATH, records)
     n = len(flips) if N_FLIPS is None else min(N_FLIPS, len(flips))
     sample = set(random.Random(SEED).sample(range(len(flips)), n))
     print(f"{len(records)} records, {len(flips)} flips; explaining {n} drawn with seed {SEED} (+ TOP_K {TOP_K} per model)")
@@ -71,7 +72,7 @@ def explain_all(config):
             finally:
                 if enc.release is not None:
                     enc.release()  # (a caller's model in memory: back in the mode it came in)
-        m["run"] = dict(common.eval_run_info(__file__, config, enc, m.pop("image_report"), len(records)),
+        m["run"] = dict(common.eval_run_info(__file__, config, enc, m.pop("image_report"), len(records), records=records),
                         seconds=round(t.seconds, 3), family=m.pop("family"))
         results.append(m)
         if "unsupported" in m:

@@ -1,24 +1,23 @@
 """run_all: the whole LGIP pipeline in order, skipping the steps whose outputs are up to date.
 
   python run_all.py                                  # COCO when present beside the scripts, else the demo
+  python run_all.py --MODELS=demo                    # the demo model (tiny, random, ships in demo/model): no download
   python run_all.py --DATA='coco' --PROTOCOL='reference' --STEPS='run_lgip_multi,report'
   python run_all.py --DRY_RUN=True                   # what would run, and why; runs nothing
 
 Data: COCO (the base JSONL BASE_JSONL, built from ANNOTATIONS_JSON by make_base when missing)
 or, when no COCO is present, the demo bundled in demo/ (12 synthetic images, MIT, see
 demo/README.md). Every output is written next to its input (the base JSONL's folder).
+Models: MODELS, or by default the nine published models (COCO) or ViT-B-16 (the demo data). When
+the default's weights cannot be had (no network and not in the Hugging Face cache), run_all says so
+once and runs the bundled demo with the demo model (a tiny random-init CLIP in demo/model that
+knows nothing), every output marked as a demo. Models named in MODELS are never replaced: one that
+cannot be had stops the run before any step, naming it and what to do.
 
-Steps (names for STEPS), each a subprocess of this Python with its output streamed:
-  make_base                    annotations -> base JSONL (COCO only; needs ANNOTATIONS_JSON)
-  diff_gen_caption             base -> <stem>_with_perturb.jsonl
-  make_perturb_with_fliptypes  base -> <stem>_with_fliptypes.jsonl
-  rebuttal_enhanced_perturb    base -> rebuttal_enhanced_<stem>_with_fliptypes.jsonl
-  run_lgip_multi               _with_perturb.jsonl -> <its stem>__LGIP_ALL.metrics.json
-  run_lgip_by_fliptype         _with_fliptypes.jsonl -> <its stem>__LGIP_fliptypes.metrics.json
-  run_lgip_retrieval           _with_fliptypes.jsonl -> <its stem>__LGIP_retrieval.metrics.json (from the cached embeddings)
-  explain_flips                _with_fliptypes.jsonl (+ its score files) -> <its stem>__LGIP_explain.metrics.json
-  rebuttal_enhanced_lgip       rebuttal_enhanced_..jsonl -> <its stem>__ENHANCED_LGIP_analysis.json
-  report                       the metrics -> <base stem>__LGIP_report.html/.md/.csv and plots
+Steps (names for STEPS), in order, each a subprocess of this Python with its output streamed (README's
+pipeline table says what each reads and writes): make_base (COCO only), diff_gen_caption,
+make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype,
+run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, report.
 
 A step is skipped ("up to date") when all its outputs exist, none is older than its inputs
 or its script, and it was made with the same settings: after each step run_all records the
@@ -37,7 +36,7 @@ IMAGE_DIR = os.path.join(_HERE, "train2017", "train2017")  # folder of the COCO 
 BASE_JSONL = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # COCO base JSONL (made by make_base when missing); outputs go beside it
 DEMO_JSONL = os.path.join(_HERE, "demo", "lgip_demo.jsonl")  # the bundled demo base JSONL (12 records); its outputs go beside it
 DATA = "auto"  # "auto" (COCO when ANNOTATIONS_JSON or BASE_JSONL exists, else the demo), "coco" or "demo"
-MODELS = None  # list of model specs (see run_lgip_multi.py); None = the nine published models for COCO, the smallest (openclip_ViT-B-16_openai, downloaded on first use) for the demo
+MODELS = None  # list of model specs or names (see run_lgip_multi.py; "demo": the bundled tiny random model); None = the nine published models for COCO, the smallest (openclip_ViT-B-16_openai, downloaded on first use) for the demo, the demo model when those cannot be had
 PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
@@ -88,11 +87,31 @@ def default_models(mode):
     return [m for m in common.PUBLISHED_MODELS if m["name"] == DEMO_MODEL]
 
 
-def step(name, args, inputs, outputs, note=None):
-    return common.Step(name, os.path.join(_HERE, SCRIPTS[name]), args, inputs, outputs, note, SETTINGS)
+def choose_models(mode, base, steps):
+    """(mode, base, models): MODELS as given; its default, unless the chosen steps evaluate and its
+    weights cannot be had: then the bundled demo with the demo model, said once."""
+    models = default_models(mode)
+    if MODELS is not None or not any("MODELS" in s.args for s in steps):
+        return mode, base, models
+    problems = common.check_models(models)
+    if not problems:
+        return mode, base, models
+    names = [n for n in problems][:3] + (["..."] if len(problems) > 3 else [])
+    print(f"note: the default model{'s' if len(models) > 1 else ''} ({', '.join(names)}) cannot be had here:\n  "
+          + "\n  ".join(common.describe_model_problems(problems)))
+    if mode == "coco":
+        print("  COCO is here, but without weights there is nothing to evaluate it with: pass --MODELS=<specs> "
+              "(README \"Models\"), or --MODELS=demo --DATA=coco to run the demo model over it")
+    print(f"so run_all runs the bundled demo instead: {common.show(DEMO_JSONL)} (synthetic images) with "
+          f"{common.DEMO_ABOUT}. Every output says it is a demo.", flush=True)
+    return "demo", os.path.abspath(DEMO_JSONL), [common.DEMO_MODEL]
 
 
-def plan(mode, base):
+def step(name, args, inputs, outputs, note=None, needs=None):
+    return common.Step(name, os.path.join(_HERE, SCRIPTS[name]), args, inputs, outputs, note, SETTINGS, needs)
+
+
+def plan(mode, base, models):
     """Every step of this data, in order."""
     perturb = common.default_output(base, "_with_perturb.jsonl")
     fliptypes = common.default_output(base, "_with_fliptypes.jsonl")
@@ -102,7 +121,7 @@ def plan(mode, base):
                common.metrics_path(enhanced, "ENHANCED_LGIP_analysis.json"),
                common.metrics_path(fliptypes, "LGIP_retrieval.metrics.json")]
     explained = common.metrics_path(fliptypes, "LGIP_explain.metrics.json")
-    evaluation = {"MODELS": default_models(mode), "PROTOCOL": PROTOCOL, "DEVICE": DEVICE, "DTYPE": DTYPE}
+    evaluation = {"MODELS": models, "PROTOCOL": PROTOCOL, "DEVICE": DEVICE, "DTYPE": DTYPE}
     evaluation.update({k: v for k, v in (("IMAGE_BATCH_SIZE", IMAGE_BATCH_SIZE), ("TEXT_BATCH_SIZE", TEXT_BATCH_SIZE),
                                          ("NUM_WORKERS", NUM_WORKERS)) if v is not None})
     steps = []
@@ -112,7 +131,8 @@ def plan(mode, base):
             note = f"no annotations at {common.show(ANNOTATIONS_JSON)}; using the existing base"
         steps.append(step("make_base", {"ANNOTATIONS_JSON": os.path.abspath(ANNOTATIONS_JSON),
                                         "IMAGE_DIR": os.path.abspath(IMAGE_DIR), "OUTPUT_JSONL": base},
-                          [os.path.abspath(ANNOTATIONS_JSON)], [base], note))
+                          [os.path.abspath(ANNOTATIONS_JSON)], [base], note,
+                          needs=[os.path.abspath(ANNOTATIONS_JSON), os.path.abspath(IMAGE_DIR)]))
     steps += [
         step("diff_gen_caption", {"INPUT_JSONL": base}, [base], [perturb]),
         step("make_perturb_with_fliptypes", {"INPUT_JSONL": base}, [base], [fliptypes]),
@@ -129,7 +149,7 @@ def plan(mode, base):
         step("rebuttal_enhanced_lgip", dict(evaluation, JSONL_PATH=enhanced), [enhanced], [metrics[2]]),
         step("report", {"JSONL_PATH": base}, metrics + [explained],  # the page colours explained flips
              [common.metrics_path(base, "LGIP_report.md"), common.metrics_path(base, "LGIP_report.csv"),
-              common.metrics_path(base, "LGIP_report.html")]),
+              common.metrics_path(base, "LGIP_report.html")], needs=[]),
     ]
     return steps
 
@@ -149,24 +169,18 @@ def check_settings(steps):
     for name in ("FORCE", "DRY_RUN"):
         if not isinstance(CONFIG[name], bool):
             raise common.ConfigError(f"{name} must be True or False, got {CONFIG[name]!r}")
-    names = STEPS.split(",") if isinstance(STEPS, str) else STEPS
-    if names is None:
-        return steps
-    if not isinstance(names, (list, tuple)):
-        raise common.ConfigError(f"STEPS must be None, a list of step names or one string \"a,b\", got {STEPS!r}; "
-                                 f"valid names: {', '.join(SCRIPTS)}")
-    names = [str(n).strip() for n in names if str(n).strip()]
-    for n in names:
-        if n not in SCRIPTS:
-            raise common.ConfigError(f"unknown step {n!r} in STEPS; valid: {', '.join(SCRIPTS)}")
-    if "make_base" in names and not any(s.name == "make_base" for s in steps):
-        raise common.ConfigError("STEPS names make_base, which runs only on COCO data (pass --DATA='coco')")
-    return [s for s in steps if s.name in names]
+    return common.select_steps(steps, STEPS, list(SCRIPTS), {"make_base": "runs only on COCO data (pass --DATA='coco')"})
 
 
 def main():
     mode, base = choose_data()
-    steps = check_settings(plan(mode, base))
+    mode, base, models = choose_models(mode, base, check_settings(plan(mode, base, default_models(mode))))
+    steps = check_settings(plan(mode, base, models))
+    problems = common.blockers(steps, models)
+    if problems and not DRY_RUN:  # before any step: not after the generators' minutes
+        raise common.ModelError("cannot run, nothing was run:\n  " + "\n  ".join(problems))
+    for line in ["a real run would stop here, before any step:"] + problems if problems else []:
+        print(line, flush=True)
     pending, ran = set(), 0
     t0 = time.perf_counter()
     for k, s in enumerate(steps, 1):
@@ -180,16 +194,10 @@ def main():
     verb = "would run" if DRY_RUN else "ran"
     print(f"run_all: {verb} {ran} of {len(steps)} steps ({len(steps) - ran} up to date) "
           f"in {time.perf_counter() - t0:.1f} s")
-    page = common.metrics_path(base, "LGIP_report.html")
-    others = [common.show(p) for p in (common.metrics_path(base, name) for name in (
-        "LGIP_report.md", "LGIP_report.csv", "LGIP_frontier.png", "LGIP_fliptypes.png", "LGIP_retrieval.png"))
-        if os.path.isfile(p)]
-    if os.path.isfile(page):
-        print(f"report: open {common.show(page)} in a browser" + (f" (also {', '.join(others)})" if others else ""))
-    elif others:
-        print(f"report: {others[0]}" + (f" (also {', '.join(others[1:])})" if others[1:] else ""))
-    else:
-        print(f"report: not written yet (step report -> {common.show(page)})")
+    common.say_report(base)
+    demo_model = any(isinstance(m, dict) and m.get("demo") for m in models)
+    if demo_model or mode == "demo":
+        print(f"note: {common.demo_message(demo_model, mode == 'demo')}")
 
 
 if __name__ == "__main__":

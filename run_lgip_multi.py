@@ -13,7 +13,7 @@ import common
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_perturb.jsonl")  # input: diff_gen_caption.py output
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
-MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type": "openclip"|"transformers"|"siglip"|"python", + "model_name"/"pretrained" | "model_id" | "loader"/"kwargs"} (README "Models")
+MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type": "openclip"|"transformers"|"siglip"|"python", + "model_name"/"pretrained" | "model_id" | "loader"/"kwargs"}, or names: "demo" (the bundled tiny random model), a published model's name (README "Models")
 PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"

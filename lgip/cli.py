@@ -66,19 +66,33 @@ def configure(namespace, argv=None):
         print((namespace.get("__doc__") or "").strip() + "\n")
         print("constants (value is a Python literal, else a string):")
         for k in names:
-            comment = docs.get(k, ("", ""))[1]
-            print(f"  --{k}={namespace[k]!r}\n      {comment}")
+            print(_help_entry(k, namespace[k], docs.get(k, ("", ""))[1]))
         raise SystemExit(0)
     for arg in argv:
         if not arg.startswith("--") or "=" not in arg:
             _usage_error(f"expected --NAME=value, got {arg!r} (see --help)")
         key, text = arg[2:].split("=", 1)
         if key not in names:
-            _usage_error(f"unknown setting {key!r}; valid settings: {', '.join(names)}")
+            _usage_error(f"unknown setting {key!r}{closest(key, names)}; valid settings: {', '.join(names)}")
         value = parse_value(text)
         print(f"override: {key} = {value!r}")
         namespace[key] = value
     return {k: namespace[k] for k in names}
+
+
+def _help_entry(name, value, comment, width=100):
+    """One constant in --help: `--NAME=value` (a long value, e.g. MODELS' nine specs, one item a line)
+    and its comment, wrapped to `width` columns."""
+    import pprint
+    import textwrap
+    text = f"  --{name}={value!r}"
+    if len(text) > width:
+        if isinstance(value, (list, tuple)) and value:
+            body = "[" + ",\n ".join(repr(v) for v in value) + "]"
+        else:
+            body = pprint.pformat(value, width=width - 6, sort_dicts=False)
+        text = f"  --{name}=\n" + textwrap.indent(body, "      ")
+    return text + "\n" + textwrap.fill(comment, width, initial_indent="      ", subsequent_indent="      ")
 
 
 def _usage_error(message):
@@ -87,11 +101,33 @@ def _usage_error(message):
     raise SystemExit(2)
 
 
-def check_config(config, script):
+def check_config(config, script, namespace=None):
     """The shared settings' rules (lgip.settings) over a script's constants in force, before any work;
-    a constant whose default in the script's source is None may be None (its comment says what that means)."""
+    a constant whose default in the script's source is None may be None (its comment says what that means).
+    First MODELS' names become their specs (lgip.models.registry.expand_models: "demo", a published
+    model's name), in `config` and in the script's `namespace`, so the run and its records see specs."""
+    if isinstance(config, dict) and "MODELS" in config and _has_names(config["MODELS"]):
+        from .models.registry import expand_models
+        try:
+            config["MODELS"] = expand_models(config["MODELS"])
+        except ModelError as e:
+            raise ConfigError(f"MODELS: {e}") from None
+        if namespace is not None:
+            namespace["MODELS"] = config["MODELS"]
     none_ok = {k for k, (expr, _) in _constant_docs(script).items() if expr == "None"}
     check_settings(config if isinstance(config, dict) else {}, none_ok)
+
+
+def _has_names(models):
+    return isinstance(models, str) or (isinstance(models, (list, tuple)) and any(isinstance(m, str) for m in models))
+
+
+def closest(name, valid):
+    """' (did you mean X?)' for the closest valid names to a mistyped one, '' when none is close."""
+    import difflib
+    close = difflib.get_close_matches(name, list(valid), n=3, cutoff=0.6)
+    close = close or [v for v in valid if name.lower() == v.lower()]
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def output_folders(config):
@@ -164,7 +200,7 @@ def run_main(main):
     restore = _handle_sigterm()
     started = False
     try:
-        check_config(namespace.get("CONFIG"), namespace.get("__file__", ""))  # bad settings: before any work
+        check_config(namespace.get("CONFIG"), namespace.get("__file__", ""), namespace)  # bad settings: before any work
         check_writable(folders)  # before any work: not after an hour
         OUTPUTS.checked = folders  # (a script's run() then checks them no more)
         started = True

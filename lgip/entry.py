@@ -17,7 +17,7 @@ with no arguments: its `--NAME=value` overrides are already the module's constan
 import contextlib
 import os
 
-from .cli import check_config, output_folders
+from .cli import check_config, closest, output_folders
 from .errors import ConfigError
 from .evaluation import swap_process_state
 from .util import OUTPUTS, check_writable
@@ -32,14 +32,15 @@ def script_call(namespace, constants):
     unknown = sorted(set(constants) - set(names))
     if unknown:
         script = os.path.basename(namespace.get("__file__", "the script"))
-        raise ConfigError(f"{script}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+        hints = "".join(closest(u, names) for u in unknown)
+        raise ConfigError(f"{script}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}{hints}; "
                           f"valid settings: {', '.join(names)}")
     saved = {k: namespace[k] for k in names}
     state = swap_process_state()  # (None: empty, a fresh process's)
     namespace.update(constants)
     try:
         config = {k: namespace[k] for k in names}
-        check_config(config, namespace.get("__file__", ""))  # bad settings: before any work
+        check_config(config, namespace.get("__file__", ""), namespace)  # bad settings: before any work
         folders, elsewhere = output_folders(config)
         if OUTPUTS.checked != folders:  # (the command line's run_main checked them already)
             OUTPUTS.reset(elsewhere)  # what this call writes, and could not (a score file: None in its metrics)

@@ -9,6 +9,7 @@ import os
 import time
 
 from . import accelerations
+from .demo import demo_block, say_demo
 from .models import prefix_packs
 from .errors import InputError, Interrupted
 from .models.hub import require_models
@@ -57,12 +58,16 @@ def swap_process_state(state=None):
     return old
 
 
-def eval_run_info(script, config, enc, image_report, n_records, bank=None):
+def eval_run_info(script, config, enc, image_report, n_records, bank=None, records=None):
     """Provenance block stored in each model's metrics: settings, model details, bad inputs."""
     info = provenance(script, config)
     info.update(model={"name": enc.name, "type": enc.type, "protocol": enc.protocol, "device": str(enc.device),
                        "dtype": str(enc.dtype).replace("torch.", ""), **enc.info},
                 num_records_in_file=n_records, **image_report)
+    demo = demo_block(enc.demo, config.get("JSONL_PATH"), records)
+    if demo is not None:  # (absent for an ordinary run)
+        info["demo"] = demo
+
     if bank is not None:
         info["num_unique_texts_encoded"] = getattr(bank, "n_unique", None)
     return info
@@ -290,7 +295,8 @@ class ModelRun:
         self.seconds["metrics_and_scores_file"] = round(time.perf_counter() - self._mark, 3)
 
     def info(self, script):
-        info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank)
+        info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank,
+                             self.records)
         info["num_processes"] = self.world
         info["accelerations"] = accelerations.state()  # which of lgip/accelerations.py's switches were on
         info["seconds_by_phase"] = self.seconds  # in order: loading the model; building the pairs; waiting for work done ahead for this model; cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after; similarities (and gathering them from other processes); a script's own phases (phase_done: run_lgip_retrieval's "retrieval"); confidence intervals and score file
@@ -364,6 +370,7 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
     results = []
     models = config["MODELS"]
     require_models(models)  # before the first model's work: not after an hour
+    say_demo(models, config["JSONL_PATH"], records)
     switched = accelerations.switch_off(config.get("ACCELERATIONS_OFF", []))
     ahead = (Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], config.get("PIXEL_MEMORY_GB", "auto"))
              if config.get("LOOKAHEAD", True) and accelerations.LOOKAHEAD and len(models) > 1 else None)

@@ -37,9 +37,10 @@ class Step:
     """One step: its script, the settings it gets (those it accepts), its inputs and outputs.
     `settings` ({NAME: value}, run_all's SETTINGS) go to every step whose script has NAME."""
 
-    def __init__(self, name, script, args, inputs, outputs, note=None, settings=None):
+    def __init__(self, name, script, args, inputs, outputs, note=None, settings=None, needs=None):
         self.name, self.script = name, script
         self.inputs, self.outputs = inputs, outputs  # inputs that do not exist are ignored
+        self.needs = inputs[:1] if needs is None else needs  # files and folders it cannot run without
         self.note = note  # a reason to skip regardless of dates (make_base without annotations)
         accepted = script_settings(script)
         self.args = {k: v for k, v in args.items() if k in accepted}
@@ -145,6 +146,57 @@ def reason_to_run(step, pending, force=False, dry_run=False):
     if not stamped and not dry_run:
         write_stamp(step)
     return None
+
+
+def select_steps(steps, names, valid, absent_why=None):
+    """The steps STEPS names (None: all; a list of names, or one string "a,b"), in run order; a
+    valid name with no step in this plan is an error saying why (`absent_why`: {name: why})."""
+    from .errors import ConfigError
+    names = names.split(",") if isinstance(names, str) else names
+    if names is None:
+        return steps
+    if not isinstance(names, (list, tuple)):
+        raise ConfigError(f"STEPS must be None, a list of step names or one string \"a,b\", got {names!r}; "
+                          f"valid names: {', '.join(valid)}")
+    names = [str(n).strip() for n in names if str(n).strip()]
+    for n in names:
+        if n not in valid:
+            raise ConfigError(f"unknown step {n!r} in STEPS; valid: {', '.join(valid)}")
+        if not any(s.name == n for s in steps):
+            raise ConfigError(f"STEPS names {n}, which {(absent_why or {}).get(n, 'this run has no step for')}")
+    return [s for s in steps if s.name in names]
+
+
+def say_report(base):
+    """Where the report of a base JSONL is: the page to open, and the other files written."""
+    from .util import metrics_path
+    page = metrics_path(base, "LGIP_report.html")
+    others = [show(p) for p in (metrics_path(base, name) for name in (
+        "LGIP_report.md", "LGIP_report.csv", "LGIP_frontier.png", "LGIP_fliptypes.png", "LGIP_retrieval.png"))
+        if os.path.isfile(p)]
+    if os.path.isfile(page):
+        print(f"report: open {show(page)} in a browser" + (f" (also {', '.join(others)})" if others else ""))
+    elif others:
+        print(f"report: {others[0]}" + (f" (also {', '.join(others[1:])})" if others[1:] else ""))
+    else:
+        print(f"report: not written yet (step report -> {show(page)})")
+
+
+def blockers(steps, models):
+    """What a run of these steps would stop at, found before any of them runs: models whose files
+    cannot be had (lgip.models.hub), inputs a step needs that are neither there nor made by an
+    earlier step. Lines to print, [] when none."""
+    from .models.hub import check_models, describe
+    lines, made = [], set()
+    if any("MODELS" in s.args for s in steps):
+        problems = check_models(models)
+        if problems:
+            lines += [f"{len(problems)} of {len(models)} models cannot be had:"] + ["  " + x for x in describe(problems)]
+    for s in steps:
+        lines += [f"step {s.name}: {show(p)} is not there (and no earlier step makes it)"
+                  for p in s.needs if p not in made and not os.path.exists(p) and not s.note]
+        made.update(s.outputs)
+    return lines
 
 
 def stopped_by(proc, sigterm, grace=25):

@@ -39,6 +39,22 @@ def fresh_process_state():
     hub._HUB.clear()
 
 
+def hub_cache_env(folder, specs):
+    """The environment of a process whose Hugging Face cache (HF_HOME=`folder`) holds a stand-in
+    (an empty file) for every Hub file the specs need, offline: lgip.models.hub then finds them
+    cached, so a dry run plans them as a machine that downloaded them would (nothing is loaded)."""
+    from lgip.models.hub import hub_files
+    for spec in specs:
+        for repo, names in hub_files(spec) or []:
+            snapshot = os.path.join(folder, "hub", f"models--{repo.replace('/', '--')}", "snapshots", "0" * 40)
+            os.makedirs(snapshot, exist_ok=True)
+            open(os.path.join(snapshot, names[-1]), "wb").close()
+            os.makedirs(os.path.join(snapshot, "..", "..", "refs"), exist_ok=True)
+            with open(os.path.join(snapshot, "..", "..", "refs", "main"), "w") as f:
+                f.write("0" * 40)
+    return {"HF_HOME": str(folder), "HF_HUB_OFFLINE": "1"}
+
+
 @pytest.fixture
 def base_jsonl():
     return BASE_JSONL

@@ -250,7 +250,7 @@ def test_run_twice_in_one_process_with_a_model_in_memory(tmp_path):
     keys = HEADLINE["run_lgip_multi.py"]
     assert {k: b[0][k] for k in keys} == {k: b_alone[0][k] for k in keys}
     assert {k: a[0][k] for k in keys} != {k: b[0][k] for k in keys}
-    with pytest.raises(Exception, match="unknown setting TEXT_BATCH; valid settings: JSONL_PATH, IMAGE_ROOT"):
+    with pytest.raises(Exception, match=r"unknown setting TEXT_BATCH \(did you mean TEXT_BATCH_SIZE\?\); valid settings: JSONL_PATH, IMAGE_ROOT"):
         call(second, TEXT_BATCH=5)
 
 

@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from conftest import FIXTURES, ROOT, TINY_MODELS, run_script
+from conftest import FIXTURES, ROOT, TINY_MODELS, hub_cache_env, run_script
+from lgip.models import PUBLISHED_MODELS
 
 HAVE_REPORT = os.path.isfile(os.path.join(ROOT, "report.py"))  # written separately; its step is left out when absent
 GENERATORS = ["diff_gen_caption", "make_perturb_with_fliptypes", "rebuttal_enhanced_perturb"]
@@ -173,7 +174,8 @@ def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
     before = mtimes(folder)
     proc = run_script("run_all.py", f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DRY_RUN=True",
                       f"--ANNOTATIONS_JSON={tmp_path / 'none.json'}", f"--BASE_JSONL={tmp_path / 'none.jsonl'}",
-                      "--SETTINGS={'BOOTSTRAP': 0, 'SEED': 7}", "--IMAGE_BATCH_SIZE=8")
+                      "--SETTINGS={'BOOTSTRAP': 0, 'SEED': 7}", "--IMAGE_BATCH_SIZE=8",
+                      env=hub_cache_env(tmp_path / "hf", PUBLISHED_MODELS[:1]))  # (ViT-B-16 as if downloaded)
     assert "data: demo" in proc.stdout
     cmds = commands(proc)
     assert set(cmds) == set(GENERATORS + EVALUATIONS + EXPLAIN + ["report"])
@@ -244,7 +246,7 @@ def test_coco_mode_builds_the_base_then_runs(tmp_path):
     again = run_script("run_all.py", *args, steps)
     assert all(skipped(again, step) for step in ["make_base"] + GENERATORS)
     os.utime(tmp_path / "annotations" / "captions_train2017.json")
-    dry = run_script("run_all.py", *args, "--DRY_RUN=True")
+    dry = run_script("run_all.py", *args, "--DRY_RUN=True", env=hub_cache_env(tmp_path / "hf", PUBLISHED_MODELS))
     assert would_run(dry, "make_base", "captions_train2017.json is newer")
     assert all(would_run(dry, step, "would be rewritten") for step in GENERATORS)
     cmd = commands(dry)["run_lgip_multi"]  # COCO: the nine published models by default
@@ -255,9 +257,35 @@ def test_coco_mode_builds_the_base_then_runs(tmp_path):
     assert "skip make_base: no annotations at" in dry.stdout and all(skipped(dry, step) for step in GENERATORS)
 
 
-def test_coco_without_images_stops_at_make_base(tmp_path):
-    proc = run_script("run_all.py", *make_coco(tmp_path, images=False), check=False)
-    assert proc.returncode != 0
-    assert "error: step make_base failed" in proc.stderr and "image folder not found" in proc.stderr
+def test_coco_without_images_stops_before_any_step(tmp_path):
+    args = make_coco(tmp_path, images=False)
+    proc = run_script("run_all.py", *args, check=False, env=hub_cache_env(tmp_path / "hf", PUBLISHED_MODELS))
+    assert proc.returncode == 2 and "error: cannot run, nothing was run" in proc.stderr
+    assert f"step make_base: {tmp_path / 'train2017' / 'train2017'} is not there" in proc.stderr
     assert not (tmp_path / "lgip_coco_native5_train2017.jsonl").exists()
     assert "diff_gen_caption" not in proc.stdout
+    dry = run_script("run_all.py", *args, "--DRY_RUN=True", env=hub_cache_env(tmp_path / "hf", PUBLISHED_MODELS))
+    assert "a real run would stop here, before any step:" in dry.stdout and "train2017 is not there" in dry.stdout
+    assert would_run(dry, "make_base")  # (what it would do, all the same)
+
+
+def test_without_the_default_weights_the_demo_runs_with_the_demo_model_and_says_so(tmp_path):
+    """Offline, with an empty Hugging Face cache: run_all's default models cannot be had, so it runs
+    the bundled demo with the demo model, says so once, and every step is told to use it; a model
+    the user names stays an error, before any step."""
+    folder = shutil.copytree(os.path.join(ROOT, "demo"), tmp_path / "demo")
+    offline = {"HF_HOME": str(tmp_path / "empty_hf"), "HF_HUB_OFFLINE": "1"}
+    args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", f"--ANNOTATIONS_JSON={tmp_path / 'none.json'}",
+            f"--BASE_JSONL={tmp_path / 'none.jsonl'}"]
+    dry = run_script("run_all.py", *args, "--DRY_RUN=True", env=offline)
+    assert dry.stdout.count("cannot be had here") == 1 and dry.stdout.count("huggingface-cli download") == 1
+    assert "runs the bundled demo instead" in dry.stdout and "knows nothing" in dry.stdout
+    for step in EVALUATIONS + EXPLAIN:
+        assert "'demo_tiny_random'" in commands(dry)[step] and "ViT-B-16" not in commands(dry)[step]
+    assert "note: Demo run: synthetic images (not COCO photographs) and a tiny random-init model" in dry.stdout
+    named = run_script("run_all.py", *args, "--MODELS=openclip_ViT-B-16_openai,siglip_google_siglip-base-patch16-224",
+                       env=offline, check=False)
+    assert named.returncode == 2 and "error: cannot run, nothing was run" in named.stderr
+    assert "2 of 2 models cannot be had" in named.stderr and named.stderr.count("huggingface-cli download") == 1
+    assert "demo instead" not in named.stdout and "demo_tiny_random" not in named.stdout + named.stderr
+    assert not list(folder.glob("*_with_*"))  # not even the generators ran

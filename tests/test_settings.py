@@ -2,12 +2,13 @@
 values and the value given; nothing is written. The shared rules live in lgip.settings, applied by
 run_main (command line) and script_call (a script's run() from Python)."""
 import importlib
+import json
 import os
 import shutil
 
 import pytest
 
-from conftest import BASE_JSONL, FIXTURES, OPENCLIP_TINY, eval_args, run_script
+from conftest import BASE_JSONL, FIXTURES, OPENCLIP_TINY, ROOT, eval_args, run_script
 from lgip.cli import check_config, configure
 from lgip.errors import ConfigError
 from lgip.models import PUBLISHED_MODELS
@@ -136,7 +137,47 @@ def test_python_run_checks_settings_before_any_work(perturbed, constants, messag
 def test_unknown_name_on_the_command_line_exits_2(capsys):
     with pytest.raises(SystemExit) as e:
         configure({"__file__": "x.py", "BATCH": 1}, ["--BATC=2"])
-    assert e.value.code == 2 and "unknown setting 'BATC'" in capsys.readouterr().err
+    assert e.value.code == 2 and "unknown setting 'BATC' (did you mean BATCH?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        configure({"__file__": "x.py", "BATCH": 1}, ["--ZZZ=2"])
+    assert "unknown setting 'ZZZ'; valid settings: BATCH" in capsys.readouterr().err  # (nothing close: no guess)
+
+
+def test_help_wraps_long_defaults():
+    proc = run_script("run_lgip_multi.py", "--help")
+    lines = proc.stdout.splitlines()
+    models = lines.index("  --MODELS=")  # the nine specs below it, one a line
+    assert all("'name': 'openclip_" in lines[models + 1 + k] for k in range(5))
+    comments = [line for line in lines if line.startswith("      ") and "'name'" not in line]
+    assert comments and max(map(len, comments)) <= 100
+
+
+def test_models_by_name_and_a_mistyped_name(perturbed):
+    import run_lgip_multi
+    with pytest.raises(ConfigError, match=r"MODELS: unknown model name 'dem'; did you mean 'demo'\?"):
+        run_lgip_multi.run(JSONL_PATH=str(perturbed), MODELS="dem")
+    proc = run_script("run_lgip_multi.py", *eval_args(perturbed, models=[OPENCLIP_TINY]), "--MODELS=demo",
+                      "--BOOTSTRAP=0", "--WRITE_SCORES=False")
+    rows = json.load(open(perturbed.parent / "base_with_perturb__LGIP_ALL.metrics.json"))
+    assert [r["model_tag"] for r in rows] == ["demo_tiny_random"]
+    assert rows[0]["run"]["config"]["MODELS"][0]["model_name"].endswith("demo/model")  # the spec, not the name
+    assert rows[0]["run"]["demo"] == {"model": True, "input": False, "message": (
+        "Demo run: a tiny random-init model that knows nothing: these figures show that the pipeline works, not how "
+        "any model behaves.")}
+    assert proc.stdout.count("note: Demo run:") == 1
+
+
+def test_the_demo_data_is_marked_wherever_it_is_copied(tmp_path):
+    """The bundled demo's records carry "synthetic_image": true, through the generators, so an output
+    made from a copy of them anywhere says its images are synthetic."""
+    import run_lgip_multi
+    shutil.copy(os.path.join(ROOT, "demo", "lgip_demo.jsonl"), tmp_path / "d.jsonl")
+    shutil.copytree(os.path.join(ROOT, "demo", "images"), tmp_path / "images")
+    run_script("diff_gen_caption.py", f"--INPUT_JSONL={tmp_path / 'd.jsonl'}")
+    rows = run_lgip_multi.run(JSONL_PATH=str(tmp_path / "d_with_perturb.jsonl"), MODELS=[OPENCLIP_TINY], DEVICE="cpu",
+                              NUM_WORKERS=0, BOOTSTRAP=0, WRITE_SCORES=False)
+    assert rows[0]["run"]["demo"]["input"] is True and rows[0]["run"]["demo"]["model"] is False
+    assert rows[0]["run"]["demo"]["message"].startswith("Demo run: synthetic images (not COCO photographs):")
 
 
 def test_image_encoding_close_after_a_failed_start_shows_the_real_error(enc):

@@ -34,6 +34,7 @@ class Encoder:
     encode_tokens = encode_images = None  # (None in an Encoder without weights: see lgip.models.key_encoder)
     weights_loaded = True
     name = type = protocol = None
+    demo = False  # True for the bundled demo model (lgip.demo): its outputs say so
     device = "cpu"
     dtype = None
     pad_id = 0

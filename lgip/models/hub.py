@@ -9,6 +9,7 @@ cache without a request. `check_models` tells, before a run's first model, every
 run that cannot load.
 
     >>> problems = check_models(MODELS)   # {model name: what is wrong and what to do}
+    >>> print("\n".join(describe(problems)))   # the same, advice that holds for several models said once
     >>> check_model(spec)                 # raises ModelError for one model
 """
 import os
@@ -123,8 +124,17 @@ def local_copy_hint(spec):
     return '"pretrained": "/path/to/open_clip_pytorch_model.bin", or "model_name": "local-dir:/path/to/folder"'
 
 
+class Unreachable(str):
+    """A problem message of a model whose files are not cached while the Hub cannot be reached: its
+    advice is the same for every such model, so a run says it once (`advice`)."""
+    repos = ()
+    why = ""
+
+
 def problem(spec):
-    """What keeps a model spec from loading, as one message; None when nothing is known to."""
+    """What keeps a model spec from loading, as one message; None when nothing is known to. A model
+    not in the cache while the Hub cannot be reached gives an `Unreachable` message (the model, its
+    repos, and the advice)."""
     files = hub_files(spec)
     if not files:
         return None
@@ -144,10 +154,18 @@ def problem(spec):
                 return None if "401" not in str(e) and "403" not in str(e) else (
                     f"model {spec.get('name')!r}: {repo} needs a Hugging Face login (huggingface-cli login): {e}")
         return None
-    return (f"model {spec.get('name')!r}: {', '.join(repos)} is not in the local Hugging Face cache "
-            f"({_cache_dir()}) and {why}. "
-            f"Download it once where there is network (`huggingface-cli download {repos[0]}`, then copy the cache "
-            f"here: HF_HUB_OFFLINE=1 uses it), or point the spec at a local copy: {local_copy_hint(spec)}")
+    out = Unreachable(f"model {spec.get('name')!r}: {', '.join(repos)} is not in the local Hugging Face cache "
+                      f"({_cache_dir()}) and {why}. " + advice(repos, [spec]))
+    out.repos, out.why, out.spec = repos, why, spec
+    return out
+
+
+def advice(repos, specs):
+    """What to do about models whose files are not cached while the Hub cannot be reached."""
+    hints = sorted({local_copy_hint(s) for s in specs})
+    return (f"Download {'it' if len(repos) == 1 else 'them'} once where there is network "
+            f"(`huggingface-cli download {repos[0]}`{', ...' if len(repos) > 1 else ''}), then copy the cache here "
+            f"(HF_HUB_OFFLINE=1 uses it), or point the spec at a local copy: {' / '.join(hints)}")
 
 
 def check_model(spec):
@@ -163,9 +181,23 @@ def check_models(specs):
     return {spec.get("name"): msg for spec in specs if isinstance(spec, dict) for msg in [problem(spec)] if msg}
 
 
+def describe(problems):
+    """The problems of check_models as lines, the advice for unreachable models said once: the
+    models listed with their repos, then why and what to do."""
+    far = [m for m in problems.values() if isinstance(m, Unreachable)]
+    lines = [m for m in problems.values() if not isinstance(m, Unreachable)]
+    if far:
+        repos = sorted({r for m in far for r in m.repos})
+        lines += [f"model {m.spec.get('name')!r} needs {', '.join(m.repos)}" for m in far]
+        lines.append(f"{'it is' if len(repos) == 1 else 'they are'} not in the local Hugging Face cache "
+                     f"({_cache_dir()}), and {far[0].why}.")
+        lines.append(advice(repos, [m.spec for m in far]))
+    return lines
+
+
 def require_models(specs):
     """Stop (ModelError) naming every model of a run whose files cannot be had, before any work."""
     problems = check_models(specs)
     if problems:
         raise ModelError(f"{len(problems)} of {len(specs)} models cannot be loaded, so nothing was run:\n  "
-                         + "\n  ".join(problems.values()))
+                         + "\n  ".join(describe(problems)))

@@ -5,6 +5,8 @@ key encoder making its cache keys without them. The types:
   transformers  {"model_id"}: any transformers dual encoder (CLIP, MetaCLIP, AltCLIP, ALIGN, ChineseCLIP, SigLIP, ...)
   siglip        {"model_id"}: the same loader, the published specs' name for SigLIP/SigLIP2
   python        {"loader", "kwargs"}: a loader of one's own returning (model, preprocess, tokenizer)
+A MODELS entry may also be a name (NAMED_MODELS: the published nine, and "demo", the bundled demo
+model, lgip.demo); `expand_models` turns names into specs before any work.
 The room for a new model family: a module with its loader (spec, protocol, device, dtype) ->
 Encoder, registered in the four dicts below (preparer and key encoder may be None).
 
@@ -12,6 +14,7 @@ Encoder, registered in the four dicts below (preparer and key encoder may be Non
     >>> enc.encode_images(pixels), enc.encode_tokens(ids)
 """
 from .. import accelerations
+from ..demo import DEMO_MODEL, DEMO_NAME
 from ..errors import ModelError, WrongModelType
 from .encoder import PROTOCOLS, resolve_device, resolve_dtype, tokenizer_key
 from .pixels import check_pixel_split
@@ -32,6 +35,37 @@ PUBLISHED_MODELS = [  # the nine models of the paper, as the published scripts s
     {"name": "siglip_google_siglip-large-patch16-384", "type": "siglip", "model_id": "google/siglip-large-patch16-384"},
     {"name": "siglip2_google_siglip2-base-patch16-224", "type": "siglip", "model_id": "google/siglip2-base-patch16-224"},
 ]
+
+
+# names a MODELS entry may give instead of a spec: the published nine by their names, and "demo"
+NAMED_MODELS = {**{m["name"]: m for m in PUBLISHED_MODELS}, DEMO_NAME: DEMO_MODEL}
+
+
+def expand_models(models):
+    """MODELS as a list of spec dicts: a name (a string, or a string of names "a,b") stands for its
+    spec in NAMED_MODELS, a spec dict stays as given (copied), None stays None (a script's own
+    default). An unknown name is an error naming the closest valid names.
+    >>> [m["name"] for m in expand_models(["demo", {"name": "mine", "type": "python", "loader": "m.py:f"}])]
+    ['demo_tiny_random', 'mine']
+    """
+    import difflib
+    if models is None:
+        return None
+    if isinstance(models, str):
+        models = [n.strip() for n in models.split(",") if n.strip()]
+    if not isinstance(models, (list, tuple)):
+        return models  # (the settings check names what a list of specs must be)
+    out = []
+    for m in models:
+        if isinstance(m, str):
+            if m not in NAMED_MODELS:
+                close = difflib.get_close_matches(m, list(NAMED_MODELS), n=3, cutoff=0.4)
+                hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+                raise ModelError(f"unknown model name {m!r}; {hint}named models: {', '.join(NAMED_MODELS)} "
+                                 f"(or give a spec dict, README \"Models\")")
+            m = NAMED_MODELS[m]
+        out.append(dict(m) if isinstance(m, dict) else m)
+    return out
 
 
 # spec "type" -> (spec, protocol, device, dtype) -> Encoder
@@ -79,7 +113,7 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
     except WrongModelType as e:
         raise ModelError(f"{e} Valid types: {', '.join(MODEL_LOADERS)} (type 'python' takes a loader of your own "
                          f"returning (model, preprocess, tokenizer))") from e
-    enc.name, enc.type, enc.protocol = spec["name"], spec["type"], protocol
+    enc.name, enc.type, enc.protocol, enc.demo = spec["name"], spec["type"], protocol, bool(spec.get("demo"))
     enc.tokenizer_key = tokenizer_key(enc.type, enc.tokenizer_identity, enc.tokenize)
     enc.pixels = check_pixel_split(enc, enc.pixels) if accelerations.PIXELS_ON_DEVICE else None
     enc.info = dict(enc.info, pixels_on_device=enc.pixels is not None, weights_loaded=True)
@@ -95,7 +129,7 @@ def key_encoder(spec, protocol="corrected", device="cpu", dtype=None):
     enc = MODEL_KEYS[spec["type"]](spec, protocol) if MODEL_KEYS[spec["type"]] is not None else None
     if enc is None:
         return None
-    enc.name, enc.type, enc.protocol = spec["name"], spec["type"], protocol
+    enc.name, enc.type, enc.protocol, enc.demo = spec["name"], spec["type"], protocol, bool(spec.get("demo"))
     enc.device = resolve_device(device)
     enc.dtype = resolve_dtype(dtype, enc.device)
     enc.weights_loaded, enc.info = False, {"weights_loaded": False}
