@@ -429,3 +429,55 @@ def test_an_output_set_is_renamed_whole_or_not_at_all(tmp_path):
             with out.open(str(tmp_path / name)) as f:
                 f.write("new " + name)
     assert (tmp_path / "a.md").read_text() == "new a.md" and (tmp_path / "c.csv").read_text() == "new c.csv"
+
+
+# --- the figures' axes: a rate's axis never runs past [0, 1] ---
+
+def _rate_rows(values):
+    """Rows as lgip.report.metrics.build_rows makes them, every rate of a model at `value` with an
+    interval reaching the rate's end (0 or 1) where it lies there."""
+    from lgip.report import COLUMNS
+    rows = []
+    for i, value in enumerate(values):
+        row = dict.fromkeys(COLUMNS)
+        lo, hi = max(0.0, value - 0.05), min(1.0, value + 0.05)
+        row.update(model=f"model_{i}", label=f"model {i}", invariance_error=0.02 + 0.01 * i,
+                   invariance_error_ci_lo=0.015 + 0.01 * i, invariance_error_ci_hi=0.025 + 0.01 * i)
+        for name in ("pos_rate", "color_pos_rate", "number_pos_rate", "object_pos_rate",
+                     "retrieval_i2t_recall@1", "retrieval_i2t_flip_top1_rate"):
+            row.update({name: value, name + "_ci_lo": lo, name + "_ci_hi": hi})
+        row.update(color_count=10, number_count=10, object_count=10, headline_source="multi", flip_type_source="fliptypes")
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("values", [[1.0], [1.0, 0.98], [0.0, 1.0], [0.0], [0.3, 0.6]])
+def test_rate_axes_stay_within_zero_and_one(tmp_path, monkeypatch, values):
+    """Every axis of a rate (the positive rates, recall, the flip top-1 rate) in the frontier, flip-type
+    and retrieval figures: its limits and its labelled ticks within [0, 1], a rate at 0 or 1 included."""
+    from lgip.report import plots
+    drawn = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path, dpi, files=None: drawn.setdefault(os.path.basename(path), fig))
+    rows = _rate_rows(values)
+    plots.plot_frontier(rows, str(tmp_path / "frontier.png"))
+    plots.plot_fliptypes(rows, str(tmp_path / "fliptypes.png"))
+    plots.plot_retrieval(rows, str(tmp_path / "retrieval.png"))
+    rate_axes = [("frontier.png", 0, "y"), ("fliptypes.png", 0, "y"), ("retrieval.png", 0, "x"),
+                 ("retrieval.png", 1, "x"), ("retrieval.png", 0, "y"), ("retrieval.png", 1, "y")]
+    for name, k, axis in rate_axes:
+        ax = drawn[name].axes[k]
+        lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+        assert 0.0 <= lo < hi <= 1.0, (name, k, axis, lo, hi)
+        ticks = [t for t in (ax.get_xticks() if axis == "x" else ax.get_yticks()) if lo - 1e-9 <= t <= hi + 1e-9]
+        assert ticks and all(-1e-9 <= t <= 1.0 + 1e-9 for t in ticks), (name, axis, ticks)
+        for v in values:  # every rate drawn is inside its axis
+            assert lo - 1e-9 <= v <= hi + 1e-9, (name, axis, v, lo, hi)
+    assert drawn["frontier.png"].axes[0].get_xlim()[0] >= 0.0  # an invariance error is never negative either
+
+
+def test_rate_limits_pad_inside_zero_and_one():
+    from lgip.report.plots import rate_limits
+    assert rate_limits([0.3, 0.5], 0.02) == pytest.approx((0.28, 0.52))  # (as before: away from the ends nothing changes)
+    assert rate_limits([1.0, 1.0], 0.02) == pytest.approx((0.96, 1.0))  # the span kept, moved inward
+    assert rate_limits([0.0, 0.1], 0.02) == pytest.approx((0.0, 0.12))
+    assert rate_limits([0.0, 1.0], 0.18) == (0.0, 1.0)
