@@ -131,13 +131,17 @@ def test_top_lists_are_the_extremes(full_report):
     over every score file (brute force)."""
     folder, _ = full_report
     best_delta, worst_gap, n_para = 0.0, 0.0, 0
+    preferred = set()  # every flip scored above its caption: (model, image, caption index, flip), once
     for path in folder.glob("*.scores.jsonl"):
+        model = next(m for m in MODELS if path.name.endswith(f"_{m}.scores.jsonl"))
         for line in path.read_text(encoding="utf-8").splitlines():
             r = json.loads(line)
             for p in r.get("paraphrases", []):
                 best_delta = max(best_delta, abs(p["sim"] - r["sim"]))
             for f in r.get("flips", []):
                 worst_gap = min(worst_gap, r["sim"] - f["sim"])
+                if r["sim"] - f["sim"] < 0:
+                    preferred.add((model, r["image_path"], r["caption_index"], f["text"]))
     md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
     para = md.split("## Paraphrases that move the score most")[1].split("## Flips")[0]
     flips = md.split("## Flips most preferred over their original")[1].split("\n---\n")[0]
@@ -149,6 +153,11 @@ def test_top_lists_are_the_extremes(full_report):
     deltas = [abs(float(line.split("|")[-2])) for line in para_rows]
     assert deltas == sorted(deltas, reverse=True)
     assert len(set(para_rows)) == len(para_rows)  # the same pair from two evaluations is listed once
+    # each list's sentence names what it counts, and says when there were fewer than TOP_K
+    assert "\nTop 10 paraphrases over all models by |Δ sim|, Δ sim = " in para
+    n = min(10, len(preferred))
+    assert len(flip_rows) == n
+    assert f"\nTop 10 flips over all models with gap < 0{f' (only {n} flips have gap < 0)' if n < 10 else ''}, gap = " in flips
 
 
 @pytest.mark.parametrize("key", list(EVALS))
@@ -481,3 +490,21 @@ def test_rate_limits_pad_inside_zero_and_one():
     assert rate_limits([1.0, 1.0], 0.02) == pytest.approx((0.96, 1.0))  # the span kept, moved inward
     assert rate_limits([0.0, 0.1], 0.02) == pytest.approx((0.0, 0.12))
     assert rate_limits([0.0, 1.0], 0.18) == (0.0, 1.0)
+
+
+def test_the_word_scores_note_counts_cards_and_explained_flips():
+    """The flip gallery's sentence: how many of its cards have word scores, out of how many, and how
+    many flips explain_flips.py explained (of which model, on which input)."""
+    from lgip.report.overview import word_scores_note
+    run = {"config": {"JSONL_PATH": "/data/x_with_fliptypes.jsonl"}}
+    metrics = {"explain": [{"model_tag": "a", "num_flips": 77, "run": run}]}
+    rows = [{"model": "a", "localization_num_flips": 77}, {"model": "b", "localization_num_flips": None}]
+    assert word_scores_note(rows, metrics, 3, 10) == (
+        "3 of the 10 flip cards on this page show word scores: `explain_flips.py` explained 77 flips of `a`, on "
+        "`x_with_fliptypes.jsonl`; a card whose flip is not among them shows none.")
+    rows[1]["localization_num_flips"] = 40
+    assert "explained 117 flips over 2 models, on" in word_scores_note(rows, metrics, 1, 1)
+    assert word_scores_note(rows, metrics, 1, 1).startswith("1 of the 1 flip card on this page shows word scores")
+    rows[1]["localization_num_flips"] = 77
+    assert "explained 77 flips of each of 2 models (154 in all), on" in word_scores_note(rows, metrics, 0, 4)
+    assert word_scores_note(rows, {}, 0, 4) is None

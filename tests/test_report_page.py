@@ -300,6 +300,7 @@ def test_page_in_chromium(request, tmp_path):
             shown_model, shown_model_paras = visible("flips"), visible("paraphrases")
             page.click("#flips button.f-type[data-type='color']")
             shown_color = visible("flips")
+            shown_color_scored = len(page.query_selector_all("#flips .card:not([hidden]) .blame"))
             status = page.inner_text("#flips .status")
         finally:
             browser.close()
@@ -320,7 +321,10 @@ def test_page_in_chromium(request, tmp_path):
     assert len(shown_model) == 10 and {m for m, _ in shown_model} == {MODELS[3]}
     assert len(shown_model_paras) == 10 and {m for m, _ in shown_model_paras} == {MODELS[3]}
     assert shown_color and {t for _, t in shown_color} == {"color"} and {m for m, _ in shown_color} == {MODELS[3]}
-    assert status.startswith(f"{len(shown_color)} shown") and "color flips only" in status
+    from lgip.report import short_label
+    label = short_label(MODELS[3])
+    assert status.startswith(f"{len(shown_color)} flip{'s' if len(shown_color) != 1 else ''} shown: the color flips among "
+                             f"the top 10 of {label}; {shown_color_scored} of them with word scores."), status
     check_word_scores(folder, scored, legend)
 
 
@@ -364,7 +368,11 @@ def check_word_scores(folder, cards, legend):
     assert seen == {"scored", "no score", "hit", "miss"}
     assert explained_cards >= 25 and any(c["words"] == [] and c["model"] in EXPLAINED for c in cards)
     assert not any(c["words"] for c in cards if c["model"] in (EXPLAIN_MISSING, *MODELS[5:]))
-    assert f"{sum(1 for c in cards if c['words'])} of {len(cards)} flips explained" in legend
+    metrics = json.loads((folder / "nine_with_fliptypes__LGIP_explain.metrics.json").read_text(encoding="utf-8"))
+    each = {m["num_flips"] for m in metrics}.pop()  # (the fixture's explained models explained as many flips each)
+    assert (f"{sum(1 for c in cards if c['words'])} of the {len(cards)} flip cards on this page show word scores: "
+            f"explain_flips.py explained {each} flips of each of {len(metrics)} models ({sum(m['num_flips'] for m in metrics)} "
+            "in all), on nine_with_fliptypes.jsonl;") in legend, legend
 
 
 def localization_line(m):
@@ -376,8 +384,8 @@ def localization_line(m):
     flag = ("" if not ci else ": **at chance level** (its interval contains chance)" if ci[0] <= chance <= ci[1]
             else ": below chance" if ci[1] < chance else ": above chance")
     return (f"- `{m['model_tag']}`: localization {fig('localization_acc')} of {m['num_flips']} flips, chance {chance:.3f}{flag}; "
-            f"detected {fig('localization_acc_detected')} of {m['num_detected']}, "
-            f"preferred {fig('localization_acc_preferred')} of {m['num_preferred']}.")
+            f"detected {fig('localization_acc_detected')} of {m['num_detected']} flips, "
+            f"preferred {fig('localization_acc_preferred')} of {m['num_preferred']} flips.")
 
 
 def test_markdown_csv_and_page_give_each_explained_models_localization(nine):
@@ -613,3 +621,4 @@ def test_a_score_file_of_the_wrong_kind_is_named_not_a_traceback(tmp_path):
         path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
         with pytest.raises(InputError, match=re.escape(f"{path}:2: {says}")):
             scan_scores([("multi", "m", str(path))], 5)
+

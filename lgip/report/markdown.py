@@ -26,6 +26,14 @@ def _runs_summary(report):
     return "\n".join(lines)
 
 
+def _fewer(report, rows, one, many):
+    """' (only 3 flips have gap < 0)' when the list over all models is shorter than TOP_K, else ''."""
+    n = len(rows)
+    if report.top_k_per_model or not n or n >= report.tops.k:
+        return ""
+    return f" (only {n} {one if n == 1 else many})"
+
+
 def _top_tables(report):
     para_top, flip_top = report.tops.for_markdown(report.top_k_per_model)
     k, limit = report.tops.k, report.max_text_chars
@@ -33,7 +41,8 @@ def _top_tables(report):
     para_rows = [(i + 1, row) for rows in para_top.values() for i, row in enumerate(rows)]  # ranked per bucket
     flip_rows = [(i + 1, row) for rows in flip_top.values() for i, row in enumerate(rows)]
     scope = "per model" if report.top_k_per_model else "over all models"
-    parts.append(f"## Paraphrases that move the score most\n\nTop {k} {scope} by |Δ sim|, "
+    parts.append(f"## Paraphrases that move the score most\n\nTop {k} paraphrases {scope} by |Δ sim|"
+                 + _fewer(report, para_rows, "paraphrase was scored", "paraphrases were scored") + ", "
                  "Δ sim = sim(image, paraphrase) − sim(image, caption); an invariant model keeps it near 0.\n")
     if para_rows:
         parts.append(md_table(["#", "Model", "Image", "Caption", "Paraphrase", "Δ sim"],
@@ -42,7 +51,8 @@ def _top_tables(report):
                               ["r", "l", "r", "l", "l", "r"]))
     else:
         parts.append("No paraphrase scores found.")
-    parts.append(f"\n## Flips most preferred over their original\n\nTop {k} {scope} with gap < 0, "
+    parts.append(f"\n## Flips most preferred over their original\n\nTop {k} flips {scope} with gap < 0"
+                 + _fewer(report, flip_rows, "flip has gap < 0", "flips have gap < 0") + ", "
                  "gap = sim(image, caption) − sim(image, flip): the model scores the wrong caption higher.\n")
     if flip_rows:
         parts.append(md_table(["#", "Model", "Image", "Caption", "Flip", "Type", "Gap"],
