@@ -492,6 +492,55 @@ def test_rate_limits_pad_inside_zero_and_one():
     assert rate_limits([0.0, 1.0], 0.18) == (0.0, 1.0)
 
 
+# --- a demo run says so at the top ---
+
+DEMO_BOTH = ("Demo run: synthetic images (not COCO photographs) and a tiny random-init model that knows nothing; "
+             "these figures show that the pipeline works, not how any model behaves.")
+
+
+def test_demo_note_says_what_is_demo():
+    """run.demo's flags (any metrics row of any evaluation) make the sentence; none, or a falsy one, none."""
+    from lgip.report.overview import demo_note
+
+    def metrics(*demos, key="multi"):
+        return {key: [{"model_tag": f"m{i}", "run": {} if d is None else {"demo": d}} for i, d in enumerate(demos)]}
+    assert demo_note(metrics(None, None)) is None and demo_note(metrics({}, False)) is None and demo_note({}) is None
+    assert demo_note(metrics({"model": True, "input": True, "message": "x"})) == DEMO_BOTH
+    assert demo_note(metrics(None, {"model": True, "input": True}, key="explain")) == DEMO_BOTH.replace(
+        "model that knows nothing", "model that knows nothing (`m1`)")  # one of two models: named
+    assert demo_note(metrics({"model": True, "input": False}, {"model": True, "input": False})) == (
+        "Demo run: tiny random-init models that know nothing; these figures show that the pipeline works, not how any "
+        "model behaves.")
+    assert demo_note(metrics({"model": False, "input": True})) == (
+        "Demo run: synthetic images (not COCO photographs); these figures show that the pipeline works, not how the "
+        "models behave on real photographs.")
+    assert demo_note(metrics({"model": False, "input": False, "message": "made by run_all.py's demo."})) == \
+        "Demo run: made by run_all.py's demo."
+
+
+def test_a_demo_run_has_a_banner_on_the_page_and_a_bold_line_in_the_markdown(evaluated, full_report, tmp_path):
+    """Metrics rows carrying run.demo (as the bundled demo writes them): the page opens with the banner,
+    the markdown with the same sentence in bold; an ordinary run's outputs have neither."""
+    for path in evaluated.iterdir():
+        if path.is_file():
+            shutil.copy(path, tmp_path / path.name)
+    path = tmp_path / EVALS["multi"][2]
+    ms = json.loads(path.read_text(encoding="utf-8"))
+    for m in ms:
+        m["run"]["demo"] = {"model": True, "input": True, "message": "the bundled demo"}
+    path.write_text(json.dumps(ms), encoding="utf-8")
+    run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}")
+    md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8").splitlines()
+    assert md[:4] == ["# LGIP report: fixture", "", f"**{DEMO_BOTH.replace('a tiny random-init model that knows', 'tiny random-init models that know')}**", ""]
+    html = (tmp_path / "fixture__LGIP_report.html").read_text(encoding="utf-8")
+    banner = re.search(r'<header>\s*<p class="demo-banner" role="note">([^<]+)</p>\s*<h1>', html)
+    assert banner and unescape(banner.group(1)) == DEMO_BOTH.replace("a tiny random-init model that knows",
+                                                                     "tiny random-init models that know")
+    folder, _ = full_report
+    assert "Demo run" not in (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    assert "demo-banner\"" not in (folder / "fixture__LGIP_report.html").read_text(encoding="utf-8")
+
+
 def test_the_word_scores_note_counts_cards_and_explained_flips():
     """The flip gallery's sentence: how many of its cards have word scores, out of how many, and how
     many flips explain_flips.py explained (of which model, on which input)."""

@@ -9,7 +9,7 @@ attribution's line per model (when explain_flips.py ran), the top lists, and wha
 import os
 
 from ..util import atomic_open
-from .overview import attribution_lines, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes
+from .overview import attribution_lines, demo_note, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes
 from .tables import main_table, md_table, md_text
 
 
@@ -69,7 +69,8 @@ def markdown(report, md_path):
     """The markdown text; figures are linked relative to md_path's folder."""
     rows = report.rows
     md_dir = os.path.dirname(os.path.abspath(md_path))
-    md = [f"# LGIP report: {report.stem}", "",
+    demo = demo_note(report.metrics)
+    md = [f"# LGIP report: {report.stem}", "", *([f"**{demo}**", ""] if demo else []),
           f"Input: `{os.path.abspath(report.jsonl_path)}`  ",
           "Models: " + ", ".join(f"`{r['model']}`" for r in rows) + "  ",
           "Protocol: " + ", ".join(report.protocols), "",

@@ -2,7 +2,8 @@
 page: the evaluations found (a table), the package versions they ran with, where each figure
 comes from and what it means (notes), the Pareto sentence, the rank correlation of LGIP with
 retrieval across models, the word attribution's lines (one per model: its localization accuracy
-against chance) and what the gallery's word scores cover, and what made the report. Every count says what it counts.
+against chance) and what the gallery's word scores cover, the demo banner (a run of the bundled
+demo says so at the top), and what made the report. Every count says what it counts.
 
 Texts are markdown inline text (`code` in backticks, **bold**): the markdown prints them as they
 are, the page turns them into <code> and <strong>.
@@ -48,6 +49,38 @@ class Report:
     @property
     def protocols(self):
         return sorted({r["protocol"] or "unknown (no run info)" for r in self.rows})
+
+
+def demo_note(metrics):
+    """The demo banner's sentence when any metrics row the report reads was made by the bundled demo
+    (its run block's `demo`: {"model": the tiny random-init model, "input": the synthetic images,
+    "message"}), else None: what is demo, and that the figures show the pipeline working, not
+    how any model behaves.
+
+    >>> demo_note({"multi": [{"model_tag": "tiny", "run": {"demo": {"model": True, "input": True}}}]})
+    'Demo run: synthetic images (not COCO photographs) and a tiny random-init model that knows nothing;
+     these figures show that the pipeline works, not how any model behaves.'
+    """
+    flagged = [(m.get("model_tag"), (m.get("run") or {}).get("demo")) for ms in metrics.values() for m in ms]
+    flagged = [(tag, d) for tag, d in flagged if d]
+    if not flagged:
+        return None
+    tags = list(dict.fromkeys(m.get("model_tag") for ms in metrics.values() for m in ms))
+    random_init = list(dict.fromkeys(tag for tag, d in flagged if isinstance(d, dict) and d.get("model")))
+    synthetic = any(isinstance(d, dict) and d.get("input") for _, d in flagged)
+    parts = ["synthetic images (not COCO photographs)"] if synthetic else []
+    if random_init:
+        parts.append(("a tiny random-init model that knows nothing" if len(random_init) == 1
+                      else "tiny random-init models that know nothing")
+                     + ("" if len(random_init) == len(tags) else f" ({', '.join(f'`{t}`' for t in random_init)})"))
+    if parts:
+        return ("Demo run: " + " and ".join(parts) + "; these figures show that the pipeline works, not how "
+                + ("any model behaves." if random_init else "the models behave on real photographs."))
+    messages = list(dict.fromkeys(str(d["message"]).strip() for _, d in flagged
+                                  if isinstance(d, dict) and str(d.get("message") or "").strip()))
+    return "Demo run: " + (" ".join(messages) if messages else
+                           "made by the bundled demo; these figures show that the pipeline works, not how the models "
+                           "behave on COCO.")
 
 
 def runs_table(metrics, paths):

@@ -18,7 +18,7 @@ import re
 
 from ..method import FLIP_TYPES
 from ..util import atomic_open
-from .overview import (attribution_lines, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes,
+from .overview import (attribution_lines, demo_note, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes,
                        word_scores_note)
 from .tables import interval, num, result_columns
 
@@ -89,6 +89,7 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
                for png, alt in report.figures]
     return {
         "stem": report.stem,
+        "demo": demo_note(report.metrics),
         "input": os.path.abspath(report.jsonl_path),
         "models": models,
         "color": {m["tag"]: m["color"] for m in models},
