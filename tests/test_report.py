@@ -131,13 +131,17 @@ def test_top_lists_are_the_extremes(full_report):
     over every score file (brute force)."""
     folder, _ = full_report
     best_delta, worst_gap, n_para = 0.0, 0.0, 0
+    preferred = set()  # every flip scored above its caption: (model, image, caption index, flip), once
     for path in folder.glob("*.scores.jsonl"):
+        model = next(m for m in MODELS if path.name.endswith(f"_{m}.scores.jsonl"))
         for line in path.read_text(encoding="utf-8").splitlines():
             r = json.loads(line)
             for p in r.get("paraphrases", []):
                 best_delta = max(best_delta, abs(p["sim"] - r["sim"]))
             for f in r.get("flips", []):
                 worst_gap = min(worst_gap, r["sim"] - f["sim"])
+                if r["sim"] - f["sim"] < 0:
+                    preferred.add((model, r["image_path"], r["caption_index"], f["text"]))
     md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
     para = md.split("## Paraphrases that move the score most")[1].split("## Flips")[0]
     flips = md.split("## Flips most preferred over their original")[1].split("\n---\n")[0]
@@ -149,6 +153,11 @@ def test_top_lists_are_the_extremes(full_report):
     deltas = [abs(float(line.split("|")[-2])) for line in para_rows]
     assert deltas == sorted(deltas, reverse=True)
     assert len(set(para_rows)) == len(para_rows)  # the same pair from two evaluations is listed once
+    # each list's sentence names what it counts, and says when there were fewer than TOP_K
+    assert "\nTop 10 paraphrases over all models by |Δ sim|, Δ sim = " in para
+    n = min(10, len(preferred))
+    assert len(flip_rows) == n
+    assert f"\nTop 10 flips over all models with gap < 0{f' (only {n} flips have gap < 0)' if n < 10 else ''}, gap = " in flips
 
 
 @pytest.mark.parametrize("key", list(EVALS))
@@ -429,3 +438,122 @@ def test_an_output_set_is_renamed_whole_or_not_at_all(tmp_path):
             with out.open(str(tmp_path / name)) as f:
                 f.write("new " + name)
     assert (tmp_path / "a.md").read_text() == "new a.md" and (tmp_path / "c.csv").read_text() == "new c.csv"
+
+
+# --- the figures' axes: a rate's axis never runs past [0, 1] ---
+
+def _rate_rows(values):
+    """Rows as lgip.report.metrics.build_rows makes them, every rate of a model at `value` with an
+    interval reaching the rate's end (0 or 1) where it lies there."""
+    from lgip.report import COLUMNS
+    rows = []
+    for i, value in enumerate(values):
+        row = dict.fromkeys(COLUMNS)
+        lo, hi = max(0.0, value - 0.05), min(1.0, value + 0.05)
+        row.update(model=f"model_{i}", label=f"model {i}", invariance_error=0.02 + 0.01 * i,
+                   invariance_error_ci_lo=0.015 + 0.01 * i, invariance_error_ci_hi=0.025 + 0.01 * i)
+        for name in ("pos_rate", "color_pos_rate", "number_pos_rate", "object_pos_rate",
+                     "retrieval_i2t_recall@1", "retrieval_i2t_flip_top1_rate"):
+            row.update({name: value, name + "_ci_lo": lo, name + "_ci_hi": hi})
+        row.update(color_count=10, number_count=10, object_count=10, headline_source="multi", flip_type_source="fliptypes")
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("values", [[1.0], [1.0, 0.98], [0.0, 1.0], [0.0], [0.3, 0.6]])
+def test_rate_axes_stay_within_zero_and_one(tmp_path, monkeypatch, values):
+    """Every axis of a rate (the positive rates, recall, the flip top-1 rate) in the frontier, flip-type
+    and retrieval figures: its limits and its labelled ticks within [0, 1], a rate at 0 or 1 included."""
+    from lgip.report import plots
+    drawn = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path, dpi, files=None: drawn.setdefault(os.path.basename(path), fig))
+    rows = _rate_rows(values)
+    plots.plot_frontier(rows, str(tmp_path / "frontier.png"))
+    plots.plot_fliptypes(rows, str(tmp_path / "fliptypes.png"))
+    plots.plot_retrieval(rows, str(tmp_path / "retrieval.png"))
+    rate_axes = [("frontier.png", 0, "y"), ("fliptypes.png", 0, "y"), ("retrieval.png", 0, "x"),
+                 ("retrieval.png", 1, "x"), ("retrieval.png", 0, "y"), ("retrieval.png", 1, "y")]
+    for name, k, axis in rate_axes:
+        ax = drawn[name].axes[k]
+        lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+        assert 0.0 <= lo < hi <= 1.0, (name, k, axis, lo, hi)
+        ticks = [t for t in (ax.get_xticks() if axis == "x" else ax.get_yticks()) if lo - 1e-9 <= t <= hi + 1e-9]
+        assert ticks and all(-1e-9 <= t <= 1.0 + 1e-9 for t in ticks), (name, axis, ticks)
+        for v in values:  # every rate drawn is inside its axis
+            assert lo - 1e-9 <= v <= hi + 1e-9, (name, axis, v, lo, hi)
+    assert drawn["frontier.png"].axes[0].get_xlim()[0] >= 0.0  # an invariance error is never negative either
+
+
+def test_rate_limits_pad_inside_zero_and_one():
+    from lgip.report.plots import rate_limits
+    assert rate_limits([0.3, 0.5], 0.02) == pytest.approx((0.28, 0.52))  # (as before: away from the ends nothing changes)
+    assert rate_limits([1.0, 1.0], 0.02) == pytest.approx((0.96, 1.0))  # the span kept, moved inward
+    assert rate_limits([0.0, 0.1], 0.02) == pytest.approx((0.0, 0.12))
+    assert rate_limits([0.0, 1.0], 0.18) == (0.0, 1.0)
+
+
+# --- a demo run says so at the top ---
+
+DEMO_BOTH = ("Demo run: synthetic images (not COCO photographs) and a tiny random-init model that knows nothing; "
+             "these figures show that the pipeline works, not how any model behaves.")
+
+
+def test_demo_note_says_what_is_demo():
+    """run.demo's flags (any metrics row of any evaluation) make the sentence; none, or a falsy one, none."""
+    from lgip.report.overview import demo_note
+
+    def metrics(*demos, key="multi"):
+        return {key: [{"model_tag": f"m{i}", "run": {} if d is None else {"demo": d}} for i, d in enumerate(demos)]}
+    assert demo_note(metrics(None, None)) is None and demo_note(metrics({}, False)) is None and demo_note({}) is None
+    assert demo_note(metrics({"model": True, "input": True, "message": "x"})) == DEMO_BOTH
+    assert demo_note(metrics(None, {"model": True, "input": True}, key="explain")) == DEMO_BOTH.replace(
+        "model that knows nothing", "model that knows nothing (`m1`)")  # one of two models: named
+    assert demo_note(metrics({"model": True, "input": False}, {"model": True, "input": False})) == (
+        "Demo run: tiny random-init models that know nothing; these figures show that the pipeline works, not how any "
+        "model behaves.")
+    assert demo_note(metrics({"model": False, "input": True})) == (
+        "Demo run: synthetic images (not COCO photographs); these figures show that the pipeline works, not how the "
+        "models behave on real photographs.")
+    assert demo_note(metrics({"model": False, "input": False, "message": "made by run_all.py's demo."})) == \
+        "Demo run: made by run_all.py's demo."
+
+
+def test_a_demo_run_has_a_banner_on_the_page_and_a_bold_line_in_the_markdown(evaluated, full_report, tmp_path):
+    """Metrics rows carrying run.demo (as the bundled demo writes them): the page opens with the banner,
+    the markdown with the same sentence in bold; an ordinary run's outputs have neither."""
+    for path in evaluated.iterdir():
+        if path.is_file():
+            shutil.copy(path, tmp_path / path.name)
+    path = tmp_path / EVALS["multi"][2]
+    ms = json.loads(path.read_text(encoding="utf-8"))
+    for m in ms:
+        m["run"]["demo"] = {"model": True, "input": True, "message": "the bundled demo"}
+    path.write_text(json.dumps(ms), encoding="utf-8")
+    run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}")
+    md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8").splitlines()
+    assert md[:4] == ["# LGIP report: fixture", "", f"**{DEMO_BOTH.replace('a tiny random-init model that knows', 'tiny random-init models that know')}**", ""]
+    html = (tmp_path / "fixture__LGIP_report.html").read_text(encoding="utf-8")
+    banner = re.search(r'<header>\s*<p class="demo-banner" role="note">([^<]+)</p>\s*<h1>', html)
+    assert banner and unescape(banner.group(1)) == DEMO_BOTH.replace("a tiny random-init model that knows",
+                                                                     "tiny random-init models that know")
+    folder, _ = full_report
+    assert "Demo run" not in (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    assert "demo-banner\"" not in (folder / "fixture__LGIP_report.html").read_text(encoding="utf-8")
+
+
+def test_the_word_scores_note_counts_cards_and_explained_flips():
+    """The flip gallery's sentence: how many of its cards have word scores, out of how many, and how
+    many flips explain_flips.py explained (of which model, on which input)."""
+    from lgip.report.overview import word_scores_note
+    run = {"config": {"JSONL_PATH": "/data/x_with_fliptypes.jsonl"}}
+    metrics = {"explain": [{"model_tag": "a", "num_flips": 77, "run": run}]}
+    rows = [{"model": "a", "localization_num_flips": 77}, {"model": "b", "localization_num_flips": None}]
+    assert word_scores_note(rows, metrics, 3, 10) == (
+        "3 of the 10 flip cards on this page show word scores: `explain_flips.py` explained 77 flips of `a`, on "
+        "`x_with_fliptypes.jsonl`; a card whose flip is not among them shows none.")
+    rows[1]["localization_num_flips"] = 40
+    assert "explained 117 flips over 2 models, on" in word_scores_note(rows, metrics, 1, 1)
+    assert word_scores_note(rows, metrics, 1, 1).startswith("1 of the 1 flip card on this page shows word scores")
+    rows[1]["localization_num_flips"] = 77
+    assert "explained 77 flips of each of 2 models (154 in all), on" in word_scores_note(rows, metrics, 0, 4)
+    assert word_scores_note(rows, {}, 0, 4) is None

@@ -300,6 +300,7 @@ def test_page_in_chromium(request, tmp_path):
             shown_model, shown_model_paras = visible("flips"), visible("paraphrases")
             page.click("#flips button.f-type[data-type='color']")
             shown_color = visible("flips")
+            shown_color_scored = len(page.query_selector_all("#flips .card:not([hidden]) .blame"))
             status = page.inner_text("#flips .status")
         finally:
             browser.close()
@@ -320,7 +321,10 @@ def test_page_in_chromium(request, tmp_path):
     assert len(shown_model) == 10 and {m for m, _ in shown_model} == {MODELS[3]}
     assert len(shown_model_paras) == 10 and {m for m, _ in shown_model_paras} == {MODELS[3]}
     assert shown_color and {t for _, t in shown_color} == {"color"} and {m for m, _ in shown_color} == {MODELS[3]}
-    assert status.startswith(f"{len(shown_color)} shown") and "color flips only" in status
+    from lgip.report import short_label
+    label = short_label(MODELS[3])
+    assert status.startswith(f"{len(shown_color)} flip{'s' if len(shown_color) != 1 else ''} shown: the color flips among "
+                             f"the top 10 of {label}; {shown_color_scored} of them with word scores."), status
     check_word_scores(folder, scored, legend)
 
 
@@ -364,7 +368,11 @@ def check_word_scores(folder, cards, legend):
     assert seen == {"scored", "no score", "hit", "miss"}
     assert explained_cards >= 25 and any(c["words"] == [] and c["model"] in EXPLAINED for c in cards)
     assert not any(c["words"] for c in cards if c["model"] in (EXPLAIN_MISSING, *MODELS[5:]))
-    assert f"{sum(1 for c in cards if c['words'])} of {len(cards)} flips explained" in legend
+    metrics = json.loads((folder / "nine_with_fliptypes__LGIP_explain.metrics.json").read_text(encoding="utf-8"))
+    each = {m["num_flips"] for m in metrics}.pop()  # (the fixture's explained models explained as many flips each)
+    assert (f"{sum(1 for c in cards if c['words'])} of the {len(cards)} flip cards on this page show word scores: "
+            f"explain_flips.py explained {each} flips of each of {len(metrics)} models ({sum(m['num_flips'] for m in metrics)} "
+            "in all), on nine_with_fliptypes.jsonl;") in legend, legend
 
 
 def localization_line(m):
@@ -376,8 +384,8 @@ def localization_line(m):
     flag = ("" if not ci else ": **at chance level** (its interval contains chance)" if ci[0] <= chance <= ci[1]
             else ": below chance" if ci[1] < chance else ": above chance")
     return (f"- `{m['model_tag']}`: localization {fig('localization_acc')} of {m['num_flips']} flips, chance {chance:.3f}{flag}; "
-            f"detected {fig('localization_acc_detected')} of {m['num_detected']}, "
-            f"preferred {fig('localization_acc_preferred')} of {m['num_preferred']}.")
+            f"detected {fig('localization_acc_detected')} of {m['num_detected']} flips, "
+            f"preferred {fig('localization_acc_preferred')} of {m['num_preferred']} flips.")
 
 
 def test_markdown_csv_and_page_give_each_explained_models_localization(nine):
@@ -613,3 +621,97 @@ def test_a_score_file_of_the_wrong_kind_is_named_not_a_traceback(tmp_path):
         path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
         with pytest.raises(InputError, match=re.escape(f"{path}:2: {says}")):
             scan_scores([("multi", "m", str(path))], 5)
+
+
+# --- the page's layout in a real browser: 1, 2 and 9 models at 1400 and 1920 px ---
+
+def few_models(folder, dest, n, demo=None):
+    """`dest`/few.jsonl's evaluations: the nine's metrics of its first n models only (score and
+    explain files shared), plus an enhanced analysis, so that the results table has every column
+    (the widest it gets); each metrics row's run block carries `demo` when given."""
+    dest.mkdir()
+    shutil.copy(folder / "nine.jsonl", dest / "few.jsonl")
+    for name in os.listdir(folder):
+        path = folder / name
+        if not name.endswith(".json"):
+            if path.is_file():
+                os.symlink(path, dest / name)  # (score and explain files: read where the metrics name them)
+            continue
+        ms = [m for m in json.loads(path.read_text(encoding="utf-8")) if m["model_tag"] in MODELS[:n]]
+        for m in ms:
+            if demo is not None:
+                m["run"]["demo"] = demo
+        (dest / name.replace("nine", "few")).write_text(json.dumps(ms), encoding="utf-8")
+    enhanced = []
+    for i, model in enumerate(MODELS[:n]):
+        fig = {"pos_rate": 0.9 - 0.01 * i, "pos_rate_ci95": [0.85, 0.95], "gap_mean": 0.04, "gap_mean_ci95": [0.03, 0.05]}
+        enhanced.append({"model_tag": model, "num_samples": 180, "global_invariance_error_mean": 0.0123,
+                         "global_invariance_error_mean_ci95": [0.0101, 0.0145],
+                         "paraphrase_simple_inv_error_mean": 0.0111, "paraphrase_simple_inv_error_mean_ci95": [0.0101, 0.0121],
+                         "paraphrase_advanced_inv_error_mean": 0.0222, "paraphrase_advanced_inv_error_mean_ci95": [0.0201, 0.0243],
+                         "corrected": {"num_records": 180, "global_sensitivity": fig, "combined": {"global_sensitivity": fig}},
+                         "run": dict({"model": {"protocol": "corrected"}}, **({"demo": demo} if demo is not None else {}))})
+    (dest / "rebuttal_enhanced_few_with_fliptypes__ENHANCED_LGIP_analysis.json").write_text(json.dumps(enhanced), encoding="utf-8")
+    run_script("report.py", f"--JSONL_PATH={dest / 'few.jsonl'}")
+    return dest / "few__LGIP_report.html"
+
+
+DEMO = ("Demo run: synthetic images (not COCO photographs) and a tiny random-init model that knows nothing; these "
+        "figures show that the pipeline works, not how any model behaves.")
+LAYOUT = """() => {
+  const main = document.querySelector('main'), style = getComputedStyle(main), box = document.getElementById('results').parentElement;
+  const rect = e => { const r = e.getBoundingClientRect(); return [r.left, r.right]; };
+  const labelBottom = th => { const range = document.createRange();
+    range.selectNodeContents([...th.querySelector('button').childNodes].find(n => n.nodeType === 3));
+    return Math.max(...[...range.getClientRects()].map(r => r.bottom)); };
+  return {inner: window.innerWidth, page: document.documentElement.scrollWidth,
+          main: [main.getBoundingClientRect().left + parseFloat(style.paddingLeft), main.getBoundingClientRect().right - parseFloat(style.paddingRight)],
+          box: rect(box), boxScroll: [box.scrollWidth, box.clientWidth], table: rect(document.getElementById('results')),
+          columns: document.querySelectorAll('#results thead th').length,
+          labels: [...document.querySelectorAll('#results thead th')].map(labelBottom),
+          others: [...document.querySelectorAll('figure, .card:not([hidden]), .filters, .legend')].map(rect),
+          banner: [...document.querySelectorAll('.demo-banner')].map(e => e.textContent)};
+}"""
+
+
+def test_page_layout_fits_the_window_with_one_two_and_nine_models(request, tmp_path):
+    """At 1400 and 1920 px (and 1000, where it cannot fit): the page never scrolls sideways; the
+    results table starts at the page's margin and fits, or scrolls inside its own box; its header
+    labels end on one line (sorted or not); figures and galleries stay in the column; the demo
+    banner shows on a demo run's page only."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -r requirements.txt)")
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("no Chromium installed (apt-get install -y chromium; .ci/run installs it when missing)")
+    folder, _, _ = request.getfixturevalue("nine")
+    demo = {"model": True, "input": True, "message": "the bundled demo"}
+    pages = {1: few_models(folder, tmp_path / "one", 1, demo), 2: few_models(folder, tmp_path / "two", 2),
+             9: folder / "nine__LGIP_report.html"}
+    seen = {}
+    with sync_api.sync_playwright() as p:
+        browser = _launch(p, tmp_path / "profile")
+        try:
+            page = browser.new_page()
+            for n, path in pages.items():
+                page.goto(path.as_uri(), wait_until="load")
+                for width in (1400, 1920, 1000):
+                    page.set_viewport_size({"width": width, "height": 900})
+                    seen[n, width] = page.evaluate(LAYOUT)
+                page.set_viewport_size({"width": 1400, "height": 900})
+                page.click("#results thead th:nth-child(3) button")  # sorted: its arrow shows
+                seen[n, "sorted"] = page.evaluate(LAYOUT)
+        finally:
+            browser.close()
+    assert seen[1, 1400]["columns"] == 14 and seen[9, 1400]["columns"] == 11  # (one model: every column there is)
+    for (n, width), m in seen.items():
+        where = f"{n} model(s) at {width}"
+        left, right = m["main"]
+        assert m["page"] <= m["inner"], (where, m["page"], m["inner"])  # the page never scrolls sideways
+        assert left - 0.5 <= m["box"][0] and m["box"][1] <= right + 0.5, (where, m["box"], m["main"])
+        assert m["table"][0] >= left - 0.5, (where, m["table"], m["main"])  # from the margin, not left of it
+        assert max(m["labels"]) - min(m["labels"]) <= 1, (where, m["labels"])  # the header labels' bottoms in line
+        assert all(left - 0.5 <= a and b <= right + 0.5 for a, b in m["others"]), (where, m["others"], m["main"])
+        assert m["banner"] == ([DEMO] if n == 1 else []), (where, m["banner"])
+        if width in (1400, 1920, "sorted"):
+            assert m["boxScroll"][0] <= m["boxScroll"][1], (where, m["boxScroll"])  # it fits: nothing to scroll
+    assert seen[1, 1000]["boxScroll"][0] > seen[1, 1000]["boxScroll"][1]  # too narrow: it scrolls in its box
+

@@ -9,7 +9,7 @@ attribution's line per model (when explain_flips.py ran), the top lists, and wha
 import os
 
 from ..util import atomic_open
-from .overview import attribution_lines, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes
+from .overview import attribution_lines, demo_note, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes
 from .tables import main_table, md_table, md_text
 
 
@@ -26,6 +26,14 @@ def _runs_summary(report):
     return "\n".join(lines)
 
 
+def _fewer(report, rows, one, many):
+    """' (only 3 flips have gap < 0)' when the list over all models is shorter than TOP_K, else ''."""
+    n = len(rows)
+    if report.top_k_per_model or not n or n >= report.tops.k:
+        return ""
+    return f" (only {n} {one if n == 1 else many})"
+
+
 def _top_tables(report):
     para_top, flip_top = report.tops.for_markdown(report.top_k_per_model)
     k, limit = report.tops.k, report.max_text_chars
@@ -33,7 +41,8 @@ def _top_tables(report):
     para_rows = [(i + 1, row) for rows in para_top.values() for i, row in enumerate(rows)]  # ranked per bucket
     flip_rows = [(i + 1, row) for rows in flip_top.values() for i, row in enumerate(rows)]
     scope = "per model" if report.top_k_per_model else "over all models"
-    parts.append(f"## Paraphrases that move the score most\n\nTop {k} {scope} by |Δ sim|, "
+    parts.append(f"## Paraphrases that move the score most\n\nTop {k} paraphrases {scope} by |Δ sim|"
+                 + _fewer(report, para_rows, "paraphrase was scored", "paraphrases were scored") + ", "
                  "Δ sim = sim(image, paraphrase) − sim(image, caption); an invariant model keeps it near 0.\n")
     if para_rows:
         parts.append(md_table(["#", "Model", "Image", "Caption", "Paraphrase", "Δ sim"],
@@ -42,7 +51,8 @@ def _top_tables(report):
                               ["r", "l", "r", "l", "l", "r"]))
     else:
         parts.append("No paraphrase scores found.")
-    parts.append(f"\n## Flips most preferred over their original\n\nTop {k} {scope} with gap < 0, "
+    parts.append(f"\n## Flips most preferred over their original\n\nTop {k} flips {scope} with gap < 0"
+                 + _fewer(report, flip_rows, "flip has gap < 0", "flips have gap < 0") + ", "
                  "gap = sim(image, caption) − sim(image, flip): the model scores the wrong caption higher.\n")
     if flip_rows:
         parts.append(md_table(["#", "Model", "Image", "Caption", "Flip", "Type", "Gap"],
@@ -59,7 +69,8 @@ def markdown(report, md_path):
     """The markdown text; figures are linked relative to md_path's folder."""
     rows = report.rows
     md_dir = os.path.dirname(os.path.abspath(md_path))
-    md = [f"# LGIP report: {report.stem}", "",
+    demo = demo_note(report.metrics)
+    md = [f"# LGIP report: {report.stem}", "", *([f"**{demo}**", ""] if demo else []),
           f"Input: `{os.path.abspath(report.jsonl_path)}`  ",
           "Models: " + ", ".join(f"`{r['model']}`" for r in rows) + "  ",
           "Protocol: " + ", ".join(report.protocols), "",

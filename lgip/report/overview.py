@@ -2,7 +2,8 @@
 page: the evaluations found (a table), the package versions they ran with, where each figure
 comes from and what it means (notes), the Pareto sentence, the rank correlation of LGIP with
 retrieval across models, the word attribution's lines (one per model: its localization accuracy
-against chance), and what made the report.
+against chance) and what the gallery's word scores cover, the demo banner (a run of the bundled
+demo says so at the top), and what made the report. Every count says what it counts.
 
 Texts are markdown inline text (`code` in backticks, **bold**): the markdown prints them as they
 are, the page turns them into <code> and <strong>.
@@ -14,7 +15,7 @@ are, the page turns them into <code> and <strong>.
     'Invariance error, gap and positive rate from `run_lgip_multi.py` (`x_with_perturb__LGIP_ALL.metrics.json`).'
     >>> attribution_lines(rows, metrics, found)["lines"][0]["text"]      # the demo's, tiny models
     '`tiny_openclip`: localization 0.117 [0.052, 0.195] of 77 flips, chance 0.168: **at chance level** (its
-     interval contains chance); detected 0.135 [0.027, 0.243] of 37, preferred 0.100 [0.025, 0.200] of 40.'
+     interval contains chance); detected 0.135 [0.027, 0.243] of 37 flips, preferred 0.100 [0.025, 0.200] of 40 flips.'
 """
 import os
 from dataclasses import dataclass, field
@@ -48,6 +49,38 @@ class Report:
     @property
     def protocols(self):
         return sorted({r["protocol"] or "unknown (no run info)" for r in self.rows})
+
+
+def demo_note(metrics):
+    """The demo banner's sentence when any metrics row the report reads was made by the bundled demo
+    (its run block's `demo`: {"model": the tiny random-init model, "input": the synthetic images,
+    "message"}), else None: what is demo, and that the figures show the pipeline working, not
+    how any model behaves.
+
+    >>> demo_note({"multi": [{"model_tag": "tiny", "run": {"demo": {"model": True, "input": True}}}]})
+    'Demo run: synthetic images (not COCO photographs) and a tiny random-init model that knows nothing;
+     these figures show that the pipeline works, not how any model behaves.'
+    """
+    flagged = [(m.get("model_tag"), (m.get("run") or {}).get("demo")) for ms in metrics.values() for m in ms]
+    flagged = [(tag, d) for tag, d in flagged if d]
+    if not flagged:
+        return None
+    tags = list(dict.fromkeys(m.get("model_tag") for ms in metrics.values() for m in ms))
+    random_init = list(dict.fromkeys(tag for tag, d in flagged if isinstance(d, dict) and d.get("model")))
+    synthetic = any(isinstance(d, dict) and d.get("input") for _, d in flagged)
+    parts = ["synthetic images (not COCO photographs)"] if synthetic else []
+    if random_init:
+        parts.append(("a tiny random-init model that knows nothing" if len(random_init) == 1
+                      else "tiny random-init models that know nothing")
+                     + ("" if len(random_init) == len(tags) else f" ({', '.join(f'`{t}`' for t in random_init)})"))
+    if parts:
+        return ("Demo run: " + " and ".join(parts) + "; these figures show that the pipeline works, not how "
+                + ("any model behaves." if random_init else "the models behave on real photographs."))
+    messages = list(dict.fromkeys(str(d["message"]).strip() for _, d in flagged
+                                  if isinstance(d, dict) and str(d.get("message") or "").strip()))
+    return "Demo run: " + (" ".join(messages) if messages else
+                           "made by the bundled demo; these figures show that the pipeline works, not how the models "
+                           "behave on COCO.")
 
 
 def runs_table(metrics, paths):
@@ -152,7 +185,7 @@ def attribution_lines(rows, metrics, paths, missing=()):
         where = ("" if lo is None or hi is None else
                  ": **at chance level** (its interval contains chance)" if lo <= chance <= hi else
                  ": below chance" if hi < chance else ": above chance")
-        parts = [f"{name} {cell(r, key, 3)} of {r[count]}" if r[key] is not None else f"{name} – of {r[count] or 0}"
+        parts = [f"{name} {cell(r, key, 3)} of {r[count]} flips" if r[key] is not None else f"{name} – of {r[count] or 0} flips"
                  for name, key, count in (("detected", "localization_acc_detected", "localization_num_detected"),
                                           ("preferred", "localization_acc_preferred", "localization_num_preferred"))]
         lines.append({"model": r["model"],
@@ -161,6 +194,31 @@ def attribution_lines(rows, metrics, paths, missing=()):
     gone = ("Explain files listed in the metrics but missing: " + ", ".join(
         f"`{os.path.basename(p)}`" for _, p in missing) + " (their flips are shown without word scores).") if missing else None
     return {"lead": lead, "lines": lines, "missing": gone}
+
+
+def word_scores_note(rows, metrics, scored, cards):
+    """What the flip gallery's word scores cover: `scored` of its `cards` flip cards have them, out of
+    the flips explain_flips.py explained (per model, on its input); None without its metrics.
+
+    >>> word_scores_note(rows, metrics, 3, 10)      # the demo, one tiny model
+    '3 of the 10 flip cards on this page show word scores: `explain_flips.py` explained 77 flips of
+     `tiny_openclip`, on `lgip_demo_with_fliptypes.jsonl`; a card whose flip is not among them shows none.'
+    """
+    if "explain" not in metrics:
+        return None
+    counts = {r["model"]: r["localization_num_flips"] for r in rows if r.get("localization_num_flips")}
+    total = sum(counts.values())
+    inputs = sorted({os.path.basename(((m.get("run") or {}).get("config") or {}).get("JSONL_PATH") or "")
+                     for m in metrics["explain"]} - {""})
+    def flips(n):
+        return f"{n} flip{'s' if n != 1 else ''}"
+    explained = (f"{flips(total)} of `{next(iter(counts))}`" if len(counts) == 1 else
+                 f"{flips(next(iter(counts.values())))} of each of {len(counts)} models ({total} in all)"
+                 if len(set(counts.values())) == 1 else f"{flips(total)} over {len(counts)} models" if counts else flips(0))
+    return (f"{scored} of the {cards} flip card{'s' if cards != 1 else ''} on this page "
+            f"{'shows' if scored == 1 else 'show'} word scores: `{SCRIPTS['explain']}` explained {explained}"
+            + (f", on {', '.join(f'`{i}`' for i in inputs)}" if inputs else "")
+            + "; a card whose flip is not among them shows none.")
 
 
 def retrieval_note(rows):

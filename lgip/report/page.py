@@ -18,7 +18,8 @@ import re
 
 from ..method import FLIP_TYPES
 from ..util import atomic_open
-from .overview import attribution_lines, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes
+from .overview import (attribution_lines, demo_note, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes,
+                       word_scores_note)
 from .tables import interval, num, result_columns
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -82,11 +83,13 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
     header, cells, versions = runs_table(report.metrics, report.paths)
     table_header, table_rows = results_table(report.rows)
     colors = colors or {}
+    attributed = sum("attribution" in i for i in gallery["flips"]) if gallery else 0
     models = [{"tag": r["model"], "label": r["label"], "color": colors.get(r["model"], "#777")} for r in report.rows]
     figures = [dict(figure_size(staged(png)), src=data_uri(staged(png), "image/png"), alt=alt, name=os.path.basename(png))
                for png, alt in report.figures]
     return {
         "stem": report.stem,
+        "demo": demo_note(report.metrics),
         "input": os.path.abspath(report.jsonl_path),
         "models": models,
         "color": {m["tag"]: m["color"] for m in models},
@@ -101,7 +104,8 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "top_k": report.tops.k if report.tops is not None else 0,
         "attribution": attribution_lines(report.rows, report.metrics, report.paths, report.explain_missing),
         "gallery": gallery,
-        "attributed": sum("attribution" in i for i in gallery["flips"]) if gallery else 0,
+        "attributed": attributed,
+        "word_scores": word_scores_note(report.rows, report.metrics, attributed, len(gallery["flips"])) if gallery else None,
         "flip_types": [t for t in FLIP_TYPES if gallery and any(i.get("type") == t for i in gallery["flips"])],
         "missing": missing_note(report.missing),
         "made_by": made_by(report.prov),

@@ -73,6 +73,16 @@ def _save(fig, path, dpi, files=None):
         fig.savefig(f, format="png", dpi=dpi)
 
 
+def rate_limits(values, pad):
+    """(low, high) axis limits of a rate's values padded by `pad` on each side, kept within
+    [0, 1]: a side that would pass 0 or 1 stops there and the span moves inward, so no axis of a
+    rate shows a value it cannot take (markers at 0 or 1 are drawn whole: clip_on=False)."""
+    lo, hi = min(values) - pad, max(values) + pad
+    if hi > 1.0:
+        lo, hi = lo - (hi - 1.0), 1.0
+    return max(0.0, lo), hi
+
+
 def _err(v, lo, hi):
     return None if lo is None or hi is None else [[max(v - lo, 0.0)], [max(hi - v, 0.0)]]
 
@@ -129,7 +139,7 @@ def plot_frontier(rows, path, title_note="", dpi=150, files=None):
     xpad = max((max(xs) - min(xs)) * 0.18, 0.01)
     ypad = max((max(ys) - min(ys)) * 0.18, 0.02)
     ax.set_xlim(max(0.0, min(xs) - xpad), max(xs) + xpad)
-    ax.set_ylim(max(0.0, min(ys) - ypad), min(1.0, max(ys) + ypad) if max(ys) + ypad < 1.0 else 1.02)
+    ax.set_ylim(*rate_limits(ys, ypad))
     ax.grid(True, alpha=0.3, linewidth=0.8)
     lo_y, hi_y = ax.get_ylim()
     handles = []
@@ -152,7 +162,7 @@ def plot_frontier(rows, path, title_note="", dpi=150, files=None):
                     yerr=_err(r["pos_rate"], r["pos_rate_ci_lo"], r["pos_rate_ci_hi"]),
                     fmt=marker, color=c, ecolor=c, elinewidth=1.3, capsize=3.5, markersize=9 if on_front else 7.5,
                     markeredgecolor="0.1" if on_front else "white", markeredgewidth=1.6 if on_front else 0.8,
-                    alpha=1.0, zorder=4 if on_front else 3)
+                    alpha=1.0, zorder=4 if on_front else 3, clip_on=False)
     for name, marker in families.items():
         handles.append(Line2D([], [], color="0.45", marker=marker, linestyle="none", markersize=7, label=name))
     ax.set_xlabel("Invariance error: mean |Δ sim| under paraphrase (lower is better)")
@@ -197,20 +207,20 @@ def plot_fliptypes(rows, path, title_note="", dpi=150, files=None):
         if all(v is None or (a is not None and b is not None) for v, a, b in zip(vals, lo, hi)):
             err = np.array([[0.0 if v is None else max(v - a, 0.0) for v, a in zip(vals, lo)],
                             [0.0 if v is None else max(b - v, 0.0) for v, b in zip(vals, hi)]])
-        counts = {r[f"{t}_count"] for r in pts}
-        label = t + (f" (n={counts.pop()})" if len(counts) == 1 and None not in counts else "")
+        counts = {r[f"{t}_count"] for r in pts}  # (the flips of the type each model scored: one number when all agree)
+        label = t + (f" ({counts.pop()} flips)" if len(counts) == 1 and None not in counts else "")
         ax.bar(x + (j - (nt - 1) / 2) * width, [np.nan if v is None else v for v in vals], width * 0.92,
                yerr=err, capsize=3, color=palette.get(t), edgecolor="white", linewidth=0.6,
-               error_kw=dict(ecolor="0.2", elinewidth=1.0), label=label, zorder=3)
+               error_kw=dict(ecolor="0.2", elinewidth=1.0, clip_on=False), label=label, zorder=3)
     ax.axhline(0.5, color="0.3", linestyle="--", linewidth=1.2, zorder=4, label="chance (0.5)")
     ax.set_xticks(x)
     ax.set_xticklabels([r["label"] for r in pts], rotation=25 if n > 3 else 0, ha="right" if n > 3 else "center")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1)  # (a rate's whole range, no more; the legend sits clear above a bar at 1)
     ax.set_ylabel("Positive rate (higher is better)")
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
     ax.set_title("LGIP sensitivity by flip type: share of flips scored below the original"
-                 + (f"\n{title_note}" if title_note else ""), fontsize=13, pad=30)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=nt + 1, frameon=False)
+                 + (f"\n{title_note}" if title_note else ""), fontsize=13, pad=36)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.025), ncol=nt + 1, frameon=False)
     fig.tight_layout()
     _save(fig, path, dpi, files)
     plt.close(fig)
@@ -248,8 +258,8 @@ def plot_retrieval(rows, path, title_note="", dpi=150, files=None):
         x = c["x"]
         xs = [v for r in pts for v in (r[x], r[x + "_ci_lo"], r[x + "_ci_hi"]) if v is not None]
         xpad = max((max(xs) - min(xs)) * 0.18, 0.02)
-        ax.set_xlim(max(-0.03, min(xs) - xpad), max(xs) + xpad if max(xs) + xpad < 1.0 else 1.03)  # (a rate of 0 or 1: its marker whole)
-        ax.set_ylim(max(0.0, min(ys) - ypad), min(1.0, max(ys) + ypad) if max(ys) + ypad < 1.0 else 1.02)
+        ax.set_xlim(*rate_limits(xs, xpad))  # (a rate of 0 or 1: on the axis's end, its marker whole)
+        ax.set_ylim(*rate_limits(ys, ypad))
         ax.grid(True, alpha=0.3, linewidth=0.8)
         for r in pts:
             family = _family(r)
@@ -257,7 +267,7 @@ def plot_retrieval(rows, path, title_note="", dpi=150, files=None):
             ax.errorbar(r[x], r["pos_rate"], xerr=_err(r[x], r[x + "_ci_lo"], r[x + "_ci_hi"]),
                         yerr=_err(r["pos_rate"], r["pos_rate_ci_lo"], r["pos_rate_ci_hi"]), fmt=marker,
                         color=colors[r["model"]], ecolor=colors[r["model"]], elinewidth=1.2, capsize=3,
-                        markersize=8, markeredgecolor="white", markeredgewidth=0.8, zorder=3)
+                        markersize=8, markeredgecolor="white", markeredgewidth=0.8, zorder=3, clip_on=False)
         ax.set_xlabel(RETRIEVAL_LABELS[x][1])
         ax.set_title(f"vs. {RETRIEVAL_LABELS[x][0]}: {rho_text(c)}", fontsize=11.5)
     axes[0][0].set_ylabel("LGIP positive rate (higher is better)")

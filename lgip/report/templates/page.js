@@ -44,21 +44,30 @@
   var galleries = document.querySelectorAll("section.gallery");
   var apply = function () {
     each(galleries, function (sec) {
-      var type = sec.dataset.type || "", shown = 0;
+      var type = sec.dataset.type || "", shown = 0, scored = 0, listed = 0;
       each(sec.querySelectorAll(".card"), function (card) {
         var rank = model ? (card.dataset.model === model ? card.dataset.rankModel : "") : card.dataset.rankAll;
         var ok = rank !== "" && (!type || card.dataset.type === type);
         card.hidden = !ok;
+        if (rank !== "") listed += 1;
         if (ok) {
           card.style.order = rank;
           card.querySelector(".rank").textContent = "#" + rank;
           shown += 1;
+          if (card.querySelector(".blame")) scored += 1;
         }
       });
+      // each count says what it counts: the cards shown, out of which list, and (flips) how many
+      // of them carry explain_flips.py's word scores
       var what = sec.id === "flips" ? "flips" : "paraphrases";
+      var k = +sec.dataset.topK;
       var scope = model ? "of " + modelLabel : "over all models";
-      sec.querySelector(".status").textContent = shown + " shown: the top " + sec.dataset.topK + " " + what + " " + scope
-        + (type ? ", " + type + " flips only" : "") + ".";
+      var unit = function (n, plural) { return n + " " + (n === 1 ? plural.slice(0, -1) : plural); };
+      sec.querySelector(".status").textContent = unit(shown, what) + " shown: "
+        + (type ? "the " + type + " flips among the top " + k + " " + scope
+           : listed < k ? "every " + what.slice(0, -1) + " " + scope + (what === "flips" ? " that scores above its caption" : "")
+             + " (fewer than " + k + ")" : "the top " + k + " " + scope)
+        + (sec.querySelector(".legend") ? "; " + scored + " of them with word scores" : "") + ".";
       var empty = sec.querySelector(".empty");
       empty.hidden = shown > 0;
       if (!shown) empty.textContent = "Nothing to show: no " + (type ? type + " " : "") + what.slice(0, -1) + " in the top "
