@@ -12,6 +12,7 @@ above it in this list, so it can be read, and changed, knowing only those:
   cli                   --NAME=value overrides of a script's constants; run_main and its exit codes
   records               reading every JSON/JSONL input (a UTF-8 byte-order mark is fine) and validating
                         records (file:line and field in every error)
+  results               the list files (one dict per model) merged under a lock: a run replaces its models' rows
   method, generate      word lists, paraphrases, flips (LGIP_SPEC.md 2-3); the generators' loop
   encoder, hub          the Encoder interface every loader returns; protocols, dtypes, tokenizer keys;
                         where a model's files come from, and a run stopped at once when they cannot be had
@@ -44,7 +45,8 @@ pack (`prefix_packs`) and encode them through the model's Encoder (`models`), ca
 while `images.RecordImages` decodes and encodes the record's image beside them; the pairs get
 their cosines (`device.cosines`); `evaluate` turns them into metrics with intervals (`scoring`)
 and writes the score file (`scorefile`); run_evaluation adds the run block and the script writes
-the metrics JSON (`util.write_json`).
+the metrics JSON (`util.write_json`; the list of all models merged into the one there by
+`results.write_rows`).
 
 Example (an evaluation script):
     CONFIG = common.configure(globals())   # applies --NAME=value from sys.argv
@@ -70,6 +72,7 @@ from lgip.models import PUBLISHED_MODELS, load_model
 from lgip.pipeline import Step, reason_to_run, run_step, script_settings, show
 from lgip.pixel_memory import forget_pixels
 from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_records, read_json
+from lgip.results import write_rows
 from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
 from lgip.scorefile import PerModel, ScoreSidecar, read_flip_gaps
 from lgip.scoring import Pairs, add_ci, mean_or_none
@@ -91,4 +94,4 @@ __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "FLIP_TYPES", "Gallery", "I
            "refuse_overwriting_input", "remove_stale_temps", "require_int", "require_models", "resolve_device",
            "resolve_dtype", "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step",
            "script_call", "script_settings", "search_galleries", "show", "similarity", "simple_paraphrases",
-           "swap_process_state", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json"]
+           "swap_process_state", "text_tower", "token_namer", "typed_flips", "word_scores", "write_json", "write_rows"]
