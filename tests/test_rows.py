@@ -1,6 +1,8 @@
 """The evaluations' list files keep every model's row (lgip.results; LGIP_SPEC.md section 4): a
 later run replaces the rows of the models it evaluated and keeps the others, runs at once keep all
-theirs, a file that cannot be merged with is left as it was and the rows written beside it."""
+theirs, a file that cannot be merged with is left as it was and the rows written beside it; and
+report.py names the file of each row's figures and the settings that differ between its files."""
+import csv
 import json
 import os
 import shutil
@@ -11,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_PIECES, SIGLIP_TINY, eval_args, run_script
+from conftest import BASE_JSONL, FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_PIECES, SIGLIP_TINY, eval_args, run_script
 
 MULTI = "fixture_with_perturb__LGIP_ALL.metrics.json"
 HEADLINE = ("num_samples", "invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate")
@@ -236,3 +238,77 @@ def test_flock_refused_by_the_file_system_falls_back_to_the_portable_lock(tmp_pa
     for tag in "ab":
         assert results.write_rows(path, [{"model_tag": tag}]) == path
     assert [m["model_tag"] for m in rows(path)] == ["a", "b"] and not leftovers(tmp_path)
+
+
+# --- report.py: the file of each row's figures, and settings that differ between a model's files ---
+
+def with_run(m, created, **config):
+    """A published metrics row with a run block (the published files have none)."""
+    spec = {"tiny_openclip": OPENCLIP_TINY, "tiny_siglip": SIGLIP_TINY}[m["model_tag"]]
+    base = {"PROTOCOL": "reference", "DTYPE": "auto", "BOOTSTRAP": 1000, "BOOTSTRAP_SEED": 0, "NUM_WORKERS": 0,
+            "LOOKAHEAD": True, "CACHE_DIR": "auto", "TEXT_BATCH_SIZE": "auto", "WRITE_SCORES": True,
+            "JSONL_PATH": "x.jsonl", "MODELS": [spec]}
+    base.update(config)
+    return dict(m, run={"created": created, "config": base,
+                        "model": {"name": m["model_tag"], "protocol": base["PROTOCOL"], "dtype": "float32"}})
+
+
+def test_report_names_the_file_of_each_row_and_notes_mixed_settings(tmp_path):
+    """The multi file lost tiny_siglip's row (as a one-model run did before rows were kept): its
+    headline figures come from the fliptypes file, said per model in the notes, the sources table,
+    the CSV and the page; tiny_openclip's two rows were made with different PROTOCOL and BOOTSTRAP
+    (and NUM_WORKERS, CACHE_DIR, TEXT_BATCH_SIZE, which change no figure: not named)."""
+    shutil.copy(BASE_JSONL, tmp_path / "fixture.jsonl")
+    multi = rows(os.path.join(REFERENCE, MULTI))
+    flips = rows(os.path.join(REFERENCE, "fixture_with_fliptypes__LGIP_fliptypes.metrics.json"))
+    with open(tmp_path / MULTI, "w", encoding="utf-8") as f:
+        json.dump([with_run(multi[0], "2025-01-01T10:00:00+0000")], f)
+    with open(tmp_path / "fixture_with_fliptypes__LGIP_fliptypes.metrics.json", "w", encoding="utf-8") as f:
+        json.dump([with_run(flips[0], "2025-02-02T10:00:00+0000", PROTOCOL="corrected", BOOTSTRAP=200, NUM_WORKERS=8,
+                            CACHE_DIR=None, TEXT_BATCH_SIZE=16),
+                   with_run(flips[1], "2025-02-03T10:00:00+0000", PROTOCOL="corrected")], f)
+    run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--TOP_K=0")
+    with open(tmp_path / "fixture__LGIP_report.csv", newline="", encoding="utf-8") as f:
+        csv_rows = {r["model"]: r for r in csv.DictReader(f)}
+    o, s = csv_rows["tiny_openclip"], csv_rows["tiny_siglip"]
+    assert (o["headline_source"], o["headline_file"], o["headline_created"]) == ("multi", MULTI, "2025-01-01T10:00:00+0000")
+    assert (s["headline_source"], s["headline_file"], s["headline_created"]) == (
+        "fliptypes", "fixture_with_fliptypes__LGIP_fliptypes.metrics.json", "2025-02-03T10:00:00+0000")
+    assert o["flip_type_file"] == "fixture_with_fliptypes__LGIP_fliptypes.metrics.json"
+    assert o["flip_type_created"] == "2025-02-02T10:00:00+0000"
+    assert o["mixed_settings"] == 'PROTOCOL "reference" (multi), "corrected" (fliptypes); BOOTSTRAP 1000 (multi), 200 (fliptypes)'
+    assert s["mixed_settings"] == ""
+    assert float(o["invariance_error"]) == multi[0]["invariance_error_mean"]
+    assert float(s["invariance_error"]) == flips[1]["invariance_error_mean"]
+    md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    assert ("- Invariance error, gap and positive rate from `run_lgip_multi.py` (`fixture_with_perturb__LGIP_ALL.metrics.json`) "
+            "for `tiny_openclip`; from `run_lgip_by_fliptype.py` (`fixture_with_fliptypes__LGIP_fliptypes.metrics.json`) "
+            "for `tiny_siglip`.") in md
+    assert ('- `tiny_openclip`: its figures come from runs of different settings: PROTOCOL "reference" '
+            '(`fixture_with_perturb__LGIP_ALL.metrics.json`), "corrected" (`fixture_with_fliptypes__LGIP_fliptypes.metrics.json`); '
+            'BOOTSTRAP 1000 (`fixture_with_perturb__LGIP_ALL.metrics.json`), 200 '
+            '(`fixture_with_fliptypes__LGIP_fliptypes.metrics.json`).') in md
+    assert "NUM_WORKERS" not in md.split("<sub>Made by")[0] and "tiny_siglip`: its figures" not in md
+    assert ("| `tiny_siglip`   | `fixture_with_fliptypes__LGIP_fliptypes.metrics.json` | 2025-02-03T10:00:00+0000 |"
+            in md)
+    html = (tmp_path / "fixture__LGIP_report.html").read_text(encoding="utf-8")
+    assert 'title="tiny_siglip · headline figures from fixture_with_fliptypes__LGIP_fliptypes.metrics.json ' \
+           '(made 2025-02-03T10:00:00+0000)"' in html
+    assert "its figures come from runs of different settings" in html
+
+
+def test_mixed_settings_compare_the_models_own_spec_and_its_resolved_dtype():
+    """Another model beside it in MODELS is no difference; its own spec and the dtype it ran in are
+    (but explain_flips' dtype, fixed at fp32); a setting a run does not record is not compared."""
+    from lgip.report.metrics import IGNORED_SETTINGS, mixed_settings
+    assert {"NUM_WORKERS", "LOOKAHEAD", "CACHE_DIR", "WRITE_SCORES", "JSONL_PATH", "TEXT_BATCH_SIZE"} <= IGNORED_SETTINGS
+
+    def row(models, dtype="float32", **config):
+        return {"model_tag": "a", "run": {"config": dict(MODELS=models, PROTOCOL="corrected", **config),
+                                          "model": {"dtype": dtype}}}
+    a, b = {"name": "a", "type": "openclip", "model_name": "ViT-B-16"}, {"name": "b", "type": "siglip", "model_id": "x"}
+    assert mixed_settings({"multi": row([a]), "fliptypes": row([b, a], GALLERY=1)}) == []
+    other = dict(a, pretrained="openai")
+    assert [k for k, _ in mixed_settings({"multi": row([a]), "fliptypes": row([other], dtype="bfloat16")})] == \
+        ["model spec", "dtype"]
+    assert mixed_settings({"multi": row([a], dtype="bfloat16"), "explain": row([a])}) == []
