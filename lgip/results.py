@@ -143,7 +143,7 @@ def write_rows(path, rows, timeout_s=LOCK_TIMEOUT_S):
 def _stamped(row):
     """The row, with `run.created` set to now when it has none (a row records when it was made)."""
     run = row.get("run") if isinstance(row, dict) else None
-    if not isinstance(row, dict) or (isinstance(run, dict) and run.get("created")):
+    if not isinstance(row, dict) or not isinstance(run, (dict, type(None))) or (run or {}).get("created"):
         return row
     return dict(row, run=dict(run or {}, created=time.strftime("%Y-%m-%dT%H:%M:%S%z")))
 
@@ -189,7 +189,10 @@ def _acquire(path, lock, deadline):
             try:
                 fd, made = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), True
             except FileExistsError:
-                fd, made = os.open(lock, os.O_RDWR), False
+                try:
+                    fd, made = os.open(lock, os.O_RDWR), False
+                except PermissionError:  # (another user's, not writable for us: flock needs no write)
+                    fd, made = os.open(lock, os.O_RDONLY), False
         except FileNotFoundError:  # removed by its holder between the two opens
             continue
         except OSError as e:
@@ -208,7 +211,7 @@ def _acquire(path, lock, deadline):
             raise
         os.close(fd)  # flock refused by the file system: the exclusive lock file below
         if made:
-            _remove(lock)
+            _remove_quietly(lock)
         break
     return _acquire_exclusive(path, lock, deadline, waited)
 
@@ -228,7 +231,10 @@ def _flock(fd, deadline, waited):
 
 
 def _unlink_then_close(lock, fd):
-    _remove(lock)  # (while held: a waiter that opened it finds it gone, and opens the next)
+    try:
+        _remove(lock)  # (while held: a waiter that opened it finds it gone, and opens the next)
+    except OSError:
+        pass  # (left: the next holder takes it as it is)
     os.close(fd)  # (releases the flock)
 
 
@@ -246,7 +252,10 @@ def _acquire_exclusive(path, lock, deadline, waited):
             if age > STALE_LOCK_S:
                 print(f"warning: removing the lock file {lock}, left {age:.0f} s ago by a process that did not end "
                       f"its write", file=sys.stderr, flush=True)
-                _remove(lock)
+                try:
+                    _remove(lock)
+                except OSError as e:
+                    raise _unwritable(path, e) from None
                 continue
             waited.tick(deadline)
             continue
@@ -257,7 +266,7 @@ def _acquire_exclusive(path, lock, deadline, waited):
         except OSError:
             pass  # (informative only)
         os.close(fd)
-        return lambda: _remove(lock)
+        return lambda: _remove_quietly(lock)
 
 
 class _Waiting:
@@ -279,6 +288,13 @@ def _remove(path):
     try:
         os.unlink(path)
     except FileNotFoundError:
+        pass
+
+
+def _remove_quietly(path):
+    try:
+        _remove(path)
+    except OSError:  # (then taken as stale after STALE_LOCK_S)
         pass
 
 
