@@ -427,13 +427,13 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
             entry["values"].update(e.extract(m))
             entry["runs"][e.key] = m
     rows = []
+    files = {k: os.path.basename(p) for k, p in (paths or {}).items()}
     for tag, entry in per_model.items():
         v, runs = entry["values"], entry["runs"]
         src = headline if headline != "auto" else next((k for k in HEADLINE_KEYS if k in runs), None)
         row = dict.fromkeys(COLUMNS)
         row.update({k: val for k, val in v.items() if k in row})
         row["model"] = tag
-        files = {k: os.path.basename(p) for k, p in (paths or {}).items()}
         if src in runs:
             row["headline_source"], row["headline_file"], row["headline_created"] = src, files.get(src), _created(runs[src])
             for f in FIGURES:
