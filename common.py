@@ -12,6 +12,7 @@ above it in this list, so it can be read, and changed, knowing only those:
   cli                   --NAME=value overrides of a script's constants; run_main and its exit codes
   records               reading every JSON/JSONL input (a UTF-8 byte-order mark is fine) and validating
                         records (file:line and field in every error)
+  results               the list files (one dict per model) merged under a lock: a run replaces its models' rows
   method, generate      word lists, paraphrases, flips (LGIP_SPEC.md 2-3); the generators' loop
   tokens                token tables shared by models that tokenize alike
   models/               everything about a model (a package, lgip/models/__init__.py lists its modules):
@@ -43,7 +44,8 @@ pack (`prefix_packs`) and encode them through the model's Encoder (`models`), ca
 while `images.RecordImages` decodes and encodes the record's image beside them; the pairs get
 their cosines (`device.cosines`); `evaluate` turns them into metrics with intervals (`scoring`)
 and writes the score file (`scorefile`); run_evaluation adds the run block and the script writes
-the metrics JSON (`util.write_json`).
+the metrics JSON (`util.write_json`; the list of all models merged into the one there by
+`results.write_rows`).
 
 Example (an evaluation script):
     CONFIG = common.configure(globals())   # applies --NAME=value from sys.argv
@@ -69,6 +71,7 @@ from lgip.models import PUBLISHED_MODELS, load_model
 from lgip.pipeline import Step, blockers, reason_to_run, run_step, say_report, script_settings, select_steps, show
 from lgip.pixel_memory import forget_pixels
 from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_records, read_json
+from lgip.results import write_rows
 from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
 from lgip.scorefile import PerModel, ScoreSidecar
 from lgip.scoring import Pairs, add_ci, mean_or_none
@@ -90,4 +93,4 @@ __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "DEMO_ABOUT", "DEMO_JSONL",
            "remove_stale_temps", "require_int", "require_models", "resolve_device", "resolve_dtype",
            "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step", "say_demo", "say_report", "script_call",
            "script_settings", "search_galleries", "select_steps", "show", "simple_paraphrases", "swap_process_state", "typed_flips",
-           "write_json"]
+           "write_json", "write_rows"]

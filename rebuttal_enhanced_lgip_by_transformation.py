@@ -204,7 +204,7 @@ def run(**constants):
         results = common.run_evaluation(__file__, config, ("same_caps", "diff_caps", "diff_caps_*", "combined_caps"),
                                          evaluate, summary)
         if results is not None:
-            print(f"-> {common.write_json(common.metrics_path(JSONL_PATH, 'ENHANCED_LGIP_analysis.json'), results)}")
+            print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'ENHANCED_LGIP_analysis.json'), results)}")
         return results
 
 

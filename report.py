@@ -105,7 +105,7 @@ def provenance():
 def main():
     check_config(CONFIG)
     found, metrics = find_inputs()
-    rows = build_rows(metrics, HEADLINE, LABELS)
+    rows = build_rows(metrics, HEADLINE, LABELS, found)
     prefix = OUTPUT_PREFIX or common.metrics_path(JSONL_PATH, "LGIP_")
     out = {name: prefix + name for name in OUTPUTS}
     report = Report(JSONL_PATH, rows, metrics, found, provenance(), top_k_per_model=TOP_K_PER_MODEL,

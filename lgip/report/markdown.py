@@ -1,6 +1,6 @@
 """lgip.report.markdown: the report as markdown (`<stem>__LGIP_report.md`): inputs, the
-evaluations found, the results table, notes, the rank correlation with retrieval (when
-run_lgip_retrieval.py ran), the figures (linked beside it), the word
+evaluations found, the results table, notes, the file of each model's figures, the rank
+correlation with retrieval (when run_lgip_retrieval.py ran), the figures (linked beside it), the word
 attribution's line per model (when explain_flips.py ran), the top lists, and what made it. Pure text from a `Report` (lgip.report.overview).
 
     >>> print(results_table(report.rows))     # also what report.py prints
@@ -9,7 +9,8 @@ attribution's line per model (when explain_flips.py ran), the top lists, and wha
 import os
 
 from ..util import atomic_open
-from .overview import attribution_lines, demo_note, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes
+from .overview import (attribution_lines, demo_note, frontier_note, made_by, missing_note, retrieval_note, runs_table,
+                       source_notes, sources_table)
 from .tables import main_table, md_table, md_text
 
 
@@ -75,7 +76,9 @@ def markdown(report, md_path):
           "Models: " + ", ".join(f"`{r['model']}`" for r in rows) + "  ",
           "Protocol: " + ", ".join(report.protocols), "",
           _runs_summary(report), "", "## Results", "", results_table(rows), "",
-          "\n".join("- " + n for n in source_notes(rows, report.metrics, report.paths)), ""]
+          "\n".join("- " + n for n in source_notes(rows, report.metrics, report.paths)), "",
+          "Where each model's figures come from (a list file keeps the rows of the models a later run did not "
+          "evaluate; Made: when its row was made):", "", md_table(*sources_table(rows)), ""]
     if report.front is not None:
         md.append(frontier_note(report.front) + "\n")
     note = retrieval_note(rows)

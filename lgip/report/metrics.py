@@ -10,10 +10,20 @@ run_lgip_retrieval.py's recall figures (`retrieval`, every section 7 figure as `
 and explain_flips.py's word attribution (`explain`: localization accuracy per model) are two such.
 
     >>> found, looked = find_metrics("data/x.jsonl")      # {"multi": "data/x_with_perturb__LGIP_ALL.metrics.json", ...}
-    >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()})
+    >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()}, paths=found)
     >>> round(rows[0]["invariance_error"], 4), round(rows[0]["invariance_error_ci_lo"], 4), rows[0]["headline_source"]
     (0.1088, 0.0869, 'multi')
+    >>> rows[0]["headline_file"], rows[0]["mixed_settings"]      # its file; settings that differ between its files
+    ('x_with_perturb__LGIP_ALL.metrics.json', None)
+
+A model's row comes from one row of each evaluation's file, and those may come from different runs
+(each list file keeps the rows of the models a later run did not evaluate: lgip.results): a row
+names the file of its headline and per-type figures and when that file's row was made
+(`headline_file`, `headline_created`, `flip_type_file`, `flip_type_created`), and the settings
+that differ between the runs that made its rows (`mixed_settings`; `_mixed` for the notes),
+settings in IGNORED_SETTINGS left out.
 """
+import json
 import math
 import os
 import re
@@ -219,6 +229,23 @@ def _num_samples(m):
     return m.get("num_samples", "?")
 
 
+# Settings of a run that cannot change its figures, left out when a model's rows in different
+# files are compared (`mixed_settings`): where the inputs are and each evaluation's own input
+# (derived from one base, so always different); how fast or how much at once (the same numbers to
+# float rounding: the published calls are the method's, not the batch sizes'); where it ran (the
+# dtype it resolved to is compared, as `dtype`); which files it also wrote; which other models ran
+# beside (this model's own MODELS entry is compared, as `model spec`); a model it could not run.
+IGNORED_SETTINGS = frozenset({
+    "JSONL_PATH", "IMAGE_ROOT",
+    "NUM_WORKERS", "LOOKAHEAD", "CACHE_DIR", "CACHE_FLUSH_S", "PIXEL_MEMORY_GB", "ACCELERATIONS_OFF",
+    "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE",
+    "DEVICE", "DTYPE",
+    "WRITE_SCORES",
+    "MODELS", "SHARD",
+    "ON_MODEL_ERROR", "UNSUPPORTED",
+})
+
+
 @dataclass(frozen=True)
 class Evaluation:
     key: str  # the name in HEADLINE, SCORE_SOURCES and the CSV's *_source columns
@@ -232,6 +259,7 @@ class Evaluation:
     columns: Tuple[str, ...] = ()  # CSV columns of its own, after the shared ones (COLUMNS), when it ran: its extract's keys
     scores: bool = True  # writes per-pair score files (the top lists' SCORE_SOURCES)
     evaluated: Callable = _num_samples  # one model's metrics -> what it evaluated, as the inputs table says it
+    fixed_dtype: bool = False  # runs every model in one dtype whatever the settings (so not compared: mixed_settings)
 
 
 EVALUATIONS = [
@@ -246,7 +274,7 @@ EVALUATIONS = [
                _extract_retrieval, "run_lgip_retrieval", headline=False, columns=tuple(_extract_retrieval({})), scores=False),
     Evaluation("explain", "explain_flips.py", "LGIP_explain.metrics.json", ("_with_fliptypes.jsonl", ""),
                _extract_explain, "explain_flips", headline=False, columns=tuple(_extract_explain({})), scores=False,
-               evaluated=lambda m: f"{m.get('num_flips', '?')} flips"),
+               evaluated=lambda m: f"{m.get('num_flips', '?')} flips", fixed_dtype=True),
 ]
 BY_KEY = {e.key: e for e in EVALUATIONS}
 EVAL_KEYS = [e.key for e in EVALUATIONS]
@@ -258,10 +286,11 @@ SCORE_KEYS = [e.key for e in EVALUATIONS if e.scores]
 def _columns():
     def ci(name):
         return [name, name + "_ci_lo", name + "_ci_hi"]
-    cols = ["model", "label", "protocol", "num_records", "num_failed_images", "headline_source"]
+    cols = ["model", "label", "protocol", "num_records", "num_failed_images", "headline_source", "headline_file",
+            "headline_created", "mixed_settings"]
     for f in FIGURES:
         cols += ci(f)
-    cols.append("flip_type_source")
+    cols += ["flip_type_source", "flip_type_file", "flip_type_created"]
     for t in FLIP_TYPES:
         cols += ci(f"{t}_pos_rate") + ci(f"{t}_gap") + [f"{t}_count"]
     for name in ("simple_invariance_error", "advanced_invariance_error", "combined_pos_rate", "combined_gap"):
@@ -341,9 +370,51 @@ def load_metrics(path, key=None):
     return data
 
 
-def build_rows(metrics, headline="auto", labels=None):
+def run_settings(m, e):
+    """{setting: its value as JSON text} of the run that made `m`, one model's row of evaluation
+    `e`, that can change its figures: its run.config less IGNORED_SETTINGS, the model's own MODELS
+    entry (`model spec`) and the dtype it ran in (`dtype`, but where `e` fixes it)."""
+    run = m.get("run") if isinstance(m.get("run"), dict) else {}
+    config = run.get("config") if isinstance(run.get("config"), dict) else {}
+    model = run.get("model") if isinstance(run.get("model"), dict) else {}
+    out = {k: v for k, v in config.items() if k not in IGNORED_SETTINGS}
+    models = config.get("MODELS") if isinstance(config.get("MODELS"), list) else []
+    spec = next((s for s in models if isinstance(s, dict) and s.get("name") == m.get("model_tag")), None)
+    if spec is not None:
+        out["model spec"] = spec
+    if model.get("dtype") is not None and not e.fixed_dtype:
+        out["dtype"] = model["dtype"]
+    return {k: json.dumps(v, sort_keys=True, ensure_ascii=False) for k, v in out.items()}
+
+
+def mixed_settings(runs):
+    """[(setting, [(value as JSON text, [evaluation keys])])] for each setting that differs between
+    the runs that made one model's rows (`runs`: evaluation -> its row), in EVALUATIONS order; a
+    setting a run does not record is compared among the others."""
+    values = {}
+    for e in EVALUATIONS:
+        if e.key in runs:
+            for k, v in run_settings(runs[e.key], e).items():
+                values.setdefault(k, {}).setdefault(v, []).append(e.key)
+    return [(k, list(vs.items())) for k, vs in values.items() if len(vs) > 1]
+
+
+def mixed_text(mixed, name=lambda key: key):
+    """'PROTOCOL "reference" (multi), "corrected" (fliptypes); ...' (name: evaluation key -> as shown)."""
+    return "; ".join(f"{k} " + ", ".join(f"{v} ({', '.join(name(key) for key in keys)})" for v, keys in values)
+                     for k, values in mixed)
+
+
+def _created(m):
+    created = (m.get("run") or {}).get("created")
+    return None if created is None else str(created)
+
+
+def build_rows(metrics, headline="auto", labels=None, paths=None):
     """One dict per model (CSV columns, in first-seen order over the evaluations), plus `_type`
-    and `_family` (the model's loader type and, for transformers, its model type: the figures' markers). `labels`: tag -> label overrides."""
+    and `_family` (the model's loader type and, for transformers, its model type: the figures'
+    markers) and `_mixed` (mixed_settings). `labels`: tag -> label overrides; `paths`: evaluation
+    -> its metrics file (find_metrics), named in `headline_file` and `flip_type_file`."""
     if headline not in ("auto", *HEADLINE_KEYS):
         raise InputError(f"unknown HEADLINE {headline!r}; valid: auto, {', '.join(HEADLINE_KEYS)}")
     if headline != "auto" and headline not in metrics:
@@ -356,6 +427,7 @@ def build_rows(metrics, headline="auto", labels=None):
             entry["values"].update(e.extract(m))
             entry["runs"][e.key] = m
     rows = []
+    files = {k: os.path.basename(p) for k, p in (paths or {}).items()}
     for tag, entry in per_model.items():
         v, runs = entry["values"], entry["runs"]
         src = headline if headline != "auto" else next((k for k in HEADLINE_KEYS if k in runs), None)
@@ -363,7 +435,7 @@ def build_rows(metrics, headline="auto", labels=None):
         row.update({k: val for k, val in v.items() if k in row})
         row["model"] = tag
         if src in runs:
-            row["headline_source"] = src
+            row["headline_source"], row["headline_file"], row["headline_created"] = src, files.get(src), _created(runs[src])
             for f in FIGURES:
                 for suffix in ("", "_ci_lo", "_ci_hi"):
                     row[f + suffix] = v.get(f"{src}_{f}{suffix}")
@@ -371,7 +443,8 @@ def build_rows(metrics, headline="auto", labels=None):
             row["_unmeasured"] = [f for f in FIGURES if row[f] is None]  # null in its file: nothing measured
         typed = next((e.key for e in EVALUATIONS if e.typed and e.key in runs), None)
         if typed:
-            row["flip_type_source"] = typed
+            row["flip_type_source"], row["flip_type_file"], row["flip_type_created"] = (typed, files.get(typed),
+                                                                                       _created(runs[typed]))
             for t in FLIP_TYPES:
                 for part in ("pos_rate", "gap"):
                     for suffix in ("", "_ci_lo", "_ci_hi"):
@@ -384,6 +457,8 @@ def build_rows(metrics, headline="auto", labels=None):
                              if (r.get("model") or {}).get("type")), None)
         row["_family"] = next(((r.get("model") or {}).get("family") for r in run_infos
                                if (r.get("model") or {}).get("family")), None)  # (type transformers: clip, siglip, ...)
+        row["_mixed"] = mixed_settings(runs)
+        row["mixed_settings"] = mixed_text(row["_mixed"]) or None
         failed = [r.get("num_failed_images") for r in run_infos if r.get("num_failed_images") is not None]
         row["num_failed_images"] = max(failed) if failed else None
         if row["num_records"] is None:

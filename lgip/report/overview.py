@@ -1,6 +1,7 @@
 """lgip.report.overview: what the report says around its figures, once for the markdown and the
 page: the evaluations found (a table), the package versions they ran with, where each figure
-comes from and what it means (notes), the Pareto sentence, the rank correlation of LGIP with
+comes from and what it means (notes; per model, the file of its figures and when its row was made,
+and the settings that differ between its files), the Pareto sentence, the rank correlation of LGIP with
 retrieval across models, the word attribution's lines (one per model: its localization accuracy
 against chance) and what the gallery's word scores cover, the demo banner (a run of the bundled
 demo says so at the top), and what made the report. Every count says what it counts.
@@ -21,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .metrics import DESCRIPTIVE_BELOW, EVALUATIONS, SCRIPTS, enhanced_blocks, rank_correlations
+from .metrics import DESCRIPTIVE_BELOW, EVALUATIONS, SCRIPTS, enhanced_blocks, mixed_text, rank_correlations
 from .tables import cell
 
 
@@ -115,9 +116,16 @@ def source_notes(rows, metrics, paths):
     """Where the table's figures come from, and what they mean (one sentence each)."""
     notes = []
     heads = list(dict.fromkeys(r["headline_source"] for r in rows if r["headline_source"]))
-    notes.append("Invariance error, gap and positive rate from " + ", ".join(
-        f"`{SCRIPTS[h]}` (`{os.path.basename(paths[h])}`"
-        + (f", {enhanced_blocks(metrics[h][0])[2]} figures" if h == "enhanced" else "") + ")" for h in heads) + ".")
+
+    def head(h):
+        return (f"`{SCRIPTS[h]}` (`{os.path.basename(paths[h])}`"
+                + (f", {enhanced_blocks(metrics[h][0])[2]} figures" if h == "enhanced" else "") + ")")
+    if len(heads) > 1:  # (HEADLINE "auto": a model missing from the first file takes the next one's)
+        notes.append("Invariance error, gap and positive rate from " + "; from ".join(
+            head(h) + " for " + ", ".join(f"`{r['model']}`" for r in rows if r["headline_source"] == h)
+            for h in heads) + ".")
+    else:
+        notes.append("Invariance error, gap and positive rate from " + ", ".join(head(h) for h in heads) + ".")
     typed = list(dict.fromkeys(r["flip_type_source"] for r in rows if r["flip_type_source"]))
     if typed:
         notes.append("Per-type positive rates from " + ", ".join(f"`{SCRIPTS[t]}`" for t in typed)
@@ -139,6 +147,7 @@ def source_notes(rows, metrics, paths):
                      f"(`{os.path.basename(paths['explain'])}`): share of the explained flips whose blamed word is the changed one, [lo, hi] over flips "
                      "(see \"Which word does a model blame?\").")
     notes += unmeasured_notes(rows, paths)
+    notes += mixed_notes(rows, paths)
     notes.append("Invariance error = mean |sim(image, caption) − sim(image, paraphrase)|; gap = mean "
                  "sim(image, caption) − sim(image, flip); positive rate = share of flips with gap > 0 "
                  "(0.5 = chance). [lo, hi] = 95% bootstrap CI over images.")
@@ -154,6 +163,26 @@ def unmeasured_notes(rows, paths):
     return [f"`{r['model']}`: no {' and no '.join(FIGURE_NAMES[f] for f in r['_unmeasured'])} "
             f"(null in `{os.path.basename(paths[r['headline_source']])}`: nothing measured); shown as –, "
             "left out of the figures that need it." for r in rows if r.get("_unmeasured")]
+
+
+def mixed_notes(rows, paths):
+    """One sentence per model whose figures come from runs of different settings (lgip.report.metrics.
+    mixed_settings: each list file keeps the rows of the models a later run did not evaluate):
+    the model, each differing setting, and its value in each file."""
+    return [f"`{r['model']}`: its figures come from runs of different settings: "
+            + mixed_text(r["_mixed"], lambda key: f"`{os.path.basename(paths[key])}`") + "."
+            for r in rows if r.get("_mixed")]
+
+
+def sources_table(rows):
+    """(header, cells): per model, the file its headline figures and its per-type figures come
+    from, each with when that file's row was made (its run.created), and the settings that differ
+    between its files (lgip.report.metrics.mixed_settings)."""
+    header = ["Model", "Headline figures from", "Made", "Per-type figures from", "Made"]
+    cells = [[f"`{r['model']}`", f"`{r['headline_file']}`" if r.get("headline_file") else "–", r.get("headline_created") or "–",
+              f"`{r['flip_type_file']}`" if r.get("flip_type_file") else "–", r.get("flip_type_created") or "–"]
+             for r in rows]
+    return header, cells
 
 
 def attribution_lines(rows, metrics, paths, missing=()):

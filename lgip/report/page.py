@@ -18,8 +18,8 @@ import re
 
 from ..method import FLIP_TYPES
 from ..util import atomic_open
-from .overview import (attribution_lines, demo_note, frontier_note, made_by, missing_note, retrieval_note, runs_table, source_notes,
-                       word_scores_note)
+from .overview import (attribution_lines, demo_note, frontier_note, made_by, missing_note, retrieval_note, runs_table,
+                       source_notes, sources_table, word_scores_note)
 from .tables import interval, num, result_columns
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -65,7 +65,10 @@ def results_table(rows):
         best[c.name] = (min if c.better == "low" else max)(values) if len(values) > 1 else None
     body = []
     for r in rows:
-        cells = [{"text": r["label"], "value": r["label"], "title": r["model"]},
+        source = (f" · headline figures from {r['headline_file']}" + (f" (made {r['headline_created']})"
+                                                                     if r.get("headline_created") else "")
+                  if r.get("headline_file") else "")
+        cells = [{"text": r["label"], "value": r["label"], "title": r["model"] + source},
                  {"text": num(r["num_records"], 0), "value": r["num_records"], "ci": "", "best": False}]
         for c in spec:
             v = r.get(c.name)
@@ -98,6 +101,7 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "versions": versions,
         "table": {"header": table_header, "rows": table_rows},
         "notes": source_notes(report.rows, report.metrics, report.paths),
+        "sources": dict(zip(("header", "cells"), sources_table(report.rows))),  # per model: its figures' files, when made
         "frontier": frontier_note(report.front) if report.front else None,
         "retrieval": retrieval_note(report.rows),
         "figures": figures,
