@@ -30,10 +30,10 @@ import os
 import sys
 
 import common
-from lgip.report import (OutputSet, Report, attach_attributions, build_rows, csv_columns, explain_files, find_metrics, gallery_items,
-                         image_roots, load_metrics, model_colors_hex, page_context, plot_fliptypes, plot_frontier,
-                         plot_retrieval, render_page, results_table, scan_scores, score_files, subtitle, unmeasured_notes, write_csv,
-                         write_markdown, write_page)
+from lgip.report import (OutputSet, Report, attach_attributions, build_rows, csv_columns, demo_note, explain_files,
+                         find_metrics, gallery_items, image_roots, load_metrics, model_colors_hex, page_context,
+                         plot_fliptypes, plot_frontier, plot_retrieval, render_page, results_table, scan_scores,
+                         score_files, subtitle, unmeasured_notes, write_csv, write_markdown, write_page)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
@@ -148,7 +148,8 @@ def main():
 
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")  # the table has arrows and dashes
-    print(results_table(rows))
+    demo = demo_note(metrics)
+    print(("**" + demo.replace("`", "") + "**\n\n" if demo else "") + results_table(rows))
     print()
     for note in unmeasured_notes(rows, found):
         print("note: " + note.replace("`", ""))

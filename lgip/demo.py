@@ -8,7 +8,7 @@ takes it in place of its default models only, and says so, when their weights ca
 a model a user names that cannot be had stays an error.
 
     >>> demo_block(True, "demo/lgip_demo_with_perturb.jsonl")["message"]   # (or records marked synthetic_image)
-    'Demo run: synthetic images (not COCO photographs) and a tiny random-init model that knows nothing: ...'
+    'Demo run: synthetic images (not COCO photographs) and a tiny random-init model that knows nothing; ...'
     >>> demo_block(False, "coco/x_with_perturb.jsonl") is None
     True
 """
@@ -47,8 +47,8 @@ def demo_message(model, data):
         what.append("synthetic images (not COCO photographs)")
     if model:
         what.append("a tiny random-init model that knows nothing")
-    return (f"Demo run: {' and '.join(what)}: these figures show that the pipeline works, not how any model "
-            f"behaves.")
+    return (f"Demo run: {' and '.join(what)}; these figures show that the pipeline works, not how "
+            + ("any model behaves." if model else "the models behave on real photographs."))
 
 
 def demo_block(model, input_path, records=None):

@@ -162,7 +162,7 @@ def test_models_by_name_and_a_mistyped_name(perturbed):
     assert [r["model_tag"] for r in rows] == ["demo_tiny_random"]
     assert rows[0]["run"]["config"]["MODELS"][0]["model_name"].endswith("demo/model")  # the spec, not the name
     assert rows[0]["run"]["demo"] == {"model": True, "input": False, "message": (
-        "Demo run: a tiny random-init model that knows nothing: these figures show that the pipeline works, not how "
+        "Demo run: a tiny random-init model that knows nothing; these figures show that the pipeline works, not how "
         "any model behaves.")}
     assert proc.stdout.count("note: Demo run:") == 1
 
@@ -177,7 +177,7 @@ def test_the_demo_data_is_marked_wherever_it_is_copied(tmp_path):
     rows = run_lgip_multi.run(JSONL_PATH=str(tmp_path / "d_with_perturb.jsonl"), MODELS=[OPENCLIP_TINY], DEVICE="cpu",
                               NUM_WORKERS=0, BOOTSTRAP=0, WRITE_SCORES=False)
     assert rows[0]["run"]["demo"]["input"] is True and rows[0]["run"]["demo"]["model"] is False
-    assert rows[0]["run"]["demo"]["message"].startswith("Demo run: synthetic images (not COCO photographs):")
+    assert rows[0]["run"]["demo"]["message"].startswith("Demo run: synthetic images (not COCO photographs); these")
 
 
 def test_image_encoding_close_after_a_failed_start_shows_the_real_error(enc):

@@ -25,14 +25,14 @@ from .tables import RESULT_COLUMNS, write_csv
 from .toplists import TopK, TopLists, scan_scores, score_files
 from .plots import (FLIPTYPE_FIGURES, FRONTIER_FIGURES, RETRIEVAL_FIGURES, model_colors_hex, pareto_front, plot_fliptypes,
                     plot_frontier, plot_retrieval, subtitle)
-from .overview import Report, unmeasured_notes
+from .overview import Report, demo_note, unmeasured_notes
 from .markdown import results_table, write_markdown
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .page import page_context, render_page, write_page
 from ..util import OutputSet
 
 __all__ = ["COLUMNS", "EVALUATIONS", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "HEADLINE_KEYS", "OutputSet", "RESULT_COLUMNS", "RETRIEVAL_FIGURES",
-           "Report", "SCORE_KEYS", "SCRIPTS", "TopK", "TopLists", "attach_attributions", "build_rows", "csv_columns",
+           "Report", "SCORE_KEYS", "SCRIPTS", "TopK", "TopLists", "attach_attributions", "build_rows", "csv_columns", "demo_note",
            "explain_files", "find_metrics", "gallery_items", "image_roots", "load_metrics", "model_colors_hex",
            "page_context", "pareto_front", "plot_fliptypes", "plot_frontier", "plot_retrieval", "render_page", "results_table",
            "scan_scores", "score_files", "short_label", "short_labels", "subtitle", "thumbnail", "unmeasured_notes", "word_marks",
