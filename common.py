@@ -55,6 +55,7 @@ Example (an evaluation script):
 """
 from lgip.accelerations import NAMES as ACCELERATIONS
 from lgip.cli import configure, parse_value, run_main
+from lgip.controls import hard_positive_figures, prior_figures, prior_values
 from lgip.demo import ABOUT_MODEL as DEMO_ABOUT, DEMO_JSONL, DEMO_MODEL, demo_block, demo_message, say_demo
 from lgip.entry import script_call
 from lgip.models.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
@@ -87,9 +88,9 @@ __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "DEMO_ABOUT", "DEMO_JSONL",
            "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
            "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_models", "check_settings",
            "configure", "cosines", "default_num_workers", "default_output", "demo_block", "demo_message", "describe_model_problems",
-           "dump_jsonl_line", "encode_record_images", "eval_run_info", "fmt", "forget_pixels", "forget_token_tables",
+           "dump_jsonl_line", "encode_record_images", "eval_run_info", "fmt", "hard_positive_figures", "forget_pixels", "forget_token_tables",
            "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb",
-           "package_versions", "parse_value", "provenance", "read_json", "reason_to_run", "refuse_overwriting_input",
+           "package_versions", "parse_value", "prior_figures", "prior_values", "provenance", "read_json", "reason_to_run", "refuse_overwriting_input",
            "remove_stale_temps", "require_int", "require_models", "resolve_device", "resolve_dtype",
            "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step", "say_demo", "say_report", "script_call",
            "script_settings", "search_galleries", "select_steps", "show", "simple_paraphrases", "swap_process_state", "typed_flips",

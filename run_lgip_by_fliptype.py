@@ -34,10 +34,26 @@ FIELDS = ["same_caps", "diff_caps"] + ["diff_caps_" + t for t in common.FLIP_TYP
 PUBLISHED_TEXT_BATCH = 64  # the published encode_text's batch: a longer call is padded per 64 texts
 
 
-def sensitivity(rec_idx, gaps):
+def sensitivity(pairs):
+    rec_idx, gaps = np.asarray(pairs.rec), pairs.base_sim - pairs.sim
     block = {"gap_mean": common.mean_or_none(gaps), "pos_rate": common.mean_or_none(gaps > 0), "count": int(len(gaps))}
     common.add_ci(block, "gap_mean", rec_idx, gaps, BOOTSTRAP, BOOTSTRAP_SEED)
     return common.add_ci(block, "pos_rate", rec_idx, gaps > 0, BOOTSTRAP, BOOTSTRAP_SEED)
+
+
+def controls(block, pairs, inv=None):
+    """LGIP_SPEC.md section 9's figures (and section 10's hard positives) beside the published ones."""
+    common.prior_figures(block, pairs, inv, BOOTSTRAP, BOOTSTRAP_SEED, paras_too=inv is not None)
+    return common.hard_positive_figures(block, pairs, BOOTSTRAP, BOOTSTRAP_SEED)
+
+
+def compare(run, flip_type, pairs, inv=None):
+    """The figures the run's models are compared on, pair by pair (LGIP_SPEC.md section 9)."""
+    grounded = common.prior_values(pairs)[1]
+    run.compare("sensitivity_pos_rate", flip_type, pairs.rec, pairs.base_sim - pairs.sim > 0)
+    run.compare("grounded_pos_rate", flip_type, pairs.rec, None if grounded is None else grounded > 0)
+    if inv is not None:
+        run.compare("invariance_error_mean", flip_type, inv.rec, abs(inv.base_sim - inv.sim))
 
 
 def published_calls(run):
@@ -54,19 +70,24 @@ def published_calls(run):
 
 
 def evaluate(run):
-    inv, flips, typed = run.score(*run.pairs(published_calls))  # (the pairs are built once per run)
+    # (the pairs are built once per run; controls and hard positives as in run_lgip_multi.py)
+    inv, flips, typed = run.score(*run.pairs(published_calls), controls=True, hard_positives=[(1, 0), (2, 0)])
     if not run.is_main:
         return None
-    err, gaps, typed_gaps = abs(inv.base_sim - inv.sim), flips.base_sim - flips.sim, typed.base_sim - typed.sim
-    rec_of = np.asarray(typed.rec)
+    err = abs(inv.base_sim - inv.sim)
+    by_type = {t: typed.subset(np.flatnonzero(typed.labels == t)) for t in common.FLIP_TYPES}
     m = {
         "model_tag": run.enc.name,
         "num_samples": run.n_samples,  # published: records with a readable image and a caption
         "invariance_error_mean": common.mean_or_none(err),
-        "global_sensitivity": sensitivity(np.asarray(flips.rec), gaps),
-        "by_flip_type": {t: sensitivity(rec_of[typed.labels == t], typed_gaps[typed.labels == t]) for t in common.FLIP_TYPES},
+        "global_sensitivity": sensitivity(flips),
+        "by_flip_type": {t: controls(sensitivity(pairs), pairs) for t, pairs in by_type.items()},
     }
     common.add_ci(m, "invariance_error_mean", inv.rec, err, BOOTSTRAP, BOOTSTRAP_SEED)
+    controls(m, flips, inv)  # (the row's own keys, beside the published ones)
+    compare(run, None, flips, inv)
+    for t, pairs in by_type.items():
+        compare(run, t, pairs)
     if WRITE_SCORES:
         sidecar = common.ScoreSidecar(run.records)
         sidecar.add("paraphrases", inv)
@@ -79,7 +100,8 @@ def evaluate(run):
 def summary(m):
     by = ", ".join(f"{t} {common.fmt(m['by_flip_type'][t]['pos_rate'], '.3f')}" for t in common.FLIP_TYPES)
     return (f"invariance error {common.fmt(m['invariance_error_mean'])}, "
-            f"positive rate {common.fmt(m['global_sensitivity']['pos_rate'], '.3f')} ({by})")
+            f"positive rate {common.fmt(m['global_sensitivity']['pos_rate'], '.3f')} ({by}; with any image "
+            f"{common.fmt(m['prior_pos_rate'], '.3f')}, grounded {common.fmt(m['grounded_pos_rate'], '.3f')})")
 
 
 def run(**constants):

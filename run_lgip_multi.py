@@ -46,7 +46,9 @@ def published_calls(run):
 
 def evaluate(run):
     records = run.records
-    inv, sens = run.score(*run.pairs(published_calls))  # (the pairs are built once per run)
+    # (the pairs are built once per run; controls: their mean cosines with the other images, LGIP_SPEC.md 9;
+    # hard positives: each flip against every paraphrase of its caption, section 10)
+    inv, sens = run.score(*run.pairs(published_calls), controls=True, hard_positives=[(1, 0)])
     if not run.is_main:
         return None
     err, gaps = abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim
@@ -62,6 +64,12 @@ def evaluate(run):
     for key, pairs, values in (("invariance_error_mean", inv, err), ("sensitivity_gap_mean", sens, gaps),
                                ("sensitivity_pos_rate", sens, gaps > 0)):
         common.add_ci(m, key, pairs.rec, values, BOOTSTRAP, BOOTSTRAP_SEED)
+    common.prior_figures(m, sens, inv, BOOTSTRAP, BOOTSTRAP_SEED)  # (beside the published fields)
+    common.hard_positive_figures(m, sens, BOOTSTRAP, BOOTSTRAP_SEED)
+    grounded = common.prior_values(sens)[1]  # (None with fewer than 2 images)
+    for figure, pairs, values in (("sensitivity_pos_rate", sens, gaps > 0), ("invariance_error_mean", inv, err),
+                                  ("grounded_pos_rate", sens, None if grounded is None else grounded > 0)):
+        run.compare(figure, None, pairs.rec, values)  # (paired model comparisons, LGIP_SPEC.md 9)
     if WRITE_SCORES:
         sidecar = common.ScoreSidecar(records)
         sidecar.add("paraphrases", inv)
@@ -75,7 +83,8 @@ def evaluate(run):
 
 def summary(m):
     return (f"invariance error {common.fmt(m['invariance_error_mean'])}, gap {common.fmt(m['sensitivity_gap_mean'])}, "
-            f"positive rate {common.fmt(m['sensitivity_pos_rate'], '.3f')}")
+            f"positive rate {common.fmt(m['sensitivity_pos_rate'], '.3f')} (with any image: "
+            f"{common.fmt(m['prior_pos_rate'], '.3f')}; grounded {common.fmt(m['grounded_pos_rate'], '.3f')})")
 
 
 def write_model(m):

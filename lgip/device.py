@@ -146,3 +146,15 @@ def cosines(a, b, ia, ib, chunk=None):
         y = b[ib[s:s + chunk]].float()
         out[s:s + chunk] = (x * y).sum(dim=1).double()
     return out.cpu().numpy()
+
+
+def row_dots(table, vec, chunk=1 << 16):
+    """float64 array of table[j] . vec for every row j, in float64 on the table's device: a
+    text's dot with the sum of a run's image embeddings (LGIP_SPEC.md section 9: one vector per
+    model), exact enough that dividing by N - 1 leaves no float32 rounding of a 40,000-term sum."""
+    import torch
+    vec = vec.to(table.device, torch.float64)
+    out = torch.empty(len(table), dtype=torch.float64, device=table.device)
+    for s in range(0, len(table), chunk):
+        out[s:s + chunk] = table[s:s + chunk].double() @ vec
+    return out.cpu().numpy()

@@ -13,7 +13,7 @@ from .demo import demo_block, say_demo
 from .models import prefix_packs
 from .errors import InputError, Interrupted
 from .models.hub import require_models
-from .util import OUTPUTS, Timer, provenance
+from .util import OUTPUTS, Timer, metrics_path, provenance
 from .records import load_records
 from .models.encoder import resolve_device
 from .models import cacheable, key_encoder, load_model
@@ -24,6 +24,9 @@ from .images import RecordImages
 from .texts import RunCalls, TextBank, _LAST_PLAN, resolve_text_batch_size
 from .lookahead import Lookahead
 from .scoring import Pairs
+from .controls import Comparisons, mark_hard_positives
+from .results import write_rows
+from .device import row_dots
 from .scorefile import _SCORE_LAYOUT
 
 
@@ -71,6 +74,19 @@ def eval_run_info(script, config, enc, image_report, n_records, bank=None, recor
     if bank is not None:
         info["num_unique_texts_encoded"] = getattr(bank, "n_unique", None)
     return info
+
+
+def write_comparisons(script, config, paired):
+    """`<stem>__LGIP_comparisons.metrics.json`: the paired differences of the run's models (LGIP_SPEC.md
+    section 9), merged with an earlier run's as the list files are; a line per model pair said."""
+    rows = paired.rows(os.path.basename(script), config.get("BOOTSTRAP", 1000), config.get("BOOTSTRAP_SEED", 0))
+    for r in rows:
+        if r["flip_type"] is None:
+            ci = r["diff_ci95"]
+            print(f"{r['a']} - {r['b']}: {r['figure']} {r['diff']:+.4f}" + (
+                f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" + (": the interval excludes 0" if r["excludes_zero"] else "")
+                if ci else "") if r["diff"] is not None else f"{r['a']} - {r['b']}: {r['figure']} n/a", flush=True)
+    print(f"-> {write_rows(metrics_path(config['JSONL_PATH'], 'LGIP_comparisons.metrics.json'), rows)}", flush=True)
 
 
 def distributed():
@@ -135,6 +151,7 @@ class ModelRun:
         # is dropped there, with all its pairs.
         self.ok = list(self.mine)
         self.bank = TextBank(self.enc, config["NUM_WORKERS"])
+        self.compared = []  # (figure, flip type, rec, values) for the paired comparisons (compare)
         self._mark = time.perf_counter()
         self.seconds = {"load": round(self._mark - t0, 3)}  # where the model's time went (see info)
 
@@ -161,10 +178,13 @@ class ModelRun:
             _LAST_CALLS[:] = [(build, self.records, self.rank, self.world), self.bank.run_calls]
         return [copy.copy(p) for p in self.bank.run_calls.pairs]
 
-    def score(self, *pairs_list, text_cos=False, keep_embeddings=False):
+    def score(self, *pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=()):
         """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes.
         keep_embeddings: also keep this process's text table and slot -> row map as
-        `text_embeddings` (images: `img_emb`, by record), for figures made from the embeddings."""
+        `text_embeddings` (images: `img_emb`, by record), for figures made from the embeddings.
+        controls: also each pair's mean cosines with the other images (LGIP_SPEC.md section 9),
+        from the sum of every process's image embeddings. hard_positives: (flips, paraphrases)
+        positions in pairs_list whose flips are marked as section 10 says (lgip.controls)."""
         self.seconds["pairs"] = round(time.perf_counter() - self._mark, 3)
         ahead = self.lookahead
         waited, self.ahead = ahead.settle(self.enc) if ahead is not None else (0.0, None)
@@ -195,8 +215,11 @@ class ModelRun:
         self.failed = [k for k in self.mine if k not in good]  # records whose image could not be read
         if self.failed:
             pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]
+        image_sum = self._image_sum(txt_emb) if controls else None
         for pairs in pairs_list:
-            pairs.score(self.img_emb, txt_emb, rows, text_cos=text_cos)
+            pairs.score(self.img_emb, txt_emb, rows, text_cos=text_cos, image_sum=image_sum)
+        for f, p in hard_positives:  # (here: each process has its own texts' embeddings)
+            mark_hard_positives(pairs_list[f], pairs_list[p], txt_emb, rows)
         self.n_ok = len(self.ok)
         # the published scripts count a record once its image and captions encode: not one without captions
         self.n_samples = sum(1 for k in self.ok if self.records[k][1]["orig_captions"])
@@ -224,6 +247,26 @@ class ModelRun:
         merged = [Pairs.merged([g[0][j] for g in gathered]) for j in range(len(pairs_list))]
         self._scored(t_scoring)
         return merged
+
+    def compare(self, figure, flip_type, rec, values):
+        """Keep a figure's per-pair values (by image) for the paired comparisons of the run's models
+        (lgip.controls.Comparisons; written by run_evaluation once two models are done)."""
+        self.compared.append((figure, flip_type, rec, values))
+
+    def _image_sum(self, txt_emb):
+        """(every text row's dot with S, N): S the sum of the embeddings of the N images evaluated
+        (readable, their record with captions), over every process: section 9's one vector per model."""
+        import torch
+        idx = [k for k in self.ok if self.records[k][1]["orig_captions"]]
+        # (no image here: the text table's width, the image table's being unknown)
+        total = (self.img_emb[idx].double().sum(0) if idx else
+                 torch.zeros(txt_emb.shape[1], dtype=torch.float64, device=txt_emb.device))
+        n = torch.tensor([float(len(idx))], dtype=torch.float64, device=total.device)
+        if self.world > 1:
+            import torch.distributed as dist
+            dist.all_reduce(total)
+            dist.all_reduce(n)
+        return row_dots(txt_emb, total), int(n.item())
 
     def _check_usable(self, n_usable, image_report):
         """InputError (before any metrics or score file is written) when no record has both a
@@ -374,7 +417,7 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
     switched = accelerations.switch_off(config.get("ACCELERATIONS_OFF", []))
     ahead = (Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], config.get("PIXEL_MEMORY_GB", "auto"))
              if config.get("LOOKAHEAD", True) and accelerations.LOOKAHEAD and len(models) > 1 else None)
-    finished = []
+    finished, paired = [], Comparisons()
     try:
         for spec in models:
             with Timer() as t:
@@ -389,6 +432,8 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
             metrics["run"] = run.info(script)
             metrics["run"].update(input_report)
             metrics["run"]["seconds"] = round(t.seconds, 3)
+            for compared in run.compared:
+                paired.add(run.enc.name, *compared)
             if on_model:
                 on_model(metrics)
             results.append(metrics)
@@ -403,6 +448,8 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
         if ahead is not None:
             ahead.close()
         accelerations.restore(switched)
+    if len(paired.models) >= 2:
+        write_comparisons(script, config, paired)
     rank, world = distributed()
     if world > 1:
         # Every rank ends here together, then leaves the group: a rank that exited early with the

@@ -95,6 +95,10 @@ def merge_rows(old, new, path="the file"):
 
 
 def _tag(row):
+    """A row's key: its `model_tag`; for a paired comparison (lgip.controls: no model_tag, but `a`
+    and `b`), its script, models, figure and flip type."""
+    if isinstance(row, dict) and "model_tag" not in row and {"a", "b", "figure"} <= set(row):
+        return f"{row.get('script')}: {row['a']} - {row['b']}: {row['figure']} ({row.get('flip_type') or 'all'})"
     tag = row.get("model_tag") if isinstance(row, dict) else None
     return tag if isinstance(tag, str) and tag else None
 

@@ -34,7 +34,9 @@ class Pairs:
         return len(self.rec)
 
     _FIELDS = ("rec", "cap", "base_slot", "slot", "text", "label")
-    _SCORES = ("base_sim", "sim", "labels", "text_cos")
+    # (prior_base, prior: the caption's and the text's mean cosine with the OTHER images, LGIP_SPEC.md 9;
+    # has_para, robust, text_only: a flip's hard-positive outcomes, section 10: lgip.controls)
+    _SCORES = ("base_sim", "sim", "labels", "text_cos", "prior_base", "prior", "has_para", "robust", "text_only")
 
     def state(self):
         return {n: getattr(self, n) for n in self._FIELDS + self._SCORES if hasattr(self, n)}
@@ -74,7 +76,12 @@ class Pairs:
                 setattr(out, name, getattr(self, name)[idx])
         return out
 
-    def score(self, img_emb, txt_emb, rows, text_cos=False):
+    def score(self, img_emb, txt_emb, rows, text_cos=False, image_sum=None):
+        """The pairs' cosines with their image (base_sim: the caption's, sim: the text's); with
+        text_cos their texts' cosine; with image_sum = (S, N), the sum S of the N evaluated images'
+        embeddings and its dots with every text row (`text_dots`, lgip.device.row_dots), the mean
+        cosine of the caption and of the text with the N - 1 OTHER images (prior_base, prior:
+        LGIP_SPEC.md section 9; NaN when N < 2)."""
         import numpy as np
         base, other = rows[np.asarray(self.base_slot, dtype=np.int64)], rows[np.asarray(self.slot, dtype=np.int64)]
         self.base_sim = cosines(img_emb, txt_emb, self.rec, base)
@@ -82,6 +89,13 @@ class Pairs:
         self.labels = np.array(self.label, dtype=object)
         if text_cos:
             self.text_cos = cosines(txt_emb, txt_emb, base, other)
+        if image_sum is not None:
+            text_dots, n = image_sum
+            if n < 2:
+                self.prior_base = self.prior = np.full(len(self.rec), np.nan)
+            else:  # m_r . t = (S . t - v_r . t) / (N - 1): the other images' mean, v_r left out
+                self.prior_base = (text_dots[base] - self.base_sim) / (n - 1)
+                self.prior = (text_dots[other] - self.sim) / (n - 1)
         return self
 
 

@@ -35,3 +35,9 @@ def test_torchrun_two_gloo_processes_give_single_process_metrics(tmp_path, scrip
     a = open(multi / json.load(open(multi / name))[0]["scores_file"]).read().splitlines()
     b = open(single / json.load(open(single / name))[0]["scores_file"]).read().splitlines()
     assert len(a) == len(b) == 60
+    if script == "run_lgip_multi.py":  # the controls' sum of the images and the hard positives over processes
+        assert ours[0]["grounded_pos_rate"] is not None and ours[0]["robust_pos_rate"] is not None
+        compared = [json.load(open(folder / "fixture_with_perturb__LGIP_comparisons.metrics.json")) for folder in (multi, single)]
+        for a, b in zip(*compared):
+            a.pop("run"), b.pop("run")
+        assert_matches(*compared)
