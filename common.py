@@ -10,6 +10,7 @@ above it in this list, so it can be read, and changed, knowing only those:
   settings              the rules of the settings the scripts share (BOOTSTRAP, MODELS, DEVICE, ...), checked
                         before any work
   cli                   --NAME=value overrides of a script's constants; run_main and its exit codes
+  demo                  the bundled demo: its data, its model, the words every output made with them carries
   records               reading every JSON/JSONL input (a UTF-8 byte-order mark is fine) and validating
                         records (file:line and field in every error)
   results               the list files (one dict per model) merged under a lock: a run replaces its models' rows
@@ -27,6 +28,7 @@ above it in this list, so it can be read, and changed, knowing only those:
                         deduplicated and batched (TextBank)
   lookahead             the later models' tokenizing and decoding, done while a model runs
   scoring, scorefile    pairs, means and bootstrap intervals (the metrics); the *.scores.jsonl files
+  controls              is it the image? text-prior controls, hard positives, paired model comparisons
   retrieval             recall over galleries of records, with the flips among the captions (LGIP_SPEC.md 7)
   evaluation            ModelRun (one model over one JSONL, torchrun sharding) and run_evaluation
   entry                 a script's run(**constants): its command line's run, callable from Python

@@ -4,7 +4,7 @@ Each gives the plain path's numbers (to float rounding: ~1e-7 in fp32), and the 
 alive beside it: tests/test_accelerations.py runs each evaluation on the fixture with every switch
 off and with all on, and compares every output number. A script switches them off with its
 ACCELERATIONS_OFF constant (names below, or "all"); every metrics file records their state in
-`run.accelerations`. README.md, "Accelerations", says what each does, how it is proven exact, and
+`run.accelerations`. docs/performance.md, "Accelerations", says what each does, how it is proven exact, and
 what it gained where it was measured. The switches are read when a model loads or a run starts.
 
     >>> from lgip import accelerations
