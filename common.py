@@ -13,6 +13,7 @@ above it in this list, so it can be read, and changed, knowing only those:
   demo                  the bundled demo: its data, its model, the words every output made with them carries
   records               reading every JSON/JSONL input (a UTF-8 byte-order mark is fine) and validating
                         records (file:line and field in every error)
+  sources/              other benchmarks (SugarCrepe, SugarCrepe++, RoCOCO) read as LGIP records (import_benchmark.py)
   results               the list files (one dict per model) merged under a lock: a run replaces its models' rows
   method, generate      word lists, paraphrases, flips (LGIP_SPEC.md 2-3); the generators' loop
   tokens                token tables shared by models that tokenize alike
@@ -71,9 +72,9 @@ from lgip.lookahead import Lookahead
 from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_flips, advanced_paraphrases, cap_sample,
                          infer_flip_type, simple_paraphrases, typed_flips)
 from lgip.models import PUBLISHED_MODELS, load_model
-from lgip.pipeline import Step, blockers, reason_to_run, run_step, say_report, script_settings, select_steps, show
+from lgip.pipeline import Step, blockers, check_step_settings, reason_to_run, run_step, say_report, script_settings, select_steps, show
 from lgip.pixel_memory import forget_pixels
-from lgip.records import caption_texts, dump_jsonl_line, iter_records, load_records, read_json
+from lgip.records import caption_texts, dump_jsonl_line, flip_types, iter_records, load_records, read_json
 from lgip.results import write_rows
 from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
 from lgip.scorefile import PerModel, ScoreSidecar
@@ -88,9 +89,9 @@ __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "DEMO_ABOUT", "DEMO_JSONL",
            "InputError", "Lookahead", "ModelError", "ModelRun", "NUMBER_WORDS", "OBJECTS", "PROTOCOLS",
            "PUBLISHED_MODELS", "Pairs", "PerModel", "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step",
            "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
-           "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_models", "check_settings",
+           "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_models", "check_settings", "check_step_settings",
            "configure", "cosines", "default_num_workers", "default_output", "demo_block", "demo_message", "describe_model_problems",
-           "dump_jsonl_line", "encode_record_images", "eval_run_info", "fmt", "hard_positive_figures", "forget_pixels", "forget_token_tables",
+           "dump_jsonl_line", "encode_record_images", "eval_run_info", "flip_types", "fmt", "hard_positive_figures", "forget_pixels", "forget_token_tables",
            "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "open_rgb",
            "package_versions", "parse_value", "prior_figures", "prior_values", "provenance", "read_json", "reason_to_run", "refuse_overwriting_input",
            "remove_stale_temps", "require_int", "require_models", "resolve_device", "resolve_dtype",

@@ -4,10 +4,12 @@
   python run_all.py --MODELS=demo                    # the demo model (tiny, random, ships in demo/model): no download
   python run_all.py --DATA='coco' --PROTOCOL='reference' --STEPS='run_lgip_multi,report'
   python run_all.py --DRY_RUN=True                   # what would run, and why; runs nothing
+  python run_all.py --BENCHMARK_JSONL=sugar-crepe/data/lgip_sugarcrepe.jsonl   # import_benchmark.py's records
 
 Data: COCO (the base JSONL BASE_JSONL, built from ANNOTATIONS_JSON by make_base when missing)
 or, when no COCO is present, the demo bundled in demo/ (12 synthetic images, MIT, see
-demo/README.md). Every output is written next to its input (the base JSONL's folder).
+demo/README.md), or an imported benchmark (BENCHMARK_JSONL, import_benchmark.py's output: the
+evaluations and the report only, no generator step). Every output is written next to its input.
 Models: MODELS, or by default the nine published models (COCO) or ViT-B-16 (the demo data). When
 the default's weights cannot be had (no network and not in the Hugging Face cache), run_all says so
 once and runs the bundled demo with the demo model (a tiny random-init CLIP in demo/model that
@@ -35,7 +37,8 @@ ANNOTATIONS_JSON = os.path.join(_HERE, "annotations", "captions_train2017.json")
 IMAGE_DIR = os.path.join(_HERE, "train2017", "train2017")  # folder of the COCO images (make_base checks each file there)
 BASE_JSONL = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # COCO base JSONL (made by make_base when missing); outputs go beside it
 DEMO_JSONL = os.path.join(_HERE, "demo", "lgip_demo.jsonl")  # the bundled demo base JSONL (12 records); its outputs go beside it
-DATA = "auto"  # "auto" (COCO when ANNOTATIONS_JSON or BASE_JSONL exists, else the demo), "coco" or "demo"
+BENCHMARK_JSONL = None  # an imported benchmark's records (import_benchmark.py: SugarCrepe, SugarCrepe++, RoCOCO): the evaluations and the report run on it, no generator step; None = none
+DATA = "auto"  # "auto" (the benchmark when BENCHMARK_JSONL is set, else COCO when ANNOTATIONS_JSON or BASE_JSONL exists, else the demo), "coco", "demo" or "benchmark"
 MODELS = None  # list of model specs or names (see run_lgip_multi.py; "demo": the bundled tiny random model); None = the nine published models for COCO, the smallest (openclip_ViT-B-16_openai, downloaded on first use) for the demo, the demo model when those cannot be had
 PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
@@ -63,12 +66,19 @@ _OWN = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "OUTPUT_PREFIX", "ANNOTATIO
 
 
 def choose_data():
-    """("coco" | "demo", base JSONL)."""
-    if DATA not in ("auto", "coco", "demo"):
-        raise common.ConfigError(f"DATA must be 'auto', 'coco' or 'demo', got {DATA!r}")
+    """("coco" | "demo" | "benchmark", base JSONL)."""
+    if DATA not in ("auto", "coco", "demo", "benchmark"):
+        raise common.ConfigError(f"DATA must be 'auto', 'coco', 'demo' or 'benchmark', got {DATA!r}")
     mode = DATA
     if mode == "auto":
-        mode = "coco" if os.path.isfile(ANNOTATIONS_JSON) or os.path.isfile(BASE_JSONL) else "demo"
+        mode = ("benchmark" if BENCHMARK_JSONL else
+                "coco" if os.path.isfile(ANNOTATIONS_JSON) or os.path.isfile(BASE_JSONL) else "demo")
+    if mode == "benchmark":
+        if not isinstance(BENCHMARK_JSONL, str) or not os.path.isfile(BENCHMARK_JSONL):
+            raise common.ConfigError(f"BENCHMARK_JSONL={BENCHMARK_JSONL!r} is not a file: give import_benchmark.py's "
+                                     f"output (DATA='benchmark' needs it)")
+        print(f"data: imported benchmark {common.show(BENCHMARK_JSONL)} (evaluations and report only)")
+        return mode, os.path.abspath(BENCHMARK_JSONL)
     if mode == "coco":
         print(f"data: COCO, base {common.show(BASE_JSONL)}")
         return mode, os.path.abspath(BASE_JSONL)
@@ -82,7 +92,7 @@ def choose_data():
 def default_models(mode):
     if MODELS is not None:
         return MODELS
-    if mode == "coco":
+    if mode in ("coco", "benchmark"):
         return common.PUBLISHED_MODELS
     return [m for m in common.PUBLISHED_MODELS if m["name"] == DEMO_MODEL]
 
@@ -91,8 +101,8 @@ def choose_models(mode, base, steps):
     """(mode, base, models): MODELS as given; its default, unless the chosen steps evaluate and its
     weights cannot be had: then the bundled demo with the demo model, said once."""
     models = default_models(mode)
-    if MODELS is not None or not any("MODELS" in s.args for s in steps):
-        return mode, base, models
+    if MODELS is not None or mode == "benchmark" or not any("MODELS" in s.args for s in steps):
+        return mode, base, models  # (a benchmark asked for is never swapped for the demo: its models must be had)
     problems = common.check_models(models)
     if not problems:
         return mode, base, models
@@ -113,8 +123,9 @@ def step(name, args, inputs, outputs, note=None, needs=None):
 
 def plan(mode, base, models):
     """Every step of this data, in order."""
-    perturb = common.default_output(base, "_with_perturb.jsonl")
-    fliptypes = common.default_output(base, "_with_fliptypes.jsonl")
+    # (an imported benchmark's records have every field the evaluations read: they take it as it is)
+    perturb = base if mode == "benchmark" else common.default_output(base, "_with_perturb.jsonl")
+    fliptypes = base if mode == "benchmark" else common.default_output(base, "_with_fliptypes.jsonl")
     enhanced = common.default_output(base, "_with_fliptypes.jsonl", prefix="rebuttal_enhanced_")
     metrics = [common.metrics_path(perturb, "LGIP_ALL.metrics.json"),
                common.metrics_path(fliptypes, "LGIP_fliptypes.metrics.json"),
@@ -133,10 +144,11 @@ def plan(mode, base, models):
                                         "IMAGE_DIR": os.path.abspath(IMAGE_DIR), "OUTPUT_JSONL": base},
                           [os.path.abspath(ANNOTATIONS_JSON)], [base], note,
                           needs=[os.path.abspath(ANNOTATIONS_JSON), os.path.abspath(IMAGE_DIR)]))
-    steps += [
+    steps += [] if mode == "benchmark" else [
         step("diff_gen_caption", {"INPUT_JSONL": base}, [base], [perturb]),
         step("make_perturb_with_fliptypes", {"INPUT_JSONL": base}, [base], [fliptypes]),
-        step("rebuttal_enhanced_perturb", {"INPUT_JSONL": base}, [base], [enhanced]),
+        step("rebuttal_enhanced_perturb", {"INPUT_JSONL": base}, [base], [enhanced])]
+    steps += [
         step("run_lgip_multi", dict(evaluation, JSONL_PATH=perturb), [perturb], [metrics[0]]),
         step("run_lgip_by_fliptype", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [metrics[1]]),
         # after by_fliptype: every embedding it needs is then in the cache (no model's weights are loaded)
@@ -146,7 +158,10 @@ def plan(mode, base, models):
         step("explain_flips",
              dict({k: v for k, v in evaluation.items() if k != "TEXT_BATCH_SIZE"}, JSONL_PATH=fliptypes, UNSUPPORTED="skip"),
              [fliptypes, metrics[1]], [explained]),
-        step("rebuttal_enhanced_lgip", dict(evaluation, JSONL_PATH=enhanced), [enhanced], [metrics[2]]),
+    ]
+    if mode != "benchmark":  # (its records have no combined_caps: the rebuttal analysis is LGIP's own)
+        steps.append(step("rebuttal_enhanced_lgip", dict(evaluation, JSONL_PATH=enhanced), [enhanced], [metrics[2]]))
+    steps += [
         step("report", {"JSONL_PATH": base}, metrics + [explained],  # the page colours explained flips
              [common.metrics_path(base, "LGIP_report.md"), common.metrics_path(base, "LGIP_report.csv"),
               common.metrics_path(base, "LGIP_report.html")], needs=[]),
@@ -155,20 +170,7 @@ def plan(mode, base, models):
 
 
 def check_settings(steps):
-    if not isinstance(SETTINGS, dict):
-        raise common.ConfigError(f"SETTINGS must be a dict {{NAME: value}}, got {SETTINGS!r}")
-    known = set().union(*(common.script_settings(os.path.join(_HERE, s)) for s in SCRIPTS.values()))
-    for key in SETTINGS:
-        if key in _OWN:
-            own = f"use --{key}=..." if key in CONFIG else "run_all sets it"
-            raise common.ConfigError(f"SETTINGS may not set {key}: {own}")
-        if key not in known:
-            raise common.ConfigError(f"SETTINGS: no step has a setting {key!r}; the steps' settings: "
-                             f"{', '.join(sorted(known - _OWN))}")
-    common.check_settings(SETTINGS)  # the values each step will get: wrong ones stop here, not after a step's work
-    for name in ("FORCE", "DRY_RUN"):
-        if not isinstance(CONFIG[name], bool):
-            raise common.ConfigError(f"{name} must be True or False, got {CONFIG[name]!r}")
+    common.check_step_settings(SETTINGS, CONFIG, [os.path.join(_HERE, s) for s in SCRIPTS.values()], _OWN)
     return common.select_steps(steps, STEPS, list(SCRIPTS), {"make_base": "runs only on COCO data (pass --DATA='coco')"})
 
 

@@ -2,7 +2,9 @@
 
 LGIP_SPEC.md section 4. Reads `<stem>_with_fliptypes.jsonl` (from make_perturb_with_fliptypes.py)
 and writes all models' results to `<stem>__LGIP_fliptypes.metrics.json` next to it; per-pair
-similarities go to `<stem>__LGIP_fliptypes_<model>.scores.jsonl`.
+similarities go to `<stem>__LGIP_fliptypes_<model>.scores.jsonl`. The types are those of the
+input's `diff_caps_<type>` lists, in order of first appearance: LGIP's color, number, object, or an
+imported benchmark's own (import_benchmark.py: its positive rate per type is its accuracy).
   python run_lgip_by_fliptype.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes.jsonl
 """
 import os
@@ -12,7 +14,7 @@ import numpy as np
 import common
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: make_perturb_with_fliptypes.py output
+JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: make_perturb_with_fliptypes.py output (or import_benchmark.py's)
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
 MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type": "openclip"|"transformers"|"siglip"|"python", + "model_name"/"pretrained" | "model_id" | "loader"/"kwargs"}, or names: "demo" (the bundled tiny random model), a published model's name (README "Models")
 PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
@@ -30,7 +32,7 @@ BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 f
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_fliptypes_<model>.scores.jsonl
 CONFIG = common.configure(globals())
-FIELDS = ["same_caps", "diff_caps"] + ["diff_caps_" + t for t in common.FLIP_TYPES]
+FIELDS = ["same_caps", "diff_caps", "diff_caps_+"]  # (+: the typed lists, at least one per record)
 PUBLISHED_TEXT_BATCH = 64  # the published encode_text's batch: a longer call is padded per 64 texts
 
 
@@ -58,11 +60,12 @@ def compare(run, flip_type, pairs, inv=None):
 
 def published_calls(run):
     inv, flips, typed = common.Pairs(), common.Pairs(), common.Pairs()
+    fields = ["same_caps", "diff_caps"] + ["diff_caps_" + t for t in common.flip_types(run.records)]
     for k in run.ok:
         rec = run.records[k][1]
         orig = run.bank.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)  # the published calls: 5 originals, then each list per caption
         for i in range(len(rec["orig_captions"])):
-            for field in FIELDS:  # diff_caps is its own call (the global figures), then each typed list
+            for field in fields:  # diff_caps is its own call (the global figures), then each typed list
                 texts = common.caption_texts(rec, field, i)
                 pairs = inv if field == "same_caps" else flips if field == "diff_caps" else typed
                 pairs.add(k, i, orig[i], run.bank.add_call(texts, PUBLISHED_TEXT_BATCH), texts, field[len("diff_caps_"):])
@@ -75,7 +78,7 @@ def evaluate(run):
     if not run.is_main:
         return None
     err = abs(inv.base_sim - inv.sim)
-    by_type = {t: typed.subset(np.flatnonzero(typed.labels == t)) for t in common.FLIP_TYPES}
+    by_type = {t: typed.subset(np.flatnonzero(typed.labels == t)) for t in common.flip_types(run.records)}
     m = {
         "model_tag": run.enc.name,
         "num_samples": run.n_samples,  # published: records with a readable image and a caption
@@ -98,7 +101,7 @@ def evaluate(run):
 
 
 def summary(m):
-    by = ", ".join(f"{t} {common.fmt(m['by_flip_type'][t]['pos_rate'], '.3f')}" for t in common.FLIP_TYPES)
+    by = ", ".join(f"{t} {common.fmt(b['pos_rate'], '.3f')}" for t, b in m["by_flip_type"].items())
     return (f"invariance error {common.fmt(m['invariance_error_mean'])}, "
             f"positive rate {common.fmt(m['global_sensitivity']['pos_rate'], '.3f')} ({by}; with any image "
             f"{common.fmt(m['prior_pos_rate'], '.3f')}, grounded {common.fmt(m['grounded_pos_rate'], '.3f')})")

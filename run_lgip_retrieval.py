@@ -51,8 +51,9 @@ def retrieval_calls(run):
 
 def flip_types(records):
     """The flip types of section 7's by_flip_type: those whose typed list (diff_caps_<type>) some
-    record has ("when present": none for a _with_perturb file)."""
-    return [t for t in common.FLIP_TYPES if any("diff_caps_" + t in rec for _, rec in records)]
+    record has ("when present": none for a _with_perturb file), in order of first appearance (an
+    imported benchmark's own types, section 10)."""
+    return common.flip_types(records)
 
 
 def evaluate(run):

@@ -22,7 +22,7 @@ from .attribution import (align_words, attribute, blamed_word, changed_words, ch
 from .errors import ModelError
 from .images import encode_record_images
 from .method import FLIP_TYPES, infer_flip_type
-from .records import caption_texts, dump_jsonl_line, read_json
+from .records import caption_texts, dump_jsonl_line, flip_types, read_json
 from .scorefile import read_flip_gaps
 from .scoring import add_ci, mean_or_none
 from .util import atomic_open, metrics_path
@@ -108,7 +108,8 @@ def explain(enc, tower, records, flips, drawn, cfg):
                               for key in ((k, records[k][1]["orig_captions"][i]), (k, f))))
     done = attribute_texts(enc, tower, keys, embs, cfg)
     written = similarities(enc, tower, keys, embs, cfg) if cfg["TEMPLATE"] else None
-    lines, skipped = [], {"image_unreadable": len(drawn) - len(keep), "tokens_not_on_words": 0, "no_scored_changed_word": 0}
+    lines, skipped = [], {"image_unreadable": len(drawn) - len(keep), "tokens_not_on_words": 0, "no_scored_changed_word": 0,
+                          "not_one_word_replaced": 0}
     for j in keep:
         k, i, flip, flip_type = flips[j]
         line, rec = records[k]
@@ -119,7 +120,10 @@ def explain(enc, tower, records, flips, drawn, cfg):
         (s_cap, cal, cap_scores), (s_flip, al, scores) = done[(k, caption)], done[(k, flip)]
         words = word_scores(scores, al.token_word, len(al.words))
         changed = changed_words(caption, flip)
-        if not changed or any(words[w] is None for w in changed):
+        if len(changed) != 1 or len(caption.split()) != len(flip.split()):  # (section 10: one word replaced by one)
+            skipped["not_one_word_replaced"] += 1
+            continue
+        if any(words[w] is None for w in changed):
             skipped["no_scored_changed_word"] += 1
             continue
         blamed = blamed_word(words)
@@ -152,8 +156,12 @@ def localization(lines, cfg):
     return block
 
 
-def type_order(flip_type):
-    return (FLIP_TYPES.index(flip_type), "") if flip_type in FLIP_TYPES else (len(FLIP_TYPES), flip_type)
+def type_order(records, lines):
+    """The flip types of the lines, in the input's order (its diff_caps_<type> lists' first
+    appearance: LGIP's color, number, object; a benchmark's own), then any other (untyped input)."""
+    present = {x["flip_type"] for x in lines}
+    known = [t for t in flip_types(records) + list(FLIP_TYPES) if t in present]
+    return list(dict.fromkeys(known + sorted(present)))
 
 
 def explain_model(enc, records, flips, sample, cfg):
@@ -181,7 +189,7 @@ def explain_model(enc, records, flips, sample, cfg):
     block = localization(lines, cfg)
     return {"model_tag": enc.name, "num_flips": block.pop("count"), **block,
             "by_flip_type": {ft: localization([x for x in lines if x["flip_type"] == ft], cfg)
-                             for ft in sorted({x["flip_type"] for x in lines}, key=type_order)},
+                             for ft in type_order(records, lines)},
             "num_random": sum("random" in x["drawn"] for x in lines), "num_top_k": sum("top_k" in x["drawn"] for x in lines),
             "skipped": skipped, "explain_file": os.path.basename(path), "score_file": score_file and os.path.basename(score_file),
             "score_file_protocol": protocol, "image_report": failed, "family": tower.family}

@@ -148,6 +148,26 @@ def reason_to_run(step, pending, force=False, dry_run=False):
     return None
 
 
+def check_step_settings(settings, config, scripts, own):
+    """run_all's SETTINGS ({NAME: value} for every step that has NAME): a dict, no name run_all sets
+    itself (`own`), every name some step's script has, every value its rule allows (lgip.settings,
+    before any step's work); run_all's FORCE and DRY_RUN True or False."""
+    from .errors import ConfigError
+    from .settings import check_settings
+    if not isinstance(settings, dict):
+        raise ConfigError(f"SETTINGS must be a dict {{NAME: value}}, got {settings!r}")
+    known = set().union(*(script_settings(s) for s in scripts))
+    for key in settings:
+        if key in own:
+            raise ConfigError(f"SETTINGS may not set {key}: " + (f"use --{key}=..." if key in config else "run_all sets it"))
+        if key not in known:
+            raise ConfigError(f"SETTINGS: no step has a setting {key!r}; the steps' settings: {', '.join(sorted(known - own))}")
+    check_settings(settings)
+    for name in ("FORCE", "DRY_RUN"):
+        if not isinstance(config[name], bool):
+            raise ConfigError(f"{name} must be True or False, got {config[name]!r}")
+
+
 def select_steps(steps, names, valid, absent_why=None):
     """The steps STEPS names (None: all; a list of names, or one string "a,b"), in run order; a
     valid name with no step in this plan is an error saying why (`absent_why`: {name: why})."""

@@ -32,13 +32,15 @@ def _expect_str_list(value, where, field, nonblank=False):
 MADE_BY = {"same_caps": "diff_gen_caption.py (or either fliptypes generator)",
            "diff_caps": "diff_gen_caption.py (or either fliptypes generator)",
            "diff_caps_*": "make_perturb_with_fliptypes.py or rebuttal_enhanced_perturb_with_fliptypes.py",
+           "diff_caps_+": "make_perturb_with_fliptypes.py (or either fliptypes generator, or import_benchmark.py)",
            "combined_caps": "rebuttal_enhanced_perturb_with_fliptypes.py"}
 
 
 def validate_record(rec, where, per_caption_fields=()):
     """Check the fields the scripts read; `where` is "file:line". per_caption_fields: names of
     required {caption index: [texts]} fields (keys "0".."n-1" for n captions, nothing else);
-    "prefix*" checks every field with that prefix (none is fine); "combined_caps" holds lists
+    "prefix*" checks every field with that prefix (none is fine), "prefix+" likewise but at least
+    one must be there (a typed flip list: diff_caps_<type>); "combined_caps" holds lists
     of {"text", "combined_type"} objects. Captions must hold text; image_path no NUL."""
     if not isinstance(rec, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(rec).__name__}")
@@ -53,7 +55,10 @@ def validate_record(rec, where, per_caption_fields=()):
     n = len(rec["orig_captions"])
     for pattern in per_caption_fields:
         # "diff_caps_*": every field with that prefix, however many (none is fine)
-        fields = [f for f in rec if f.startswith(pattern[:-1])] if pattern.endswith("*") else [pattern]
+        fields = [f for f in rec if f.startswith(pattern[:-1])] if pattern[-1] in "*+" else [pattern]
+        if pattern.endswith("+") and not fields:
+            raise InputError(f"{where}: no field {pattern[:-1]}<type> (the flips of one type): this script reads the "
+                             f"output of {MADE_BY.get(pattern, 'the generator')}")
         for field in fields:
             block = rec.get(field)
             if block is None:
@@ -199,6 +204,15 @@ def load_records(path, per_caption_fields=()):
     """All records of an evaluation input, validated: [(line number, record)]."""
     with gc_paused():
         return list(iter_records(path, per_caption_fields))
+
+
+def flip_types(records):
+    """The flip types of the records' typed lists (`diff_caps_<type>`), in order of first appearance
+    (LGIP_SPEC.md section 10): LGIP's color, number, object; an imported benchmark's own types.
+    >>> flip_types([(1, {"diff_caps_color": {}, "diff_caps_object": {}}), (2, {"diff_caps_number": {}})])
+    ['color', 'object', 'number']
+    """
+    return list(dict.fromkeys(f[len("diff_caps_"):] for _, rec in records for f in rec if f.startswith("diff_caps_")))
 
 
 def caption_texts(rec, field, i):

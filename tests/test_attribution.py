@@ -295,7 +295,8 @@ def test_explain_flips_lines_and_figures(tmp_path):
         lines = [json.loads(x) for x in open(tmp_path / m["explain_file"])]
         assert len(lines) == m["num_flips"] == m["num_random"] and all(x["drawn"] for x in lines)
         assert m["num_top_k"] == (2 if m["model_tag"] == "tiny_openclip" else 0)
-        assert m["skipped"] == {"image_unreadable": n_missing, "tokens_not_on_words": 0, "no_scored_changed_word": 0}
+        assert m["skipped"] == {"image_unreadable": n_missing, "tokens_not_on_words": 0, "no_scored_changed_word": 0,
+                                "not_one_word_replaced": 0}
         assert len(lines) + n_missing == 77 and m["run"]["num_failed_images"] == 1
         assert list(m["by_flip_type"]) == ["color", "number", "object"]
         for x in lines:
