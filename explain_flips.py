@@ -83,6 +83,7 @@ def explain_all(config):
               f"chance {common.fmt(m['chance'], '.3f')}) over {m['num_flips']} flips, {t.seconds:.1f} s -> "
               f"{m['explain_file']}" + (f"; left out: {', '.join(f'{v} {k}' for k, v in m['skipped'].items() if v)}"
                                        if any(m["skipped"].values()) else ""))
+        print(f"{enc.name}: {explain.detection_line(m)}", flush=True)
     print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_explain.metrics.json'), results)}")
     return results
 

@@ -1,6 +1,7 @@
 """lgip.explain: explain_flips.py's machinery (LGIP_SPEC.md section 8): which flips to explain, each
 flip and its caption attributed to their words through lgip.attribution, the explain file's lines,
-and localization accuracy with its intervals.
+localization accuracy with its intervals, and CLIP4DM's F-CLIPScore with its misalignment
+detection (average precision of captions against flips, by s and by F, with intervals over records).
 
 Every function takes the script's settings in force as `cfg` (the dict its CONFIG holds:
 JSONL_PATH, IMAGE_ROOT, TOP_K, TEMPLATE, LAYERS, TEXT_BATCH_SIZE, IMAGE_BATCH_SIZE, NUM_WORKERS,
@@ -127,6 +128,7 @@ def explain(enc, tower, records, flips, drawn, cfg):
             skipped["no_scored_changed_word"] += 1
             continue
         blamed = blamed_word(words)
+        cap_words = word_scores(cap_scores, cal.token_word, len(cal.words))
         sims = {"sim_caption": s_cap, "sim_flip": s_flip}
         if written is not None:  # LGIP's gap, as written; the template's similarities, attributed, beside it
             sims = {"sim_caption": written[(k, caption)], "sim_flip": written[(k, flip)],
@@ -136,8 +138,103 @@ def explain(enc, tower, records, flips, drawn, cfg):
                       "gap": sims["sim_caption"] - sims["sim_flip"], "tokens": names([al.ids[p] for p in al.token_pos]),
                       "token_words": al.token_word, "token_scores": scores, "words": al.words, "word_scores": words,
                       "changed": changed, "blamed": blamed, "hit": blamed in changed, "caption_words": cal.words,
-                      "caption_word_scores": word_scores(cap_scores, cal.token_word, len(cal.words))})
+                      "caption_word_scores": cap_words, "fclipscore": fclipscore(words, s_flip),
+                      "caption_fclipscore": fclipscore(cap_words, s_cap)})
     return lines, skipped, failed
+
+
+def fclipscore(word_scores, s):
+    """CLIP4DM's F-CLIPScore (its main.py, most_negative mode; LGIP_SPEC.md section 8): the most negative
+    word score (the blamed word's) times (1 - s / 2.5), s the text's attributed cosine with its image;
+    None for a text with no scored word.
+    >>> round(fclipscore([0.02, -0.04, None], 0.25), 6)
+    -0.036
+    """
+    scored = [w for w in word_scores if w is not None]
+    return min(scored) * (1.0 - s / 2.5) if scored else None
+
+
+def average_precision(scores, positive, weights=None):
+    """Average precision of ranking the positives first by score, as scikit-learn's
+    average_precision_score computes it: over the distinct scores, highest first, the sum of each
+    threshold's recall step times its precision (no interpolation; tied scores are one threshold).
+    `weights`: per item, or [resamples, items] for many weightings at once (a bootstrap's draw counts).
+    None (or NaN per weighting) when there is no positive or no negative.
+    >>> average_precision([0.9, 0.8, 0.8, 0.1], [True, False, True, False])   # 0.5 * 1 + 0.5 * 2/3
+    0.8333333333333333
+    """
+    scores, positive = np.asarray(scores, dtype=np.float64), np.asarray(positive, dtype=bool)
+    w = np.ones((1, len(scores))) if weights is None else np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    order = np.argsort(-scores, kind="mergesort")
+    s, p, w = scores[order], positive[order], w[:, order]
+    last = np.r_[np.flatnonzero(np.diff(s) != 0), len(s) - 1] if len(s) else np.array([], dtype=np.int64)
+    tp, fp = np.cumsum(w * p, axis=1)[:, last], np.cumsum(w * ~p, axis=1)[:, last]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = np.where(tp + fp > 0, tp / (tp + fp), 0.0)
+        recall = tp / tp[:, -1:] if len(last) else tp
+        ap = np.sum(np.diff(np.concatenate([np.zeros((len(w), 1)), recall], axis=1), axis=1) * precision, axis=1)
+    ap = np.where((tp[:, -1] > 0) & (fp[:, -1] > 0), ap, np.nan) if len(last) else np.full(len(w), np.nan)
+    if weights is None or np.ndim(weights) == 1:
+        return None if np.isnan(ap[0]) else float(ap[0])
+    return ap
+
+
+def detection(lines, cfg):
+    """Misalignment detection (LGIP_SPEC.md section 8): the captions of the explained flips (each
+    distinct record and caption once: positives) against the flips (negatives), ranked by s (CLIPScore:
+    the attributed cosine) and by F (F-CLIPScore): detection_ap_clipscore, detection_ap_fclipscore and
+    their difference detection_ap_gain (F minus s), each with its interval over records (the same
+    resampled records for both); None with a single class."""
+    from .scoring import bootstrap_draws
+    items = {}
+    for x in lines:  # (a caption once; its flips each once)
+        s_cap = x.get("sim_caption_template", x["sim_caption"])
+        items.setdefault(("caption", x["line"], x["caption_index"]), (x["line"], True, s_cap, x["caption_fclipscore"]))
+        items[("flip", len(items))] = (x["line"], False, x.get("sim_flip_template", x["sim_flip"]), x["fclipscore"])
+    keep = [v for v in items.values() if v[3] is not None]
+    block = {"detection_num_captions": sum(1 for v in keep if v[1]), "detection_num_flips": sum(1 for v in keep if not v[1])}
+    names = ("detection_ap_clipscore", "detection_ap_fclipscore", "detection_ap_gain")
+    if not keep:
+        return dict(block, **{k: None for n in names for k in (n, n + "_ci95")})
+    rec, positive = np.array([v[0] for v in keep]), np.array([v[1] for v in keep])
+    by_s, by_f = np.array([v[2] for v in keep]), np.array([v[3] for v in keep])
+    ap_s, ap_f = average_precision(by_s, positive), average_precision(by_f, positive)
+    block.update(zip(names, (ap_s, ap_f, None if ap_s is None or ap_f is None else ap_f - ap_s)))
+    cis = {n: None for n in names}
+    if cfg["BOOTSTRAP"] and block["detection_ap_gain"] is not None:
+        used, where = np.unique(rec, return_inverse=True)
+        draws = bootstrap_draws(len(used), cfg["BOOTSTRAP"], cfg["BOOTSTRAP_SEED"])
+        stats = {}
+        for start in range(0, len(draws), 100):  # (memory: 100 resamples x items at a time)
+            w = draws[start:start + 100][:, where].astype(np.float64)
+            for n, ap in (("detection_ap_clipscore", average_precision(by_s, positive, w)),
+                          ("detection_ap_fclipscore", average_precision(by_f, positive, w))):
+                stats.setdefault(n, []).append(ap)
+        stats = {n: np.concatenate(v) for n, v in stats.items()}
+        stats["detection_ap_gain"] = stats["detection_ap_fclipscore"] - stats["detection_ap_clipscore"]
+        for n, v in stats.items():
+            v = v[np.isfinite(v)]  # (a resample that drew one class only)
+            cis[n] = [float(q) for q in np.quantile(v, [0.025, 0.975])] if len(v) else None
+    for n in names:  # each figure's interval right after it
+        block[n + "_ci95"] = cis[n]
+    return {k: block[k] for k in ("detection_num_captions", "detection_num_flips") + tuple(
+        x for n in names for x in (n, n + "_ci95"))}
+
+
+def detection_line(m):
+    """CLIP4DM's claim, tested on one model, in words: does F-CLIPScore separate captions from flips
+    better than CLIPScore, by how much, with the interval of the difference."""
+    ap_s, ap_f, gain, ci = (m.get(k) for k in ("detection_ap_clipscore", "detection_ap_fclipscore",
+                                               "detection_ap_gain", "detection_ap_gain_ci95"))
+    if gain is None:
+        return "misalignment detection: n/a (needs explained flips and their captions)"
+    verdict = "beats" if gain > 0 else "does not beat"
+    where = ""
+    if ci is not None:
+        where = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" + ("; the interval excludes 0" if ci[0] > 0 or ci[1] < 0 else
+                                                 "; the interval includes 0")
+    return (f"misalignment detection (captions vs flips): AP by F-CLIPScore {ap_f:.3f}, by CLIPScore {ap_s:.3f}: "
+            f"F {verdict} s by {gain:+.3f}{where}")
 
 
 def localization(lines, cfg):
@@ -188,8 +285,9 @@ def explain_model(enc, records, flips, sample, cfg):
         f.writelines(dump_jsonl_line(line) for line in lines)
     block = localization(lines, cfg)
     return {"model_tag": enc.name, "num_flips": block.pop("count"), **block,
-            "by_flip_type": {ft: localization([x for x in lines if x["flip_type"] == ft], cfg)
-                             for ft in type_order(records, lines)},
+            **detection(lines, cfg),
+            "by_flip_type": {ft: dict(localization(typed, cfg), **detection(typed, cfg))
+                             for ft in type_order(records, lines) for typed in [[x for x in lines if x["flip_type"] == ft]]},
             "num_random": sum("random" in x["drawn"] for x in lines), "num_top_k": sum("top_k" in x["drawn"] for x in lines),
             "skipped": skipped, "explain_file": os.path.basename(path), "score_file": score_file and os.path.basename(score_file),
             "score_file_protocol": protocol, "image_report": failed, "family": tower.family}
