@@ -22,6 +22,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: make_perturb_with_fliptypes.py output (any JSONL with diff_caps)
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
 MODELS = common.PUBLISHED_MODELS  # list of specs or names (see run_lgip_multi.py); families: open_clip CLIP/OpenCLIP/EVA02, transformers CLIPModel, SigLIP, SigLIP2
+SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS: one job of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT)
+ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run) or "skip" (it is left out and recorded in each row's run.skipped_models; the run fails only when every model does)
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ... (the models run in fp32)
 N_FLIPS = 1000  # int >= 0: flips drawn at random (with SEED) from all the input's flips, the same for every model; None = all
 SEED = 0  # int: seed of that draw
@@ -58,22 +60,25 @@ def explain_all(config):
     check_config(config)
     records = common.load_records(JSONL_PATH, ("diff_caps", "diff_caps_*"))
     flips = explain.all_flips(records)
-    common.require_models(MODELS)  # before the first model's work
+    loop = common.ModelLoop(config, MODELS)  # (models that cannot be had: before the first model's work)
     common.say_demo(MODELS, JSONL_PATH, records)
     n = len(flips) if N_FLIPS is None else min(N_FLIPS, len(flips))
     sample = set(random.Random(SEED).sample(range(len(flips)), n))
     print(f"{len(records)} records, {len(flips)} flips; explaining {n} drawn with seed {SEED} (+ TOP_K {TOP_K} per model)")
     results = []
-    for spec in MODELS:
-        with common.Timer() as t:
+    for spec in loop.runnable:
+        with common.Timer() as t, loop.model(spec) as ok:  # (ON_MODEL_ERROR "skip": a model that fails is left out)
             enc = common.load_model(spec, "corrected", DEVICE, "fp32")
             try:
                 m = explain.explain_model(enc, records, flips, sample, config)
             finally:
                 if enc.release is not None:
                     enc.release()  # (a caller's model in memory: back in the mode it came in)
+        if not ok:
+            continue
         m["run"] = dict(common.eval_run_info(__file__, config, enc, m.pop("image_report"), len(records), records=records),
                         seconds=round(t.seconds, 3), family=m.pop("family"))
+        m["model_card"] = common.model_card(spec, enc)
         results.append(m)
         if "unsupported" in m:
             print(f"{enc.name}: skipped: {m['unsupported']}", flush=True)
@@ -82,8 +87,9 @@ def explain_all(config):
               f"{common.fmt(m['localization_acc_detected'], '.3f')}, preferred {common.fmt(m['localization_acc_preferred'], '.3f')}, "
               f"chance {common.fmt(m['chance'], '.3f')}) over {m['num_flips']} flips, {t.seconds:.1f} s -> "
               f"{m['explain_file']}" + (f"; left out: {', '.join(f'{v} {k}' for k, v in m['skipped'].items() if v)}"
-                                       if any(m["skipped"].values()) else ""))
+                                       if any(m["skipped"].values()) else "") + loop.progress())
         print(f"{enc.name}: {explain.detection_line(m)}", flush=True)
+    loop.finish(results)
     print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_explain.metrics.json'), results)}")
     return results
 

@@ -40,6 +40,8 @@ DEMO_JSONL = os.path.join(_HERE, "demo", "lgip_demo.jsonl")  # the bundled demo 
 BENCHMARK_JSONL = None  # an imported benchmark's records (import_benchmark.py: SugarCrepe, SugarCrepe++, RoCOCO): the evaluations and the report run on it, no generator step; None = none
 DATA = "auto"  # "auto" (the benchmark when BENCHMARK_JSONL is set, else COCO when ANNOTATIONS_JSON or BASE_JSONL exists, else the demo), "coco", "demo" or "benchmark"
 MODELS = None  # list of model specs or names (see run_lgip_multi.py; "demo": the bundled tiny random model); None = the nine published models for COCO, the smallest (openclip_ViT-B-16_openai, downloaded on first use) for the demo, the demo model when those cannot be had
+SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS: one job of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT); the steps get this shard's models
+ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run) or "skip" (it is left out and recorded in each row's run.skipped_models; the run fails only when every model does)
 PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
@@ -62,7 +64,8 @@ SCRIPTS = {"make_base": "make_base_jsonl.py", "diff_gen_caption": "diff_gen_capt
 DEMO_MODEL = "openclip_ViT-B-16_openai"  # the smallest published model: the demo's default
 # Settings run_all sets itself (SETTINGS may not).
 _OWN = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "OUTPUT_PREFIX", "ANNOTATIONS_JSON", "IMAGE_DIR", "MODELS",
-        "PROTOCOL", "DEVICE", "DTYPE", "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "UNSUPPORTED"}
+        "PROTOCOL", "DEVICE", "DTYPE", "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "UNSUPPORTED", "SHARD",
+        "ON_MODEL_ERROR"}
 
 
 def choose_data():
@@ -91,10 +94,10 @@ def choose_data():
 
 def default_models(mode):
     if MODELS is not None:
-        return MODELS
+        return MODELS  # (names and zoo entries expanded, and SHARD applied, by the settings check)
     if mode in ("coco", "benchmark"):
-        return common.PUBLISHED_MODELS
-    return [m for m in common.PUBLISHED_MODELS if m["name"] == DEMO_MODEL]
+        return common.shard(common.PUBLISHED_MODELS, SHARD)
+    return common.shard([m for m in common.PUBLISHED_MODELS if m["name"] == DEMO_MODEL], SHARD)
 
 
 def choose_models(mode, base, steps):
@@ -132,7 +135,7 @@ def plan(mode, base, models):
                common.metrics_path(enhanced, "ENHANCED_LGIP_analysis.json"),
                common.metrics_path(fliptypes, "LGIP_retrieval.metrics.json")]
     explained = common.metrics_path(fliptypes, "LGIP_explain.metrics.json")
-    evaluation = {"MODELS": models, "PROTOCOL": PROTOCOL, "DEVICE": DEVICE, "DTYPE": DTYPE}
+    evaluation = {"MODELS": models, "PROTOCOL": PROTOCOL, "DEVICE": DEVICE, "DTYPE": DTYPE, "ON_MODEL_ERROR": ON_MODEL_ERROR}
     evaluation.update({k: v for k, v in (("IMAGE_BATCH_SIZE", IMAGE_BATCH_SIZE), ("TEXT_BATCH_SIZE", TEXT_BATCH_SIZE),
                                          ("NUM_WORKERS", NUM_WORKERS)) if v is not None})
     steps = []
@@ -178,7 +181,7 @@ def main():
     mode, base = choose_data()
     mode, base, models = choose_models(mode, base, check_settings(plan(mode, base, default_models(mode))))
     steps = check_settings(plan(mode, base, models))
-    problems = common.blockers(steps, models)
+    problems = common.blockers(steps, models, skip_models=ON_MODEL_ERROR == "skip")
     if problems and not DRY_RUN:  # before any step: not after the generators' minutes
         raise common.ModelError("cannot run, nothing was run:\n  " + "\n  ".join(problems))
     for line in ["a real run would stop here, before any step:"] + problems if problems else []:

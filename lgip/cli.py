@@ -13,7 +13,7 @@ import os
 import re
 import sys
 
-from .errors import ConfigError, InputError, Interrupted, ModelError, OutputError, Terminated
+from .errors import ConfigError, InputError, Interrupted, ModelError, NothingToDo, OutputError, Terminated
 from .settings import check_settings
 from .util import OUTPUTS, check_writable
 
@@ -106,20 +106,51 @@ def check_config(config, script, namespace=None):
     a constant whose default in the script's source is None may be None (its comment says what that means).
     First MODELS' names become their specs (lgip.models.registry.expand_models: "demo", a published
     model's name), in `config` and in the script's `namespace`, so the run and its records see specs."""
-    if isinstance(config, dict) and "MODELS" in config and _has_names(config["MODELS"]):
+    sharded = isinstance(config, dict) and isinstance(config.get("MODELS"), ShardOfModels) \
+        and config["MODELS"].shard == config.get("SHARD")  # (run_main checked them, and run() checks again)
+    if isinstance(config, dict) and "MODELS" in config and not sharded and (
+            _has_names(config["MODELS"]) or config.get("SHARD") is not None):
         from .models.registry import expand_models
+        from .models.zoo import shard
+        given = config["MODELS"]
         try:
-            config["MODELS"] = expand_models(config["MODELS"])
+            config["MODELS"] = expand_models(given)
         except ModelError as e:
             raise ConfigError(f"MODELS: {e}") from None
+        if config.get("SHARD") is not None and config["MODELS"] is not None:
+            every = config["MODELS"]
+            config["MODELS"] = ShardOfModels(shard(every, config["SHARD"]), config["SHARD"], len(every))
+            if not config["MODELS"]:
+                raise NothingToDo(f"SHARD {config['SHARD']!r} has no model of the {len(every)} in MODELS: nothing to do")
+            print(f"SHARD {config['SHARD']}: {len(config['MODELS'])} of {len(every)} models", flush=True)
+        _say_expansion(given, config["MODELS"])
         if namespace is not None:
             namespace["MODELS"] = config["MODELS"]
     none_ok = {k for k, (expr, _) in _constant_docs(script).items() if expr == "None"}
     check_settings(config if isinstance(config, dict) else {}, none_ok)
 
 
+class ShardOfModels(list):
+    """MODELS once SHARD picked this job's models from the expanded list (`of` of them)."""
+
+    def __init__(self, models, shard, of):
+        super().__init__(models)
+        self.shard, self.of = shard, of
+
+
 def _has_names(models):
-    return isinstance(models, str) or (isinstance(models, (list, tuple)) and any(isinstance(m, str) for m in models))
+    """A MODELS value that expand_models changes: names, or a zoo entry."""
+    return isinstance(models, str) or (isinstance(models, (list, tuple)) and any(
+        isinstance(m, str) or (isinstance(m, dict) and m.get("type") == "openclip_zoo") for m in models))
+
+
+def _say_expansion(given, models, shown=12):
+    """What a zoo entry stood for, once (a dry run lists every model)."""
+    zoos = [m for m in given or [] if isinstance(m, dict) and m.get("type") == "openclip_zoo"]
+    if zoos and isinstance(models, list):
+        names = [m["name"] for m in models if isinstance(m, dict)]
+        print(f"MODELS: {len(zoos)} openclip_zoo entr{'y' if len(zoos) == 1 else 'ies'} -> {len(names)} models: "
+              + ", ".join(names[:shown]) + (f", ... (+{len(names) - shown})" if len(names) > shown else ""), flush=True)
 
 
 def closest(name, valid):
@@ -213,6 +244,9 @@ def run_main(main):
         lines += [OUTPUTS.resume] if started and OUTPUTS.resume else []
         print(f"error: {e}" + "".join(f"\n  {line}" for line in lines), file=sys.stderr)
         raise SystemExit(4)
+    except NothingToDo as e:  # (a job array's shard past the last model: not an error)
+        print(f"note: {e}", flush=True)
+        raise SystemExit(0)
     except (InputError, ModelError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2)

@@ -19,7 +19,9 @@ DEMO_DIR = os.path.join(ROOT, "demo")
 DEMO_JSONL = os.path.join(DEMO_DIR, "lgip_demo.jsonl")
 DEMO_MODEL_DIR = os.path.join(DEMO_DIR, "model")
 DEMO_NAME = "demo"  # what a user writes in MODELS
-DEMO_MODEL = {"name": "demo_tiny_random", "type": "openclip", "model_name": "local-dir:" + DEMO_MODEL_DIR, "demo": True}
+DEMO_MODEL = {"name": "demo_tiny_random", "type": "openclip", "model_name": "local-dir:" + DEMO_MODEL_DIR, "demo": True,
+              "card": {"architecture": "tiny CLIP (width 32, 2 layers, 64 px)", "family": "demo",
+                       "training_data": "none (random init)"}}
 ABOUT_MODEL = ("the demo model (demo/model: a tiny random-init open_clip CLIP, width 32, 2 layers, 64 px, that "
                "ships with the project and knows nothing)")
 

@@ -45,5 +45,9 @@ class Terminated(KeyboardInterrupt):
     lgip.cli.run_main installs: a KeyboardInterrupt, so it takes Ctrl-C's way out (exit status 143)."""
 
 
+class NothingToDo(Exception):
+    """Settings that leave a run nothing to do (a job array's SHARD past the last model): said, exit 0."""
+
+
 class ConfigError(ValueError):
     """A setting with a value it cannot take; the message lists the valid ones."""

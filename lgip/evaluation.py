@@ -12,7 +12,8 @@ from . import accelerations
 from .demo import demo_block, say_demo
 from .models import prefix_packs
 from .errors import InputError, Interrupted
-from .models.hub import require_models
+from .model_loop import ModelLoop
+from .models.cards import model_card
 from .util import OUTPUTS, Timer, metrics_path, provenance
 from .records import load_records
 from .models.encoder import resolve_device
@@ -411,8 +412,8 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
         OUTPUTS.resume = ("the embeddings encoded so far are in the cache: once there is room, the same command "
                           "re-runs from it (a model whose embeddings are all there without loading its weights)")
     results = []
-    models = config["MODELS"]
-    require_models(models)  # before the first model's work: not after an hour
+    loop = ModelLoop(config, config["MODELS"], distributed=distributed()[1] > 1)  # (models that cannot be had: first)
+    models = loop.runnable
     say_demo(models, config["JSONL_PATH"], records)
     switched = accelerations.switch_off(config.get("ACCELERATIONS_OFF", []))
     ahead = (Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], config.get("PIXEL_MEMORY_GB", "auto"))
@@ -420,18 +421,19 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
     finished, paired = [], Comparisons()
     try:
         for spec in models:
-            with Timer() as t:
+            with Timer() as t, loop.model(spec) as ok:  # (ON_MODEL_ERROR "skip": a model that fails is left out)
                 run = ModelRun(spec, records, config, lookahead=ahead)
                 try:
                     metrics = evaluate(run)
                 finally:
                     run.release()
                 run.finished()
-            if not run.is_main:
+            if not ok or not run.is_main:
                 continue
             metrics["run"] = run.info(script)
             metrics["run"].update(input_report)
             metrics["run"]["seconds"] = round(t.seconds, 3)
+            metrics["model_card"] = model_card(spec, run.enc, run.img_emb)
             for compared in run.compared:
                 paired.add(run.enc.name, *compared)
             if on_model:
@@ -441,13 +443,16 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
             no_caps = input_report["num_records_without_captions"]
             print(f"{run.enc.name}: {summary(metrics)} ({run.n_samples} records, "
                   f"{run.image_report['num_failed_images']} unreadable images, "
-                  + (f"{no_caps} without captions (skipped), " if no_caps else "") + f"{t.seconds:.1f} s)", flush=True)
+                  + (f"{no_caps} without captions (skipped), " if no_caps else "") + f"{t.seconds:.1f} s)"
+                  + loop.progress(), flush=True)
     except KeyboardInterrupt:
         raise Interrupted(_interrupted(config, models, finished, on_model is not None)) from None
     finally:
         if ahead is not None:
             ahead.close()
         accelerations.restore(switched)
+    if distributed()[0] == 0:
+        loop.finish(results)
     if len(paired.models) >= 2:
         write_comparisons(script, config, paired)
     rank, world = distributed()

@@ -30,7 +30,8 @@ from .util import write_json
 # Settings that never change a step's results: left out of the recorded settings, so that
 # changing them re-runs nothing.
 NO_EFFECT = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "ANNOTATIONS_JSON", "IMAGE_DIR", "DEVICE",
-             "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "CACHE_DIR", "PIXEL_MEMORY_GB", "LOOKAHEAD"}
+             "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "CACHE_DIR", "PIXEL_MEMORY_GB", "LOOKAHEAD",
+             "ON_MODEL_ERROR"}  # (ON_MODEL_ERROR: which rows a failure leaves, never a row's figures)
 
 
 class Step:
@@ -202,16 +203,20 @@ def say_report(base):
         print(f"report: not written yet (step report -> {show(page)})")
 
 
-def blockers(steps, models):
+def blockers(steps, models, skip_models=False):
     """What a run of these steps would stop at, found before any of them runs: models whose files
-    cannot be had (lgip.models.hub), inputs a step needs that are neither there nor made by an
-    earlier step. Lines to print, [] when none."""
+    cannot be had (lgip.models.hub; with `skip_models`, ON_MODEL_ERROR "skip", only said, unless it is
+    every model), inputs a step needs that are neither there nor made by an earlier step. Lines to
+    print, [] when none."""
     from .models.hub import check_models, describe
     lines, made = [], set()
     if any("MODELS" in s.args for s in steps):
         problems = check_models(models)
-        if problems:
-            lines += [f"{len(problems)} of {len(models)} models cannot be had:"] + ["  " + x for x in describe(problems)]
+        said = [f"{len(problems)} of {len(models)} models cannot be had:"] + ["  " + x for x in describe(problems)]
+        if problems and skip_models and len(problems) < len(models):
+            print("\n".join(said[:1] + [x for x in said[1:]]) + "\n(ON_MODEL_ERROR=skip: the steps leave them out)", flush=True)
+        elif problems:
+            lines += said
     for s in steps:
         lines += [f"step {s.name}: {show(p)} is not there (and no earlier step makes it)"
                   for p in s.needs if p not in made and not os.path.exists(p) and not s.note]

@@ -87,6 +87,12 @@ def check_models(models, name="MODELS"):
     return True
 
 
+def _shard(v):
+    from .models.zoo import shard_of
+    shard_of(v)  # (its own ConfigError says what is wrong: a malformed "i/n", SLURM's variables not set)
+    return True
+
+
 def _models(v):
     return check_models(v)
 
@@ -119,6 +125,10 @@ RULES = {
     "LOOKAHEAD": (lambda v: isinstance(v, bool), "True or False"),
     "WRITE_SCORES": (lambda v: isinstance(v, bool), "True or False"),
     "ACCELERATIONS_OFF": (_accelerations, "a list of names from lgip/accelerations.py, or \"all\""),
+    "SHARD": (_shard, "None, \"i/n\" (0 <= i < n: this job runs models i, i + n, ...) or \"slurm\" (i and n from "
+                      "SLURM_ARRAY_TASK_ID, _MIN and _COUNT)"),
+    "ON_MODEL_ERROR": (lambda v: v in ("stop", "skip"), "\"stop\" (a model that fails stops the run) or \"skip\" (it is "
+                                                        "left out, recorded in skipped_models; the others go on)"),
     "MAX_SAME_PER_CAP": (_int(0), f"{_COUNT} (paraphrases kept per caption)"),
     "MAX_DIFF_PER_CAP": (_int(0), f"{_COUNT} (flips kept per caption)"),
     "MAX_COMBINED_PER_CAP": (_int(0), f"{_COUNT} (paraphrase+flip texts kept per caption)"),

@@ -171,7 +171,7 @@ def test_configure_overrides_and_errors(capsys):
     cfg = configure(ns, ["--BATCH=64", "--NAME=cuda:0", "--PATH=[1, 'b']"])
     assert cfg == {"BATCH": 64, "NAME": "cuda:0", "PATH": [1, "b"]} and ns["BATCH"] == 64
     assert "override: BATCH = 64" in capsys.readouterr().out
-    for argv, message in ((["--BATC=1"], "unknown setting 'BATC'; valid settings: BATCH, NAME, PATH"),
+    for argv, message in ((["--BATC=1"], "unknown setting 'BATC' (did you mean BATCH?); valid settings: BATCH, NAME, PATH"),
                           (["BATCH=1"], "expected --NAME=value")):
         with pytest.raises(SystemExit) as e:
             configure(ns, argv)

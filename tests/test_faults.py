@@ -134,12 +134,13 @@ def test_a_full_disk_keeps_the_metrics_and_a_full_cache_costs_nothing(tmp_path):
         "error: not every output could be written (see the warnings above: the run went on without them)\n"
         "  not written: in__LGIP_tiny_openclip.scores.jsonl (no space left on the device), "
         "in__LGIP_tiny_siglip.scores.jsonl (no space left on the device)\n"
-        "  written: in__LGIP_tiny_openclip.metrics.json, in__LGIP_tiny_siglip.metrics.json, in__LGIP_ALL.metrics.json\n"
+        "  written: in__LGIP_tiny_openclip.metrics.json, in__LGIP_tiny_siglip.metrics.json, "
+        "in__LGIP_comparisons.metrics.json, in__LGIP_ALL.metrics.json\n"
         "  no partial file was left\n"
         "  the embeddings encoded so far are in the cache: once there is room, the same command re-runs from it "
         "(a model whose embeddings are all there without loading its weights)\n")
-    assert sorted(os.listdir(out)) == ["in.jsonl", "in__LGIP_ALL.metrics.json", "in__LGIP_tiny_openclip.metrics.json",
-                                       "in__LGIP_tiny_siglip.metrics.json"]
+    assert sorted(os.listdir(out)) == ["in.jsonl", "in__LGIP_ALL.metrics.json", "in__LGIP_comparisons.metrics.json",
+                                       "in__LGIP_tiny_openclip.metrics.json", "in__LGIP_tiny_siglip.metrics.json"]
     metrics = json.load(open(out / "in__LGIP_ALL.metrics.json"))
     assert_matches(metrics, json.load(open(os.path.join(REFERENCE, "fixture_with_perturb__LGIP_ALL.metrics.json"))))
     assert [m["scores_file"] for m in metrics] == [None, None]

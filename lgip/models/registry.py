@@ -16,6 +16,7 @@ Encoder, registered in the four dicts below (preparer and key encoder may be Non
 from .. import accelerations
 from ..demo import DEMO_MODEL, DEMO_NAME
 from ..errors import ModelError, WrongModelType
+from .zoo import expand_zoo, is_zoo
 from .encoder import PROTOCOLS, resolve_device, resolve_dtype, tokenizer_key
 from .pixels import check_pixel_split
 from .hub import check_model
@@ -43,8 +44,10 @@ NAMED_MODELS = {**{m["name"]: m for m in PUBLISHED_MODELS}, DEMO_NAME: DEMO_MODE
 
 def expand_models(models):
     """MODELS as a list of spec dicts: a name (a string, or a string of names "a,b") stands for its
-    spec in NAMED_MODELS, a spec dict stays as given (copied), None stays None (a script's own
-    default). An unknown name is an error naming the closest valid names.
+    spec in NAMED_MODELS, an {"type": "openclip_zoo", "match", "tags"} entry for its open_clip models
+    (lgip.models.zoo; a pair already in the list is not repeated), a spec dict stays as given
+    (copied), None stays None (a script's own default). An unknown name is an error naming the
+    closest valid names.
     >>> [m["name"] for m in expand_models(["demo", {"name": "mine", "type": "python", "loader": "m.py:f"}])]
     ['demo_tiny_random', 'mine']
     """
@@ -57,6 +60,10 @@ def expand_models(models):
         return models  # (the settings check names what a list of specs must be)
     out = []
     for m in models:
+        if is_zoo(m):
+            have = {(s.get("model_name"), s.get("pretrained")) for s in out if isinstance(s, dict) and s.get("type") == "openclip"}
+            out += [s for s in expand_zoo(m) if (s["model_name"], s["pretrained"]) not in have]
+            continue
         if isinstance(m, str):
             if m not in NAMED_MODELS:
                 close = difflib.get_close_matches(m, list(NAMED_MODELS), n=3, cutoff=0.4)

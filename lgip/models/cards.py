@@ -1,0 +1,175 @@
+"""lgip.models.cards: what a model is, beside its figures (LGIP_SPEC.md section 12): `model_card`, the
+`model_card` of every evaluation's per-model dict: source, architecture, pretrained, family, parameters
+counted per tower, embedding size, image size, context length, loss, training data and samples seen
+(from open_clip's tag, by the section's table). A spec's own `card` dict wins, field by field.
+Nothing is guessed: what cannot be told is None.
+
+Counting needs no weights: a model whose embeddings all came from the cache (its weights not
+loaded) is built on PyTorch's meta device (open_clip, transformers: shapes only, no memory, well
+under a second) and counted there; a model of one's own (type python) is counted when loaded.
+
+    >>> model_card({"name": "b16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "laion2b_s34b_b88k"})
+    {'source': 'openclip', 'architecture': 'ViT-B-16', 'pretrained': 'laion2b_s34b_b88k', 'family': 'ViT',
+     'params_image': 86192640, 'params_text': 63428096, 'params_total': 149620737, 'embed_dim': 512,
+     'image_size': 224, 'context_length': 77, 'loss': 'softmax', 'training_data': 'LAION-2B', 'samples_seen': 34000000000}
+"""
+import json
+import os
+import re
+
+FIELDS = ("source", "architecture", "pretrained", "family", "params_image", "params_text", "params_total",
+          "embed_dim", "image_size", "context_length", "loss", "training_data", "samples_seen")
+
+# an open_clip tag's first "_"-separated token -> its training data (section 12's table)
+TRAINING_DATA = {"openai": "WIT-400M", "laion400m": "LAION-400M", "laion2b": "LAION-2B", "laion5b": "LAION-5B",
+                 "laion": "LAION", "datacomp": "DataComp-1B", "datacomp1b": "DataComp-1B", "datacompdr": "DataCompDR-1B",
+                 "commonpool": "CommonPool", "dfn2b": "DFN-2B", "dfn5b": "DFN-5B", "dfndr2b": "DFNDR-2B",
+                 "webli": "WebLI", "metaclip": "MetaCLIP", "metaclip2": "MetaCLIP-2", "yfcc15m": "YFCC-15M",
+                 "cc12m": "CC12M", "mscoco": "COCO", "merged2b": "Merged-2B"}
+_SEEN = re.compile(r"^s(\d+(?:\.\d+)?)([kmb])$")
+_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9}
+_CARDS = {}  # (spec as JSON) -> the counted part of its card, for the process (every evaluation of a run asks)
+
+
+def family_of(architecture):
+    """An open_clip architecture's family: up to its first "-" or "_" ("SigLIP" when the name says so).
+    >>> [family_of(a) for a in ("RN50", "ViT-B-16", "EVA02-L-14", "convnext_base", "ViT-B-16-SigLIP")]
+    ['RN50', 'ViT', 'EVA02', 'convnext', 'SigLIP']
+    """
+    if not architecture:
+        return None
+    if "siglip" in architecture.lower():
+        return "SigLIP"
+    return re.split(r"[-_]", architecture, 1)[0]
+
+
+def tag_facts(tag):
+    """(training data, samples seen) of an open_clip pretrained tag, None where the tag does not say.
+    >>> tag_facts("laion2b_s32b_b82k"), tag_facts("openai"), tag_facts("merged2b_s4b_b131k")
+    (('LAION-2B', 32000000000), ('WIT-400M', None), ('Merged-2B', 4000000000))
+    """
+    if not isinstance(tag, str) or not tag or os.path.sep in tag or tag.endswith((".bin", ".pt", ".safetensors")):
+        return None, None
+    tokens = tag.split("_")
+    seen = None
+    for t in tokens[1:]:
+        m = _SEEN.match(t)
+        if m:
+            seen = int(round(float(m.group(1)) * _SCALE[m.group(2)]))
+            break
+    return TRAINING_DATA.get(tokens[0]), seen
+
+
+def _numel(modules):
+    seen, total = set(), 0
+    for module in modules:
+        for p in module.parameters() if hasattr(module, "parameters") else [module]:
+            if id(p) not in seen:
+                seen.add(id(p))
+                total += p.numel()
+    return total
+
+
+def count_towers(model):
+    """{params_image, params_text, params_total} of an open_clip or transformers dual encoder: every
+    parameter on the path from pixels to the image embedding (open_clip `visual`; transformers
+    `vision_model` and `visual_projection`), the text tower likewise, and every parameter; a tower
+    that cannot be told apart: None."""
+    total = _numel([model])
+    image = text = None
+    if hasattr(model, "visual"):  # open_clip: CLIP keeps its text tower's parts at the top, CustomTextCLIP in .text
+        image = _numel([model.visual])
+        if hasattr(model, "text"):
+            text = _numel([model.text])
+        else:
+            scalars = [getattr(model, n) for n in ("logit_scale", "logit_bias") if getattr(model, n, None) is not None]
+            text = total - image - sum(s.numel() for s in scalars)
+    elif hasattr(model, "vision_model") and hasattr(model, "text_model"):  # transformers
+        image = _numel([model.vision_model] + ([model.visual_projection] if hasattr(model, "visual_projection") else []))
+        text = _numel([model.text_model] + ([model.text_projection] if hasattr(model, "text_projection") else []))
+    return {"params_image": image, "params_text": text, "params_total": total}
+
+
+def _openclip_card(spec, model):
+    name = str(spec.get("model_name", ""))
+    local = name.startswith(("hf-hub:", "local-dir:"))
+    if model is None:
+        import logging
+        import warnings
+        import open_clip
+        import torch
+        quiet = logging.getLogger().level
+        logging.getLogger().setLevel(logging.ERROR)  # ("No pretrained weights loaded": none is wanted here)
+        try:
+            with warnings.catch_warnings(), torch.device("meta"):
+                warnings.simplefilter("ignore")  # (a local-dir checkpoint copied onto meta tensors: a no-op, said per tensor)
+                model = open_clip.create_model(name, pretrained=None, device="meta")
+        finally:
+            logging.getLogger().setLevel(quiet)
+    size = getattr(getattr(model, "visual", None), "image_size", None)
+    size = size[0] if isinstance(size, (tuple, list)) and len(set(size)) == 1 else size
+    card = dict(count_towers(model), image_size=size if isinstance(size, int) else None,
+                context_length=getattr(model, "context_length", None),
+                loss="sigmoid" if getattr(model, "logit_bias", None) is not None else "softmax")
+    card["architecture"] = None if local else name
+    card["family"] = None if local else family_of(name)
+    return card
+
+
+def _transformers_card(spec, model):
+    from transformers import AutoConfig
+    from .hub import hub_status
+    if model is None:
+        hub_status()  # (an unreachable Hub: offline mode first, so a config not in the cache fails at once)
+    config = model.config if model is not None else AutoConfig.from_pretrained(spec["model_id"])
+    if model is None:
+        import torch
+        from transformers import AutoModel
+        with torch.device("meta"):
+            model = AutoModel.from_config(config)
+    kind = getattr(config, "model_type", None)
+    vision, text = getattr(config, "vision_config", None), getattr(config, "text_config", None)
+    logit_only = hasattr(model, "logit_scale") and getattr(model, "logit_bias", None) is None
+    return dict(count_towers(model), architecture=kind, family=kind,
+                image_size=getattr(vision, "image_size", None),
+                context_length=getattr(text, "max_position_embeddings", None),
+                loss="sigmoid" if kind in ("siglip", "siglip2") else "softmax" if logit_only else None)
+
+
+def _counted(spec, enc):
+    """The part of the card that needs the model (built on the meta device when not loaded)."""
+    key = json.dumps({k: v for k, v in spec.items() if k != "name"}, sort_keys=True, default=str)
+    model = getattr(enc, "model", None) if getattr(enc, "weights_loaded", False) else None
+    if key in _CARDS and model is None:
+        return _CARDS[key]
+    card = {}
+    try:
+        if spec.get("type") == "openclip":
+            card = _openclip_card(spec, model)
+        elif spec.get("type") in ("transformers", "siglip"):
+            card = _transformers_card(spec, model)
+        elif model is not None and hasattr(model, "parameters"):  # a model of one's own: its total only
+            card = {"params_total": _numel([model])}
+    except Exception:  # (a card is what can be told; a model that cannot be built here says nothing)
+        card = {}
+    _CARDS[key] = card
+    return card
+
+
+def model_card(spec, enc=None, image_embeddings=None):
+    """The card of one model spec (module docstring); `enc`: its Encoder (its loaded model counted
+    as is), `image_embeddings`: the run's, whose width is the embedding size."""
+    kind = spec.get("type")
+    tag = spec.get("pretrained") if kind == "openclip" else None
+    data, seen = tag_facts(tag) if kind == "openclip" else (None, None)
+    card = dict.fromkeys(FIELDS)
+    card.update(source=kind, training_data=data, samples_seen=seen,
+                pretrained=(os.path.basename(tag) if isinstance(tag, str) and os.path.isfile(tag) else tag)
+                if kind == "openclip" else spec.get("model_id") if kind in ("transformers", "siglip") else
+                (spec.get("loader") if isinstance(spec.get("loader"), str) else None))
+    card.update({k: v for k, v in _counted(spec, enc).items() if k in FIELDS})
+    if image_embeddings is not None and getattr(image_embeddings, "ndim", 0) == 2:
+        card["embed_dim"] = int(image_embeddings.shape[1])
+    if isinstance(spec.get("card"), dict):  # the spec's own card wins, field by field
+        card.update({k: v for k, v in spec["card"].items()})
+    return card
