@@ -8,7 +8,8 @@ run_lgip_retrieval.py's recall figures when it ran (in the table and CSV, a figu
 positive rate, Spearman's rho across models), the text-prior controls and paired model comparisons
 of run_lgip_multi.py and run_lgip_by_fliptype.py (how much of each model's positive rate the text
 alone reaches: two table columns, a line per model in plain words, a figure, the comparisons as a
-table), and explain_flips.py's word attribution of the same flips when it ran (localization accuracy per model; the gallery flips it explained get their words
+table; a gallery flip says whether the model prefers it on the average other image too, when its
+score file has the flip's prior gap), and explain_flips.py's word attribution of the same flips when it ran (localization accuracy per model; the gallery flips it explained get their words
 coloured by score), and writes next to JSONL_PATH:
   <stem>__LGIP_report.html    one self-contained page (opens by double-click from any folder): the
                               markdown's content, the results table sortable, the plots, and galleries

@@ -829,3 +829,23 @@ def test_metrics_from_before_the_controls_show_none_of_them(reported, tmp_path):
     assert (f"- `{MODELS[1]}`: no text-prior control in `{EVALS['multi'][2]}` (written before the controls" in md
             and f"- `{MODELS[0]}`: " in md and (tmp_path / "fixture__LGIP_prior.png").exists())
 
+
+def test_a_flips_prior_gap_is_read_from_its_score_file_and_checked(tmp_path):
+    """A score file's flips may carry `prior_gap` (the flip against the average other image): the top
+    lists keep it (None where absent); anything but a finite number is named with its file, line and field."""
+    from lgip.errors import InputError
+    from lgip.report import scan_scores
+    path = tmp_path / "x.scores.jsonl"
+    line = {"line": 1, "image_path": "1.jpg", "caption_index": 0, "caption": "a red bus", "sim": 0.2,
+            "flips": [{"text": "a blue bus", "sim": 0.3, "type": "color", "prior_gap": -0.01},
+                      {"text": "a red dog", "sim": 0.25, "type": "object", "prior_gap": 0.02},
+                      {"text": "two red bus", "sim": 0.24, "type": "number"}]}
+    path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    tops = scan_scores([("multi", "m", str(path))], 5)
+    assert [(r["text"], r["prior_gap"]) for r in tops.flips[None]] == [("a blue bus", -0.01), ("a red dog", 0.02),
+                                                                       ("two red bus", None)]
+    for bad in ("-0.01", float("nan"), True):
+        line["flips"][1]["prior_gap"] = bad
+        path.write_text(json.dumps(dict(line, flips=line["flips"][:1])) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
+        with pytest.raises(InputError, match=re.escape(f"{path}:2: field 'flips[1].prior_gap' is {bad!r}, not a finite number")):
+            scan_scores([("multi", "m", str(path))], 5)

@@ -357,6 +357,10 @@ def test_page_in_chromium(request, tmp_path):
                 [...r.cells].map(c => c.textContent.replace(/\\s+/g, ' ').trim()))""")
             overall_opened = page.is_visible("#comparisons") and page.is_visible("#comparisons tbody tr:last-child")
             by_type_shown = page.is_visible("#comparisons-by-type")
+            prior_cards = page.eval_on_selector_all("#flips .card", """cards => cards.map(c => ({
+                model: c.dataset.model, image: c.querySelector('.imgid').title, caption: c.querySelector('td.txt').textContent,
+                flip: c.querySelector('td.alt').textContent,
+                prior: c.querySelector('.prior') && [c.querySelector('.prior').className, c.querySelector('.prior').textContent]}))""")
             flips = page.eval_on_selector_all("#flips .card", """cards => cards.map(c => [
                 c.querySelector('td.txt').textContent, c.querySelector('td.alt').textContent,
                 [...c.querySelectorAll('td.alt mark')].map(m => m.textContent.trim())])""")
@@ -398,13 +402,14 @@ def test_page_in_chromium(request, tmp_path):
     assert status.startswith(f"{len(shown_color)} flip{'s' if len(shown_color) != 1 else ''} shown: the color flips among "
                              f"the top 10 of {label}; {shown_color_scored} of them with word scores."), status
     check_word_scores(folder, scored, legend)
-    check_controls(folder, headers, priors, summaries, overall)
+    check_controls(folder, headers, priors, summaries, overall, prior_cards)
     assert not overall_shown and overall_opened and not by_type_shown  # (a click opens the overall list)
 
 
-def check_controls(folder, headers, priors, summaries, overall):
+def check_controls(folder, headers, priors, summaries, overall, cards):
     """The results table's Prior pos. and Grounded pos. right after Pos. rate; a line per model; the
-    paired comparisons, each with "interval excludes 0", "—" or "— (no interval)"."""
+    paired comparisons, each with "interval excludes 0", "—" or "— (no interval)"; each flip card whose
+    score file has its prior gap says whether the model prefers the flip on the average other image too."""
     from lgip.report.overview import prior_line
     at = headers.index("Pos. rate ↑")
     assert headers[at:at + 3] == ["Pos. rate ↑", "Prior pos.", "Grounded pos. ↑"], headers
@@ -428,6 +433,27 @@ def check_controls(folder, headers, priors, summaries, overall):
     assert summaries == [f"Overall ({len(expected)} comparisons, {says.count('interval excludes 0')} with an interval that "
                          "excludes 0)", f"By flip type ({n_by_type} comparisons, "
                          f"{sum(bool(c['excludes_zero']) for f in files for c in f if c['flip_type'])} with an interval that excludes 0)"]
+    gaps = {}
+    for path in folder.glob("nine_with_*__LGIP_*.scores.jsonl"):
+        model = next(m for m in MODELS if path.name.endswith(f"_{m}.scores.jsonl"))
+        for line in map(json.loads, path.read_text(encoding="utf-8").splitlines()):
+            for f in line["flips"]:
+                gaps[model, line["image_path"], line["caption"], f["text"]] = f.get("prior_gap")
+    seen = set()
+    for c in cards:
+        gap = gaps[c["model"], c["image"], c["caption"], c["flip"]]
+        if gap is None:
+            assert c["prior"] is None and c["model"] == NO_CONTROLS, c
+            seen.add("none")
+            continue
+        cls, text = c["prior"]
+        signed = f"{gap:+.4f}".replace("-", "−")
+        if gap <= 0:
+            assert cls == "prior any" and text.startswith("prefers it on the average other image too") and signed in text, c
+        else:
+            assert cls == "prior own" and text.startswith("prefers it only on this image") and signed in text, c
+        seen.add(cls)
+    assert seen == {"none", "prior any", "prior own"}
 
 
 def explain_lines(folder):

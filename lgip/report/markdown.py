@@ -37,6 +37,13 @@ def _fewer(report, rows, one, many):
     return f" (only {n} {one if n == 1 else many})"
 
 
+def prior_text(prior_gap):
+    """A preferred flip's prior, in words: 'prefers it too (-0.0123)', 'prefers the caption (+0.0100)', or '–'."""
+    if prior_gap is None:
+        return "–"
+    return f"{'prefers it too' if prior_gap <= 0 else 'prefers the caption'} ({prior_gap:+.4f})"
+
+
 def _top_tables(report):
     para_top, flip_top = report.tops.for_markdown(report.top_k_per_model)
     k, limit = report.tops.k, report.max_text_chars
@@ -58,11 +65,18 @@ def _top_tables(report):
                  + _fewer(report, flip_rows, "flip has gap < 0", "flips have gap < 0") + ", "
                  "gap = sim(image, caption) − sim(image, flip): the model scores the wrong caption higher.\n")
     if flip_rows:
-        parts.append(md_table(["#", "Model", "Image", "Caption", "Flip", "Type", "Gap"],
+        prior = any(r.get("prior_gap") is not None for _, r in flip_rows)  # (score files with the flips' prior gaps)
+        parts.append(md_table(["#", "Model", "Image", "Caption", "Flip", "Type", "Gap", *(["Average other image"] if prior else [])],
                               [[i, f"`{r['model']}`", r["image"], md_text(r["caption"], limit),
-                                md_text(r["text"], limit), r.get("type") or "?", f"{r['gap']:+.4f}"]
+                                md_text(r["text"], limit), r.get("type") or "?", f"{r['gap']:+.4f}",
+                                *([prior_text(r.get("prior_gap"))] if prior else [])]
                                for i, r in flip_rows],
-                              ["r", "l", "r", "l", "l", "l", "r"]))
+                              ["r", "l", "r", "l", "l", "l", "r", *(["l"] if prior else [])]))
+        if prior:
+            parts.append("\nAverage other image: the same flip scored against the average of the other images (prior "
+                         "gap, LGIP_SPEC.md section 9): \"prefers it too\" (prior gap ≤ 0: a text prior, the flip wins "
+                         "with any image) or \"prefers the caption\" (the model prefers the flip only on this image); –: its score file has no prior "
+                         "gaps (the enhanced analysis, or an evaluation from before them).")
     else:
         parts.append("No flip was scored above its original.")
     return "\n".join(parts)
