@@ -5,8 +5,11 @@ rebuttal_enhanced_lgip_by_transformation.py wrote for JSONL_PATH (the input of a
 the base JSONL: then the derived inputs `<stem>_with_perturb.jsonl`, `<stem>_with_fliptypes.jsonl`
 and `rebuttal_enhanced_<stem>_with_fliptypes.jsonl` beside it are looked at), all models,
 run_lgip_retrieval.py's recall figures when it ran (in the table and CSV, a figure against the LGIP
-positive rate, Spearman's rho across models), and explain_flips.py's word attribution of the same
-flips when it ran (localization accuracy per model; the gallery flips it explained get their words
+positive rate, Spearman's rho across models), the text-prior controls and paired model comparisons
+of run_lgip_multi.py and run_lgip_by_fliptype.py (how much of each model's positive rate the text
+alone reaches: two table columns, a line per model in plain words, a figure, the comparisons as a
+table; a gallery flip says whether the model prefers it on the average other image too, when its
+score file has the flip's prior gap), and explain_flips.py's word attribution of the same flips when it ran (localization accuracy per model; the gallery flips it explained get their words
 coloured by score), and writes next to JSONL_PATH:
   <stem>__LGIP_report.html    one self-contained page (opens by double-click from any folder): the
                               markdown's content, the results table sortable, the plots, and galleries
@@ -15,6 +18,8 @@ coloured by score), and writes next to JSONL_PATH:
   <stem>__LGIP_report.md      inputs, protocol, models, counts, versions; main table; plots; top lists
   <stem>__LGIP_report.csv     one row per model, every figure, 95% CI bounds as separate columns
   <stem>__LGIP_frontier.png   invariance error against positive rate, CI whiskers, Pareto frontier
+  <stem>__LGIP_prior.png      positive rate against prior positive rate (the text alone), the diagonal
+                              drawn (when the evaluations wrote the text-prior controls)
   <stem>__LGIP_fliptypes.png  positive rate per flip type and model (when a typed evaluation ran)
   <stem>__LGIP_retrieval.png  positive rate against image-to-text recall@1 and the flip top-1 rate
                               (when run_lgip_retrieval.py ran)
@@ -30,10 +35,11 @@ import os
 import sys
 
 import common
-from lgip.report import (OutputSet, Report, attach_attributions, build_rows, csv_columns, demo_note, explain_files,
-                         find_metrics, gallery_items, image_roots, load_metrics, model_colors_hex, page_context,
-                         plot_fliptypes, plot_frontier, plot_retrieval, render_page, results_table, scan_scores,
-                         score_files, subtitle, unmeasured_notes, write_csv, write_markdown, write_page)
+from lgip.report import (OutputSet, Report, attach_attributions, build_rows, comparison_files, csv_columns, demo_note,
+                         explain_files, find_metrics, gallery_items, image_roots, load_comparisons, load_metrics,
+                         model_colors_hex, page_context, plot_fliptypes, plot_frontier, plot_prior, plot_retrieval,
+                         render_page, results_table, scan_scores, score_files, subtitle, unmeasured_notes, write_csv,
+                         write_markdown, write_page)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
@@ -48,11 +54,11 @@ DPI = 150  # int: resolution of the PNGs (dots per inch; the frontier is 8 x 6 i
 IMAGE_ROOT = None  # folder the score files' image paths are relative to, for the page's thumbnails; None = the one each evaluation used (its IMAGE_ROOT, else its JSONL's folder), then the metrics' folder
 THUMB_PX = 200  # int > 0: the page's thumbnails fit in THUMB_PX x THUMB_PX pixels (JPEG inside the page)
 CONFIG = common.configure(globals())
-from lgip.report import FLIPTYPE_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, RETRIEVAL_FIGURES, SCORE_KEYS  # noqa: E402 (after CONFIG: not settings)
+from lgip.report import FLIPTYPE_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, PRIOR_FIGURES, RETRIEVAL_FIGURES, SCORE_KEYS  # noqa: E402 (after CONFIG: not settings)
 
-OUTPUTS = ("report.html", "report.md", "report.csv", "frontier.png", "fliptypes.png", "retrieval.png")
-NOT_WRITTEN = {"frontier.png": "no headline metrics", "fliptypes.png": "no per-type metrics",
-               "retrieval.png": "no run_lgip_retrieval.py metrics"}
+OUTPUTS = ("report.html", "report.md", "report.csv", "frontier.png", "prior.png", "fliptypes.png", "retrieval.png")
+NOT_WRITTEN = {"frontier.png": "no headline metrics", "prior.png": "no text-prior controls in the metrics",
+               "fliptypes.png": "no per-type metrics", "retrieval.png": "no run_lgip_retrieval.py metrics"}
 
 
 def check_config(config):
@@ -82,13 +88,21 @@ def check_config(config):
 
 
 def find_inputs():
-    """{evaluation: metrics path} and {evaluation: its per-model metrics, checked}, or a clear error."""
+    """{evaluation: metrics path} and {evaluation: its per-model metrics, checked}, or a clear error.
+    (The paired comparisons beside them are read by `comparisons`.)"""
     found, looked = find_metrics(JSONL_PATH)
     if not set(found) & set(HEADLINE_KEYS):  # explain_flips.py's figures alone are no report
         raise common.InputError(f"no LGIP metrics found for {JSONL_PATH}; looked for:\n  " + "\n  ".join(looked)
                                 + "\n(run run_lgip_multi.py, run_lgip_by_fliptype.py or "
                                   "rebuttal_enhanced_lgip_by_transformation.py first)")
     return found, {k: load_metrics(p, k) for k, p in found.items()}
+
+
+def comparisons(found):
+    """The paired model comparisons beside the metrics found, each file checked (a missing one is
+    fine: an earlier run, or models evaluated apart)."""
+    files, _ = comparison_files(found)
+    return [c for key, path in files for c in load_comparisons(path, key)]
 
 
 def provenance():
@@ -109,7 +123,7 @@ def main():
     prefix = OUTPUT_PREFIX or common.metrics_path(JSONL_PATH, "LGIP_")
     out = {name: prefix + name for name in OUTPUTS}
     report = Report(JSONL_PATH, rows, metrics, found, provenance(), top_k_per_model=TOP_K_PER_MODEL,
-                    max_text_chars=MAX_TEXT_CHARS)
+                    max_text_chars=MAX_TEXT_CHARS, comparisons=comparisons(found))
 
     # every input read and checked before any output is written. The score files can be large:
     # streamed once, keeping the top TOP_K per model and over all models
@@ -131,13 +145,18 @@ def main():
     with OutputSet() as written:
         report.front = plot_frontier(rows, out["frontier.png"],
                                      subtitle(report.stem, rows, "headline_source", FRONTIER_FIGURES), DPI, written)
+        prior_png = plot_prior(rows, out["prior.png"],
+                               subtitle(report.stem, rows, "headline_source", PRIOR_FIGURES), DPI, written)
         flip_png = plot_fliptypes(rows, out["fliptypes.png"],
                                   subtitle(report.stem, rows, "flip_type_source", FLIPTYPE_FIGURES), DPI, written)
         retrieval_png = plot_retrieval(rows, out["retrieval.png"],
                                        subtitle(report.stem, rows, "headline_source", RETRIEVAL_FIGURES), DPI, written)
-        pngs = {"frontier.png": out["frontier.png"] if report.front is not None else None, "fliptypes.png": flip_png,
-                "retrieval.png": retrieval_png}
-        for name, alt in (("frontier.png", "Invariance error against positive rate"), ("fliptypes.png", "Positive rate by flip type"),
+        pngs = {"frontier.png": out["frontier.png"] if report.front is not None else None, "prior.png": prior_png,
+                "fliptypes.png": flip_png, "retrieval.png": retrieval_png}
+        for name, alt in (("frontier.png", "Invariance error against positive rate"),
+                          ("prior.png", "Positive rate against prior positive rate (the same flips with any image: "
+                                        "the average other image); on the diagonal, all of it is text prior"),
+                          ("fliptypes.png", "Positive rate by flip type"),
                           ("retrieval.png", "LGIP positive rate against retrieval recall and the flip top-1 rate")):
             if pngs[name]:
                 report.figures.append((pngs[name], alt))

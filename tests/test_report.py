@@ -188,8 +188,8 @@ def test_evaluation_input_as_jsonl_path(evaluated, tmp_path):
     prefix = str(tmp_path / "out_")
     run_script("report.py", f"--JSONL_PATH={evaluated / EVALS['fliptypes'][1]}", f"--OUTPUT_PREFIX={prefix}",
                "--TOP_K=0", "--HEADLINE='fliptypes'")
-    assert sorted(os.listdir(tmp_path)) == ["out_fliptypes.png", "out_frontier.png", "out_report.csv", "out_report.html",
-                                            "out_report.md"]
+    assert sorted(os.listdir(tmp_path)) == ["out_fliptypes.png", "out_frontier.png", "out_prior.png", "out_report.csv",
+                                            "out_report.html", "out_report.md"]
     md = (tmp_path / "out_report.md").read_text(encoding="utf-8")
     assert "# LGIP report: fixture_with_fliptypes" in md and "run_lgip_multi.py" not in md
     assert "Paraphrases that move" not in md  # TOP_K=0: no lists
@@ -453,7 +453,7 @@ def _rate_rows(values):
         row.update(model=f"model_{i}", label=f"model {i}", invariance_error=0.02 + 0.01 * i,
                    invariance_error_ci_lo=0.015 + 0.01 * i, invariance_error_ci_hi=0.025 + 0.01 * i)
         for name in ("pos_rate", "color_pos_rate", "number_pos_rate", "object_pos_rate",
-                     "retrieval_i2t_recall@1", "retrieval_i2t_flip_top1_rate"):
+                     "retrieval_i2t_recall@1", "retrieval_i2t_flip_top1_rate", "prior_pos_rate"):
             row.update({name: value, name + "_ci_lo": lo, name + "_ci_hi": hi})
         row.update(color_count=10, number_count=10, object_count=10, headline_source="multi", flip_type_source="fliptypes")
         rows.append(row)
@@ -462,8 +462,8 @@ def _rate_rows(values):
 
 @pytest.mark.parametrize("values", [[1.0], [1.0, 0.98], [0.0, 1.0], [0.0], [0.3, 0.6]])
 def test_rate_axes_stay_within_zero_and_one(tmp_path, monkeypatch, values):
-    """Every axis of a rate (the positive rates, recall, the flip top-1 rate) in the frontier, flip-type
-    and retrieval figures: its limits and its labelled ticks within [0, 1], a rate at 0 or 1 included."""
+    """Every axis of a rate (the positive rates, recall, the flip top-1 rate, the prior positive rate) in
+    the frontier, flip-type, retrieval and text-prior figures: its limits and its labelled ticks within [0, 1], a rate at 0 or 1 included."""
     from lgip.report import plots
     drawn = {}
     monkeypatch.setattr(plots, "_save", lambda fig, path, dpi, files=None: drawn.setdefault(os.path.basename(path), fig))
@@ -471,8 +471,10 @@ def test_rate_axes_stay_within_zero_and_one(tmp_path, monkeypatch, values):
     plots.plot_frontier(rows, str(tmp_path / "frontier.png"))
     plots.plot_fliptypes(rows, str(tmp_path / "fliptypes.png"))
     plots.plot_retrieval(rows, str(tmp_path / "retrieval.png"))
+    plots.plot_prior(rows, str(tmp_path / "prior.png"))
     rate_axes = [("frontier.png", 0, "y"), ("fliptypes.png", 0, "y"), ("retrieval.png", 0, "x"),
-                 ("retrieval.png", 1, "x"), ("retrieval.png", 0, "y"), ("retrieval.png", 1, "y")]
+                 ("retrieval.png", 1, "x"), ("retrieval.png", 0, "y"), ("retrieval.png", 1, "y"),
+                 ("prior.png", 0, "x"), ("prior.png", 0, "y")]
     for name, k, axis in rate_axes:
         ax = drawn[name].axes[k]
         lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
@@ -557,3 +559,293 @@ def test_the_word_scores_note_counts_cards_and_explained_flips():
     rows[1]["localization_num_flips"] = 77
     assert "explained 77 flips of each of 2 models (154 in all), on" in word_scores_note(rows, metrics, 0, 4)
     assert word_scores_note(rows, {}, 0, 4) is None
+
+
+# --- is it the image? the text-prior controls, the paired comparisons (LGIP_SPEC.md sections 9, 10) ---
+
+CONTROL_KEYS = {"prior_pos_rate": "prior_pos_rate", "grounded_pos_rate": "grounded_pos_rate", "prior_gap_mean": "prior_gap",
+                "grounded_gap_mean": "grounded_gap", "invariance_error_prior_mean": "invariance_error_prior",
+                "invariance_error_grounded_mean": "invariance_error_grounded", "robust_pos_rate": "robust_pos_rate",
+                "text_only_rate": "text_only_rate"}
+TYPE_KEYS = {k: v for k, v in CONTROL_KEYS.items() if not k.startswith("invariance")}
+
+
+def comparisons(folder, key):
+    with open(folder / EVALS[key][2].replace(EVALS[key][2].split("__")[1], "LGIP_comparisons.metrics.json"),
+              encoding="utf-8") as f:
+        return json.load(f)
+
+
+def md_table_rows(md, after):
+    """The cells of the first markdown table after the line `after`."""
+    lines = next(b for b in md.split("\n" + after + "\n")[1].strip().split("\n\n") if b.startswith("|")).splitlines()
+    return [[c.strip() for c in line.split("|")[1:-1]] for line in lines if line.startswith("|")]
+
+
+def test_controls_in_the_table_right_after_the_positive_rate_and_every_one_in_the_csv(full_report):
+    """Prior pos. (a control: no arrow) and Grounded pos. ↑ right after Pos. rate ↑, from the headline
+    evaluation's row with their intervals; the CSV has every control figure of both evaluations, per flip type too."""
+    from lgip.report import RESULT_COLUMNS
+    names = [c.name for c in RESULT_COLUMNS]
+    assert names[names.index("pos_rate") + 1:names.index("pos_rate") + 3] == ["prior_pos_rate", "grounded_pos_rate"]
+    assert {c.name: c.better for c in RESULT_COLUMNS}["prior_pos_rate"] == ""  # neither higher nor lower is better
+    folder, _ = full_report
+    md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    table = md_table_rows(md, "## Results")
+    header = table[0]
+    at = header.index("Pos. rate ↑")
+    assert header[at:at + 3] == ["Pos. rate ↑", "Prior pos.", "Grounded pos. ↑"]
+    multi, flip = metrics(folder, "multi"), metrics(folder, "fliptypes")
+    for cells in table[2:]:
+        m = multi[cells[0]]
+        for j, key in ((at + 1, "prior_pos_rate"), (at + 2, "grounded_pos_rate")):
+            lo, hi = m[key + "_ci95"]
+            assert cells[j] == f"{m[key]:.3f} [{lo:.3f}, {hi:.3f}]"
+    rows = {r["model"]: r for r in read_csv(folder / "fixture__LGIP_report.csv")}
+    for model in MODELS:
+        r, m, f = rows[model], multi[model], flip[model]
+        for key, name in CONTROL_KEYS.items():
+            for prefix, src in (("", m), ("multi_", m), ("fliptypes_", f)):
+                assert num(r[prefix + name]) == src[key], (prefix + name)
+                ci = src.get(key + "_ci95")
+                assert [num(r[prefix + name + "_ci_lo"]), num(r[prefix + name + "_ci_hi"])] == (ci or [None, None])
+        for t in ("color", "number", "object"):
+            for key, name in TYPE_KEYS.items():
+                assert num(r[f"{t}_{name}"]) == f["by_flip_type"][t][key], (t, name)
+    assert m["prior_pos_rate"] is not None and m["robust_pos_rate"] is not None  # (the fixture has both)
+
+
+def test_the_prior_figure_is_written_linked_and_embedded(full_report):
+    folder, proc = full_report
+    check_png(folder / "fixture__LGIP_prior.png")
+    assert f"-> {folder / 'fixture__LGIP_prior.png'}" in proc.stdout
+    md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    assert "![Positive rate against prior positive rate" in md and "](fixture__LGIP_prior.png)" in md
+    html = (folder / "fixture__LGIP_report.html").read_text(encoding="utf-8")
+    assert re.search(r'<img src="data:image/png;base64,[^"]+" alt="Positive rate against prior positive rate', html)
+
+
+@pytest.mark.parametrize("values", [[0.5], [0.2, 0.9], [0.0, 1.0]])
+def test_the_prior_figure_draws_the_diagonal_within_zero_and_one(tmp_path, monkeypatch, values):
+    """x = prior positive rate, y = positive rate, one span for both within [0, 1], the diagonal y = x
+    across it and labelled, each model a point with both whiskers and its label."""
+    from lgip.report import plots
+    drawn = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path, dpi, files=None: drawn.setdefault("fig", fig))
+    rows = _rate_rows(values)
+    for i, r in enumerate(rows):  # prior positive rates unlike the positive rates
+        prior = min(1.0, max(0.0, r["pos_rate"] + (0.1 if i % 2 else -0.1)))
+        r.update(prior_pos_rate=prior, prior_pos_rate_ci_lo=max(0.0, prior - 0.04), prior_pos_rate_ci_hi=min(1.0, prior + 0.04))
+    assert plots.plot_prior(rows, str(tmp_path / "prior.png")) == str(tmp_path / "prior.png")
+    ax = drawn["fig"].axes[0]
+    assert ax.get_xlim() == ax.get_ylim() and 0.0 <= ax.get_xlim()[0] < ax.get_xlim()[1] <= 1.0
+    lo, hi = ax.get_xlim()
+    diagonal = [line for line in ax.get_lines() if line.get_label() == "y = x"]
+    assert len(diagonal) == 1 and list(diagonal[0].get_xdata()) == list(diagonal[0].get_ydata()) == [lo, hi]
+    texts = [t.get_text() for t in ax.texts]
+    assert "y = x: all of it text prior" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert all(r["label"] in texts for r in rows)
+    assert "Prior positive rate" in ax.get_xlabel() and "Positive rate" in ax.get_ylabel()
+    for r in rows:
+        for v in (r["pos_rate"], r["prior_pos_rate"]):
+            assert lo - 1e-9 <= v <= hi + 1e-9
+    assert plots.plot_prior([dict(r, prior_pos_rate=None) for r in rows], str(tmp_path / "none.png")) is None
+
+
+def _prior_row(pos=0.568, prior=0.568, grounded=0.5, ci=(0.45, 0.55), controls=True):
+    r = {"model": "m", "pos_rate": pos, "prior_pos_rate": prior, "grounded_pos_rate": grounded, "_controls": controls}
+    r["grounded_pos_rate_ci_lo"], r["grounded_pos_rate_ci_hi"] = ci or (None, None)
+    return r
+
+
+@pytest.mark.parametrize("row, says", [
+    (_prior_row(), "`m`: of its 0.568 positive rate, all (0.568) is reached with any image: text prior. On its own image "
+                   "the caption beats the flip by more than on the average image in 0.500 [0.450, 0.550] of pairs "
+                   "(grounded; 0.5 = the image decides nothing); its interval contains 0.5."),
+    (_prior_row(0.8, 0.6, 0.7, (0.62, 0.78)),
+     "`m`: of its 0.800 positive rate, 0.600 is reached with any image (text prior); its own images add 0.200. On its own "
+     "image the caption beats the flip by more than on the average image in 0.700 [0.620, 0.780] of pairs (grounded; 0.5 = "
+     "the image decides nothing); its interval lies above 0.5."),
+    (_prior_row(0.455, 0.481, 0.4, (0.3, 0.45)),
+     "`m`: its 0.455 positive rate is below the 0.481 it reaches with any image (text prior): its own images take 0.026 "
+     "away. On its own image the caption beats the flip by more than on the average image in 0.400 [0.300, 0.450] of pairs "
+     "(grounded; 0.5 = the image decides nothing); its interval lies below 0.5."),
+    (_prior_row(0.6, 0.5, 0.55, None),  # BOOTSTRAP=0: no interval, nothing said of it
+     "`m`: of its 0.600 positive rate, 0.500 is reached with any image (text prior); its own images add 0.100. On its own "
+     "image the caption beats the flip by more than on the average image in 0.550 of pairs (grounded; 0.5 = the image "
+     "decides nothing)."),
+    (_prior_row(0.6, None, None, None), "`m`: positive rate 0.600; no text-prior control (fewer than 2 images: no other "
+                                        "image to average)."),
+    (_prior_row(None, None, None, None), "`m`: no flip measured (no positive rate), so no text-prior control."),
+    (_prior_row(0.6, None, None, None, controls=False),
+     "`m`: no text-prior control in `x.json` (written before the controls, or by an evaluation without them: re-run "
+     "`run_lgip_multi.py` or `run_lgip_by_fliptype.py`)."),
+])
+def test_the_line_in_plain_words(row, says):
+    from lgip.report.overview import prior_line
+    assert prior_line(row, "x.json") == says
+
+
+def test_the_markdown_and_page_say_it_per_model_and_list_the_paired_comparisons(full_report):
+    """A line per model, then the comparisons of both evaluations (overall; by flip type apart), each with
+    its difference and interval and "interval excludes 0" or "—"; the word "significant" nowhere."""
+    from lgip.report.overview import prior_line
+    folder, _ = full_report
+    md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    html = (folder / "fixture__LGIP_report.html").read_text(encoding="utf-8")
+    text = unescape(re.sub(r"<[^>]+>", "", html))
+    section = md.split("\n## Is it the image? Text-prior controls\n")[1].split("\n## ")[0]
+    rows = {r["model"]: r for r in read_csv(folder / "fixture__LGIP_report.csv")}
+    multi = metrics(folder, "multi")
+    for model in MODELS:
+        m = multi[model]
+        line = prior_line({"model": model, "_controls": True, "pos_rate": m["sensitivity_pos_rate"],
+                           "prior_pos_rate": m["prior_pos_rate"], "grounded_pos_rate": m["grounded_pos_rate"],
+                           "grounded_pos_rate_ci_lo": m["grounded_pos_rate_ci95"][0],
+                           "grounded_pos_rate_ci_hi": m["grounded_pos_rate_ci95"][1]})
+        assert "\n- " + line + "\n" in section and line.replace("`", "") in text
+        assert float(rows[model]["prior_pos_rate"]) == m["prior_pos_rate"]
+    overall = md_table_rows(section, "### Paired comparisons")
+    assert overall[0] == ["Evaluation", "Figure", "A", "B", "A − B [95% CI]", "Images", "Interval excludes 0?"]
+    expected = []
+    for key in ("multi", "fliptypes"):
+        order = ["sensitivity_pos_rate", "grounded_pos_rate", "invariance_error_mean"]
+        for c in sorted((c for c in comparisons(folder, key) if c["flip_type"] is None), key=lambda c: order.index(c["figure"])):
+            d = 4 if c["figure"] == "invariance_error_mean" else 3
+            lo, hi = c["diff_ci95"]
+            expected.append([f"`{EVALS[key][0]}`", {"sensitivity_pos_rate": "Pos. rate", "grounded_pos_rate": "Grounded pos.",
+                                                    "invariance_error_mean": "Inv. error"}[c["figure"]],
+                             f"tiny_openclip ({c['a_value']:.{d}f})", f"tiny_siglip ({c['b_value']:.{d}f})",
+                             f"{c['diff']:+.{d}f} [{lo:.{d}f}, {hi:.{d}f}]", str(c["num_images"]),
+                             "interval excludes 0" if c["excludes_zero"] else "—"])
+    assert overall[2:] == expected and len(expected) == 6
+    assert {c[-1] for c in expected} == {"interval excludes 0", "—"}  # (the tiny models: both kinds)
+    by_type = md_table_rows(section, "By flip type:")
+    assert len(by_type) - 2 == sum(c["flip_type"] is not None for c in comparisons(folder, "fliptypes")) == 6
+    assert [r[2] for r in by_type[2:]] == ["color", "number", "object"] * 2
+    assert "significant" not in md.lower() and "significant" not in text.lower()
+    assert text.count("interval excludes 0") >= sum(c[-1] == "interval excludes 0" for c in expected)
+    assert 'id="comparisons"' in html and 'id="comparisons-by-type"' in html
+
+
+def test_a_comparison_without_an_interval_or_from_an_earlier_run():
+    """No interval (BOOTSTRAP=0): '— (no interval)'; a model's value that is not its table figure: marked †."""
+    from lgip.report.markdown import comparisons_table
+    from lgip.report.overview import comparison_rows, comparisons_notes
+    rows = [{"model": "a", "label": "A", "multi_pos_rate": 0.6}, {"model": "b", "label": "B", "multi_pos_rate": 0.5}]
+    base = {"script": "run_lgip_multi.py", "a": "a", "b": "b", "figure": "sensitivity_pos_rate", "flip_type": None,
+            "diff": 0.1, "lo": None, "hi": None, "a_value": 0.6, "b_value": 0.5, "num_images": 12, "excludes_zero": None,
+            "created": None, "source": "multi", "file": "x__LGIP_comparisons.metrics.json"}
+    stale = dict(base, a_value=0.7, diff=0.2, lo=0.05, hi=0.3, excludes_zero=True)
+    table = comparison_rows([base, stale], rows)
+    header, cells, _ = comparisons_table(table["overall"])
+    assert cells[0][4:] == ["+0.100", "12", "— (no interval)"] and cells[0][2:4] == ["A (0.600)", "B (0.500)"]
+    assert cells[1][4:] == ["+0.200 [0.050, 0.300] †", "12", "interval excludes 0"]
+    notes = comparisons_notes(table, [base, stale], rows)
+    assert notes[0] == "From `x__LGIP_comparisons.metrics.json`." and notes[1].startswith("† 1 comparison: a model's value")
+    assert comparisons_notes(comparison_rows([], rows), [], [dict(r, _controls=True) for r in rows])[0].startswith(
+        "No paired comparison: they are made for the models evaluated together in one run")
+
+
+def comparisons_path(folder):
+    return folder / "fixture_with_perturb__LGIP_comparisons.metrics.json"
+
+
+@pytest.mark.parametrize("change, field, why", [
+    (lambda c: c.update(diff=float("nan")), "diff", "is nan, not a finite number"),
+    (lambda c: c.update(diff_ci95=[0.1]), "diff_ci95", "is [0.1] (list), not [low, high] or null"),
+    (lambda c: c.update(diff_ci95=[0.2, 0.1]), "diff_ci95", "is [0.2, 0.1], not [low, high] with low <= high"),
+    (lambda c: c.update(a_value="high"), "a_value", "is the string 'high', not a number"),
+    (lambda c: c.update(figure="sensitivity_pos_rate", b_value=1.5), "b_value", "is 1.5, not a rate within [0, 1]"),
+    (lambda c: c.update(figure="grounded_pos_rate", diff=1.5, diff_ci95=None), "diff",
+     "is 1.5, not a difference of two rates (within [-1, 1])"),
+    (lambda c: c.update(diff_ci95=[0.01, 0.02], excludes_zero=False), "excludes_zero",
+     "is False, but diff_ci95 [0.01, 0.02] excludes 0"),
+    (lambda c: c.update(num_images=-1), "num_images", "is -1 (int), not a count (an int >= 0)"),
+    (lambda c: c.pop("b"), "b", "is missing, not a non-empty string"),
+])
+def test_a_bad_comparison_names_file_row_and_field(reported, change, field, why):
+    folder, before = reported
+    path = comparisons_path(folder)
+    good = path.read_bytes()
+    data = json.loads(good)
+    change(data[1])
+    path.write_text(json.dumps(data), encoding="utf-8")
+    try:
+        err = fails_leaving_the_report_whole(folder, before)
+    finally:
+        path.write_bytes(good)
+    assert f"error: {path}: row 2 of {len(data)} (" in err and f"): field '{field}' {why}" in err, err
+
+
+def test_a_comparisons_file_that_is_not_a_list_is_an_error_and_a_missing_one_is_fine(reported, tmp_path):
+    folder, before = reported
+    path = comparisons_path(folder)
+    good = path.read_bytes()
+    path.write_text('{"a": 1}', encoding="utf-8")
+    try:
+        err = fails_leaving_the_report_whole(folder, before)
+    finally:
+        path.write_bytes(good)
+    assert f"error: {path}: expected a list of paired comparisons" in err
+    for p in folder.iterdir():
+        if p.is_file() and not p.name.startswith("fixture__LGIP_") and "comparisons" not in p.name:
+            shutil.copy(p, tmp_path / p.name)
+    run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--TOP_K=0")
+    md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    assert "\n## Is it the image? Text-prior controls\n" in md
+    assert "No paired comparison: they are made for the models evaluated together in one run" in md
+
+
+def test_metrics_from_before_the_controls_show_none_of_them(reported, tmp_path):
+    """Metrics files written before the controls (no such keys, no comparisons file): no Prior pos. or
+    Grounded pos. column, no section, no prior figure; the CSV's control columns empty. One model without
+    them beside one with them: its line says so, naming its file."""
+    folder, _ = reported
+    for p in folder.iterdir():
+        if p.is_file() and not p.name.startswith("fixture__LGIP_") and "comparisons" not in p.name:
+            shutil.copy(p, tmp_path / p.name)
+    for key in ("multi", "fliptypes"):
+        path = tmp_path / EVALS[key][2]
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for m in data:
+            for b in [m] + list((m.get("by_flip_type") or {}).values()):
+                for k in [k for k in b if k.replace("_ci95", "") in CONTROL_KEYS]:
+                    del b[k]
+        path.write_text(json.dumps(data), encoding="utf-8")
+    proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--TOP_K=0")
+    md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    assert "Prior pos." not in md and "Grounded pos." not in md and "Is it the image?" not in md
+    assert not (tmp_path / "fixture__LGIP_prior.png").exists() and "(no text-prior controls in the metrics: " in proc.stdout
+    rows = read_csv(tmp_path / "fixture__LGIP_report.csv")
+    assert all(r[name] == "" for r in rows for name in CONTROL_KEYS.values())
+    # one model with the controls again: the section, with a line for the other saying why it has none
+    path = tmp_path / EVALS["multi"][2]
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data[0].update({k: v for k, v in metrics(folder, "multi")[MODELS[0]].items() if k.replace("_ci95", "") in CONTROL_KEYS})
+    path.write_text(json.dumps(data), encoding="utf-8")
+    run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--TOP_K=0")
+    md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    assert (f"- `{MODELS[1]}`: no text-prior control in `{EVALS['multi'][2]}` (written before the controls" in md
+            and f"- `{MODELS[0]}`: " in md and (tmp_path / "fixture__LGIP_prior.png").exists())
+
+
+def test_a_flips_prior_gap_is_read_from_its_score_file_and_checked(tmp_path):
+    """A score file's flips may carry `prior_gap` (the flip against the average other image): the top
+    lists keep it (None where absent); anything but a finite number is named with its file, line and field."""
+    from lgip.errors import InputError
+    from lgip.report import scan_scores
+    path = tmp_path / "x.scores.jsonl"
+    line = {"line": 1, "image_path": "1.jpg", "caption_index": 0, "caption": "a red bus", "sim": 0.2,
+            "flips": [{"text": "a blue bus", "sim": 0.3, "type": "color", "prior_gap": -0.01},
+                      {"text": "a red dog", "sim": 0.25, "type": "object", "prior_gap": 0.02},
+                      {"text": "two red bus", "sim": 0.24, "type": "number"}]}
+    path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    tops = scan_scores([("multi", "m", str(path))], 5)
+    assert [(r["text"], r["prior_gap"]) for r in tops.flips[None]] == [("a blue bus", -0.01), ("a red dog", 0.02),
+                                                                       ("two red bus", None)]
+    for bad in ("-0.01", float("nan"), True):
+        line["flips"][1]["prior_gap"] = bad
+        path.write_text(json.dumps(dict(line, flips=line["flips"][:1])) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
+        with pytest.raises(InputError, match=re.escape(f"{path}:2: field 'flips[1].prior_gap' is {bad!r}, not a finite number")):
+            scan_scores([("multi", "m", str(path))], 5)

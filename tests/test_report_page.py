@@ -4,7 +4,9 @@ headless Chromium from another folder; and the lgip.report helpers against plain
 The nine models' metrics and score files are made here (no model runs): each model's strongest
 failures fall on images of its own, so the galleries show as many different photographs as they
 can (the page's size at its worst), and two of them point at a missing and an unreadable image.
-Five models have explain_flips.py metrics, four of them its per-flip lines (word scores).
+Five models have explain_flips.py metrics, four of them its per-flip lines (word scores). All but the
+last (NO_CONTROLS, an evaluation from before them) have the text-prior controls in their metrics and
+each flip's prior gap in their score files; the paired comparisons of the others are beside them.
 """
 import csv
 import json
@@ -28,6 +30,7 @@ EXPLAINED = {MODELS[0]: (0.6, [0.4, 0.8]), MODELS[1]: (0.15, [0.05, 0.3]),  # lo
              MODELS[2]: (0.0, [0.0, 0.05]), MODELS[3]: (0.3, None), MODELS[4]: (0.5, [0.3, 0.7])}  # below, no interval
 EXPLAIN_MISSING = MODELS[4]  # in the explain metrics, its lines' file not there
 UNEXPLAINED = 1  # an explained model's own record j = 1 has no explain line: its card says nothing more
+NO_CONTROLS = MODELS[-1]  # its metrics and score files from before the text-prior controls
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
 
@@ -97,6 +100,9 @@ def make_inputs(folder):
                     rng.uniform(0.32, 0.5) if mine and last else rng.uniform(0.02, 0.2)
                     if mine and j < PER_MODEL // 2 and k == j % 3 else -rng.uniform(0, 0.1)), 6), "type": kind}
                     for k, (t, kind) in enumerate(flips)]
+                if model != NO_CONTROLS:  # each flip against the average other image: preferred there too, or not
+                    for k, f in enumerate(fl):
+                        f["prior_gap"] = prior_gap(i, k)
                 lines.append({"line": i + 1, "image_id": image_id, "image_path": path, "caption_index": 0,
                               "caption": caption, "sim": base, "paraphrases": para, "flips": fl})
                 errs.append(np.mean([abs(p["sim"] - base) for p in para]))
@@ -124,7 +130,10 @@ def make_inputs(folder):
                 m_out["by_flip_type"] = {t: {"pos_rate": float((gaps[types == t] > 0).mean()),
                                              "gap_mean": float(gaps[types == t].mean()), "count": int((types == t).sum())}
                                          for t in ("color", "number", "object")}
+            if model != NO_CONTROLS:
+                add_controls(m_out, m, pos)
             metrics.append(m_out)
+        write_comparisons(folder, stem, key, metrics)
         suffix = "LGIP_ALL.metrics.json" if key == "multi" else "LGIP_fliptypes.metrics.json"
         with open(os.path.join(folder, f"{stem}__{suffix}"), "w", encoding="utf-8") as f:
             json.dump(metrics, f)
@@ -134,6 +143,59 @@ def make_inputs(folder):
     make_explain(folder, records)
     make_retrieval(folder, len(records) - 2)
     return records
+
+
+def prior_gap(i, k):
+    """Flip k of record i: preferred on the average other image too (prior gap < 0), or not."""
+    return -0.05 if (i + k) % 2 == 0 else 0.03
+
+
+def add_controls(m_out, m, pos):
+    """Model m's text-prior controls and hard positives (LGIP_SPEC.md 9, 10) as the evaluations write
+    them, with intervals: its prior positive rate equal to, below or above its positive rate by m."""
+    def rate(v):
+        return round(min(1.0, max(0.0, v)), 6)
+
+    prior = rate(pos + (0.0, -0.1, 0.05)[m % 3])
+    figures = {"prior_pos_rate": prior, "grounded_pos_rate": rate(0.45 + 0.05 * (m % 4)), "prior_gap_mean": 0.01 * m - 0.03,
+               "grounded_gap_mean": 0.002 * m, "robust_pos_rate": rate(0.3 + 0.05 * m), "text_only_rate": rate(0.6 - 0.02 * m)}
+    for key, v in figures.items():
+        m_out[key], m_out[key + "_ci95"] = v, ([rate(v - 0.06), rate(v + 0.06)] if "rate" in key else [v - 0.01, v + 0.01])
+    m_out["invariance_error_prior_mean"], m_out["invariance_error_grounded_mean"] = 0.02, 0.01 + 0.001 * m
+    for b in (m_out.get("by_flip_type") or {}).values():
+        b.update(prior_pos_rate=rate(b["pos_rate"] - 0.05), grounded_pos_rate=0.5, prior_gap_mean=0.0, grounded_gap_mean=0.01,
+                 robust_pos_rate=0.4, text_only_rate=None)
+
+
+def comparison_value(m_out, figure, flip_type):
+    if flip_type is not None:
+        return m_out["by_flip_type"][flip_type]["pos_rate" if figure == "sensitivity_pos_rate" else figure]
+    if figure == "sensitivity_pos_rate":
+        return m_out.get("sensitivity_pos_rate", (m_out.get("global_sensitivity") or {}).get("pos_rate"))
+    return m_out[figure]
+
+
+def write_comparisons(folder, stem, key, metrics):
+    """<stem>__LGIP_comparisons.metrics.json as the evaluations write it: run_lgip_multi.py's every pair
+    of the models with controls, run_lgip_by_fliptype.py's of the first three, overall and by flip type;
+    the interval of each difference 0.03 either side (so some exclude 0), one pair without an interval."""
+    ms = [m for m in metrics if m["model_tag"] != NO_CONTROLS][:None if key == "multi" else 3]
+    figures = [(f, None) for f in ("sensitivity_pos_rate", "invariance_error_mean", "grounded_pos_rate")]
+    if key == "fliptypes":
+        figures += [(f, t) for t in ("color", "number", "object") for f in ("sensitivity_pos_rate", "grounded_pos_rate")]
+    rows = []
+    for ia, a in enumerate(ms):
+        for b in ms[ia + 1:]:
+            for figure, flip_type in figures:
+                va, vb = comparison_value(a, figure, flip_type), comparison_value(b, figure, flip_type)
+                diff = va - vb
+                ci = None if (ia, b["model_tag"], figure) == (0, ms[1]["model_tag"], "grounded_pos_rate") else [diff - 0.03, diff + 0.03]
+                rows.append({"script": "run_lgip_multi.py" if key == "multi" else "run_lgip_by_fliptype.py",
+                             "a": a["model_tag"], "b": b["model_tag"], "figure": figure, "flip_type": flip_type, "diff": diff,
+                             "diff_ci95": ci, "a_value": va, "b_value": vb, "num_images": 180,
+                             "excludes_zero": None if ci is None else ci[0] > 0 or ci[1] < 0, "run": {"created": "2026-01-01"}})
+    with open(os.path.join(folder, f"{stem}__LGIP_comparisons.metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(rows, f)
 
 
 RETRIEVAL_RATES = ["i2t_recall@1", "i2t_recall@5", "i2t_recall@10", "t2i_recall@1", "t2i_recall@5", "t2i_recall@10",
@@ -286,6 +348,19 @@ def test_page_in_chromium(request, tmp_path):
                     tag: w.tagName, bg: getComputedStyle(w).backgroundColor, outline: getComputedStyle(w).outlineStyle})),
                 blame: c.querySelector('.blame') ? c.querySelector('.blame').textContent : null}))""")
             legend = page.inner_text("#flips .legend")
+            headers = page.eval_on_selector_all("#results thead th", "ths => ths.map(t => t.textContent.replace(/\\u00a0/g, ' ').trim())")
+            priors = page.eval_on_selector_all("#prior .priors li", "lis => lis.map(li => [li.dataset.model, li.textContent])")
+            summaries = page.eval_on_selector_all("#prior details.comparisons summary", "ss => ss.map(s => s.textContent)")
+            overall_shown = page.is_visible("#comparisons")  # (nine models: 93 comparisons, the list closed)
+            page.click("#prior details.comparisons summary >> nth=0")
+            overall = page.eval_on_selector_all("#comparisons tbody tr", """rows => rows.map(r =>
+                [...r.cells].map(c => c.textContent.replace(/\\s+/g, ' ').trim()))""")
+            overall_opened = page.is_visible("#comparisons") and page.is_visible("#comparisons tbody tr:last-child")
+            by_type_shown = page.is_visible("#comparisons-by-type")
+            prior_cards = page.eval_on_selector_all("#flips .card", """cards => cards.map(c => ({
+                model: c.dataset.model, image: c.querySelector('.imgid').title, caption: c.querySelector('td.txt').textContent,
+                flip: c.querySelector('td.alt').textContent,
+                prior: c.querySelector('.prior') && [c.querySelector('.prior').className, c.querySelector('.prior').textContent]}))""")
             flips = page.eval_on_selector_all("#flips .card", """cards => cards.map(c => [
                 c.querySelector('td.txt').textContent, c.querySelector('td.alt').textContent,
                 [...c.querySelectorAll('td.alt mark')].map(m => m.textContent.trim())])""")
@@ -306,7 +381,8 @@ def test_page_in_chromium(request, tmp_path):
             browser.close()
     assert not errors, errors
     assert all(u == page_path.as_uri() or u.startswith("data:") for u in fetched), fetched
-    assert len(images) == 2 * 10 * len(MODELS) - 6 + 3  # the thumbnails (six are placeholders) and three figures
+    assert len(images) == 2 * 10 * len(MODELS) - 6 + 4  # the thumbnails (six are placeholders) and four figures
+    assert any(alt.startswith("Positive rate against prior positive rate") and width > 0 for alt, width in images)
     assert all(width > 0 for _, width in images), [alt for alt, width in images if not width]
     assert {t.split("images")[-1] for t in placeholders} == {os.sep + "missing.jpg", os.sep + "corrupt.jpg"}
     assert all(("image not found" in t) == ("missing.jpg" in t) for t in placeholders)
@@ -326,6 +402,58 @@ def test_page_in_chromium(request, tmp_path):
     assert status.startswith(f"{len(shown_color)} flip{'s' if len(shown_color) != 1 else ''} shown: the color flips among "
                              f"the top 10 of {label}; {shown_color_scored} of them with word scores."), status
     check_word_scores(folder, scored, legend)
+    check_controls(folder, headers, priors, summaries, overall, prior_cards)
+    assert not overall_shown and overall_opened and not by_type_shown  # (a click opens the overall list)
+
+
+def check_controls(folder, headers, priors, summaries, overall, cards):
+    """The results table's Prior pos. and Grounded pos. right after Pos. rate; a line per model; the
+    paired comparisons, each with "interval excludes 0", "—" or "— (no interval)"; each flip card whose
+    score file has its prior gap says whether the model prefers the flip on the average other image too."""
+    from lgip.report.overview import prior_line
+    at = headers.index("Pos. rate ↑")
+    assert headers[at:at + 3] == ["Pos. rate ↑", "Prior pos.", "Grounded pos. ↑"], headers
+    rows = {r["model"]: r for r in csv.DictReader(open(folder / "nine__LGIP_report.csv", newline="", encoding="utf-8"))}
+    assert [m for m, _ in priors] == MODELS
+    kinds = set()
+    for model, text in priors:
+        r = {k: float(v) if v else None for k, v in rows[model].items() if k.startswith(("pos_rate", "prior_", "grounded_"))}
+        line = prior_line(dict(r, model=model, _controls=model != NO_CONTROLS), "nine_with_perturb__LGIP_ALL.metrics.json")
+        assert text == line.replace("`", ""), (text, line)
+        kinds |= {k for k in ("all (", "own images add", "take", "no text-prior control in") if k in text}
+    assert kinds == {"all (", "own images add", "take", "no text-prior control in"}
+    files = [json.loads((folder / f"nine_with_{s}__LGIP_comparisons.metrics.json").read_text(encoding="utf-8"))
+             for s in ("perturb", "fliptypes")]
+    expected = [c for f in files for c in f if c["flip_type"] is None]
+    assert len(overall) == len(expected) == 28 * 3 + 3 * 3
+    says = [row[-1] for row in overall]
+    assert says.count("interval excludes 0") == sum(bool(c["excludes_zero"]) for c in expected) > 0
+    assert says.count("— (no interval)") == 2 and says.count("—") == sum(c["excludes_zero"] is False for c in expected) > 0
+    n_by_type = sum(c["flip_type"] is not None for f in files for c in f)
+    assert summaries == [f"Overall ({len(expected)} comparisons, {says.count('interval excludes 0')} with an interval that "
+                         "excludes 0)", f"By flip type ({n_by_type} comparisons, "
+                         f"{sum(bool(c['excludes_zero']) for f in files for c in f if c['flip_type'])} with an interval that excludes 0)"]
+    gaps = {}
+    for path in folder.glob("nine_with_*__LGIP_*.scores.jsonl"):
+        model = next(m for m in MODELS if path.name.endswith(f"_{m}.scores.jsonl"))
+        for line in map(json.loads, path.read_text(encoding="utf-8").splitlines()):
+            for f in line["flips"]:
+                gaps[model, line["image_path"], line["caption"], f["text"]] = f.get("prior_gap")
+    seen = set()
+    for c in cards:
+        gap = gaps[c["model"], c["image"], c["caption"], c["flip"]]
+        if gap is None:
+            assert c["prior"] is None and c["model"] == NO_CONTROLS, c
+            seen.add("none")
+            continue
+        cls, text = c["prior"]
+        signed = f"{gap:+.4f}".replace("-", "−")
+        if gap <= 0:
+            assert cls == "prior any" and text.startswith("prefers it on the average other image too") and signed in text, c
+        else:
+            assert cls == "prior own" and text.startswith("prefers it only on this image") and signed in text, c
+        seen.add(cls)
+    assert seen == {"none", "prior any", "prior own"}
 
 
 def explain_lines(folder):
@@ -438,10 +566,10 @@ def test_retrieval_figures_beside_lgip_in_the_table_csv_figure_and_text(nine):
     md = (folder / "nine__LGIP_report.md").read_text(encoding="utf-8")
     table = md.split("\n## Results\n")[1].strip().split("\n\n")[0].splitlines()
     header = [c.strip() for c in table[0].split("|")[1:-1]]
-    assert header[4:7] == ["Pos. rate ↑", "I2T R@1 ↑", "Flip top\u20111 ↓"]
+    assert header[4:9] == ["Pos. rate ↑", "Prior pos.", "Grounded pos. ↑", "I2T R@1 ↑", "Flip top\u20111 ↓"]
     first = [c.strip() for c in table[2].split("|")[1:-1]]
     m0 = metrics[0]
-    assert first[5] == f"{m0['i2t_recall@1']:.3f} [{m0['i2t_recall@1_ci95'][0]:.3f}, {m0['i2t_recall@1_ci95'][1]:.3f}]"
+    assert first[7] == f"{m0['i2t_recall@1']:.3f} [{m0['i2t_recall@1_ci95'][0]:.3f}, {m0['i2t_recall@1_ci95'][1]:.3f}]"
     with open(folder / "nine__LGIP_report.csv", newline="", encoding="utf-8") as f:
         rows = {r["model"]: r for r in csv.DictReader(f)}
     for m in metrics:
@@ -637,9 +765,10 @@ def few_models(folder, dest, n, demo=None):
             if path.is_file():
                 os.symlink(path, dest / name)  # (score and explain files: read where the metrics name them)
             continue
-        ms = [m for m in json.loads(path.read_text(encoding="utf-8")) if m["model_tag"] in MODELS[:n]]
+        ms = [m for m in json.loads(path.read_text(encoding="utf-8"))  # (a paired comparison: both its models)
+              if {m.get("model_tag"), m.get("a"), m.get("b")} - {None} <= set(MODELS[:n])]
         for m in ms:
-            if demo is not None:
+            if demo is not None and "model_tag" in m:
                 m["run"]["demo"] = demo
         (dest / name.replace("nine", "few")).write_text(json.dumps(ms), encoding="utf-8")
     enhanced = []
@@ -701,7 +830,7 @@ def test_page_layout_fits_the_window_with_one_two_and_nine_models(request, tmp_p
                 seen[n, "sorted"] = page.evaluate(LAYOUT)
         finally:
             browser.close()
-    assert seen[1, 1400]["columns"] == 14 and seen[9, 1400]["columns"] == 11  # (one model: every column there is)
+    assert seen[1, 1400]["columns"] == 16 and seen[9, 1400]["columns"] == 13  # (one model: every column there is)
     for (n, width), m in seen.items():
         where = f"{n} model(s) at {width}"
         left, right = m["main"]

@@ -1,7 +1,8 @@
 """lgip.report.gallery: the page's galleries as plain dicts, one per flip or paraphrase of the
 top lists: its image as a small JPEG `data:` URI (or why there is none), the caption and the
 flip or paraphrase word by word with the words that differ marked, both similarities, the gap
-(or change), the flip type, and its rank in its model's list and in the list over all models.
+(or change), the flip's prior gap when its score file has it (whether the model prefers the flip on
+the average other image too: a text prior), the flip type, and its rank in its model's list and in the list over all models.
 
 A word is a dict {"text", "changed"}. `attach_attributions` adds explain_flips.py's word
 attribution to the flips it explained: each word's "score", "strength" (|score| over the
@@ -86,7 +87,7 @@ def _item(row, kind, label, roots):
             "caption": row["caption"], "caption_sim": row["caption_sim"], "caption_words": caption_words,
             "text": row["text"], "sim": row["sim"], "words": words, "rank_all": None, "rank_model": None}
     if kind == "flip":
-        item.update(type=row.get("type"), gap=row["gap"])
+        item.update(type=row.get("type"), gap=row["gap"], prior_gap=row.get("prior_gap"))  # (None: not in its score file)
     else:
         item.update(para_kind=row.get("kind"), delta=row["delta"])
     return item

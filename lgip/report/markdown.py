@@ -1,6 +1,7 @@
 """lgip.report.markdown: the report as markdown (`<stem>__LGIP_report.md`): inputs, the
 evaluations found, the results table, notes, the file of each model's figures, the rank
-correlation with retrieval (when run_lgip_retrieval.py ran), the figures (linked beside it), the word
+correlation with retrieval (when run_lgip_retrieval.py ran), the figures (linked beside it), the text-prior
+controls' line per model and the paired comparisons (when the evaluations wrote them), the word
 attribution's line per model (when explain_flips.py ran), the top lists, and what made it. Pure text from a `Report` (lgip.report.overview).
 
     >>> print(results_table(report.rows))     # also what report.py prints
@@ -9,8 +10,9 @@ attribution's line per model (when explain_flips.py ran), the top lists, and wha
 import os
 
 from ..util import atomic_open
-from .overview import (attribution_lines, demo_note, frontier_note, made_by, missing_note, retrieval_note, runs_table,
-                       source_notes, sources_table)
+from .overview import (COMPARISONS_LEAD, attribution_lines, comparison_rows, comparison_text, comparisons_notes, demo_note,
+                       frontier_note, made_by, missing_note, prior_lines, retrieval_note, runs_table, source_notes,
+                       sources_table)
 from .tables import main_table, md_table, md_text
 
 
@@ -35,6 +37,13 @@ def _fewer(report, rows, one, many):
     return f" (only {n} {one if n == 1 else many})"
 
 
+def prior_text(prior_gap):
+    """A preferred flip's prior, in words: 'prefers it too (-0.0123)', 'prefers the caption (+0.0100)', or '–'."""
+    if prior_gap is None:
+        return "–"
+    return f"{'prefers it too' if prior_gap <= 0 else 'prefers the caption'} ({prior_gap:+.4f})"
+
+
 def _top_tables(report):
     para_top, flip_top = report.tops.for_markdown(report.top_k_per_model)
     k, limit = report.tops.k, report.max_text_chars
@@ -56,14 +65,53 @@ def _top_tables(report):
                  + _fewer(report, flip_rows, "flip has gap < 0", "flips have gap < 0") + ", "
                  "gap = sim(image, caption) − sim(image, flip): the model scores the wrong caption higher.\n")
     if flip_rows:
-        parts.append(md_table(["#", "Model", "Image", "Caption", "Flip", "Type", "Gap"],
+        prior = any(r.get("prior_gap") is not None for _, r in flip_rows)  # (score files with the flips' prior gaps)
+        parts.append(md_table(["#", "Model", "Image", "Caption", "Flip", "Type", "Gap", *(["Average other image"] if prior else [])],
                               [[i, f"`{r['model']}`", r["image"], md_text(r["caption"], limit),
-                                md_text(r["text"], limit), r.get("type") or "?", f"{r['gap']:+.4f}"]
+                                md_text(r["text"], limit), r.get("type") or "?", f"{r['gap']:+.4f}",
+                                *([prior_text(r.get("prior_gap"))] if prior else [])]
                                for i, r in flip_rows],
-                              ["r", "l", "r", "l", "l", "l", "r"]))
+                              ["r", "l", "r", "l", "l", "l", "r", *(["l"] if prior else [])]))
+        if prior:
+            parts.append("\nAverage other image: the same flip scored against the average of the other images (prior "
+                         "gap, LGIP_SPEC.md section 9): \"prefers it too\" (prior gap ≤ 0: a text prior, the flip wins "
+                         "with any image) or \"prefers the caption\" (the model prefers the flip only on this image); –: its score file has no prior "
+                         "gaps (the enhanced analysis, or an evaluation from before them).")
     else:
         parts.append("No flip was scored above its original.")
     return "\n".join(parts)
+
+
+def comparisons_table(rows, typed=False):
+    """(header, cells, align) of the paired comparisons (lgip.report.overview.comparison_rows), overall
+    or by flip type."""
+    header = ["Evaluation", "Figure", *(["Flip type"] if typed else []), "A", "B", "A − B [95% CI]", "Images",
+              "Interval excludes 0?"]
+    cells = [[f"`{c['script']}`", c["figure"], *([c["flip_type"]] if typed else []),
+              f"{c['a']['label']} ({c['a']['value']})", f"{c['b']['label']} ({c['b']['value']})",
+              (f"{c['diff']} {c['ci']}" if c["ci"] else c["diff"]) + (" †" if c["stale"] else ""),
+              "–" if c["images"] is None else str(c["images"]), comparison_text(c)] for c in rows]
+    return header, cells, ["l", "l", *(["l"] if typed else []), "l", "l", "r", "r", "l"]
+
+
+def _prior_section(report):
+    """The section "Is it the image?": the line per model and the paired comparisons; [] without controls."""
+    prior = prior_lines(report.rows, report.paths)
+    if prior is None:
+        return []
+    md = ["## Is it the image? Text-prior controls", "", prior["lead"], ""] + ["- " + line["text"] for line in prior["lines"]]
+    table = comparison_rows(report.comparisons, report.rows)
+    notes = comparisons_notes(table, report.comparisons, report.rows)
+    if table["overall"] or table["by_type"] or notes:
+        md += ["", "### Paired comparisons", ""]
+        if table["overall"] or table["by_type"]:
+            md += [COMPARISONS_LEAD, ""]
+        if table["overall"]:
+            md += [md_table(*comparisons_table(table["overall"])), ""]
+        if table["by_type"]:
+            md += ["By flip type:", "", md_table(*comparisons_table(table["by_type"], typed=True)), ""]
+        md += [" ".join(notes)] if notes else []
+    return md + [""]
 
 
 def markdown(report, md_path):
@@ -86,6 +134,7 @@ def markdown(report, md_path):
         md.append(note + "\n")
     for png, alt in report.figures:
         md.append(f"![{alt}]({os.path.relpath(os.path.abspath(png), md_dir)})\n")
+    md += _prior_section(report)
     attribution = attribution_lines(rows, report.metrics, report.paths, report.explain_missing)
     if attribution is not None:
         md += (["## Which word does a model blame?", "", attribution["lead"], ""]

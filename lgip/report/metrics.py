@@ -38,6 +38,16 @@ from ..method import FLIP_TYPES
 from ..util import default_output, metrics_path
 
 FIGURES = ("invariance_error", "gap", "pos_rate")  # the headline figures, each with a CI
+# LGIP_SPEC.md sections 9 and 10, in run_lgip_multi.py's and run_lgip_by_fliptype.py's rows: (key in
+# the metrics, name in a row); each with a CI, None in an older file (written before them) or with
+# fewer than 2 images (prior and grounded) or no paraphrase (the hard positives)
+CONTROLS = (("prior_pos_rate", "prior_pos_rate"), ("grounded_pos_rate", "grounded_pos_rate"),
+            ("prior_gap_mean", "prior_gap"), ("grounded_gap_mean", "grounded_gap"),
+            ("invariance_error_prior_mean", "invariance_error_prior"),
+            ("invariance_error_grounded_mean", "invariance_error_grounded"),
+            ("robust_pos_rate", "robust_pos_rate"), ("text_only_rate", "text_only_rate"))
+CONTROL_FIGURES = tuple(name for _, name in CONTROLS)
+TYPE_CONTROLS = CONTROLS[:4] + CONTROLS[6:]  # a by_flip_type block's (no paraphrase figures)
 RATE = re.compile(r"(rate|recall|acc|chance|agreement)(@\d+)?(_detected|_preferred)?$")  # figures in [0, 1]
 
 
@@ -133,7 +143,16 @@ def _extract_multi(m):
     out.update(fig(m, "sensitivity_gap_mean", "multi_gap", required=True))
     out.update(fig(m, "sensitivity_pos_rate", "multi_pos_rate", required=True))
     out["multi_num_records"] = count(m, "num_samples")
+    _controls(out, Block(m), "multi_")
     return out
+
+
+def _controls(out, b, prefix, keys=CONTROLS):
+    """The text-prior controls and hard positives of block `b` (None where not there), as
+    prefix + name; and prefix + "_controls": whether the block has them at all (an older file has not)."""
+    for key, name in keys:
+        out.update(fig(b, key, prefix + name))
+    out[prefix + "_controls"] = any(key in b for key, _ in keys)
 
 
 def _extract_fliptypes(m):
@@ -148,6 +167,8 @@ def _extract_fliptypes(m):
         out.update(fig(b, "pos_rate", f"fliptypes_{t}_pos_rate"))
         out.update(fig(b, "gap_mean", f"fliptypes_{t}_gap"))
         out[f"fliptypes_{t}_count"] = count(b, "count")
+        _controls(out, b, f"fliptypes_{t}_", TYPE_CONTROLS)
+    _controls(out, Block(m), "fliptypes_")
     return out
 
 
@@ -260,13 +281,15 @@ class Evaluation:
     scores: bool = True  # writes per-pair score files (the top lists' SCORE_SOURCES)
     evaluated: Callable = _num_samples  # one model's metrics -> what it evaluated, as the inputs table says it
     fixed_dtype: bool = False  # runs every model in one dtype whatever the settings (so not compared: mixed_settings)
+    controls: bool = False  # has the text-prior controls and hard positives (CONTROLS; per flip type too when typed)
+    comparisons: bool = False  # writes <its input stem>__LGIP_comparisons.metrics.json (paired model comparisons)
 
 
 EVALUATIONS = [
     Evaluation("multi", "run_lgip_multi.py", "LGIP_ALL.metrics.json", ("_with_perturb.jsonl", ""),
-               _extract_multi, "run_lgip_multi"),
+               _extract_multi, "run_lgip_multi", controls=True, comparisons=True),
     Evaluation("fliptypes", "run_lgip_by_fliptype.py", "LGIP_fliptypes.metrics.json", ("_with_fliptypes.jsonl", ""),
-               _extract_fliptypes, "run_lgip_by_fliptype", typed=True),
+               _extract_fliptypes, "run_lgip_by_fliptype", typed=True, controls=True, comparisons=True),
     Evaluation("enhanced", "rebuttal_enhanced_lgip_by_transformation.py", "ENHANCED_LGIP_analysis.json",
                ("_with_fliptypes.jsonl", "rebuttal_enhanced_"), _extract_enhanced, "enhanced analysis, corrected",
                typed=True, evaluated=lambda m: (m.get("corrected") or {}).get("num_records", "?")),
@@ -288,15 +311,17 @@ def _columns():
         return [name, name + "_ci_lo", name + "_ci_hi"]
     cols = ["model", "label", "protocol", "num_records", "num_failed_images", "headline_source", "headline_file",
             "headline_created", "mixed_settings"]
-    for f in FIGURES:
+    for f in FIGURES + CONTROL_FIGURES:  # (the controls from the headline's evaluation, as the positive rate)
         cols += ci(f)
     cols += ["flip_type_source", "flip_type_file", "flip_type_created"]
     for t in FLIP_TYPES:
         cols += ci(f"{t}_pos_rate") + ci(f"{t}_gap") + [f"{t}_count"]
+        for _, name in TYPE_CONTROLS:
+            cols += ci(f"{t}_{name}")
     for name in ("simple_invariance_error", "advanced_invariance_error", "combined_pos_rate", "combined_gap"):
         cols += ci("enhanced_" + name)
     for key in HEADLINE_KEYS:  # each evaluation's own headline figures, whichever heads the table
-        for f in FIGURES:
+        for f in FIGURES + (CONTROL_FIGURES if BY_KEY[key].controls else ()):
             cols += ci(f"{key}_{f}")
     for e in EVALUATIONS:
         cols += list(e.columns)
@@ -440,6 +465,10 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
                 for suffix in ("", "_ci_lo", "_ci_hi"):
                     row[f + suffix] = v.get(f"{src}_{f}{suffix}")
             row["num_records"] = v.get(f"{src}_num_records")
+            for f in CONTROL_FIGURES:  # (of the same pairs as its positive rate)
+                for suffix in ("", "_ci_lo", "_ci_hi"):
+                    row[f + suffix] = v.get(f"{src}_{f}{suffix}")
+            row["_controls"] = bool(v.get(f"{src}__controls"))  # its file has them (an older one has not)
             row["_unmeasured"] = [f for f in FIGURES if row[f] is None]  # null in its file: nothing measured
         typed = next((e.key for e in EVALUATIONS if e.typed and e.key in runs), None)
         if typed:
@@ -450,6 +479,9 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
                     for suffix in ("", "_ci_lo", "_ci_hi"):
                         row[f"{t}_{part}{suffix}"] = v.get(f"{typed}_{t}_{part}{suffix}")
                 row[f"{t}_count"] = v.get(f"{typed}_{t}_count")
+                for _, name in TYPE_CONTROLS:
+                    for suffix in ("", "_ci_lo", "_ci_hi"):
+                        row[f"{t}_{name}{suffix}"] = v.get(f"{typed}_{t}_{name}{suffix}")
         run_infos = [(runs[k].get("run") or {}) for k in EVAL_KEYS if k in runs]
         head_run = (runs.get(src) or runs[next(iter(runs))]).get("run") or {}
         row["protocol"] = (head_run.get("model") or {}).get("protocol")
@@ -511,3 +543,80 @@ def image_roots(metrics, metrics_paths, image_root=None):
             first = image_root or recorded
             roots[(key, m["model_tag"])] = list(dict.fromkeys(r for r in (first, beside) if r))
     return roots
+
+
+# --- paired model comparisons (LGIP_SPEC.md section 9): <input stem>__LGIP_comparisons.metrics.json ---
+
+COMPARISONS_SUFFIX = "LGIP_comparisons.metrics.json"
+COMPARED = {"sensitivity_pos_rate": "pos_rate", "grounded_pos_rate": "grounded_pos_rate",
+            "invariance_error_mean": "invariance_error"}  # a compared figure -> its name in a row (<evaluation>_<name>)
+
+
+def comparison_files(found):
+    """[(evaluation key, path)] of the comparisons files beside the metrics of the evaluations found
+    that write them (each path once), and the paths looked at that are not there (an older run: fine)."""
+    files, absent = [], []
+    for e in EVALUATIONS:
+        if e.comparisons and e.key in found:
+            path = found[e.key][:-len(e.suffix)] + COMPARISONS_SUFFIX
+            if path in absent or any(p == path for _, p in files):
+                continue
+            if os.path.isfile(path):
+                files.append((e.key, path))
+            else:
+                absent.append(path)
+    return files, absent
+
+
+def _comparison(row):
+    """One paired comparison's fields checked (BadField for the first that the report cannot use):
+    {script, a, b, figure, flip_type, diff, lo, hi, a_value, b_value, num_images, excludes_zero, created};
+    `excludes_zero` is the interval's, and must agree with the file's where that says."""
+    for key in ("script", "a", "b", "figure"):
+        if not isinstance(row.get(key), str) or not row[key]:
+            raise BadField(key, f"is {_what(row.get(key)) if key in row else 'missing'}, not a non-empty string")
+    figure = row["figure"]
+    if row.get("flip_type") is not None and not isinstance(row["flip_type"], str):
+        raise BadField("flip_type", f"is {_what(row['flip_type'])}, not a flip type or null")
+    rate = bool(RATE.search(figure))
+    out = {k: row[k] for k in ("script", "a", "b", "figure")}
+    out["flip_type"] = row.get("flip_type")
+    for key in ("a_value", "b_value"):
+        out[key] = _value(key, row.get(key), figure)
+    diff = fig(Block(row), "diff", "difference")  # (finite numbers, [low, high] with low <= high)
+    out["diff"], out["lo"], out["hi"] = diff["difference"], diff["difference_ci_lo"], diff["difference_ci_hi"]
+    for key, v in (("diff", out["diff"]), ("diff_ci95", out["lo"]), ("diff_ci95", out["hi"])):
+        if rate and v is not None and not -1.0 <= v <= 1.0:
+            raise BadField(key, f"is {row[key]!r}, not a difference of two rates (within [-1, 1])")
+    out["num_images"] = count(row, "num_images")
+    said = row.get("excludes_zero")
+    if said is not None and not isinstance(said, bool):
+        raise BadField("excludes_zero", f"is {_what(said)}, not true, false or null")
+    out["excludes_zero"] = None if out["lo"] is None else bool(out["lo"] > 0 or out["hi"] < 0)
+    if said is not None and out["excludes_zero"] is not None and said != out["excludes_zero"]:
+        raise BadField("excludes_zero", f"is {said!r}, but diff_ci95 {row['diff_ci95']!r} "
+                                        f"{'excludes' if out['excludes_zero'] else 'contains'} 0")
+    run = block(row, "run")
+    out["created"] = None if run.get("created") is None else str(run["created"])
+    return out
+
+
+def load_comparisons(path, key=None):
+    """A comparisons file: its rows checked (`_comparison`), each with `source` (the evaluation `key`
+    whose file it is) and `file`; InputError naming the file, the row and the field."""
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise InputError(f"{path}: expected a list of paired comparisons ({{script, a, b, figure, flip_type, diff, "
+                         f"diff_ci95, ...}}), got {type(data).__name__}")
+    out = []
+    for i, row in enumerate(data):
+        where = f"{path}: row {i + 1} of {len(data)}"
+        if not isinstance(row, dict):
+            raise InputError(f"{where}: not an object")
+        try:
+            checked = _comparison(row)
+        except BadField as bad:
+            what = ", ".join(str(row.get(k)) for k in ("a", "b", "figure") if isinstance(row.get(k), str))
+            raise InputError(f"{where}{f' ({what})' if what else ''}: {bad}") from None
+        out.append(dict(checked, source=key, file=os.path.basename(path)))
+    return out

@@ -5,7 +5,7 @@ opens by double-click from any folder.
 
 What the template gets (`page_context`): the overview (inputs, evaluations, versions, notes,
 provenance), the results table as rows of cells that carry the value they sort by, the figures,
-the word attribution's lines, and the gallery items (lgip.report.gallery; a flip's words with
+the text-prior controls' lines and the paired comparisons, the word attribution's lines, and the gallery items (lgip.report.gallery; a flip's words with
 their scores when explain_flips.py explained it). A later column, figure or item field shows once it
 is in these; the template is the one place that decides how.
 
@@ -18,8 +18,9 @@ import re
 
 from ..method import FLIP_TYPES
 from ..util import atomic_open
-from .overview import (attribution_lines, demo_note, frontier_note, made_by, missing_note, retrieval_note, runs_table,
-                       source_notes, sources_table, word_scores_note)
+from .overview import (COMPARISONS_LEAD, attribution_lines, comparison_rows, comparison_text, comparisons_notes, demo_note,
+                       frontier_note, made_by, missing_note, prior_lines, retrieval_note, runs_table, source_notes,
+                       sources_table, word_scores_note)
 from .tables import interval, num, result_columns
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -57,12 +58,12 @@ def results_table(rows):
     spec = result_columns(rows)
     header = ([{"text": "Model", "numeric": False, "better": "", "title": "model (hover a name for its tag)"},
                {"text": "Records", "numeric": True, "better": "", "title": "records evaluated"}]
-              + [{"text": c.header.replace(" ↑", "\u00a0↑").replace(" ↓", "\u00a0↓"), "numeric": True, "better": c.better, "title": f"{c.name}: {c.better}er is better"}
-                 for c in spec])
+              + [{"text": c.header.replace(" ↑", "\u00a0↑").replace(" ↓", "\u00a0↓"), "numeric": True, "better": c.better,
+                  "title": c.title or f"{c.name}: {c.better}er is better"} for c in spec])
     best = {}
-    for c in spec:
+    for c in spec:  # (a control's column has none)
         values = [r[c.name] for r in rows if r.get(c.name) is not None]
-        best[c.name] = (min if c.better == "low" else max)(values) if len(values) > 1 else None
+        best[c.name] = (min if c.better == "low" else max)(values) if len(values) > 1 and c.better else None
     body = []
     for r in rows:
         source = (f" · headline figures from {r['headline_file']}" + (f" (made {r['headline_created']})"
@@ -76,6 +77,15 @@ def results_table(rows):
                           "best": v is not None and v == best[c.name]})
         body.append({"model": r["model"], "cells": cells})
     return header, body
+
+
+def comparisons_context(report):
+    """The paired comparisons for the template: {"lead", "overall", "by_type", "notes"}, each row with
+    its last column's text (`says`)."""
+    table = comparison_rows(report.comparisons, report.rows)
+    for c in table["overall"] + table["by_type"]:
+        c["says"] = comparison_text(c)
+    return dict(table, lead=COMPARISONS_LEAD, notes=comparisons_notes(table, report.comparisons, report.rows))
 
 
 def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
@@ -106,6 +116,8 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "retrieval": retrieval_note(report.rows),
         "figures": figures,
         "top_k": report.tops.k if report.tops is not None else 0,
+        "prior": prior_lines(report.rows, report.paths),  # None without the text-prior controls
+        "comparisons": comparisons_context(report),
         "attribution": attribution_lines(report.rows, report.metrics, report.paths, report.explain_missing),
         "gallery": gallery,
         "attributed": attributed,

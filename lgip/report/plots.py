@@ -2,7 +2,8 @@
 frontier (invariance error against positive rate, 95% CI whiskers, the Pareto frontier, each
 model labelled beside its point), the positive rate per flip type and model, and LGIP beside
 retrieval (positive rate against image-to-text recall@1 and against the flip top-1 rate, with
-Spearman's rho across models). A new figure is one more function here, returning its path or None
+Spearman's rho across models), and the positive rate against the text prior (its prior positive
+rate, the diagonal drawn). A new figure is one more function here, returning its path or None
 when no row has its figures.
 
     >>> plot_frontier(rows, "x__LGIP_frontier.png", subtitle("x", rows, "headline_source", FRONTIER_FIGURES))
@@ -17,6 +18,7 @@ from .metrics import EVALUATIONS, RETRIEVAL_AXES, rank_correlations
 FRONTIER_FIGURES = ["invariance_error", "pos_rate"]
 FLIPTYPE_FIGURES = [f"{t}_pos_rate" for t in FLIP_TYPES]
 RETRIEVAL_FIGURES = ["pos_rate", *RETRIEVAL_AXES]
+PRIOR_FIGURES = ["prior_pos_rate", "pos_rate"]
 
 
 def pareto_front(points):
@@ -278,6 +280,65 @@ def plot_retrieval(rows, path, title_note="", dpi=150, files=None):
     fig.tight_layout()
     for ax, (c, pts) in zip(axes[0], panels):
         _place_labels(fig, ax, [(r[c["x"]], r["pos_rate"], r["label"]) for r in pts])
+    _save(fig, path, dpi, files)
+    plt.close(fig)
+    return path
+
+
+def plot_prior(rows, path, title_note="", dpi=150, files=None):
+    """Each model's positive rate (y) against its prior positive rate (x: the same flips scored
+    against the average other image, LGIP_SPEC.md 9), 95% CI whiskers, the diagonal y = x drawn
+    and labelled (on it, all of the positive rate is text prior), both axes the same rate span
+    within [0, 1]; None when no model has both figures."""
+    pts = [r for r in rows if r.get("prior_pos_rate") is not None and r.get("pos_rate") is not None]
+    if not pts:
+        return None
+    plt = _pyplot()
+    from matplotlib.lines import Line2D
+    colors = _model_colors([r["model"] for r in rows])
+    fig, ax = plt.subplots(figsize=(9.6, 6.4))
+    values = [v for r in pts for f in PRIOR_FIGURES for v in (r[f], r.get(f + "_ci_lo"), r.get(f + "_ci_hi"))
+              if v is not None]
+    lo, hi = rate_limits(values, max((max(values) - min(values)) * 0.15, 0.03))
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)  # (one span for both: the diagonal at 45 degrees)
+    ax.set_aspect("equal", adjustable="box")
+    ax.grid(True, alpha=0.3, linewidth=0.8)
+    ax.plot([lo, hi], [lo, hi], "--", color="0.35", linewidth=1.4, zorder=1, label="y = x")
+    if lo <= 0.5 <= hi:
+        ax.axhline(0.5, color="0.6", linestyle=":", linewidth=1.1, zorder=1)
+    families = {}
+    for r in pts:
+        family = _family(r)
+        marker = families.setdefault(family, FAMILY_MARKERS.get(family, "D"))
+        ax.errorbar(r["prior_pos_rate"], r["pos_rate"],
+                    xerr=_err(r["prior_pos_rate"], r.get("prior_pos_rate_ci_lo"), r.get("prior_pos_rate_ci_hi")),
+                    yerr=_err(r["pos_rate"], r.get("pos_rate_ci_lo"), r.get("pos_rate_ci_hi")), fmt=marker,
+                    color=colors[r["model"]], ecolor=colors[r["model"]], elinewidth=1.2, capsize=3, markersize=8,
+                    markeredgecolor="white", markeredgewidth=0.8, zorder=3, clip_on=False)
+    ax.set_xlabel("Prior positive rate: caption beats flip on the average other image")
+    ax.set_ylabel("Positive rate: caption beats flip on its own image")
+    ax.set_title("Is it the image? Positive rate against the text prior" + (f"\n{title_note}" if title_note else ""),
+                 fontsize=13, pad=12)
+    handles = [Line2D([], [], color="0.35", linestyle="--", label="y = x: all of it text prior"),
+               Line2D([], [], color="0.3", marker=r"$\nwarrow$", linestyle="none", markersize=12,
+                      label="above: its own images add"),
+               Line2D([], [], color="0.3", marker=r"$\searrow$", linestyle="none", markersize=12,
+                      label="below: its own images take away")]
+    if lo <= 0.5 <= hi:
+        handles.append(Line2D([], [], color="0.6", linestyle=":", label="chance (0.5)"))
+    if len(families) > 1:
+        handles += [Line2D([], [], color="0.45", marker=m, linestyle="none", markersize=7, label=f) for f, m in families.items()]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.03, 1.0), frameon=False, fontsize=9.5)  # (beside: no point under it)
+    fig.tight_layout()
+    whiskers = []
+    for r in pts:
+        x, y = r["prior_pos_rate"], r["pos_rate"]
+        for a, b, horizontal in ((r.get("prior_pos_rate_ci_lo"), r.get("prior_pos_rate_ci_hi"), True),
+                                 (r.get("pos_rate_ci_lo"), r.get("pos_rate_ci_hi"), False)):
+            if a is not None and b is not None:
+                whiskers += [((a + f * (b - a), y) if horizontal else (x, a + f * (b - a))) for f in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    _place_labels(fig, ax, [(r["prior_pos_rate"], r["pos_rate"], r["label"]) for r in pts], whiskers)
     _save(fig, path, dpi, files)
     plt.close(fig)
     return path

@@ -26,12 +26,21 @@ class Column:
     header: str  # as shown, with its arrow: which way is better
     name: str  # the row's key (and its CSV column)
     digits: int
-    better: str  # "low" or "high"
+    better: str  # "low" or "high"; "" for a control, neither better (no arrow, no best model)
+    title: str = ""  # what it is, on the page's header (hover); "" = "<name>: <better>er is better"
 
 
-RESULT_COLUMNS = (  # (retrieval beside the positive rate: the comparison the LGIP paper makes)
+PRIOR_TITLE = ("prior_pos_rate: a control, not a score: the share of flips the caption beats on the average OTHER "
+               "image (what the text alone gets right); neither higher nor lower is better: compare it with Pos. rate")
+GROUNDED_TITLE = ("grounded_pos_rate: the share of flips the caption beats by more on its own image than on the "
+                  "average other image; 0.5 = the image decides nothing; higher is better")
+
+RESULT_COLUMNS = (  # (retrieval beside the positive rate: the comparison the LGIP paper makes; the text-prior
+    # controls right after it: how much of it the text alone explains, LGIP_SPEC.md 9)
     [Column("Inv. error ↓", "invariance_error", 4, "low"), Column("Gap ↑", "gap", 4, "high"),
      Column("Pos. rate ↑", "pos_rate", 3, "high"),
+     Column("Prior pos.", "prior_pos_rate", 3, "", PRIOR_TITLE),
+     Column("Grounded pos. ↑", "grounded_pos_rate", 3, "high", GROUNDED_TITLE),
      Column("I2T R@1 ↑", "retrieval_i2t_recall@1", 3, "high"),
      Column("Flip top\u20111 ↓", "retrieval_i2t_flip_top1_rate", 3, "low")]
     + [Column(f"{t.capitalize()} pos. ↑", f"{t}_pos_rate", 3, "high") for t in FLIP_TYPES]

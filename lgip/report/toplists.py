@@ -5,7 +5,8 @@ One pass over the score files keeps the top K of each model and the top K over a
 (`TopLists`); whichever the markdown lists, the page has both. A row is a dict: model, source
 (evaluation), image (COCO id, else the file name), image_path (as in the record), caption,
 caption_sim, text, sim, and delta (paraphrase: sim - caption_sim) or gap (flip: caption_sim - sim)
-with the flip's type or the paraphrase's kind.
+with the flip's type (and its prior gap, when the score file has it: the same flip scored against
+the average other image, LGIP_SPEC.md 9) or the paraphrase's kind.
 
     >>> files, missing = score_files(metrics, found)
     >>> tops = scan_scores(files, k=10)
@@ -13,8 +14,10 @@ with the flip's type or the paraphrase's kind.
     (-0.247546, 'The dog is parked by a gray building.')
 """
 import heapq
+import math
 import os
 
+from ..errors import InputError
 from ..scorefile import iter_score_lines
 
 
@@ -70,6 +73,13 @@ def _offer(tops, score, key, make_row):
     every.offer(score, key, row)
 
 
+def _check_prior(v, where):
+    """A flip's prior gap (optional in a score file: sim(average other image, caption) - sim(average
+    other image, flip)): a finite number, else InputError naming `where`."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise InputError(f"{where} is {v!r}, not a finite number (the flip's prior gap) or null")
+
+
 def scan_scores(files, k):
     """Stream score files [(evaluation, model, path)] into the top-k paraphrase moves (|delta|) and
     flips preferred over their caption (gap < 0), per model and over all models; the same pair
@@ -79,7 +89,7 @@ def scan_scores(files, k):
     for source, model, path in files:
         para = (para_top.setdefault(model, TopK(k)), para_all)
         flip = (flip_top.setdefault(model, TopK(k)), flip_all)
-        for _, r in iter_score_lines(path):  # (checked: a wrong file is named, path:line)
+        for lineno, r in iter_score_lines(path):  # (checked: a wrong file is named, path:line)
             base = r.get("sim")
             if base is None:
                 continue
@@ -89,13 +99,15 @@ def scan_scores(files, k):
                 _offer(para, abs(delta), where + (p["text"],),
                        lambda: {"model": model, "source": source, "record": r, "text": p["text"],
                                 "kind": p.get("kind"), "sim": p["sim"], "delta": delta})
-            for fl in r.get("flips") or ():
+            for j, fl in enumerate(r.get("flips") or ()):
+                if fl.get("prior_gap") is not None:
+                    _check_prior(fl["prior_gap"], f"{path}:{lineno}: field 'flips[{j}].prior_gap'")
                 gap = base - fl["sim"]
                 if gap >= 0:
                     continue
                 _offer(flip, -gap, where + (fl["text"],),
                        lambda: {"model": model, "source": source, "record": r, "text": fl["text"],
-                                "type": fl.get("type"), "sim": fl["sim"], "gap": gap})
+                                "type": fl.get("type"), "sim": fl["sim"], "gap": gap, "prior_gap": fl.get("prior_gap")})
     out = []
     for top in (para_top, flip_top):
         lists = {key: t.rows() for key, t in top.items()}
