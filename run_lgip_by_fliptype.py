@@ -96,7 +96,9 @@ def evaluate(run):
     if WRITE_SCORES:
         sidecar = common.ScoreSidecar(run.records)
         sidecar.add("paraphrases", inv)
-        sidecar.add("flips", typed, type=typed.label)
+        prior = common.prior_values(typed)[0]  # (None with fewer than 2 images: no prior_gap written)
+        sidecar.add("flips", typed, type=typed.label,
+                    **({} if prior is None else {"prior_gap": common.PerModel([round(float(v), 6) for v in prior])}))
         path = common.metrics_path(JSONL_PATH, f"LGIP_fliptypes_{run.enc.name}.scores.jsonl")
         m["scores_file"] = sidecar.save(path)  # its name; None when it could not be written (said; the metrics still are)
     return m

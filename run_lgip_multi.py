@@ -77,7 +77,9 @@ def evaluate(run):
         sidecar.add("paraphrases", inv)
         types = [common.infer_flip_type(records[k][1]["orig_captions"][i], t)
                  for k, i, t in zip(sens.rec, sens.cap, sens.text)]
-        sidecar.add("flips", sens, type=types)
+        prior = common.prior_values(sens)[0]  # (None with fewer than 2 images: no prior_gap written)
+        sidecar.add("flips", sens, type=types,
+                    **({} if prior is None else {"prior_gap": common.PerModel([round(float(v), 6) for v in prior])}))
         path = common.metrics_path(JSONL_PATH, f"LGIP_{run.enc.name}.scores.jsonl")
         m["scores_file"] = sidecar.save(path)  # its name; None when it could not be written (said; the metrics still are)
     return m
