@@ -285,7 +285,8 @@ def flip_search(images, altered, cap_pos, cap_emb, size=5000, chunk_elements=Non
                 if a == b:
                     continue
                 alt = altered[lo:hi].to(device)
-                gallery = torch.cat([images[lo:hi], alt[~torch.isnan(alt[:, 0])].to(images.dtype)])
+                made_rows = alt[~torch.isnan(alt[:, 0])]
+                gallery = torch.cat([images[lo:hi], made_rows.to(images.dtype)]) if len(made_rows) else images[lo:hi]
                 first, col = _distinct_rows(gallery)  # copies of an embedding: one column, counted as often
                 emb = gallery[torch.as_tensor(first, device=device)].float()
                 weight = torch.as_tensor(np.bincount(col, minlength=len(first)).astype(np.float32), device=device)
