@@ -32,6 +32,10 @@ above it in this list, so it can be read, and changed, knowing only those:
   controls              is it the image? text-prior controls, hard positives, paired model comparisons
   retrieval             recall over galleries of records, with the flips among the captions (LGIP_SPEC.md 7)
   model_loop            a run over many models: ON_MODEL_ERROR's skips, progress over models
+  alterations, image_side
+                        the image side (LGIP_SPEC.md 11): images altered in the loader's workers (paraphrases
+                        jpeg, downscale, crop, hflip; flips mix, patch), their pairs, text-to-image search
+                        with the altered images in the gallery (run_lgip_images.py)
   evaluation            ModelRun (one model over one JSONL, torchrun sharding) and run_evaluation
   entry                 a script's run(**constants): its command line's run, callable from Python
   attribution, explain  word attribution of a text's similarity (LGIP_SPEC.md 8): plain tower forwards
@@ -69,6 +73,7 @@ from lgip.generate import SkipRecord, run_generator
 from lgip.models.hub import check_models, require_models
 from lgip.models.hub import describe as describe_model_problems
 from lgip.images import encode_record_images, open_rgb
+from lgip.image_side import ImageSide, check_kinds, check_seed, save_examples
 from lgip.lookahead import Lookahead
 from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_flips, advanced_paraphrases, cap_sample,
                          infer_flip_type, simple_paraphrases, typed_flips)
@@ -90,15 +95,16 @@ from lgip.util import (Timer, atomic_open, default_num_workers, default_output, 
                        provenance, refuse_overwriting_input, remove_stale_temps, write_json)
 
 __all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "DEMO_ABOUT", "DEMO_JSONL", "DEMO_MODEL", "FLIP_TYPES", "Gallery",
-           "InputError", "Lookahead", "ModelError", "ModelLoop", "ModelRun", "NUMBER_WORDS", "OBJECTS", "PROTOCOLS",
+           "ImageSide", "InputError", "Lookahead", "ModelError", "ModelLoop", "ModelRun", "NUMBER_WORDS", "OBJECTS", "PROTOCOLS",
            "PUBLISHED_MODELS", "Pairs", "PerModel", "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step",
            "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
-           "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_models", "check_settings", "check_step_settings",
+           "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_kinds", "check_models", "check_seed", "check_settings", "check_step_settings",
            "configure", "cosines", "default_num_workers", "default_output", "demo_block", "demo_message", "describe_model_problems",
            "dump_jsonl_line", "encode_record_images", "eval_run_info", "flip_types", "fmt", "hard_positive_figures", "forget_pixels", "forget_token_tables",
            "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "model_card", "open_rgb",
            "package_versions", "parse_value", "prior_figures", "prior_values", "provenance", "read_json", "reason_to_run", "refuse_overwriting_input",
            "remove_stale_temps", "require_int", "require_models", "resolve_device", "resolve_dtype",
-           "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step", "say_demo", "say_report", "script_call",
-           "script_settings", "search_galleries", "select_steps", "shard", "show", "simple_paraphrases", "swap_process_state", "typed_flips",
+           "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step", "save_examples", "say_demo", "say_report",
+           "script_call", "script_settings", "search_galleries", "select_steps", "shard", "show", "simple_paraphrases",
+           "swap_process_state", "typed_flips",
            "write_json", "write_rows"]

@@ -19,7 +19,7 @@ cannot be had stops the run before any step, naming it and what to do.
 Steps (names for STEPS), in order, each a subprocess of this Python with its output streamed (README's
 pipeline table says what each reads and writes): make_base (COCO only), diff_gen_caption,
 make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype,
-run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, report.
+run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report.
 
 A step is skipped ("up to date") when all its outputs exist, none is older than its inputs
 or its script, and it was made with the same settings: after each step run_all records the
@@ -49,7 +49,7 @@ IMAGE_BATCH_SIZE = None  # int: images per forward pass in the evaluations; None
 TEXT_BATCH_SIZE = None  # int: texts per forward pass in the evaluations; None = their default
 NUM_WORKERS = None  # int: image-decoding workers in the evaluations; None = their default (from the CPU count)
 SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAME, e.g. {"BOOTSTRAP": 0, "N_IMAGES": 1000, "CACHE_DIR": None}; a NAME no step has is an error
-STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption, make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype, run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, report
+STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption, make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype, run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
 CONFIG = common.configure(globals())
@@ -60,7 +60,8 @@ SCRIPTS = {"make_base": "make_base_jsonl.py", "diff_gen_caption": "diff_gen_capt
            "rebuttal_enhanced_perturb": "rebuttal_enhanced_perturb_with_fliptypes.py",
            "run_lgip_multi": "run_lgip_multi.py", "run_lgip_by_fliptype": "run_lgip_by_fliptype.py",
            "run_lgip_retrieval": "run_lgip_retrieval.py", "explain_flips": "explain_flips.py",
-           "rebuttal_enhanced_lgip": "rebuttal_enhanced_lgip_by_transformation.py", "report": "report.py"}
+           "rebuttal_enhanced_lgip": "rebuttal_enhanced_lgip_by_transformation.py",
+           "run_lgip_images": "run_lgip_images.py", "report": "report.py"}
 DEMO_MODEL = "openclip_ViT-B-16_openai"  # the smallest published model: the demo's default
 # Settings run_all sets itself (SETTINGS may not).
 _OWN = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "OUTPUT_PREFIX", "ANNOTATIONS_JSON", "IMAGE_DIR", "MODELS",
@@ -135,6 +136,7 @@ def plan(mode, base, models):
                common.metrics_path(enhanced, "ENHANCED_LGIP_analysis.json"),
                common.metrics_path(fliptypes, "LGIP_retrieval.metrics.json")]
     explained = common.metrics_path(fliptypes, "LGIP_explain.metrics.json")
+    images = common.metrics_path(fliptypes, "LGIP_images.metrics.json")
     evaluation = {"MODELS": models, "PROTOCOL": PROTOCOL, "DEVICE": DEVICE, "DTYPE": DTYPE, "ON_MODEL_ERROR": ON_MODEL_ERROR}
     evaluation.update({k: v for k, v in (("IMAGE_BATCH_SIZE", IMAGE_BATCH_SIZE), ("TEXT_BATCH_SIZE", TEXT_BATCH_SIZE),
                                          ("NUM_WORKERS", NUM_WORKERS)) if v is not None})
@@ -164,8 +166,11 @@ def plan(mode, base, models):
     ]
     if mode != "benchmark":  # (its records have no combined_caps: the rebuttal analysis is LGIP's own)
         steps.append(step("rebuttal_enhanced_lgip", dict(evaluation, JSONL_PATH=enhanced), [enhanced], [metrics[2]]))
+    # the image side, after the text evaluations: on the file run_lgip_retrieval searches (an imported benchmark
+    # as it is), so its galleries hold the same records, and its captions and original images are in the cache
+    steps.append(step("run_lgip_images", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [images]))
     steps += [
-        step("report", {"JSONL_PATH": base}, metrics + [explained],  # the page colours explained flips
+        step("report", {"JSONL_PATH": base}, metrics + [explained, images],  # the page colours explained flips
              [common.metrics_path(base, "LGIP_report.md"), common.metrics_path(base, "LGIP_report.csv"),
               common.metrics_path(base, "LGIP_report.html")], needs=[]),
     ]

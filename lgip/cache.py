@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+from .alterations import AlteredImage
 from .errors import CacheError, OutputError
 from .util import atomic_open, package_versions, write_json
 
@@ -21,7 +22,11 @@ _SAYING = threading.Lock()  # (the text and image writers' threads may fail at o
 
 
 def image_cache_key(path):
-    """Path, size and mtime: an edited or replaced image is never served from the cache."""
+    """Path, size and mtime: an edited or replaced image is never served from the cache. An
+    altered image (lgip.alterations.AlteredImage): its source's key, kind and SEED (a flip's: and
+    the other image's key and r), never an original's key."""
+    if isinstance(path, AlteredImage):
+        return path.cache_key(image_cache_key)
     st = os.stat(path)
     return f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}"
 

@@ -292,6 +292,18 @@ class ModelRun:
         dist.gather_object(obj, out, dst=0)
         return out
 
+    def all_gathered(self, obj):
+        """`obj` of every process, in rank order, on every process ([obj] alone): what all must agree
+        on (run_lgip_images.py's readable records, which its image flips pair)."""
+        return _gather(obj, self.world)
+
+    def load_weights(self):
+        """Load the weights of a run that began without them (every text and image of `score` was
+        cached) when the script needs more than the cache holds (run_lgip_images.py's altered
+        images: the cache is asked for them before); nothing when they are loaded."""
+        if not self.enc.weights_loaded:
+            self._load_weights()
+
     def _all_in_cache(self):
         """True when every text of the calls and every image file of this process's records has
         its embedding in the cache (a file that is not there needs no model: it is reported)."""

@@ -10,6 +10,7 @@ import os
 import sys
 
 from . import accelerations
+from .alterations import AlteredImage
 from .util import default_num_workers, progress_bar
 from .device import _DeviceRows, _Rows
 from .cache import image_cache_keys
@@ -26,22 +27,41 @@ def open_rgb(path):
         return img.convert("RGB")
 
 
+def _open_file(path):
+    if os.path.getsize(path) == 0:
+        raise OSError("empty file")
+    return open_rgb(path)
+
+
 class _ImageFiles:
-    """Dataset of (index, transformed image or None, error or None); bad files never raise."""
+    """Dataset of (index, transformed image or None, error or None); bad files never raise. An
+    item is an image file's path, or an AlteredImage (lgip.alterations), made here from its
+    decoded source (and other image): the few files decoded last are kept, so the kinds of one
+    record, listed together, decode its files once in a worker."""
+    RECENT = 4  # decoded files kept (an altered image's source and other image)
 
     def __init__(self, paths, transform):
         self.paths, self.transform = paths, transform
+        self._recent = {}
 
     def __len__(self):
         return len(self.paths)
 
     def __getitem__(self, i):
         try:
-            if os.path.getsize(self.paths[i]) == 0:
-                raise OSError("empty file")
-            return i, self.transform(open_rgb(self.paths[i])), None
+            item = self.paths[i]
+            img = item.make(self._open_recent) if isinstance(item, AlteredImage) else _open_file(item)
+            return i, self.transform(img), None
         except Exception as e:  # any unreadable image is reported, never fatal
             return i, None, f"{type(e).__name__}: {e}"
+
+    def _open_recent(self, path):
+        img = self._recent.pop(path, None)
+        img = _open_file(path) if img is None else img  # (the alterations never change their input)
+        self._recent[path] = img
+        while len(self._recent) > self.RECENT:
+            self._recent.pop(next(iter(self._recent)))
+        return img
 
 
 def _collate_images(items):

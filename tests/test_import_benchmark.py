@@ -180,7 +180,7 @@ def test_an_imported_file_runs_end_to_end_through_run_all(tmp_path):
     assert "data: imported benchmark" in proc.stdout
     ran = re.findall(r"^\[\d+/(\d+)\] (\w+)  done", proc.stdout, re.M)
     assert [name for _, name in ran] == ["run_lgip_multi", "run_lgip_by_fliptype", "run_lgip_retrieval", "explain_flips",
-                                         "report"]
+                                         "run_lgip_images", "report"]
     stem = str(out)[:-len(".jsonl")]
     types = ["add_att", "replace_att", "swap_obj"]
     fliptypes = json.load(open(stem + "__LGIP_fliptypes.metrics.json"))[0]
@@ -190,3 +190,4 @@ def test_an_imported_file_runs_end_to_end_through_run_all(tmp_path):
     assert list(explain["by_flip_type"]) == ["replace_att"] and explain["num_flips"] == 3
     assert explain["skipped"]["not_one_word_replaced"] == 3  # the two add_att (a word added) and the swap
     assert os.path.isfile(stem + "__LGIP_report.html") and os.path.isfile(stem + "__LGIP_ALL.metrics.json")
+    assert os.path.isfile(stem + "__LGIP_images.metrics.json")  # the image side, on the imported file itself

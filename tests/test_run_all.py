@@ -13,7 +13,8 @@ HAVE_REPORT = os.path.isfile(os.path.join(ROOT, "report.py"))  # written separat
 GENERATORS = ["diff_gen_caption", "make_perturb_with_fliptypes", "rebuttal_enhanced_perturb"]
 EVALUATIONS = ["run_lgip_multi", "run_lgip_by_fliptype", "run_lgip_retrieval", "rebuttal_enhanced_lgip"]
 EXPLAIN = ["explain_flips"]  # after the by-fliptype evaluation, whose score files it reads
-STEPS = GENERATORS + EVALUATIONS[:3] + EXPLAIN + EVALUATIONS[3:] + (["report"] if HAVE_REPORT else [])
+IMAGES = ["run_lgip_images"]  # the image side, after the text evaluations
+STEPS = GENERATORS + EVALUATIONS[:3] + EXPLAIN + EVALUATIONS[3:] + IMAGES + (["report"] if HAVE_REPORT else [])
 OUTPUTS = ["lgip_demo_with_perturb.jsonl", "lgip_demo_with_fliptypes.jsonl",
            "rebuttal_enhanced_lgip_demo_with_fliptypes.jsonl",
            "lgip_demo_with_perturb__LGIP_ALL.metrics.json", "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
@@ -23,6 +24,7 @@ INPUT_OF = {"run_lgip_multi": OUTPUTS[0], "run_lgip_by_fliptype": OUTPUTS[1], "r
             "rebuttal_enhanced_lgip": OUTPUTS[2]}
 EXPLAIN_OUTPUTS = ["lgip_demo_with_fliptypes__LGIP_explain.metrics.json", "lgip_demo_with_fliptypes__LGIP_explain_tiny_openclip.jsonl",
                    "lgip_demo_with_fliptypes__LGIP_explain_tiny_siglip.jsonl"]
+IMAGES_OUTPUTS = ["lgip_demo_with_fliptypes__LGIP_images.metrics.json"]
 REPORT_OUTPUTS = ["lgip_demo__LGIP_report.md", "lgip_demo__LGIP_report.csv", "lgip_demo__LGIP_frontier.png",
                   "lgip_demo__LGIP_fliptypes.png", "lgip_demo__LGIP_retrieval.png", "lgip_demo__LGIP_report.html"]
 
@@ -72,7 +74,7 @@ def demo_copy(demo_done, tmp_path):
 
 def test_end_to_end_writes_every_output(demo_done):
     folder, proc = demo_done
-    for name in OUTPUTS + EXPLAIN_OUTPUTS + (REPORT_OUTPUTS if HAVE_REPORT else []):
+    for name in OUTPUTS + EXPLAIN_OUTPUTS + IMAGES_OUTPUTS + (REPORT_OUTPUTS if HAVE_REPORT else []):
         assert (folder / name).is_file(), name
     for k, step in enumerate(STEPS, 1):
         assert re.search(rf"^\[{k}/{len(STEPS)}\] {step}  done in [\d.]+ s -> ", proc.stdout, re.M), step
@@ -87,6 +89,8 @@ def test_end_to_end_writes_every_output(demo_done):
         assert stamp["settings"] == {"MODELS": TINY_MODELS, "PROTOCOL": "corrected", "DTYPE": "auto"}
     # the retrieval runs after run_lgip_by_fliptype, on the embeddings it cached
     assert [m["run"]["model"]["weights_loaded"] for m in json.load(open(folder / OUTPUTS[6]))] == [False, False]
+    images = json.load(open(folder / IMAGES_OUTPUTS[0]))  # the image side: the demo's 12 images, every kind
+    assert [(m["model_tag"], m["num_images"], len(m["by_kind"])) for m in images] == [(m["name"], 12, 6) for m in TINY_MODELS]
     explained = json.load(open(folder / EXPLAIN_OUTPUTS[0]))
     assert [m["model_tag"] for m in explained] == [m["name"] for m in TINY_MODELS]
     assert all(m["num_flips"] > 0 and m["run"]["config"]["MODELS"] == TINY_MODELS for m in explained)
@@ -178,7 +182,8 @@ def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
                       env=hub_cache_env(tmp_path / "hf", PUBLISHED_MODELS[:1]))  # (ViT-B-16 as if downloaded)
     assert "data: demo" in proc.stdout
     cmds = commands(proc)
-    assert set(cmds) == set(GENERATORS + EVALUATIONS + EXPLAIN + ["report"])
+    assert set(cmds) == set(GENERATORS + EVALUATIONS + EXPLAIN + IMAGES + ["report"])
+    assert "--SEED=7" in cmds["run_lgip_images"] and "--BOOTSTRAP=0" in cmds["run_lgip_images"]
     assert "--BOOTSTRAP=0" in cmds["explain_flips"] and "'openclip_ViT-B-16_openai'" in cmds["explain_flips"]
     assert "--SEED=7" in cmds["explain_flips"] and "PROTOCOL" not in cmds["explain_flips"]
     for step in GENERATORS:

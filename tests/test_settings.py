@@ -14,10 +14,10 @@ from lgip.errors import ConfigError
 from lgip.models import PUBLISHED_MODELS
 from lgip.settings import RULES, check_models, check_settings
 
-SCRIPTS = ["bench", "bench_host", "bench_lookahead", "bench_retrieval", "diff_gen_caption", "explain_flips", "import_benchmark",
+SCRIPTS = ["bench", "bench_host", "bench_images", "bench_lookahead", "bench_retrieval", "diff_gen_caption", "explain_flips", "import_benchmark",
            "make_base_jsonl", "make_perturb_with_fliptypes", "rebuttal_enhanced_lgip_by_transformation",
            "rebuttal_enhanced_perturb_with_fliptypes", "report", "run_all", "run_lgip_by_fliptype", "run_lgip_multi",
-           "run_lgip_retrieval", "siglip_sanity_check"]
+           "run_lgip_images", "run_lgip_retrieval", "siglip_sanity_check"]
 
 
 def files(folder):

@@ -14,7 +14,7 @@ USER_SCRIPTS = {"common.py", "diff_gen_caption.py", "explain_flips.py", "make_ba
                 "run_lgip_images.py"}
 OTHER_FILES = {"README.md", "requirements.txt", "LICENSE", ".gitignore"}
 RECIPE_LINES = 150  # a script that is a recipe over the package fits in about this many lines
-RECIPES = ["explain_flips.py", "make_base_jsonl.py"]
+RECIPES = ["explain_flips.py", "make_base_jsonl.py", "run_lgip_images.py"]
 
 
 def project_modules():
