@@ -77,8 +77,8 @@ def eval_args(jsonl, protocol="reference", models=TINY_MODELS, image_root=FIXTUR
 
 def eval_settings(jsonl, protocol="reference", models=TINY_MODELS, image_root=FIXTURES, **extra):
     """The same settings as run()'s keyword arguments (run_here)."""
-    return dict(JSONL_PATH=str(jsonl), IMAGE_ROOT=str(image_root), PROTOCOL=protocol, DEVICE="cpu", NUM_WORKERS=0,
-                MODELS=models, **extra)
+    return dict(dict(JSONL_PATH=str(jsonl), IMAGE_ROOT=str(image_root), PROTOCOL=protocol, DEVICE="cpu", NUM_WORKERS=0,
+                     MODELS=models), **extra)
 
 
 CASES = [
