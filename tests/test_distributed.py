@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REFERENCE, ROOT, TINY_MODELS, eval_args, run_script
+from conftest import REFERENCE, ROOT, TINY_MODELS, eval_args, eval_settings, run_here
 
 
 @pytest.mark.parametrize("script,jsonl,name", [
@@ -22,7 +22,7 @@ def test_torchrun_two_gloo_processes_give_single_process_metrics(tmp_path, scrip
     for folder in (single, multi):
         folder.mkdir()
         shutil.copy(os.path.join(REFERENCE, jsonl), folder / jsonl)
-    run_script(script, *eval_args(single / jsonl, "reference", TINY_MODELS, CACHE_DIR=None))
+    run_here(script, **eval_settings(single / jsonl, "reference", TINY_MODELS, CACHE_DIR=None))  # (one process: this one)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
            os.path.join(ROOT, script), *eval_args(multi / jsonl, "reference", TINY_MODELS, CACHE_DIR=None)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
