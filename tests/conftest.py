@@ -10,6 +10,13 @@ import shutil
 
 import pytest
 
+# One intra-op thread for torch here and in every process a test starts (they inherit the
+# environment), unless the caller chose: the fixture models are tiny, so a second thread gains
+# nothing, and on a machine with more runnable processes than cores (a CI runner, a run's own
+# decoding workers) torch's threads wait for each other spinning: one test measured 19 s of CPU
+# with one thread and from 19 to 67 s with two. No test is about the thread count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 REFERENCE = os.path.join(FIXTURES, "reference")
