@@ -43,8 +43,13 @@ def run_here(script, **constants):
     open_clip, transformers: seconds of CPU a run). Returns (what run() returned, its stdout, its stderr)."""
     module = importlib.import_module(os.path.splitext(script)[0])
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        result = module.run(**constants)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            result = module.run(**constants)
+    except BaseException:  # what it printed, shown with the failing test
+        sys.stdout.write(out.getvalue())
+        sys.stderr.write(err.getvalue())
+        raise
     return result, out.getvalue(), err.getvalue()
 
 
