@@ -248,7 +248,10 @@ def test_ctrl_c_stops_within_seconds_leaving_nothing_behind(tmp_path):
     models = [OPENCLIP_TINY, dict(OPENCLIP_TINY, name="twin"), SIGLIP_TINY]
     settings = dict(protocol="corrected", models=models, NUM_WORKERS=2, TEXT_BATCH_SIZE=8)
     args = eval_args(src, **settings)
-    code = SLOW_RUN.format(argv=["run_lgip_by_fliptype.py", *args], script=os.path.join(ROOT, "run_lgip_by_fliptype.py"))
+    # Ctrl-C as in a terminal, even when the tests were started in the background (a shell's `cmd &`
+    # starts them with SIGINT ignored, and a process inherits that: Python then leaves it ignored)
+    code = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n" + SLOW_RUN.format(
+        argv=["run_lgip_by_fliptype.py", *args], script=os.path.join(ROOT, "run_lgip_by_fliptype.py"))
     proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{code}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines = []
