@@ -98,6 +98,12 @@ def distributed():
     if world <= 1:
         return 0, 1
     if not dist.is_initialized():
+        # Imported before the group exists: its functions take `group=group.WORLD` as a default
+        # argument, which binds the group itself when the module is first imported after it starts
+        # (open_clip and transformers import it while a model loads). Ten such references kept the
+        # group, and its gloo threads, alive after destroy_process_group, into the interpreter's
+        # exit, where a rank aborted now and then ("terminate called without an active exception").
+        import torch.distributed.nn  # noqa: F401
         backend = "nccl" if torch.cuda.is_available() and os.environ.get("LGIP_DIST_BACKEND") != "gloo" else "gloo"
         dist.init_process_group(backend)
     return dist.get_rank(), dist.get_world_size()
@@ -469,9 +475,10 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
         write_comparisons(script, config, paired)
     rank, world = distributed()
     if world > 1:
-        # Every rank ends here together, then leaves the group: a rank that exited early with the
-        # group still open aborted at interpreter exit in 1 of 4-12 runs ("terminate called
-        # without an active exception").
+        # Every rank ends here together, then leaves the group, which stops its threads (nothing
+        # else holds it: see distributed()): a rank that exited with the group's threads still
+        # running aborted at interpreter exit now and then ("terminate called without an active
+        # exception").
         import torch.distributed as dist
         dist.barrier()
         dist.destroy_process_group()

@@ -1,4 +1,7 @@
+import contextlib
 import glob
+import importlib
+import io
 import os
 import subprocess
 import sys
@@ -6,6 +9,13 @@ import sys
 import shutil
 
 import pytest
+
+# One intra-op thread for torch here and in every process a test starts (they inherit the
+# environment), unless the caller chose: the fixture models are tiny, so a second thread gains
+# nothing, and on a machine with more runnable processes than cores (a CI runner, a run's own
+# decoding workers) torch's threads wait for each other spinning: one test measured 19 s of CPU
+# with one thread and from 19 to 67 s with two. No test is about the thread count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -24,6 +34,23 @@ def run_script(script, *args, env=None, check=True):
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def run_here(script, **constants):
+    """A script's `run(**constants)` in this process (lgip/entry.py: in a fresh process state, as a
+    new process would): for a test whose subject is what a run computes or writes, not its command
+    line, exit status or signals, so it does not pay a new interpreter's imports (Python, torch,
+    open_clip, transformers: seconds of CPU a run). Returns (what run() returned, its stdout, its stderr)."""
+    module = importlib.import_module(os.path.splitext(script)[0])
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            result = module.run(**constants)
+    except BaseException:  # what it printed, shown with the failing test
+        sys.stdout.write(out.getvalue())
+        sys.stderr.write(err.getvalue())
+        raise
+    return result, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(autouse=True)
@@ -76,6 +103,12 @@ def eval_args(jsonl, protocol="reference", models=TINY_MODELS, image_root=FIXTUR
     return args + [f"--{k}={v!r}" for k, v in extra.items()]
 
 
+def eval_settings(jsonl, protocol="reference", models=TINY_MODELS, image_root=FIXTURES, **extra):
+    """The same settings as run()'s keyword arguments (run_here)."""
+    return dict(dict(JSONL_PATH=str(jsonl), IMAGE_ROOT=str(image_root), PROTOCOL=protocol, DEVICE="cpu", NUM_WORKERS=0,
+                     MODELS=models), **extra)
+
+
 CASES = [
     ("run_lgip_multi.py", "fixture_with_perturb.jsonl",
      ["fixture_with_perturb__LGIP_ALL.metrics.json", "fixture_with_perturb__LGIP_tiny_openclip.metrics.json",
@@ -92,13 +125,14 @@ def _reference_runs(tmp_path_factory, models):
         folder = tmp_path_factory.mktemp(script.split(".")[0])
         src = folder / jsonl
         shutil.copy(os.path.join(REFERENCE, jsonl), src)
-        out[script] = (folder, run_script(script, *eval_args(src, models=models)))
+        out[script] = (folder, run_here(script, **eval_settings(src, models=models)))
     return out
 
 
 @pytest.fixture(scope="session")
 def reference_runs(tmp_path_factory):
-    """Each script run once in reference protocol on a copy of its published input."""
+    """Each script run once in reference protocol on a copy of its published input (in this
+    process: run_here; {script: (folder, (results, stdout, stderr))})."""
     return _reference_runs(tmp_path_factory, TINY_MODELS)
 
 

@@ -26,10 +26,13 @@ def _features(out):
 class PublishedVLM:
     """encode_image / encode_text as the published wrappers: open_clip's tokenizer (77 tokens),
     or the SigLIP processor with padding=True per batch of `text_batch` texts. `calls` lists the
-    texts of every encode_text call, in order."""
+    texts of every encode_text call, in order. A call repeated whole (the same texts in the same
+    order, as records copied from one another make) is computed once and its result given again:
+    the model is deterministic, so this changes no number, only the time; so is an images call."""
 
     def __init__(self, spec, text_batch=64):
         self.text_batch, self.calls, self.siglip = text_batch, [], spec["type"] == "siglip"
+        self._done = {}  # (kind, inputs, batch) -> the embeddings that call gave
         if self.siglip:
             from transformers import AutoModel, AutoProcessor
             self.model, self.processor = AutoModel.from_pretrained(spec["model_id"]), AutoProcessor.from_pretrained(spec["model_id"])
@@ -40,8 +43,14 @@ class PublishedVLM:
             self.tokenizer = open_clip.get_tokenizer(spec["model_name"])
         self.model.eval()
 
-    @torch.no_grad()
     def encode_images(self, paths):
+        key = ("images", tuple(paths), None)
+        if key not in self._done:
+            self._done[key] = self._encode_images(paths)
+        return self._done[key]
+
+    @torch.no_grad()
+    def _encode_images(self, paths):
         imgs = [Image.open(p).convert("RGB") for p in paths]  # raises for a missing or broken file
         if self.siglip:
             feats = _features(self.model.get_image_features(**self.processor(images=imgs, return_tensors="pt")))
@@ -52,12 +61,17 @@ class PublishedVLM:
     def encode_image(self, path):
         return self.encode_images([path])[0]
 
-    @torch.no_grad()
     def encode_text(self, texts, batch=None):
         if not texts:
             return torch.empty(0, 0)
         self.calls.append(list(texts))
-        step = batch or self.text_batch
+        key = ("texts", tuple(texts), batch or self.text_batch)
+        if key not in self._done:
+            self._done[key] = self._encode_text(texts, batch or self.text_batch)
+        return self._done[key]
+
+    @torch.no_grad()
+    def _encode_text(self, texts, step):
         out = []
         for b in range(0, len(texts), step):
             chunk = texts[b:b + step]

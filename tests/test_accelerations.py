@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from conftest import CASES, OPENCLIP_TINY, REFERENCE, SIGLIP_PIECES, eval_args, run_script
+from conftest import CASES, OPENCLIP_TINY, REFERENCE, SIGLIP_PIECES, eval_args, eval_settings, run_here, run_script
 from lgip import accelerations
 
 MODELS = [OPENCLIP_TINY, dict(OPENCLIP_TINY, name="tiny_openclip_twin"), SIGLIP_PIECES]
@@ -41,7 +41,7 @@ def run(tmp_path, script, jsonl, protocol, off):
     folder.mkdir()
     shutil.copy(os.path.join(REFERENCE, jsonl), folder / jsonl)
     # one decoding worker: the lookahead (a worker pool) runs in the fast path
-    run_script(script, *eval_args(folder / jsonl, protocol, MODELS, NUM_WORKERS=1, CACHE_DIR=None, ACCELERATIONS_OFF=off))
+    run_here(script, **eval_settings(folder / jsonl, protocol, MODELS, NUM_WORKERS=1, CACHE_DIR=None, ACCELERATIONS_OFF=off))
     return folder
 
 

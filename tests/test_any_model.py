@@ -14,6 +14,7 @@ import copy
 import json
 import math
 import os
+import re
 import shutil
 import threading
 
@@ -23,7 +24,7 @@ import torch
 import published_style
 import tiny_hf
 import user_loaders
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, eval_args, run_script
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, run_script
 
 TOL = 1e-5
 INPUTS = {"run_lgip_multi.py": "fixture_with_perturb.jsonl", "run_lgip_by_fliptype.py": "fixture_with_fliptypes.jsonl",
@@ -192,7 +193,9 @@ def test_errors_in_a_users_code_are_reported_as_theirs(tmp_path):
     assert proc.stderr.startswith("error: model 'mine': the loader raised FileNotFoundError in your code (loader ")
     assert all(s in proc.stderr for s in ("user_loaders.py\", line", "in _read_checkpoint",
                                           "FileNotFoundError: no checkpoint at epoch3.pt")), proc.stderr
-    assert "lgip/" not in proc.stderr  # their frames, not ours
+    frames = re.findall(r'^  File "(.+?)", line \d+', proc.stderr, re.M)
+    package = os.path.join(ROOT, "lgip") + os.sep  # the project's package (wherever the checkout is, whatever its name)
+    assert frames and not [f for f in frames if f.startswith(package)], proc.stderr  # their frames, not ours
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".json")]
 
 

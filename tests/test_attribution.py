@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, run_script
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, run_here
 from lgip import attribution
 from lgip.models.encoder import Encoder
 from lgip.errors import ModelError
@@ -281,15 +281,14 @@ def _explained(tmp_path):
     (tmp_path / "fixture_with_fliptypes__LGIP_fliptypes.metrics.json").write_text(json.dumps([
         {"model_tag": "tiny_openclip", "scores_file": "fixture_with_fliptypes__LGIP_fliptypes_tiny_openclip.scores.jsonl",
          "run": {"config": {"PROTOCOL": "reference"}}}]))
-    proc = run_script("explain_flips.py", f"--JSONL_PATH={src}", f"--IMAGE_ROOT={FIXTURES}", "--DEVICE=cpu",
-                      f"--MODELS={[OPENCLIP_TINY, SIGLIP_TINY]!r}", "--N_FLIPS=None", "--TOP_K=2", "--BOOTSTRAP=100",
-                      "--NUM_WORKERS=0")
+    _, stdout, _ = run_here("explain_flips.py", JSONL_PATH=str(src), IMAGE_ROOT=FIXTURES, DEVICE="cpu",
+                            MODELS=[OPENCLIP_TINY, SIGLIP_TINY], N_FLIPS=None, TOP_K=2, BOOTSTRAP=100, NUM_WORKERS=0)
     n_missing = sum(len(t) for t in records[-1]["diff_caps"].values())
-    return proc, json.load(open(tmp_path / "fixture_with_fliptypes__LGIP_explain.metrics.json")), preferred, n_missing
+    return stdout, json.load(open(tmp_path / "fixture_with_fliptypes__LGIP_explain.metrics.json")), preferred, n_missing
 
 
 def test_explain_flips_lines_and_figures(tmp_path):
-    proc, metrics, preferred, n_missing = _explained(tmp_path)
+    stdout, metrics, preferred, n_missing = _explained(tmp_path)
     assert [m["model_tag"] for m in metrics] == ["tiny_openclip", "tiny_siglip"]
     for m in metrics:
         lines = [json.loads(x) for x in open(tmp_path / m["explain_file"])]
@@ -328,8 +327,8 @@ def test_explain_flips_lines_and_figures(tmp_path):
            if "top_k" in x["drawn"]}
     assert top == set(preferred) and metrics[0]["score_file"] and metrics[1]["score_file"] is None
     assert metrics[0]["score_file_protocol"] == "reference" and metrics[1]["score_file_protocol"] is None
-    assert "tiny_openclip: note: its TOP_K flips are those" in proc.stdout and "PROTOCOL='reference'" in proc.stdout
-    assert "tiny_openclip: localization" in proc.stdout
+    assert "tiny_openclip: note: its TOP_K flips are those" in stdout and "PROTOCOL='reference'" in stdout
+    assert "tiny_openclip: localization" in stdout
 
 
 def _one_model_explained(tmp_path, records, **settings):

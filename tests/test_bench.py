@@ -76,7 +76,7 @@ def test_random_init_siglip_folder_loads_with_project_loader(tmp_path, monkeypat
     pub = bench.PublishedEncoder(spec, enc.model, enc)
     emb = pub.texts(["a red bus", "two dogs on a beach"])
     assert emb.shape == (2, 32)
-    image = os.path.join(ROOT, "demo", "images", sorted(os.listdir(os.path.join(ROOT, "demo", "images")))[0])
+    image = sorted(glob.glob(os.path.join(ROOT, "demo", "images", "*.jpg")))[0]  # (a tracked demo image)
     assert pub.image(image).shape == (1, 32)
 
 

@@ -16,7 +16,7 @@ from lgip.cache import EmbeddingCache, image_cache_key
 from lgip.images import embed_images
 from lgip.models import load_model
 from lgip.texts import TextBank
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, image_paths, run_script
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_settings, image_paths, run_here
 
 
 TEXTS = ["a red bus", "two dogs on the beach", "A cat sits on a computer.", "dog"]
@@ -147,8 +147,10 @@ def test_rerun_of_the_three_scripts_encodes_nothing_new(tmp_path):
         shutil.copy(os.path.join(REFERENCE, name), tmp_path / name)
     cache = tmp_path / "cache"
     for _ in range(2):
-        run_script("run_lgip_multi.py", *eval_args(tmp_path / "fixture_with_perturb.jsonl", "corrected", [SIGLIP_TINY], CACHE_DIR=str(cache)))
-        run_script("run_lgip_by_fliptype.py", *eval_args(tmp_path / "fixture_with_fliptypes.jsonl", "corrected", [SIGLIP_TINY], CACHE_DIR=str(cache)))
+        run_here("run_lgip_multi.py", **eval_settings(tmp_path / "fixture_with_perturb.jsonl", "corrected", [SIGLIP_TINY],
+                                                      CACHE_DIR=str(cache)))
+        run_here("run_lgip_by_fliptype.py", **eval_settings(tmp_path / "fixture_with_fliptypes.jsonl", "corrected", [SIGLIP_TINY],
+                                                            CACHE_DIR=str(cache)))
     m = json.load(open(tmp_path / "fixture_with_fliptypes__LGIP_fliptypes.metrics.json"))[0]
     assert m["run"]["num_unique_texts_encoded"] > 0 and m["run"]["cache"]["image_hits"] == 12
     assert m["run"]["cache"]["text_hits"] == m["run"]["num_unique_texts_encoded"]

@@ -1,16 +1,33 @@
 """torchrun sharding (lgip/evaluation.py): two gloo processes give the single process's metrics
-and score files."""
+and score files, and leave no thread of the process group running into their exit."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REFERENCE, ROOT, TINY_MODELS, eval_args, run_script
+from conftest import REFERENCE, ROOT, TINY_MODELS, eval_args, eval_settings, run_here
 
 
+# The script as `python script.py` runs it, with a report, at the interpreter's exit, of the threads
+# still running: the process group's gloo threads, alive past destroy_process_group, made a rank
+# abort now and then at exit ("terminate called without an active exception").
+AT_EXIT = r"""
+import atexit, os, runpy, sys
+def threads_left():
+    names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+    os.write(2, f"\nthreads at exit of rank {os.environ['RANK']}: {names}\n".encode())  # (one write: the ranks share stderr)
+atexit.register(threads_left)  # (the first registered: it runs last)
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc to list the threads")
 @pytest.mark.parametrize("script,jsonl,name", [
     ("run_lgip_multi.py", "fixture_with_perturb.jsonl", "fixture_with_perturb__LGIP_ALL.metrics.json"),
     ("rebuttal_enhanced_lgip_by_transformation.py", "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
@@ -22,11 +39,14 @@ def test_torchrun_two_gloo_processes_give_single_process_metrics(tmp_path, scrip
     for folder in (single, multi):
         folder.mkdir()
         shutil.copy(os.path.join(REFERENCE, jsonl), folder / jsonl)
-    run_script(script, *eval_args(single / jsonl, "reference", TINY_MODELS, CACHE_DIR=None))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+    run_here(script, **eval_settings(single / jsonl, "reference", TINY_MODELS, CACHE_DIR=None))  # (one process: this one)
+    (tmp_path / "at_exit.py").write_text(AT_EXIT)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(tmp_path / "at_exit.py"),
            os.path.join(ROOT, script), *eval_args(multi / jsonl, "reference", TINY_MODELS, CACHE_DIR=None)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    left = dict(re.findall(r"threads at exit of rank (\d): (\[.*?\])", proc.stderr))
+    assert sorted(left) == ["0", "1"] and not [r for r, names in left.items() if "gloo" in names], left
     ours, ref = json.load(open(multi / name)), json.load(open(single / name))
     for a, b in zip(ours, ref):
         a.pop("run"), b.pop("run")

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import CASES, REFERENCE, eval_args, run_script
+from conftest import CASES, REFERENCE, eval_args, eval_settings, run_here, run_script
 
 TOL = 1e-6
 
@@ -31,7 +31,7 @@ def assert_matches(ours, ref, path="$"):
 
 @pytest.mark.parametrize("script,jsonl,outputs", CASES)
 def test_reference_protocol_reproduces_published_metrics(reference_runs, script, jsonl, outputs):
-    folder, proc = reference_runs[script]
+    folder, _ = reference_runs[script]
     for name in outputs:
         ours = json.load(open(folder / name))
         assert_matches(ours, json.load(open(os.path.join(REFERENCE, name))))
@@ -75,7 +75,7 @@ def test_corrected_protocol_siglip_independent_of_text_batch_size(tmp_path):
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), src)
     results = []
     for bs in (1, 7, 512):
-        run_script("run_lgip_multi.py", *eval_args(src, "corrected", [SIGLIP_TINY], TEXT_BATCH_SIZE=bs))
+        run_here("run_lgip_multi.py", **eval_settings(src, "corrected", [SIGLIP_TINY], TEXT_BATCH_SIZE=bs))
         results.append(json.load(open(tmp_path / "in__LGIP_ALL.metrics.json"))[0])
     for key in ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate"):
         assert max(r[key] for r in results) - min(r[key] for r in results) < 1e-6
@@ -111,10 +111,11 @@ def test_records_without_captions_and_repeated_images_are_counted(tmp_path):
     empty.update(orig_captions=[], same_caps={}, diff_caps={})
     src = tmp_path / "x.jsonl"
     src.write_text("\n".join(lines + [json.dumps(empty), lines[1]]) + "\n")
-    proc = run_script("run_lgip_multi.py", *eval_args(src, models=[OPENCLIP_TINY], BOOTSTRAP=0, WRITE_SCORES=False))
-    assert f"warning: {src}: 1 record(s) without captions, skipped (lines 4)" in proc.stdout
-    assert f"warning: {src}: 1 record(s) repeat an earlier record's image_path (lines 5)" in proc.stdout
-    assert "(4 records, 0 unreadable images, 1 without captions (skipped)," in proc.stdout
+    _, stdout, _ = run_here("run_lgip_multi.py", **eval_settings(src, models=[OPENCLIP_TINY], BOOTSTRAP=0,
+                                                                 WRITE_SCORES=False))
+    assert f"warning: {src}: 1 record(s) without captions, skipped (lines 4)" in stdout
+    assert f"warning: {src}: 1 record(s) repeat an earlier record's image_path (lines 5)" in stdout
+    assert "(4 records, 0 unreadable images, 1 without captions (skipped)," in stdout
     m = json.load(open(tmp_path / "x__LGIP_ALL.metrics.json"))[0]
     assert m["num_samples"] == 4
     assert m["run"]["num_records_without_captions"] == 1 and m["run"]["records_without_captions_lines"] == [4]

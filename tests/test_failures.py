@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, run_script
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, eval_settings, run_here, run_script
 from test_accelerations import assert_same_numbers
 
 HUB_SIGLIP = {"name": "hub_siglip", "type": "siglip", "model_id": "google/siglip-base-patch16-224"}
@@ -100,13 +100,16 @@ def test_a_cached_hub_model_loads_without_the_hub(no_hub, tmp_path):
     hf_cache_with(tmp_path, "lgip-test/siglip-tiny", os.path.join(FIXTURES, "models", "siglip-tiny"))
     spec = {"name": "cached", "type": "siglip", "model_id": "lgip-test/siglip-tiny"}
     out = {}
-    for name, model, env in (("hub", spec, no_hub), ("local", dict(SIGLIP_TINY, name="cached"), None)):
+    for name, model in (("hub", spec), ("local", dict(SIGLIP_TINY, name="cached"))):
         folder = tmp_path / name
         folder.mkdir()
         src = folder / "in.jsonl"
         src.write_bytes(open(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), "rb").read())
-        proc = run_script("run_lgip_multi.py", *eval_args(src, models=[model], CACHE_DIR=None), env=env)
-        assert "Retrying" not in proc.stderr
+        if name == "hub":  # (a process of its own: the Hub's address and cache are read from its environment)
+            proc = run_script("run_lgip_multi.py", *eval_args(src, models=[model], CACHE_DIR=None), env=no_hub)
+            assert "Retrying" not in proc.stderr
+        else:
+            run_here("run_lgip_multi.py", **eval_settings(src, models=[model], CACHE_DIR=None))
         out[name] = json.load(open(folder / "in__LGIP_ALL.metrics.json"))
     assert_same_numbers(out["hub"], out["local"], tol=0)
 
@@ -159,17 +162,18 @@ def test_a_run_killed_mid_way_resumes_and_gives_the_same_metrics(tmp_path):
         (tmp_path / name).mkdir()
         src[name] = tmp_path / name / "in.jsonl"
         src[name].write_bytes(open(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), "rb").read())
-    args = eval_args(src["killed"], "reference", [SIGLIP_TINY], TEXT_BATCH_SIZE=16, CACHE_FLUSH_S=0)
+    settings = dict(protocol="reference", models=[SIGLIP_TINY], TEXT_BATCH_SIZE=16, CACHE_FLUSH_S=0)
     code = KILLED_RUN.format(kill_at=12, chunks=str(tmp_path / "killed" / ".lgip_cache" / "*" / "text-*.npz"),
-                             argv=["run_lgip_multi.py", *args], script=os.path.join(ROOT, "run_lgip_multi.py"))
+                             argv=["run_lgip_multi.py", *eval_args(src["killed"], **settings)],
+                             script=os.path.join(ROOT, "run_lgip_multi.py"))
     proc = python(code, dict(os.environ))
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert not glob.glob(str(tmp_path / "killed" / "*.json"))
-    resumed = run_script("run_lgip_multi.py", *args)
-    line = next(l for l in resumed.stdout.splitlines() if "from the cache:" in l)
+    _, stdout, _ = run_here("run_lgip_multi.py", **eval_settings(src["killed"], **settings))  # the same command again
+    line = next(l for l in stdout.splitlines() if "from the cache:" in l)
     hits, total = (int(x.replace(",", "")) for x in line.split("from the cache: ")[1].split(" texts")[0].split(" of "))
     assert 16 <= hits < total  # at least the chunks written before the kill (a chunk per batch of 16)
-    run_script("run_lgip_multi.py", *eval_args(src["whole"], "reference", [SIGLIP_TINY], TEXT_BATCH_SIZE=16))
+    run_here("run_lgip_multi.py", **eval_settings(src["whole"], "reference", [SIGLIP_TINY], TEXT_BATCH_SIZE=16))
     killed, whole = (json.load(open(tmp_path / n / "in__LGIP_ALL.metrics.json")) for n in ("killed", "whole"))
     assert killed[0]["run"]["cache"]["resumed"]["texts"] == [hits, total]
     assert_same_numbers(killed, whole)
@@ -186,14 +190,14 @@ def test_a_rerun_from_the_cache_does_not_load_the_weights(tmp_path, protocol):
     for attempt in range(3):
         if attempt == 2:  # an image that changed: its embedding is not in the cache, the model loads
             os.utime(tmp_path / "images" / "000000000003.jpg", (time.time() + 5, time.time() + 5))
-        proc = run_script("run_lgip_by_fliptype.py", *eval_args(src, protocol, models, image_root=tmp_path))
+        _, stdout, _ = run_here("run_lgip_by_fliptype.py", **eval_settings(src, protocol, models, image_root=tmp_path))
         outputs.append(json.load(open(tmp_path / "in__LGIP_fliptypes.metrics.json")))
     first, cached, changed = outputs
     assert [m["run"]["model"]["weights_loaded"] for m in first] == [True, True]
     assert [m["run"]["model"]["weights_loaded"] for m in cached] == [False, False]
     assert [m["run"]["model"]["weights_loaded"] for m in changed] == [True, True]
     assert all(m["run"]["cache"]["resumed"]["images"] == [11, 12] for m in changed)
-    assert "(all of them: the model's weights were not loaded)" not in proc.stdout
+    assert "(all of them: the model's weights were not loaded)" not in stdout
     assert_same_numbers(first, cached, tol=0)
     assert_same_numbers(first, changed)
 
@@ -242,8 +246,12 @@ def test_ctrl_c_stops_within_seconds_leaving_nothing_behind(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_bytes(open(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), "rb").read())
     models = [OPENCLIP_TINY, dict(OPENCLIP_TINY, name="twin"), SIGLIP_TINY]
-    args = eval_args(src, "corrected", models, NUM_WORKERS=2, TEXT_BATCH_SIZE=8)
-    code = SLOW_RUN.format(argv=["run_lgip_by_fliptype.py", *args], script=os.path.join(ROOT, "run_lgip_by_fliptype.py"))
+    settings = dict(protocol="corrected", models=models, NUM_WORKERS=2, TEXT_BATCH_SIZE=8)
+    args = eval_args(src, **settings)
+    # Ctrl-C as in a terminal, even when the tests were started in the background (a shell's `cmd &`
+    # starts them with SIGINT ignored, and a process inherits that: Python then leaves it ignored)
+    code = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n" + SLOW_RUN.format(
+        argv=["run_lgip_by_fliptype.py", *args], script=os.path.join(ROOT, "run_lgip_by_fliptype.py"))
     proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{code}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     lines = []
@@ -269,8 +277,8 @@ def test_ctrl_c_stops_within_seconds_leaving_nothing_behind(tmp_path):
     assert sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / "*"))) == [
         "in.jsonl", "in__LGIP_fliptypes_tiny_openclip.scores.jsonl"]
     assert not glob.glob(str(tmp_path / ".*.tmp")) and not glob.glob(str(tmp_path / ".lgip_cache" / "*" / ".*.tmp"))
-    resumed = run_script("run_lgip_by_fliptype.py", *args)
-    assert "tiny_openclip: from the cache: " in resumed.stdout
+    _, stdout, _ = run_here("run_lgip_by_fliptype.py", **eval_settings(src, **settings))  # the same command again
+    assert "tiny_openclip: from the cache: " in stdout
 
 
 def test_an_interrupted_generator_leaves_no_output(tmp_path, capsys):

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import small_disk
-from conftest import BASE_JSONL, FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, run_script
+from conftest import (BASE_JSONL, FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, eval_settings, run_here,
+                      run_script)
 from test_evaluation import assert_matches
 from test_failures import SLOW_RUN, processes_with
 from test_make_base_jsonl import Coco, coco_dict
@@ -223,8 +224,8 @@ def test_sigterm_stops_an_evaluation_as_ctrl_c_does_and_the_same_command_resumes
     assert encoded - 8 <= cached < 497  # every whole batch before the signal (8 texts a batch) was flushed
     if to == "scheduler":
         return  # (the re-run: once is enough)
-    resumed = run_script("run_lgip_multi.py", *args)
-    assert f"tiny_siglip: from the cache: {cached} of 497 texts" in resumed.stdout
+    _, stdout, _ = run_here("run_lgip_multi.py", **eval_settings(src, models=models, NUM_WORKERS=2, TEXT_BATCH_SIZE=8))
+    assert f"tiny_siglip: from the cache: {cached} of 497 texts" in stdout  # (the same command, in this process)
     assert_matches(json.load(open(tmp_path / "in__LGIP_tiny_siglip.metrics.json")),
                    json.load(open(os.path.join(REFERENCE, "fixture_with_perturb__LGIP_tiny_siglip.metrics.json"))))
 

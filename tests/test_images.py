@@ -20,7 +20,7 @@ from lgip.models.pixels import check_pixel_split, pixel_split_openclip
 from lgip.errors import ModelError
 from lgip.records import iter_records
 from lgip.texts import TextBank
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, TEXTS, eval_args, image_paths, run_script
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, TEXTS, eval_settings, image_paths, run_here
 
 
 def test_images_beside_texts_equal_images_alone(enc):
@@ -161,13 +161,12 @@ def test_pixel_memory_keeps_to_its_budget(enc):
 def test_two_models_of_one_run_share_pixels(tmp_path):
     """run_evaluation with the same model twice: the second decodes no image, same metrics."""
     import json
-    from conftest import REFERENCE, eval_args, run_script
+    from conftest import REFERENCE
     src = os.path.join(REFERENCE, "fixture_with_perturb.jsonl")
     jsonl = tmp_path / "fixture_with_perturb.jsonl"
     jsonl.write_text(open(src).read())
     twin = dict(OPENCLIP_TINY, name="tiny_openclip_again")
-    run_script("run_lgip_multi.py", *eval_args(str(jsonl), models=[OPENCLIP_TINY, twin], image_root=FIXTURES,
-                                               CACHE_DIR=None))
+    run_here("run_lgip_multi.py", **eval_settings(jsonl, models=[OPENCLIP_TINY, twin], image_root=FIXTURES, CACHE_DIR=None))
     a, b = (json.load(open(tmp_path / f"fixture_with_perturb__LGIP_{m['name']}.metrics.json"))
             for m in (OPENCLIP_TINY, twin))
     assert a["run"]["image_sources"]["decoded"] > 0 and a["run"]["image_sources"]["from_pixel_memory"] == 0
@@ -220,7 +219,7 @@ def test_bad_images_are_skipped_counted_and_listed(tmp_path):
     make_bad_images(tmp_path)
     src = tmp_path / "in.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), src)
-    proc = run_script("run_lgip_multi.py", *eval_args(src, "corrected", [OPENCLIP_TINY], image_root=tmp_path))
+    _, stdout, stderr = run_here("run_lgip_multi.py", **eval_settings(src, "corrected", [OPENCLIP_TINY], image_root=tmp_path))
     m = json.load(open(tmp_path / "in__LGIP_tiny_openclip.metrics.json"))
     assert m["num_samples"] == 8 and m["run"]["num_failed_images"] == 4
     good = [rec for _, rec in iter_records(str(src)) if rec["image_id"] not in (2, 3, 4, 5)]
@@ -229,7 +228,7 @@ def test_bad_images_are_skipped_counted_and_listed(tmp_path):
     failed = {os.path.basename(f["path"]): f["error"] for f in m["run"]["failed_images"]}
     assert set(failed) == {f"{k:012d}.jpg" for k in (2, 3, 4, 5)}
     assert "empty" in failed["000000000003.jpg"] and "truncated" in failed["000000000004.jpg"]
-    assert "skipping unreadable image" in proc.stderr and "4 unreadable images" in proc.stdout
+    assert "skipping unreadable image" in stderr and "4 unreadable images" in stdout
 
 
 @pytest.mark.parametrize("mode", ["L", "CMYK", "P", "RGBA", "LA", "I;16"])

@@ -100,7 +100,7 @@ def test_a_run_with_lookahead_gives_the_same_metrics(tmp_path):
     """run_lgip_multi over open_clip then SigLIP, with and without LOOKAHEAD (1 worker): the
     same metrics; each model reports what was done ahead for it and how long it waited."""
     import json
-    from conftest import REFERENCE, eval_args, run_script
+    from conftest import REFERENCE, eval_settings, run_here
     src = open(os.path.join(REFERENCE, "fixture_with_perturb.jsonl")).read()
     got = {}
     for ahead in (True, False):
@@ -108,9 +108,8 @@ def test_a_run_with_lookahead_gives_the_same_metrics(tmp_path):
         folder.mkdir()
         jsonl = folder / "fixture_with_perturb.jsonl"
         jsonl.write_text(src)
-        args = [a for a in eval_args(str(jsonl), "corrected", models=[OPENCLIP_TINY, SIGLIP_TINY], CACHE_DIR=None,
-                                     LOOKAHEAD=ahead, BOOTSTRAP=0) if a != "--NUM_WORKERS=0"]
-        run_script("run_lgip_multi.py", *args, "--NUM_WORKERS=1")
+        run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", models=[OPENCLIP_TINY, SIGLIP_TINY], CACHE_DIR=None,
+                                                      LOOKAHEAD=ahead, BOOTSTRAP=0, NUM_WORKERS=1))
         got[ahead] = json.load(open(folder / "fixture_with_perturb__LGIP_ALL.metrics.json"))
     keys = ("num_invariance_pairs", "num_sensitivity_pairs", "invariance_error_mean", "sensitivity_gap_mean",
             "sensitivity_pos_rate")

@@ -11,7 +11,7 @@ import pytest
 
 from lgip.records import dump_jsonl_line, load_records
 import published_style
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_PIECES, eval_args, run_script
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_PIECES, eval_args, eval_settings, run_here, run_script
 from test_evaluation import assert_matches
 
 MODELS = [OPENCLIP_TINY, SIGLIP_PIECES]
@@ -76,29 +76,44 @@ def write_jsonl(path, recs):
 
 @pytest.fixture(scope="module")
 def edge_runs(tmp_path_factory):
+    """{script: (its metrics on the edge cases, what it printed to stderr, the records)}; each script
+    run once, in this process (run_here)."""
     out = {}
     for script in OUTPUT:
         folder = tmp_path_factory.mktemp(script.split(".")[0])
         src = write_jsonl(folder / "edge.jsonl", edge_records(script))
-        proc = run_script(script, *eval_args(src, models=MODELS, BOOTSTRAP=0, WRITE_SCORES=False))
-        out[script] = (json.load(open(folder / f"edge__{OUTPUT[script]}")), proc, load_records(str(src)))
+        _, _, stderr = run_here(script, **eval_settings(src, models=MODELS, BOOTSTRAP=0, WRITE_SCORES=False))
+        out[script] = (json.load(open(folder / f"edge__{OUTPUT[script]}")), stderr, load_records(str(src)))
     return out
 
 
+@pytest.fixture(scope="module")
+def published(edge_runs):
+    """published(script) -> the published loops' (metrics of MODELS, text calls) on its edge records,
+    computed once per script (the calls are the same for every model)."""
+    done = {}
+
+    def get(script):
+        if script not in done:
+            done[script] = published_style.evaluate(script, MODELS, edge_runs[script][2], FIXTURES)
+        return done[script]
+    return get
+
+
 @pytest.mark.parametrize("script", list(OUTPUT))
-def test_reference_protocol_matches_published_loops_on_edge_cases(edge_runs, script):
-    ours, proc, records = edge_runs[script]
-    theirs, calls = published_style.evaluate(script, MODELS, records, FIXTURES)
+def test_reference_protocol_matches_published_loops_on_edge_cases(edge_runs, published, script):
+    ours, stderr, records = edge_runs[script]
+    theirs, calls = published(script)
     assert_matches(ours, theirs)
-    assert "unreadable image" in proc.stderr and all(m["run"]["num_failed_images"] == 1 for m in ours)
+    assert "unreadable image" in stderr and all(m["run"]["num_failed_images"] == 1 for m in ours)
 
 
 @pytest.mark.parametrize("script", list(OUTPUT))
-def test_edge_case_calls_are_the_published_calls(edge_runs, script):
+def test_edge_case_calls_are_the_published_calls(edge_runs, published, script):
     """The calls of the records the published script reaches, each cut into its text batches."""
     import test_published_calls
     _, _, records = edge_runs[script]
-    _, calls = published_style.evaluate(script, [OPENCLIP_TINY], records, FIXTURES)
+    _, calls = published(script)
     batch = published_style.EVALUATIONS[script][1]
     expected = [texts[b:b + batch] for texts in calls for b in range(0, len(texts), batch)]
     # the rebuttal reaches no record of the unreadable image's batch of 32
@@ -132,7 +147,7 @@ def test_rebuttal_without_any_flip_has_published_bin_edges(tmp_path):
     for r in recs:
         _clear(r, FLIP_FIELDS + ("combined_caps",))
     src = write_jsonl(tmp_path / "flat.jsonl", recs)
-    run_script("rebuttal_enhanced_lgip_by_transformation.py", *eval_args(src, models=[OPENCLIP_TINY]))
+    run_here("rebuttal_enhanced_lgip_by_transformation.py", **eval_settings(src, models=[OPENCLIP_TINY]))
     m = json.load(open(tmp_path / "flat__ENHANCED_LGIP_analysis.json"))[0]
     theirs, _ = published_style.evaluate("rebuttal_enhanced_lgip_by_transformation.py", [OPENCLIP_TINY],
                                          load_records(str(src)), FIXTURES)
@@ -182,7 +197,7 @@ def test_summary_lines_show_missing_metrics_as_na(tmp_path):
     for r in recs:
         _clear(r, ("diff_caps",))
     src = write_jsonl(tmp_path / "noflips.jsonl", recs)
-    proc = run_script("run_lgip_multi.py", *eval_args(src, models=[OPENCLIP_TINY]))
-    assert "gap n/a, positive rate n/a" in proc.stdout
+    _, stdout, _ = run_here("run_lgip_multi.py", **eval_settings(src, models=[OPENCLIP_TINY]))
+    assert "gap n/a, positive rate n/a" in stdout
     m = json.load(open(tmp_path / "noflips__LGIP_ALL.metrics.json"))[0]
     assert m["sensitivity_gap_mean"] is None and m["num_sensitivity_pairs"] == 0

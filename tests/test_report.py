@@ -4,12 +4,11 @@ import json
 import os
 import re
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from html import unescape
 
 import pytest
 
-from conftest import BASE_JSONL, FIXTURES, REFERENCE, ROOT, eval_args, run_script
+from conftest import BASE_JSONL, FIXTURES, REFERENCE, eval_settings, run_here, run_script
 
 EVALS = {  # evaluation -> (script, its input in the reference fixtures, its metrics file)
     "multi": ("run_lgip_multi.py", "fixture_with_perturb.jsonl", "fixture_with_perturb__LGIP_ALL.metrics.json"),
@@ -30,17 +29,10 @@ def evaluated(tmp_path_factory):
     folder = tmp_path_factory.mktemp("report")
     shutil.copy(BASE_JSONL, folder / "fixture.jsonl")
 
-    def run(key):
-        script, jsonl, _ = EVALS[key]
+    for script, jsonl, _ in EVALS.values():  # (in this process, one after the other: run_here)
         shutil.copy(os.path.join(REFERENCE, jsonl), folder / jsonl)
-        extra = {"BOOTSTRAP": 200}
-        with open(os.path.join(ROOT, script), encoding="utf-8") as f:
-            if "\nCACHE_DIR = " in f.read():
-                extra["CACHE_DIR"] = None  # three runs at once: no shared embedding cache
-        run_script(script, *eval_args(folder / jsonl, protocol="corrected", image_root=FIXTURES, **extra))
-
-    with ThreadPoolExecutor(len(EVALS)) as pool:
-        list(pool.map(run, EVALS))
+        run_here(script, **eval_settings(folder / jsonl, protocol="corrected", image_root=FIXTURES, BOOTSTRAP=200,
+                                         CACHE_DIR=None))
     return folder
 
 

@@ -13,7 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, TINY_MODELS, eval_args, run_script
+from conftest import (FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, TINY_MODELS, eval_args, eval_settings,
+                      run_here)
 
 TYPES = ("color", "number", "object")
 KS = (1, 5, 10)
@@ -356,12 +357,12 @@ def metrics(folder, stem):
 def test_figures_equal_brute_force_and_need_no_weights_after_by_fliptype(tmp_path):
     # (a missing image: a corrupt one has no cached embedding, so every re-run loads the weights to try it)
     jsonl = fixture_records(tmp_path, unreadable="missing.jpg")
-    run_script("run_lgip_by_fliptype.py", *eval_args(jsonl, "corrected", TINY_MODELS, image_root=tmp_path, BOOTSTRAP=0,
-                                                     WRITE_SCORES=False))
+    run_here("run_lgip_by_fliptype.py", **eval_settings(jsonl, "corrected", TINY_MODELS, image_root=tmp_path, BOOTSTRAP=0,
+                                                        WRITE_SCORES=False))
     runs = {}
     for size in (None, 4):  # 15 readable records: one gallery; 4, 4, 4 and 3
-        run_script("run_lgip_retrieval.py", *eval_args(jsonl, "corrected", TINY_MODELS, image_root=tmp_path,
-                                                       GALLERY_SIZE=size, BOOTSTRAP=50))
+        run_here("run_lgip_retrieval.py", **eval_settings(jsonl, "corrected", TINY_MODELS, image_root=tmp_path,
+                                                          GALLERY_SIZE=size, BOOTSTRAP=50))
         runs[size] = metrics(tmp_path, "in_with_fliptypes")
     for j, spec in enumerate(TINY_MODELS):
         for size, got in runs.items():
@@ -380,18 +381,18 @@ def test_reference_protocol_and_a_perturb_file_load_no_weights(reference_runs, t
     without a cache; run_lgip_multi's serves a _with_perturb file (no typed lists: no by_flip_type)."""
     folder = reference_runs["run_lgip_by_fliptype.py"][0]
     jsonl = folder / "fixture_with_fliptypes.jsonl"
-    run_script("run_lgip_retrieval.py", *eval_args(jsonl, "reference", TINY_MODELS, GALLERY_SIZE=5))
+    run_here("run_lgip_retrieval.py", **eval_settings(jsonl, "reference", TINY_MODELS, GALLERY_SIZE=5))
     cached = metrics(folder, "fixture_with_fliptypes")
     assert [m["run"]["model"]["weights_loaded"] for m in cached] == [False, False]
     shutil.copy(jsonl, tmp_path / jsonl.name)
-    run_script("run_lgip_retrieval.py", *eval_args(tmp_path / jsonl.name, "reference", [SIGLIP_TINY], GALLERY_SIZE=5,
-                                                   CACHE_DIR=None))
+    run_here("run_lgip_retrieval.py", **eval_settings(tmp_path / jsonl.name, "reference", [SIGLIP_TINY], GALLERY_SIZE=5,
+                                                      CACHE_DIR=None))
     fresh = metrics(tmp_path, "fixture_with_fliptypes")[0]
     assert fresh["run"]["model"]["weights_loaded"] is True
     assert {k: v for k, v in cached[1].items() if k != "run"} == {k: v for k, v in fresh.items() if k != "run"}
     folder = reference_runs["run_lgip_multi.py"][0]
     jsonl = folder / "fixture_with_perturb.jsonl"
-    run_script("run_lgip_retrieval.py", *eval_args(jsonl, "reference", [OPENCLIP_TINY], GALLERY_SIZE=None))
+    run_here("run_lgip_retrieval.py", **eval_settings(jsonl, "reference", [OPENCLIP_TINY], GALLERY_SIZE=None))
     perturb = metrics(folder, "fixture_with_perturb")[0]
     assert perturb["run"]["model"]["weights_loaded"] is False and "by_flip_type" not in perturb
     # open_clip encodes alike in both protocols: its figures are the brute force's

@@ -58,11 +58,20 @@ def mtimes(folder):
     return {name: os.stat(os.path.join(folder, name)).st_mtime_ns for name in os.listdir(folder)}
 
 
+def demo_inputs(folder):
+    """`folder` made to hold the demo's inputs: its JSONL and its images, copied by name. Never the
+    whole demo/ folder: a run_all.py run in the checkout leaves its outputs there (ignored by git),
+    and a copy of them would make the steps here 'up to date'."""
+    folder.mkdir(parents=True)
+    shutil.copy(os.path.join(ROOT, "demo", "lgip_demo.jsonl"), folder / "lgip_demo.jsonl")
+    shutil.copytree(os.path.join(ROOT, "demo", "images"), folder / "images")
+    return folder
+
+
 @pytest.fixture(scope="module")
 def demo_done(tmp_path_factory):
     """The demo folder after one full run (every step executed)."""
-    folder = tmp_path_factory.mktemp("run_all") / "demo"
-    shutil.copytree(os.path.join(ROOT, "demo"), folder)
+    folder = demo_inputs(tmp_path_factory.mktemp("run_all") / "demo")
     return folder, run_all(folder)
 
 
@@ -174,7 +183,7 @@ def test_failing_step_stops_the_run(demo_copy):
 
 
 def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
-    folder = shutil.copytree(os.path.join(ROOT, "demo"), tmp_path / "demo")
+    folder = demo_inputs(tmp_path / "demo")
     before = mtimes(folder)
     proc = run_script("run_all.py", f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DRY_RUN=True",
                       f"--ANNOTATIONS_JSON={tmp_path / 'none.json'}", f"--BASE_JSONL={tmp_path / 'none.jsonl'}",
