@@ -76,9 +76,9 @@ def explain_all(config):
                     enc.release()  # (a caller's model in memory: back in the mode it came in)
         if not ok:
             continue
+        m["model_card"] = common.model_card(spec, enc)
         m["run"] = dict(common.eval_run_info(__file__, config, enc, m.pop("image_report"), len(records), records=records),
                         seconds=round(t.seconds, 3), family=m.pop("family"))
-        m["model_card"] = common.model_card(spec, enc)
         results.append(m)
         if "unsupported" in m:
             print(f"{enc.name}: skipped: {m['unsupported']}", flush=True)

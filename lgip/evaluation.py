@@ -448,10 +448,10 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
                 run.finished()
             if not ok or not run.is_main:
                 continue
+            metrics["model_card"] = model_card(spec, run.enc, run.img_emb)  # (what the model is, before what made the row)
             metrics["run"] = run.info(script)
             metrics["run"].update(input_report)
             metrics["run"]["seconds"] = round(t.seconds, 3)
-            metrics["model_card"] = model_card(spec, run.enc, run.img_emb)
             for compared in run.compared:
                 paired.add(run.enc.name, *compared)
             if on_model:
