@@ -10,7 +10,8 @@ of run_lgip_multi.py and run_lgip_by_fliptype.py (how much of each model's posit
 alone reaches: two table columns, a line per model in plain words, a figure, the comparisons as a
 table; a gallery flip says whether the model prefers it on the average other image too, when its
 score file has the flip's prior gap), and explain_flips.py's word attribution of the same flips when it ran (localization accuracy per model; the gallery flips it explained get their words
-coloured by score), and writes next to JSONL_PATH:
+coloured by score), and writes next to JSONL_PATH. On an imported benchmark (import_benchmark.py's file) the
+per-type columns and figure follow the benchmark's own types, and a section reads like its own table.
   <stem>__LGIP_report.html    one self-contained page (opens by double-click from any folder): the
                               markdown's content, the results table sortable, the plots, and galleries
                               of the top flips and paraphrases with their images, filtered by model
@@ -35,11 +36,12 @@ import os
 import sys
 
 import common
-from lgip.report import (OutputSet, Report, attach_attributions, build_rows, comparison_files, csv_columns, demo_note,
-                         explain_files, find_metrics, gallery_items, image_roots, load_comparisons, load_metrics,
-                         model_colors_hex, page_context, plot_fliptypes, plot_frontier, plot_prior, plot_retrieval,
-                         render_page, results_table, scan_scores, score_files, subtitle, unmeasured_notes, write_csv,
-                         write_markdown, write_page)
+from lgip.report import (OutputSet, Report, add_benchmark_means, attach_attributions, benchmark_source, build_rows,
+                         comparison_files, csv_columns, demo_note, explain_files, find_metrics,
+                         fliptype_figures, gallery_items, image_roots, load_comparisons, load_metrics,
+                         model_colors_hex, page_context, plot_fliptypes, plot_frontier, plot_prior,
+                         plot_retrieval, render_page, report_types, results_table, scan_scores, score_files, subtitle,
+                         unmeasured_notes, write_csv, write_markdown, write_page)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
@@ -54,7 +56,7 @@ DPI = 150  # int: resolution of the PNGs (dots per inch; the frontier is 8 x 6 i
 IMAGE_ROOT = None  # folder the score files' image paths are relative to, for the page's thumbnails; None = the one each evaluation used (its IMAGE_ROOT, else its JSONL's folder), then the metrics' folder
 THUMB_PX = 200  # int > 0: the page's thumbnails fit in THUMB_PX x THUMB_PX pixels (JPEG inside the page)
 CONFIG = common.configure(globals())
-from lgip.report import FLIPTYPE_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, PRIOR_FIGURES, RETRIEVAL_FIGURES, SCORE_KEYS  # noqa: E402 (after CONFIG: not settings)
+from lgip.report import FRONTIER_FIGURES, HEADLINE_KEYS, PRIOR_FIGURES, RETRIEVAL_FIGURES, SCORE_KEYS  # noqa: E402 (after CONFIG: not settings)
 
 OUTPUTS = ("report.html", "report.md", "report.csv", "frontier.png", "prior.png", "fliptypes.png", "retrieval.png")
 NOT_WRITTEN = {"frontier.png": "no headline metrics", "prior.png": "no text-prior controls in the metrics",
@@ -120,10 +122,13 @@ def main():
     check_config(CONFIG)
     found, metrics = find_inputs()
     rows = build_rows(metrics, HEADLINE, LABELS, found)
+    types = report_types(metrics)  # (LGIP's three flip types, or an imported benchmark's own, in its order)
+    bench = benchmark_source(JSONL_PATH, metrics, types)
+    extra = add_benchmark_means(rows) if bench else []  # (its mean over the types, as the benchmark reports it)
     prefix = OUTPUT_PREFIX or common.metrics_path(JSONL_PATH, "LGIP_")
     out = {name: prefix + name for name in OUTPUTS}
     report = Report(JSONL_PATH, rows, metrics, found, provenance(), top_k_per_model=TOP_K_PER_MODEL,
-                    max_text_chars=MAX_TEXT_CHARS, comparisons=comparisons(found))
+                    max_text_chars=MAX_TEXT_CHARS, comparisons=comparisons(found), benchmark=bench)
 
     # every input read and checked before any output is written. The score files can be large:
     # streamed once, keeping the top TOP_K per model and over all models
@@ -147,8 +152,9 @@ def main():
                                      subtitle(report.stem, rows, "headline_source", FRONTIER_FIGURES), DPI, written)
         prior_png = plot_prior(rows, out["prior.png"],
                                subtitle(report.stem, rows, "headline_source", PRIOR_FIGURES), DPI, written)
-        flip_png = plot_fliptypes(rows, out["fliptypes.png"],
-                                  subtitle(report.stem, rows, "flip_type_source", FLIPTYPE_FIGURES), DPI, written)
+        flip_png = plot_fliptypes(rows, out["fliptypes.png"], subtitle(report.stem, rows, "flip_type_source",
+                                                                       fliptype_figures(rows)), DPI, written,
+                                  bench)
         retrieval_png = plot_retrieval(rows, out["retrieval.png"],
                                        subtitle(report.stem, rows, "headline_source", RETRIEVAL_FIGURES), DPI, written)
         pngs = {"frontier.png": out["frontier.png"] if report.front is not None else None, "prior.png": prior_png,
@@ -156,11 +162,13 @@ def main():
         for name, alt in (("frontier.png", "Invariance error against positive rate"),
                           ("prior.png", "Positive rate against prior positive rate (the same flips with any image: "
                                         "the average other image); on the diagonal, all of it is text prior"),
-                          ("fliptypes.png", "Positive rate by flip type"),
+                          ("fliptypes.png", "Positive rate by flip type" if not bench else
+                           f"{bench['name']}'s accuracy by type (the positive rate)" if bench["accuracy"] else
+                           f"{bench['name']}: the positive rate by type"),
                           ("retrieval.png", "LGIP positive rate against retrieval recall and the flip top-1 rate")):
             if pngs[name]:
                 report.figures.append((pngs[name], alt))
-        write_csv(out["report.csv"], rows, csv_columns(found), written)
+        write_csv(out["report.csv"], rows, csv_columns(found, types, extra), written)
         write_markdown(out["report.md"], report, written)
         context = page_context(report, gallery, model_colors_hex([r["model"] for r in rows]), out["report.csv"], written)
         write_page(out["report.html"], render_page(context), written)

@@ -10,9 +10,9 @@ attribution's line per model (when explain_flips.py ran), the top lists, and wha
 import os
 
 from ..util import atomic_open
-from .overview import (COMPARISONS_LEAD, attribution_lines, comparison_rows, comparison_text, comparisons_notes, demo_note,
-                       frontier_note, made_by, missing_note, prior_lines, retrieval_note, runs_table, source_notes,
-                       sources_table)
+from .overview import (COMPARISONS_LEAD, attribution_lines, benchmark_lines, comparison_rows, comparison_text,
+                       comparisons_notes, demo_note, frontier_note, made_by, missing_note, prior_lines,
+                       retrieval_note, runs_table, source_notes, sources_table)
 from .tables import main_table, md_table, md_text
 
 
@@ -114,6 +114,25 @@ def _prior_section(report):
     return md + [""]
 
 
+def bench_md_table(t):
+    """(header, cells, align) of one of an imported benchmark's tables (lgip.report.overview.benchmark_lines)."""
+    header = ["Model"] + [f"{h['sub']} {h['text']}" if t["groups"] else h["text"] + (f" ({h['sub']})" if h["sub"] else "")
+                          for h in t["header"]]
+    cells = [[r["label"]] + [c["text"] + (f" {c['ci']}" if c["ci"] else "") for c in r["cells"]] for r in t["rows"]]
+    return header, cells, ["l"] + ["r"] * (len(header) - 1)
+
+
+def _benchmark_section(report):
+    """The section "<Benchmark> table" of an imported benchmark; [] for LGIP's own data."""
+    bench = benchmark_lines(report.rows, report.benchmark, report.paths)
+    if bench is None:
+        return []
+    md = [f"## {bench['title']}", "", bench["lead"], ""]
+    for t in bench["tables"]:
+        md += [f"{t['caption']}:", "", md_table(*bench_md_table(t)), ""]
+    return md + ([" ".join(bench["notes"]), ""] if bench["notes"] else [])
+
+
 def markdown(report, md_path):
     """The markdown text; figures are linked relative to md_path's folder."""
     rows = report.rows
@@ -127,6 +146,7 @@ def markdown(report, md_path):
           "\n".join("- " + n for n in source_notes(rows, report.metrics, report.paths)), "",
           "Where each model's figures come from (a list file keeps the rows of the models a later run did not "
           "evaluate; Made: when its row was made):", "", md_table(*sources_table(rows)), ""]
+    md += _benchmark_section(report)
     if report.front is not None:
         md.append(frontier_note(report.front) + "\n")
     note = retrieval_note(rows)

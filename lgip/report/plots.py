@@ -14,6 +14,7 @@ import textwrap
 from ..method import FLIP_TYPES
 from ..util import atomic_open
 from .metrics import EVALUATIONS, RETRIEVAL_AXES, rank_correlations
+from .tables import row_types
 
 FRONTIER_FIGURES = ["invariance_error", "pos_rate"]
 FLIPTYPE_FIGURES = [f"{t}_pos_rate" for t in FLIP_TYPES]
@@ -189,28 +190,54 @@ def plot_frontier(rows, path, title_note="", dpi=150, files=None):
     return [pts[i]["model"] for i in front]
 
 
-def plot_fliptypes(rows, path, title_note="", dpi=150, files=None):
-    """Grouped bars: per model, the positive rate of each flip type with CI whiskers; None if no data."""
-    pts = [r for r in rows if any(r[f"{t}_pos_rate"] is not None for t in FLIP_TYPES)]
+TYPE_PALETTE = {"color": "#e07b39", "number": "#5b7fc4", "object": "#3a9e6f"}  # LGIP's flip types (the page's tags too)
+
+
+def type_colors(types):
+    """A colour per flip type: LGIP's own for color, number, object; tab10's, in order, for a
+    benchmark's types (tab20 past ten)."""
+    import matplotlib
+    from matplotlib.colors import to_hex
+    if set(types) <= set(TYPE_PALETTE):
+        return {t: TYPE_PALETTE[t] for t in types}
+    cmap = matplotlib.colormaps["tab10" if len(types) <= 10 else "tab20"]
+    return {t: to_hex(cmap(i % cmap.N)) for i, t in enumerate(types)}
+
+
+def fliptype_figures(rows):
+    """The per-type figures of the flip-type figure (for its subtitle): a positive rate per type of the rows."""
+    return [f"{t}_pos_rate" for t in row_types(rows)]
+
+
+def plot_fliptypes(rows, path, title_note="", dpi=150, files=None, benchmark=None):
+    """Grouped bars: per model, the positive rate of each flip type with CI whiskers (the types of
+    the rows' per-type columns, in their order: LGIP's three, or an imported benchmark's own);
+    `benchmark`: lgip.report.metrics.benchmark_source's dict (the title names it, and says the
+    positive rate is its accuracy where it is); None if no data."""
+    types = row_types(rows)
+    pts = [r for r in rows if any(r.get(f"{t}_pos_rate") is not None for t in types)]
     if not pts:
         return None
     plt = _pyplot()
     import numpy as np
-    palette = {"color": "#e07b39", "number": "#5b7fc4", "object": "#3a9e6f"}
-    n, nt = len(pts), len(FLIP_TYPES)
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * n + 2.5), 5.2))
+    palette = type_colors(types)
+    n, nt = len(pts), len(types)
+    fig_width = max(7.0, (0.35 * nt + 0.2) * n + 2.5)
+    fig, ax = plt.subplots(figsize=(fig_width, 5.2))
     width = 0.8 / nt
     x = np.arange(n)
-    for j, t in enumerate(FLIP_TYPES):
-        vals = [r[f"{t}_pos_rate"] for r in pts]
-        lo = [r[f"{t}_pos_rate_ci_lo"] for r in pts]
-        hi = [r[f"{t}_pos_rate_ci_hi"] for r in pts]
+    for j, t in enumerate(types):
+        vals = [r.get(f"{t}_pos_rate") for r in pts]
+        lo = [r.get(f"{t}_pos_rate_ci_lo") for r in pts]
+        hi = [r.get(f"{t}_pos_rate_ci_hi") for r in pts]
         err = None
         if all(v is None or (a is not None and b is not None) for v, a, b in zip(vals, lo, hi)):
             err = np.array([[0.0 if v is None else max(v - a, 0.0) for v, a in zip(vals, lo)],
                             [0.0 if v is None else max(b - v, 0.0) for v, b in zip(vals, hi)]])
-        counts = {r[f"{t}_count"] for r in pts}  # (the flips of the type each model scored: one number when all agree)
-        label = t + (f" ({counts.pop()} flips)" if len(counts) == 1 and None not in counts else "")
+        counts = {r.get(f"{t}_count") for r in pts}  # (the flips of the type each model scored: one number when all agree)
+        count = counts.pop() if len(counts) == 1 and None not in counts else None
+        label = t + ("" if count is None else f" ({count} flips)" if benchmark is None else
+                     f" ({count} item{'s' if count != 1 else ''})")
         ax.bar(x + (j - (nt - 1) / 2) * width, [np.nan if v is None else v for v in vals], width * 0.92,
                yerr=err, capsize=3, color=palette.get(t), edgecolor="white", linewidth=0.6,
                error_kw=dict(ecolor="0.2", elinewidth=1.0, clip_on=False), label=label, zorder=3)
@@ -220,9 +247,14 @@ def plot_fliptypes(rows, path, title_note="", dpi=150, files=None):
     ax.set_ylim(0, 1)  # (a rate's whole range, no more; the legend sits clear above a bar at 1)
     ax.set_ylabel("Positive rate (higher is better)")
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
-    ax.set_title("LGIP sensitivity by flip type: share of flips scored below the original"
-                 + (f"\n{title_note}" if title_note else ""), fontsize=13, pad=36)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.025), ncol=nt + 1, frameon=False)
+    # (a benchmark's types, longer names: the legend in rows as wide as the figure, the title above them)
+    ncol = nt + 1 if benchmark is None else max(1, min(nt + 1, int(fig_width / 2.4)))
+    legend_rows = -(-(nt + 1) // ncol)
+    title = ("LGIP sensitivity by flip type: share of flips scored below the original" if benchmark is None else
+             f"{benchmark['name']} by type: accuracy = positive rate" if benchmark["accuracy"] else
+             f"{benchmark['name']} by type: positive rate")
+    ax.set_title(title + (f"\n{title_note}" if title_note else ""), fontsize=13, pad=36 + 17 * (legend_rows - 1))
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.025), ncol=ncol, frameon=False)
     fig.tight_layout()
     _save(fig, path, dpi, files)
     plt.close(fig)
@@ -350,3 +382,4 @@ def subtitle(stem, rows, source_column, figures):
     whiskers = any(r.get(f + "_ci_lo") is not None for r in rows for f in figures)
     text = " · ".join([stem, " + ".join(sources), "whiskers: 95% CI" if whiskers else "no intervals"])
     return "\n".join(textwrap.wrap(text, 70))
+
