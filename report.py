@@ -10,7 +10,8 @@ of run_lgip_multi.py and run_lgip_by_fliptype.py (how much of each model's posit
 alone reaches: two table columns, a line per model in plain words, a figure, the comparisons as a
 table; a gallery flip says whether the model prefers it on the average other image too, when its
 score file has the flip's prior gap), and explain_flips.py's word attribution of the same flips when it ran (localization accuracy per model; the gallery flips it explained get their words
-coloured by score), and writes next to JSONL_PATH. On an imported benchmark (import_benchmark.py's file) the
+coloured by score; a line per model on whether F-CLIPScore tells captions from flips better than
+CLIPScore), and writes next to JSONL_PATH. On an imported benchmark (import_benchmark.py's file) the
 per-type columns and figure follow the benchmark's own types, and a section reads like its own table.
   <stem>__LGIP_report.html    one self-contained page (opens by double-click from any folder): the
                               markdown's content, the results table sortable, the plots, and galleries

@@ -160,6 +160,10 @@ def markdown(report, md_path):
         md += (["## Which word does a model blame?", "", attribution["lead"], ""]
                + ["- " + line["text"] for line in attribution["lines"]] + [""]
                + ([attribution["missing"], ""] if attribution["missing"] else []))
+        detection = attribution["detection"]
+        if detection is not None:
+            md += (["### Misalignment detection: F-CLIPScore against CLIPScore", "", detection["lead"], ""]
+                   + ["- " + line["text"] for line in detection["lines"]] + [""])
     if report.tops is not None:
         md.append(_top_tables(report))
         if report.missing:

@@ -209,6 +209,19 @@ def _extract_enhanced(m, types=None):
 LOCALIZATION = ("localization_acc", "localization_acc_detected", "localization_acc_preferred")
 
 
+DETECTION = ("ap_clipscore", "ap_fclipscore", "ap_gain")  # explain_flips.py's detection_<name> (LGIP_SPEC.md 8)
+DETECTION_COUNTS = ("num_captions", "num_flips")
+
+
+def _detection(out, b, prefix):
+    """F-CLIPScore's misalignment detection of block `b` (captions against flips): the average precision
+    by CLIPScore and by F-CLIPScore and F's gain, each with its interval, and the counts, as prefix + name."""
+    for name in DETECTION:
+        out.update(fig(b, "detection_" + name, prefix + name))
+    for name in DETECTION_COUNTS:
+        out[prefix + name] = count(b, "detection_" + name)
+
+
 def _extract_explain(m, types=None):
     out = {"localization_num_flips": count(m, "num_flips"), "localization_chance": number(m, "chance")}
     for key in LOCALIZATION:
@@ -221,6 +234,9 @@ def _extract_explain(m, types=None):
         b = block(by_type, t)
         out.update(fig(b, "localization_acc", f"localization_{t}_acc"))
         out[f"localization_{t}_chance"], out[f"localization_{t}_count"] = number(b, "chance"), count(b, "count")
+    _detection(out, Block(m), "detection_")  # (after localization's: the columns an older CSV had come first)
+    for t in kinds:
+        _detection(out, block(by_type, t), f"detection_{t}_")
     return out
 
 

@@ -149,7 +149,9 @@ def source_notes(rows, metrics, paths):
     if "explain" in metrics:
         notes.append(f"Localization accuracy (Loc. acc.) from `{SCRIPTS['explain']}` "
                      f"(`{os.path.basename(paths['explain'])}`): share of the explained flips whose blamed word is the changed one, [lo, hi] over flips "
-                     "(see \"Which word does a model blame?\").")
+                     "(see \"Which word does a model blame?\")"
+                     + ("; its misalignment detection (F-CLIPScore against CLIPScore) is there and in the CSV (`detection_*`)."
+                        if any("detection_ap_gain" in m for m in metrics["explain"]) else "."))
     if any(r.get("_controls") for r in rows):
         notes.append("Prior pos. and Grounded pos. from the flip pairs of the positive rate, each scored again against "
                      "the average of the other images (see \"Is it the image?\"): Prior pos. is a control, not a score (no "
@@ -197,10 +199,11 @@ def sources_table(rows):
 
 
 def attribution_lines(rows, metrics, paths, missing=()):
-    """{"lead", "lines": [{"model", "text"}], "missing"} of the word-attribution section: what
-    localization accuracy and its detected / preferred parts mean, then one line per explained
+    """{"lead", "lines": [{"model", "text"}], "missing", "detection"} of the word-attribution section:
+    what localization accuracy and its detected / preferred parts mean, then one line per explained
     model with its figure, 95% interval and chance level, flagged when the interval contains
-    chance; and the explain files listed but missing (or None). None without explain_flips.py metrics."""
+    chance; the explain files listed but missing (or None); and the misalignment detection's lines
+    (detection_lines, or None). None without explain_flips.py metrics."""
     if "explain" not in metrics:
         return None
     layers = sorted({str(((m.get("run") or {}).get("config") or {}).get("LAYERS", "?")) for m in metrics["explain"]})
@@ -233,7 +236,48 @@ def attribution_lines(rows, metrics, paths, missing=()):
                               f"{r['localization_num_flips']} flips, chance {chance:.3f}{where}; " + ", ".join(parts) + "."})
     gone = ("Explain files listed in the metrics but missing: " + ", ".join(
         f"`{os.path.basename(p)}`" for _, p in missing) + " (their flips are shown without word scores).") if missing else None
-    return {"lead": lead, "lines": lines, "missing": gone}
+    return {"lead": lead, "lines": lines, "missing": gone, "detection": detection_lines(rows, explained)}
+
+
+DETECTION_LEAD = ("Misalignment detection (F-CLIPScore, after CLIP4DM; LGIP_SPEC.md section 8): each explained flip's "
+                  "caption is attributed as its flip is, and a text's F-CLIPScore is F = (its blamed word's score) × "
+                  "(1 − s / 2.5), s = cos(image, text) its CLIPScore. AP = average precision of telling the captions "
+                  "(positives) from the flips (negatives) by F, and by s; F beats s when its AP is higher, by the "
+                  "difference F − s, [lo, hi] its 95% bootstrap interval over records: an interval that excludes 0 is a "
+                  "difference beyond resampling noise on these flips, nothing more (CLIP4DM's claim, tested on each model).")
+
+
+def detection_line(r):
+    """A model's misalignment detection in words, as explain_flips.py's console line says it
+    (lgip.explain.detection_line), from its row; then the counts."""
+    ap_s, ap_f, gain = r.get("detection_ap_clipscore"), r.get("detection_ap_fclipscore"), r.get("detection_ap_gain")
+    if gain is None:
+        return "misalignment detection: n/a (needs explained flips and their captions)"
+    lo, hi = r.get("detection_ap_gain_ci_lo"), r.get("detection_ap_gain_ci_hi")
+    where = "" if lo is None or hi is None else (f" [{lo:+.3f}, {hi:+.3f}]" + (
+        "; the interval excludes 0" if lo > 0 or hi < 0 else "; the interval includes 0"))
+    text = (f"misalignment detection (captions vs flips): AP by F-CLIPScore {ap_f:.3f}, by CLIPScore {ap_s:.3f}: "
+            f"F {'beats' if gain > 0 else 'does not beat'} s by {gain:+.3f}{where}")
+    counts = [f"{r[k]} {what}" for k, what in (("detection_num_captions", "captions"), ("detection_num_flips", "flips"))
+              if r.get(k) is not None]
+    return text + (f" ({', '.join(counts)})" if counts else "")
+
+
+def detection_lines(rows, explained):
+    """{"lead", "lines": [{"model", "text"}]}: a line per explained model saying whether F-CLIPScore beats
+    CLIPScore at telling captions from flips, by how much, with its interval (detection_line); None when
+    no explain metrics have the detection figures (written before them)."""
+    if not any("detection_ap_gain" in m for m in explained.values()):
+        return None
+    lines = []
+    for r in rows:
+        m = explained.get(r["model"])
+        if m is None:
+            continue
+        text = (detection_line(r) + "." if "detection_ap_gain" in m else
+                "no misalignment detection in its explain metrics (written before F-CLIPScore: re-run `explain_flips.py`).")
+        lines.append({"model": r["model"], "text": f"`{r['model']}`: {text}"})
+    return {"lead": DETECTION_LEAD, "lines": lines}
 
 
 def word_scores_note(rows, metrics, scored, cards):
