@@ -115,6 +115,7 @@ def test_sugarcrepe_pp_report_reads_like_its_own_table(scpp):
     assert '<a href="#benchmark">SugarCrepe++ table</a>' in html and '<section id="benchmark">' in html
     assert html.count('<table class="plain bench">') == 2
     assert os.path.isfile(stem + "__LGIP_fliptypes.png") and "SugarCrepe++&#39;s accuracy by type" in html
+    assert os.path.isfile(stem + "__LGIP_factors.metrics.json")  # (run_all.py's report step writes it too)
 
 
 def test_sugarcrepe_all_seven_types_in_order_and_without_hard_positives(sc7):

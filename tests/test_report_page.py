@@ -813,6 +813,8 @@ def few_models(folder, dest, n, demo=None):
     shutil.copy(folder / "nine.jsonl", dest / "few.jsonl")
     for name in os.listdir(folder):
         path = folder / name
+        if name.startswith("nine__LGIP_") and name.endswith(".json"):
+            continue  # (report.py's own outputs: the factors file)
         if not name.endswith(".json"):
             if path.is_file():
                 os.symlink(path, dest / name)  # (score and explain files: read where the metrics name them)

@@ -11,7 +11,7 @@ import os
 
 from ..util import atomic_open
 from .overview import (COMPARISONS_LEAD, attribution_lines, benchmark_lines, comparison_rows, comparison_text,
-                       comparisons_notes, demo_note, frontier_note, made_by, missing_note, prior_lines,
+                       comparisons_notes, demo_note, factor_lines, frontier_note, made_by, missing_note, prior_lines,
                        retrieval_note, runs_table, source_notes, sources_table)
 from .tables import main_table, md_table, md_text
 
@@ -133,6 +133,36 @@ def _benchmark_section(report):
     return md + ([" ".join(bench["notes"]), ""] if bench["notes"] else [])
 
 
+def factor_md_tables(f):
+    """(the factor table, the controlled pairs' table) of factor_lines' dict, each (header, cells, align);
+    a cell its figure and, after it, its interval and counts."""
+    def cell(c):
+        return c["text"] + (f" ({c['sub']})" if c["sub"] else "")
+    cells = []
+    for g in f["groups"]:
+        cells.append([f"**{g['title']}**"] + [""] * len(f["header"]))
+        cells += [[r["label"]] + [cell(c) for c in r["cells"]] for r in g["rows"]]
+    factor = (["Factor"] + f["header"], cells, ["l"] + ["r"] * len(f["header"]))
+    pairs = (f["pairs"]["header"], [[f"`{p['a']}`", f"`{p['b']}`", p["why"]] + [cell(c) for c in p["cells"]]
+                                    for p in f["pairs"]["rows"]], ["l", "l", "l"] + ["r"] * len(f["header"]))
+    return factor, pairs
+
+
+def _factors_section(report, md_dir):
+    """The section "What predicts robustness": the factor table, the figure, the controlled pairs."""
+    f = factor_lines(report.factors)
+    if f is None:
+        return []
+    factor, pairs = factor_md_tables(f)
+    md = ["## What predicts robustness", "", f["lead"], "", md_table(*factor), ""]
+    if report.factors_png:
+        md += [f"![Positive rate and grounded positive rate against parameters, by training data]"
+               f"({os.path.relpath(os.path.abspath(report.factors_png), md_dir)})", ""]
+    if pairs[1]:
+        md += ["Controlled pairs (A − B, [95% interval over images] from the paired comparisons):", "", md_table(*pairs), ""]
+    return md + ([" ".join(f["notes"]), ""] if f["notes"] else [])
+
+
 def markdown(report, md_path):
     """The markdown text; figures are linked relative to md_path's folder."""
     rows = report.rows
@@ -164,6 +194,7 @@ def markdown(report, md_path):
         if detection is not None:
             md += (["### Misalignment detection: F-CLIPScore against CLIPScore", "", detection["lead"], ""]
                    + ["- " + line["text"] for line in detection["lines"]] + [""])
+    md += _factors_section(report, md_dir)
     if report.tops is not None:
         md.append(_top_tables(report))
         if report.missing:

@@ -419,6 +419,7 @@ def _check_model(m, e):
     its run block and the files it names."""
     run = block(m, "run")
     count(run, "num_failed_images")
+    _check_card(m)
     for key in ("model", "config"):
         block(run, key)
     for key in ("scores_file", "explain_file"):
@@ -492,6 +493,33 @@ def mixed_text(mixed, name=lambda key: key):
                      for k, values in mixed)
 
 
+CARD_FIELDS = ("source", "architecture", "pretrained", "family", "params_image", "params_text", "params_total",
+               "embed_dim", "image_size", "context_length", "loss", "training_data", "samples_seen")  # LGIP_SPEC.md 12
+CARD_NUMBERS = ("params_image", "params_text", "params_total", "embed_dim", "image_size", "context_length", "samples_seen")
+
+
+def _check_card(m):
+    """One model's `model_card` (LGIP_SPEC.md 12), checked: an object or absent, its counts None or
+    numbers > 0, its other fields None or strings (BadField for the first that is not)."""
+    card = block(m, "model_card")
+    for key in CARD_FIELDS:
+        v = card.get(key)
+        if v is None:
+            continue
+        if key in CARD_NUMBERS:
+            if _value(card.where + key, v, key) <= 0:
+                raise BadField(card.where + key, f"is {v!r}, not a number > 0 (or null: unknown)")
+        elif not isinstance(v, str):
+            raise BadField(card.where + key, f"is {_what(v)}, not a string (or null: unknown)")
+
+
+def model_card(ms):
+    """A model's card from its rows `ms` of the evaluations (in EVALUATIONS order): field by field,
+    the first that is not None (an evaluation that loaded no weights may not know every field)."""
+    cards = [m.get("model_card") for m in ms if isinstance(m.get("model_card"), dict)]
+    return {k: next((c[k] for c in cards if c.get(k) is not None), None) for k in CARD_FIELDS}
+
+
 def _created(m):
     created = (m.get("run") or {}).get("created")
     return None if created is None else str(created)
@@ -500,8 +528,8 @@ def _created(m):
 def build_rows(metrics, headline="auto", labels=None, paths=None):
     """One dict per model (CSV columns, in first-seen order over the evaluations), plus `_type`
     and `_family` (the model's loader type and, for transformers, its model type: the figures'
-    markers), `_mixed` (mixed_settings) and `_types` (the flip types of its per-type columns:
-    report_types). `labels`: tag -> label overrides; `paths`: evaluation
+    markers), `_mixed` (mixed_settings), `_types` (the flip types of its per-type columns:
+    report_types) and `_card` (model_card). `labels`: tag -> label overrides; `paths`: evaluation
     -> its metrics file (find_metrics), named in `headline_file` and `flip_type_file`."""
     if headline not in ("auto", *HEADLINE_KEYS):
         raise InputError(f"unknown HEADLINE {headline!r}; valid: auto, {', '.join(HEADLINE_KEYS)}")
@@ -555,6 +583,7 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
         row["_family"] = next(((r.get("model") or {}).get("family") for r in run_infos
                                if (r.get("model") or {}).get("family")), None)  # (type transformers: clip, siglip, ...)
         row["_types"] = types
+        row["_card"] = model_card([runs[k] for k in EVAL_KEYS if k in runs])
         row["_mixed"] = mixed_settings(runs)
         row["mixed_settings"] = mixed_text(row["_mixed"]) or None
         failed = [r.get("num_failed_images") for r in run_infos if r.get("num_failed_images") is not None]

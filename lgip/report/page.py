@@ -19,7 +19,7 @@ import re
 from ..method import FLIP_TYPES
 from ..util import atomic_open
 from .overview import (COMPARISONS_LEAD, attribution_lines, benchmark_lines, comparison_rows, comparison_text,
-                       comparisons_notes, demo_note, frontier_note, made_by, missing_note, prior_lines,
+                       comparisons_notes, demo_note, factor_lines, frontier_note, made_by, missing_note, prior_lines,
                        retrieval_note, runs_table, source_notes, sources_table, word_scores_note)
 from .tables import interval, num, result_columns, row_types
 
@@ -120,6 +120,9 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "prior": prior_lines(report.rows, report.paths),  # None without the text-prior controls
         "comparisons": comparisons_context(report),
         "attribution": attribution_lines(report.rows, report.metrics, report.paths, report.explain_missing),
+        "factors": factor_lines(report.factors),  # what predicts robustness (None: no factors)
+        "factors_figure": (dict(figure_size(staged(report.factors_png)), src=data_uri(staged(report.factors_png), "image/png"),
+                                name=os.path.basename(report.factors_png)) if report.factors_png else None),
         "gallery": gallery,
         "attributed": attributed,
         "word_scores": word_scores_note(report.rows, report.metrics, attributed, len(gallery["flips"])) if gallery else None,

@@ -20,6 +20,7 @@ FRONTIER_FIGURES = ["invariance_error", "pos_rate"]
 FLIPTYPE_FIGURES = [f"{t}_pos_rate" for t in FLIP_TYPES]
 RETRIEVAL_FIGURES = ["pos_rate", *RETRIEVAL_AXES]
 PRIOR_FIGURES = ["prior_pos_rate", "pos_rate"]
+FACTOR_FIGURES = ["pos_rate", "grounded_pos_rate"]
 
 
 def pareto_front(points):
@@ -383,3 +384,67 @@ def subtitle(stem, rows, source_column, figures):
     text = " · ".join([stem, " + ".join(sources), "whiskers: 95% CI" if whiskers else "no intervals"])
     return "\n".join(textwrap.wrap(text, 70))
 
+
+FACTOR_PANELS = (("pos_rate", "Positive rate (higher is better)", "sensitivity_pos_rate"),
+                 ("grounded_pos_rate", "Grounded positive rate (0.5: the image decides nothing)", "grounded_pos_rate"))
+
+
+def plot_factors(rows, path, factors=None, title_note="", dpi=150, files=None):
+    """What predicts robustness (LGIP_SPEC.md 12): each model's positive rate (left) and grounded positive
+    rate (right, when the evaluations wrote it) against its parameter count (log scale), 95% whiskers on
+    the rates, one colour per training data (its card's; "unknown" grey), each point labelled, Spearman's
+    rho of the panel's figure with log10 parameters in its title (from `factors`); None when fewer than
+    two models have both a parameter count and a positive rate."""
+    panels = []
+    for key, label, outcome in FACTOR_PANELS:
+        pts = [r for r in rows if (r.get("_card") or {}).get("params_total") and r.get(key) is not None]
+        if len(pts) >= 2:  # (one model: nothing to compare)
+            panels.append((key, label, outcome, pts))
+    if not panels or not panels[0][0] == "pos_rate":
+        return None
+    plt = _pyplot()
+    import matplotlib
+    from matplotlib.lines import Line2D
+    data = list(dict.fromkeys((r.get("_card") or {}).get("training_data") for _, _, _, pts in panels for r in pts))
+    known = [d for d in data if d is not None]
+    cmap = matplotlib.colormaps["tab10" if len(known) <= 10 else "tab20"]
+    colors = {d: cmap(i % cmap.N) for i, d in enumerate(known)}
+    colors[None] = "0.55"
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 5.6), squeeze=False)
+    xs = [r["_card"]["params_total"] for _, _, _, pts in panels for r in pts]
+    lo_x, hi_x = min(xs), max(xs)
+    for ax, (key, label, outcome, pts) in zip(axes[0], panels):
+        ax.set_xscale("log")
+        ax.set_xlim(lo_x / 1.6, hi_x * 1.6)  # (room for the labels at both ends)
+        ys = [v for r in pts for v in (r[key], r.get(key + "_ci_lo"), r.get(key + "_ci_hi")) if v is not None]
+        ax.set_ylim(*rate_limits(ys, max((max(ys) - min(ys)) * 0.18, 0.03)))
+        ax.grid(True, alpha=0.3, linewidth=0.8)
+        low, high = ax.get_ylim()
+        if low <= 0.5 <= high:
+            ax.axhline(0.5, color="0.55", linestyle=":", linewidth=1.2, zorder=1)
+        for r in pts:
+            c = colors[(r["_card"]).get("training_data")]
+            ax.errorbar(r["_card"]["params_total"], r[key], yerr=_err(r[key], r.get(key + "_ci_lo"), r.get(key + "_ci_hi")),
+                        fmt="o", color=c, ecolor=c, elinewidth=1.2, capsize=3, markersize=8, markeredgecolor="white",
+                        markeredgewidth=0.8, zorder=3, clip_on=False)
+        ax.set_xlabel("Parameters (image + text towers; log scale)")
+        ax.set_ylabel(label)
+        stat = ((factors or {}).get("numeric") or {}).get("log10_params_total", {}).get(outcome)
+        n = stat["n"] if stat else len(pts)
+        if stat is None or stat["rho"] is None:
+            where = f"Spearman ρ undefined ({n} model{'s' if n != 1 else ''}: {'fewer than 4' if n < 4 else 'a constant side'})"
+        else:
+            ci = stat["rho_ci95"]
+            where = f"Spearman ρ = {stat['rho']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" ({stat['n']} models)"
+        ax.set_title(f"{'Positive rate' if key == 'pos_rate' else 'Grounded positive rate'} vs. size\n{where}", fontsize=11.5)
+    fig.suptitle("What predicts robustness: size and training data" + (f"\n{title_note}" if title_note else ""), fontsize=13)
+    handles = [Line2D([], [], color=colors[d], marker="o", linestyle="none", markersize=8,
+                      label="unknown training data" if d is None else d) for d in data]
+    axes[0][-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9.5,
+                       title="training data", title_fontsize=9.5)
+    fig.tight_layout()
+    for ax, (key, _, _, pts) in zip(axes[0], panels):
+        _place_labels(fig, ax, [(r["_card"]["params_total"], r[key], r["label"]) for r in pts])
+    _save(fig, path, dpi, files)
+    plt.close(fig)
+    return path
