@@ -91,9 +91,10 @@ def _err(v, lo, hi):
     return None if lo is None or hi is None else [[max(v - lo, 0.0)], [max(hi - v, 0.0)]]
 
 
-def _place_labels(fig, ax, items, obstacles=()):
+def _place_labels(fig, ax, items, obstacles=(), leader=False):
     """Annotate each (x, y, text) beside its point, avoiding other labels, points and the
-    `obstacles` (data points, e.g. along the whiskers)."""
+    `obstacles` (data points, e.g. along the whiskers); `leader`: a thin line from each label to its
+    point (where points crowd, the label may sit nearer another point than its own)."""
     renderer = fig.canvas.get_renderer()
     axbox = ax.get_window_extent(renderer)
     pts = [ax.transData.transform((x, y)) for x, y, _ in items]
@@ -108,7 +109,9 @@ def _place_labels(fig, ax, items, obstacles=()):
         for dx, dy, ha, va in offsets:
             ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
                               fontsize=10, color="0.1", zorder=5,
-                              bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.75))
+                              bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.75),
+                              **({"arrowprops": dict(arrowstyle="-", color="0.45", linewidth=0.7, shrinkA=0, shrinkB=4)}
+                                 if leader else {}))
             box = ann.get_window_extent(renderer).expanded(1.04, 1.1)
             cost = sum(box.overlaps(b) for b in placed) * 10
             cost += sum(1 for j, p in enumerate(pts) if j != n and box.x0 - 6 <= p[0] <= box.x1 + 6
@@ -444,7 +447,7 @@ def plot_factors(rows, path, factors=None, title_note="", dpi=150, files=None):
                        title="training data", title_fontsize=9.5)
     fig.tight_layout()
     for ax, (key, _, _, pts) in zip(axes[0], panels):
-        _place_labels(fig, ax, [(r["_card"]["params_total"], r[key], r["label"]) for r in pts])
+        _place_labels(fig, ax, [(r["_card"]["params_total"], r[key], r["label"]) for r in pts], leader=True)
     _save(fig, path, dpi, files)
     plt.close(fig)
     return path
