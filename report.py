@@ -10,7 +10,10 @@ of run_lgip_multi.py and run_lgip_by_fliptype.py (how much of each model's posit
 alone reaches: two table columns, a line per model in plain words, a figure, the comparisons as a
 table; a gallery flip says whether the model prefers it on the average other image too, when its
 score file has the flip's prior gap), and explain_flips.py's word attribution of the same flips when it ran (localization accuracy per model; the gallery flips it explained get their words
-coloured by score), and writes next to JSONL_PATH:
+coloured by score; a line per model on whether F-CLIPScore tells captions from flips better than
+CLIPScore), and writes next to JSONL_PATH. On an imported benchmark (import_benchmark.py's file) the
+per-type columns and figure follow the benchmark's own types, and a section reads like its own table.
+Across the models, what predicts robustness: their model cards against their figures (LGIP_SPEC.md 12).
   <stem>__LGIP_report.html    one self-contained page (opens by double-click from any folder): the
                               markdown's content, the results table sortable, the plots, and galleries
                               of the top flips and paraphrases with their images, filtered by model
@@ -23,6 +26,12 @@ coloured by score), and writes next to JSONL_PATH:
   <stem>__LGIP_fliptypes.png  positive rate per flip type and model (when a typed evaluation ran)
   <stem>__LGIP_retrieval.png  positive rate against image-to-text recall@1 and the flip top-1 rate
                               (when run_lgip_retrieval.py ran)
+  <stem>__LGIP_factors.metrics.json  what predicts robustness: rank correlations of the models' size,
+                              samples seen and image size with each headline figure (intervals over
+                              BOOTSTRAP resamples of the models), levels of family, training data and
+                              loss, controlled pairs; with report.py's provenance
+  <stem>__LGIP_factors.png    positive rate and grounded positive rate against parameters, by training
+                              data (two models or more with a parameter count)
 The top lists (paraphrases that move the score most, flips scored above their original) stream
 the evaluations' per-pair score files, keeping only TOP_K rows. The table is printed too. Every
 input is read and checked before any output is written, and the outputs are renamed into place
@@ -35,11 +44,12 @@ import os
 import sys
 
 import common
-from lgip.report import (OutputSet, Report, attach_attributions, build_rows, comparison_files, csv_columns, demo_note,
-                         explain_files, find_metrics, gallery_items, image_roots, load_comparisons, load_metrics,
-                         model_colors_hex, page_context, plot_fliptypes, plot_frontier, plot_prior, plot_retrieval,
-                         render_page, results_table, scan_scores, score_files, subtitle, unmeasured_notes, write_csv,
-                         write_markdown, write_page)
+from lgip.report import (OutputSet, Report, add_benchmark_means, attach_attributions, benchmark_source, build_rows,
+                         comparison_files, compute_factors, csv_columns, demo_note, explain_files, find_metrics,
+                         fliptype_figures, gallery_items, image_roots, load_comparisons, load_metrics,
+                         model_colors_hex, page_context, plot_factors, plot_fliptypes, plot_frontier, plot_prior,
+                         plot_retrieval, render_page, report_types, results_table, scan_scores, score_files, subtitle,
+                         unmeasured_notes, write_csv, write_factors, write_markdown, write_page)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
@@ -53,19 +63,25 @@ MAX_TEXT_CHARS = 90  # int: captions longer than this are cut with "…" in the 
 DPI = 150  # int: resolution of the PNGs (dots per inch; the frontier is 8 x 6 inches)
 IMAGE_ROOT = None  # folder the score files' image paths are relative to, for the page's thumbnails; None = the one each evaluation used (its IMAGE_ROOT, else its JSONL's folder), then the metrics' folder
 THUMB_PX = 200  # int > 0: the page's thumbnails fit in THUMB_PX x THUMB_PX pixels (JPEG inside the page)
+BOOTSTRAP = 1000  # int >= 0: resamples of the models for the 95% intervals of the factors' rank correlations (<stem>__LGIP_factors.metrics.json); 0 = none
+BOOTSTRAP_SEED = 0  # int: seed of those resamples
 CONFIG = common.configure(globals())
-from lgip.report import FLIPTYPE_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, PRIOR_FIGURES, RETRIEVAL_FIGURES, SCORE_KEYS  # noqa: E402 (after CONFIG: not settings)
+from lgip.report import FACTOR_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, PRIOR_FIGURES, RETRIEVAL_FIGURES, SCORE_KEYS  # noqa: E402 (after CONFIG: not settings)
 
-OUTPUTS = ("report.html", "report.md", "report.csv", "frontier.png", "prior.png", "fliptypes.png", "retrieval.png")
+OUTPUTS = ("report.html", "report.md", "report.csv", "frontier.png", "prior.png", "fliptypes.png", "retrieval.png",
+           "factors.metrics.json", "factors.png")
 NOT_WRITTEN = {"frontier.png": "no headline metrics", "prior.png": "no text-prior controls in the metrics",
-               "fliptypes.png": "no per-type metrics", "retrieval.png": "no run_lgip_retrieval.py metrics"}
+               "fliptypes.png": "no per-type metrics", "retrieval.png": "no run_lgip_retrieval.py metrics",
+               "factors.png": "fewer than two models with a parameter count (model_card) and a positive rate"}
 
 
 def check_config(config):
     """Each constant a value report.py can use, else ConfigError naming it, what it must be and
     what it got: before any input is read or output written."""
-    for name, low in (("TOP_K", 0), ("MAX_TEXT_CHARS", 0), ("THUMB_PX", 1)):
+    for name, low in (("TOP_K", 0), ("MAX_TEXT_CHARS", 0), ("THUMB_PX", 1), ("BOOTSTRAP", 0)):
         common.require_int(config, name, low)
+    if not (isinstance(config["BOOTSTRAP_SEED"], int) and not isinstance(config["BOOTSTRAP_SEED"], bool)):
+        raise common.ConfigError(f"BOOTSTRAP_SEED must be an int, got {config['BOOTSTRAP_SEED']!r}")
     dpi = config["DPI"]
     if not (isinstance(dpi, int) and not isinstance(dpi, bool) and 10 <= dpi <= 1000):
         raise common.ConfigError(f"DPI must be an int from 10 to 1000 (dots per inch), got {config['DPI']!r}")
@@ -120,10 +136,17 @@ def main():
     check_config(CONFIG)
     found, metrics = find_inputs()
     rows = build_rows(metrics, HEADLINE, LABELS, found)
+    types = report_types(metrics)  # (LGIP's three flip types, or an imported benchmark's own, in its order)
+    bench = benchmark_source(JSONL_PATH, metrics, types)
+    extra = add_benchmark_means(rows) if bench else []  # (its mean over the types, as the benchmark reports it)
     prefix = OUTPUT_PREFIX or common.metrics_path(JSONL_PATH, "LGIP_")
     out = {name: prefix + name for name in OUTPUTS}
     report = Report(JSONL_PATH, rows, metrics, found, provenance(), top_k_per_model=TOP_K_PER_MODEL,
-                    max_text_chars=MAX_TEXT_CHARS, comparisons=comparisons(found))
+                    max_text_chars=MAX_TEXT_CHARS, comparisons=comparisons(found), benchmark=bench)
+    # what predicts robustness, across the models (LGIP_SPEC.md 12): their cards against their figures
+    found_factors = compute_factors(rows, metrics, report.comparisons, BOOTSTRAP, BOOTSTRAP_SEED)
+    factors_file = dict({"input": os.path.abspath(JSONL_PATH)}, **found_factors, run=report.prov)
+    report.factors = dict(found_factors, file=out["factors.metrics.json"])
 
     # every input read and checked before any output is written. The score files can be large:
     # streamed once, keeping the top TOP_K per model and over all models
@@ -147,20 +170,26 @@ def main():
                                      subtitle(report.stem, rows, "headline_source", FRONTIER_FIGURES), DPI, written)
         prior_png = plot_prior(rows, out["prior.png"],
                                subtitle(report.stem, rows, "headline_source", PRIOR_FIGURES), DPI, written)
-        flip_png = plot_fliptypes(rows, out["fliptypes.png"],
-                                  subtitle(report.stem, rows, "flip_type_source", FLIPTYPE_FIGURES), DPI, written)
+        flip_png = plot_fliptypes(rows, out["fliptypes.png"], subtitle(report.stem, rows, "flip_type_source",
+                                                                       fliptype_figures(rows)), DPI, written,
+                                  bench)
         retrieval_png = plot_retrieval(rows, out["retrieval.png"],
                                        subtitle(report.stem, rows, "headline_source", RETRIEVAL_FIGURES), DPI, written)
+        report.factors_png = plot_factors(rows, out["factors.png"], found_factors,
+                                          subtitle(report.stem, rows, "headline_source", FACTOR_FIGURES), DPI, written)
         pngs = {"frontier.png": out["frontier.png"] if report.front is not None else None, "prior.png": prior_png,
-                "fliptypes.png": flip_png, "retrieval.png": retrieval_png}
+                "fliptypes.png": flip_png, "retrieval.png": retrieval_png, "factors.png": report.factors_png}
+        write_factors(out["factors.metrics.json"], factors_file, written)
         for name, alt in (("frontier.png", "Invariance error against positive rate"),
                           ("prior.png", "Positive rate against prior positive rate (the same flips with any image: "
                                         "the average other image); on the diagonal, all of it is text prior"),
-                          ("fliptypes.png", "Positive rate by flip type"),
+                          ("fliptypes.png", "Positive rate by flip type" if not bench else
+                           f"{bench['name']}'s accuracy by type (the positive rate)" if bench["accuracy"] else
+                           f"{bench['name']}: the positive rate by type"),
                           ("retrieval.png", "LGIP positive rate against retrieval recall and the flip top-1 rate")):
             if pngs[name]:
                 report.figures.append((pngs[name], alt))
-        write_csv(out["report.csv"], rows, csv_columns(found), written)
+        write_csv(out["report.csv"], rows, csv_columns(found, types, extra), written)
         write_markdown(out["report.md"], report, written)
         context = page_context(report, gallery, model_colors_hex([r["model"] for r in rows]), out["report.csv"], written)
         write_page(out["report.html"], render_page(context), written)

@@ -172,7 +172,7 @@ def plan(mode, base, models):
     steps += [
         step("report", {"JSONL_PATH": base}, metrics + [explained, images],  # the page colours explained flips
              [common.metrics_path(base, "LGIP_report.md"), common.metrics_path(base, "LGIP_report.csv"),
-              common.metrics_path(base, "LGIP_report.html")], needs=[]),
+              common.metrics_path(base, "LGIP_report.html"), common.metrics_path(base, "LGIP_factors.metrics.json")], needs=[]),
     ]
     return steps
 

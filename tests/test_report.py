@@ -182,8 +182,8 @@ def test_evaluation_input_as_jsonl_path(evaluated, tmp_path):
     prefix = str(tmp_path / "out_")
     run_script("report.py", f"--JSONL_PATH={evaluated / EVALS['fliptypes'][1]}", f"--OUTPUT_PREFIX={prefix}",
                "--TOP_K=0", "--HEADLINE='fliptypes'")
-    assert sorted(os.listdir(tmp_path)) == ["out_fliptypes.png", "out_frontier.png", "out_prior.png", "out_report.csv",
-                                            "out_report.html", "out_report.md"]
+    assert sorted(os.listdir(tmp_path)) == ["out_factors.metrics.json", "out_factors.png", "out_fliptypes.png", "out_frontier.png",
+                                            "out_prior.png", "out_report.csv", "out_report.html", "out_report.md"]
     md = (tmp_path / "out_report.md").read_text(encoding="utf-8")
     assert "# LGIP report: fixture_with_fliptypes" in md and "run_lgip_multi.py" not in md
     assert "Paraphrases that move" not in md  # TOP_K=0: no lists

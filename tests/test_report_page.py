@@ -29,6 +29,8 @@ MAX_PAGE_BYTES = 5_000_000
 EXPLAINED = {MODELS[0]: (0.6, [0.4, 0.8]), MODELS[1]: (0.15, [0.05, 0.3]),  # localization: above chance, at chance,
              MODELS[2]: (0.0, [0.0, 0.05]), MODELS[3]: (0.3, None), MODELS[4]: (0.5, [0.3, 0.7])}  # below, no interval
 EXPLAIN_MISSING = MODELS[4]  # in the explain metrics, its lines' file not there
+DETECTION = {MODELS[0]: (0.52, 0.44, [0.03, 0.13]), MODELS[1]: (0.40, 0.43, [-0.07, 0.01]),  # F-CLIPScore's AP, CLIPScore's,
+             MODELS[2]: (0.45, 0.45, None), MODELS[4]: (None, None, None)}  # the gain's interval; MODELS[3]: an older file
 UNEXPLAINED = 1  # an explained model's own record j = 1 has no explain line: its card says nothing more
 NO_CONTROLS = MODELS[-1]  # its metrics and score files from before the text-prior controls
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -262,6 +264,13 @@ def make_explain(folder, records):
         if ci:
             block.update({f"{key}_ci95": [max(0.0, block[key] + ci[0] - acc), min(1.0, block[key] + ci[1] - acc)]
                           for key in ("localization_acc", "localization_acc_detected", "localization_acc_preferred")})
+        if model in DETECTION:  # explain_flips.py's misalignment detection (LGIP_SPEC.md 8): captions against flips
+            ap_f, ap_s, ci = DETECTION[model]
+            gain = None if ap_f is None else round(ap_f - ap_s, 6)
+            block.update(detection_num_captions=None if ap_f is None else 40, detection_num_flips=None if ap_f is None else 57,
+                         detection_ap_clipscore=ap_s, detection_ap_clipscore_ci95=None if ap_s is None else [ap_s - 0.05, ap_s + 0.05],
+                         detection_ap_fclipscore=ap_f, detection_ap_fclipscore_ci95=None if ap_f is None else [ap_f - 0.05, ap_f + 0.05],
+                         detection_ap_gain=gain, detection_ap_gain_ci95=ci)
         metrics.append(dict(block, model_tag=model, num_flips=57, explain_file=name,
                             by_flip_type={"color": {"count": 19, "localization_acc": acc, "chance": 0.125}},
                             run={"config": {"JSONL_PATH": os.path.join(folder, "nine_with_fliptypes.jsonl"), "LAYERS": 3},
@@ -350,6 +359,7 @@ def test_page_in_chromium(request, tmp_path):
             legend = page.inner_text("#flips .legend")
             headers = page.eval_on_selector_all("#results thead th", "ths => ths.map(t => t.textContent.replace(/\\u00a0/g, ' ').trim())")
             priors = page.eval_on_selector_all("#prior .priors li", "lis => lis.map(li => [li.dataset.model, li.textContent])")
+            detections = page.eval_on_selector_all("#attribution .detection li", "lis => lis.map(li => [li.dataset.model, li.textContent])")
             summaries = page.eval_on_selector_all("#prior details.comparisons summary", "ss => ss.map(s => s.textContent)")
             overall_shown = page.is_visible("#comparisons")  # (nine models: 93 comparisons, the list closed)
             page.click("#prior details.comparisons summary >> nth=0")
@@ -381,6 +391,8 @@ def test_page_in_chromium(request, tmp_path):
             browser.close()
     assert not errors, errors
     assert all(u == page_path.as_uri() or u.startswith("data:") for u in fetched), fetched
+    assert [m for m, _ in detections] == list(EXPLAINED)  # a misalignment-detection line per explained model
+    assert "F beats s by +0.080" in detections[0][1] and "the interval excludes 0" in detections[0][1]
     assert len(images) == 2 * 10 * len(MODELS) - 6 + 4  # the thumbnails (six are placeholders) and four figures
     assert any(alt.startswith("Positive rate against prior positive rate") and width > 0 for alt, width in images)
     assert all(width > 0 for _, width in images), [alt for alt, width in images if not width]
@@ -523,7 +535,7 @@ def test_markdown_csv_and_page_give_each_explained_models_localization(nine):
     folder, _, _ = nine
     metrics = json.loads((folder / "nine_with_fliptypes__LGIP_explain.metrics.json").read_text(encoding="utf-8"))
     md = (folder / "nine__LGIP_report.md").read_text(encoding="utf-8")
-    section = md.split("\n## Which word does a model blame?\n")[1].split("\n## ")[0]
+    section = md.split("\n## Which word does a model blame?\n")[1].split("\n## ")[0].split("\n### ")[0]
     lines = [line for line in section.splitlines() if line.startswith("- ")]
     assert lines == [localization_line(m) for m in metrics] and len(lines) == len(EXPLAINED)
     assert [sum(flag in line for line in lines) for flag in ("above chance", "**at chance level**", "below chance")] == [2, 1, 1]
@@ -548,6 +560,46 @@ def test_markdown_csv_and_page_give_each_explained_models_localization(nine):
     text = unescape(re.sub(r"<[^>]+>", "", (folder / "nine__LGIP_report.html").read_text(encoding="utf-8")))
     for line in lines:
         assert line[2:].replace("`", "").replace("**", "") in text, line
+
+
+def test_a_line_per_explained_model_says_whether_f_clipscore_beats_clipscore(nine):
+    """The misalignment detection (LGIP_SPEC.md 8): a line per explained model in the markdown and on the page,
+    the console's sentence (lgip.explain.detection_line) with the counts; an explain file from before the
+    detection figures said as such; every figure in the CSV, overall and by flip type."""
+    from html import unescape
+    from lgip.explain import detection_line
+    folder, _, _ = nine
+    metrics = json.loads((folder / "nine_with_fliptypes__LGIP_explain.metrics.json").read_text(encoding="utf-8"))
+    md = (folder / "nine__LGIP_report.md").read_text(encoding="utf-8")
+    section = md.split("\n### Misalignment detection: F-CLIPScore against CLIPScore\n")[1].split("\n## ")[0]
+    lines = [line for line in section.splitlines() if line.startswith("- ")]
+    expected = []
+    for m in metrics:
+        if "detection_ap_gain" not in m:
+            expected.append(f"- `{m['model_tag']}`: no misalignment detection in its explain metrics (written before "
+                            "F-CLIPScore: re-run `explain_flips.py`).")
+        else:
+            counts = f" ({m['detection_num_captions']} captions, {m['detection_num_flips']} flips)" if m["detection_num_flips"] else ""
+            expected.append(f"- `{m['model_tag']}`: {detection_line(m)}{counts}.")
+    assert lines == expected and len(lines) == len(EXPLAINED)
+    says = {tag: next(line for line in lines if f"`{tag}`" in line) for tag in DETECTION}
+    assert "F beats s by +0.080 [+0.030, +0.130]; the interval excludes 0 (40 captions, 57 flips)." in says[MODELS[0]]
+    assert "F does not beat s by -0.030 [-0.070, +0.010]; the interval includes 0" in says[MODELS[1]]
+    assert says[MODELS[2]].endswith("F does not beat s by +0.000 (40 captions, 57 flips).")  # no interval
+    assert says[MODELS[4]].endswith("misalignment detection: n/a (needs explained flips and their captions).")
+    text = unescape(re.sub(r"<[^>]+>", "", (folder / "nine__LGIP_report.html").read_text(encoding="utf-8")))
+    for line in lines:
+        assert line[2:].replace("`", "") in text, line
+    with open(folder / "nine__LGIP_report.csv", newline="", encoding="utf-8") as f:
+        rows = {r["model"]: r for r in csv.DictReader(f)}
+    for m in metrics:
+        r = rows[m["model_tag"]]
+        for key in ("detection_ap_clipscore", "detection_ap_fclipscore", "detection_ap_gain"):
+            v, ci = m.get(key), m.get(key + "_ci95")
+            assert r[key] == ("" if v is None else repr(v)), (m["model_tag"], key)
+            assert [r[key + "_ci_lo"], r[key + "_ci_hi"]] == ([repr(x) for x in ci] if ci else ["", ""])
+        assert r["detection_num_captions"] == str(m.get("detection_num_captions") or "")
+        assert r["detection_color_ap_gain"] == ""  # (by type: none in this fixture's blocks)
 
 
 def _spearman(xs, ys):
@@ -761,6 +813,8 @@ def few_models(folder, dest, n, demo=None):
     shutil.copy(folder / "nine.jsonl", dest / "few.jsonl")
     for name in os.listdir(folder):
         path = folder / name
+        if name.startswith("nine__LGIP_") and name.endswith(".json"):
+            continue  # (report.py's own outputs: the factors file)
         if not name.endswith(".json"):
             if path.is_file():
                 os.symlink(path, dest / name)  # (score and explain files: read where the metrics name them)

@@ -1,13 +1,16 @@
 """lgip.report: the machinery of report.py, one module per concern; each imports only those above it.
 
   metrics    which evaluations ran on a JSONL (`EVALUATIONS`, one entry each: a new evaluation goes
-             here), their metrics files read, one flat row per model (the CSV's columns), labels; the
-             paired model comparisons beside them read and checked
+             here), their metrics files read, one flat row per model (the CSV's columns; per flip type:
+             LGIP's, or an imported benchmark's own types), labels, model cards; the paired model
+             comparisons beside them read and checked; whether the input is an imported benchmark
   tables     the results table's columns (`RESULT_COLUMNS`: a new column goes here), numbers as
              printed, markdown tables, the CSV
   toplists   the score files streamed into the top K paraphrase moves and preferred flips, per model
              and over all models
-  plots      the frontier, text-prior, flip-type and retrieval figures (matplotlib, PNG); a new figure goes here
+  factors    what predicts robustness (LGIP_SPEC.md 12): the models' cards against their figures, rank
+             correlations with intervals over models, levels, controlled pairs; the factors file
+  plots      the frontier, text-prior, flip-type, retrieval and factors figures (matplotlib, PNG); a new figure goes here
   overview   `Report` (what the markdown and the page say) and the texts around the figures
   markdown   the markdown report
   gallery    gallery items: thumbnails as data: URIs (placeholders when unreadable), words marked,
@@ -20,22 +23,27 @@ its outputs through, so that they are renamed into place together or not at all.
     >>> found, looked = find_metrics("x.jsonl")
     >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()})
 """
-from .metrics import (COLUMNS, EVALUATIONS, HEADLINE_KEYS, SCORE_KEYS, SCRIPTS, build_rows, comparison_files, csv_columns,
-                      find_metrics, image_roots, load_comparisons, load_metrics, short_label, short_labels)
-from .tables import RESULT_COLUMNS, write_csv
+from .metrics import (COLUMNS, EVALUATIONS, HEADLINE_KEYS, SCORE_KEYS, SCRIPTS, add_benchmark_means, benchmark_source,
+                      build_rows, columns, comparison_files, csv_columns, find_metrics, image_roots, load_comparisons,
+                      load_metrics, report_types, short_label, short_labels)
+from .tables import RESULT_COLUMNS, result_columns_for, row_types, write_csv
 from .toplists import TopK, TopLists, scan_scores, score_files
-from .plots import (FLIPTYPE_FIGURES, FRONTIER_FIGURES, PRIOR_FIGURES, RETRIEVAL_FIGURES, model_colors_hex, pareto_front,
-                    plot_fliptypes, plot_frontier, plot_prior, plot_retrieval, subtitle)
+from .factors import compute_factors, write_factors
+from .plots import (FACTOR_FIGURES, FLIPTYPE_FIGURES, FRONTIER_FIGURES, PRIOR_FIGURES, RETRIEVAL_FIGURES, fliptype_figures,
+                    model_colors_hex, pareto_front, plot_factors, plot_fliptypes, plot_frontier, plot_prior, plot_retrieval,
+                    subtitle)
 from .overview import Report, demo_note, unmeasured_notes
 from .markdown import results_table, write_markdown
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .page import page_context, render_page, write_page
 from ..util import OutputSet
 
-__all__ = ["COLUMNS", "EVALUATIONS", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "HEADLINE_KEYS", "OutputSet", "PRIOR_FIGURES",
-           "RESULT_COLUMNS", "RETRIEVAL_FIGURES", "Report", "SCORE_KEYS", "SCRIPTS", "TopK", "TopLists", "attach_attributions",
-           "build_rows", "comparison_files", "csv_columns", "demo_note", "explain_files", "find_metrics", "gallery_items",
+__all__ = ["COLUMNS", "EVALUATIONS", "FACTOR_FIGURES", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "HEADLINE_KEYS", "OutputSet",
+           "PRIOR_FIGURES", "RESULT_COLUMNS", "RETRIEVAL_FIGURES", "Report", "SCORE_KEYS", "SCRIPTS", "TopK", "TopLists",
+           "add_benchmark_means", "attach_attributions", "benchmark_source", "build_rows", "columns", "comparison_files",
+           "compute_factors", "csv_columns", "demo_note", "explain_files", "find_metrics", "fliptype_figures", "gallery_items",
            "image_roots", "load_comparisons", "load_metrics", "model_colors_hex", "page_context", "pareto_front",
-           "plot_fliptypes", "plot_frontier", "plot_prior", "plot_retrieval", "render_page", "results_table",
-           "scan_scores", "score_files", "short_label", "short_labels", "subtitle", "thumbnail", "unmeasured_notes", "word_marks",
-           "write_csv", "write_markdown", "write_page"]
+           "plot_factors", "plot_fliptypes", "plot_frontier", "plot_prior", "plot_retrieval", "render_page", "report_types",
+           "result_columns_for", "results_table", "row_types", "scan_scores", "score_files", "short_label", "short_labels",
+           "subtitle", "thumbnail", "unmeasured_notes", "word_marks", "write_csv", "write_factors", "write_markdown",
+           "write_page"]

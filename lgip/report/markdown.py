@@ -10,9 +10,9 @@ attribution's line per model (when explain_flips.py ran), the top lists, and wha
 import os
 
 from ..util import atomic_open
-from .overview import (COMPARISONS_LEAD, attribution_lines, comparison_rows, comparison_text, comparisons_notes, demo_note,
-                       frontier_note, made_by, missing_note, prior_lines, retrieval_note, runs_table, source_notes,
-                       sources_table)
+from .overview import (COMPARISONS_LEAD, attribution_lines, benchmark_lines, comparison_rows, comparison_text,
+                       comparisons_notes, demo_note, factor_lines, frontier_note, made_by, missing_note, prior_lines,
+                       retrieval_note, runs_table, source_notes, sources_table)
 from .tables import main_table, md_table, md_text
 
 
@@ -114,6 +114,55 @@ def _prior_section(report):
     return md + [""]
 
 
+def bench_md_table(t):
+    """(header, cells, align) of one of an imported benchmark's tables (lgip.report.overview.benchmark_lines)."""
+    header = ["Model"] + [f"{h['sub']} {h['text']}" if t["groups"] else h["text"] + (f" ({h['sub']})" if h["sub"] else "")
+                          for h in t["header"]]
+    cells = [[r["label"]] + [c["text"] + (f" {c['ci']}" if c["ci"] else "") for c in r["cells"]] for r in t["rows"]]
+    return header, cells, ["l"] + ["r"] * (len(header) - 1)
+
+
+def _benchmark_section(report):
+    """The section "<Benchmark> table" of an imported benchmark; [] for LGIP's own data."""
+    bench = benchmark_lines(report.rows, report.benchmark, report.paths)
+    if bench is None:
+        return []
+    md = [f"## {bench['title']}", "", bench["lead"], ""]
+    for t in bench["tables"]:
+        md += [f"{t['caption']}:", "", md_table(*bench_md_table(t)), ""]
+    return md + ([" ".join(bench["notes"]), ""] if bench["notes"] else [])
+
+
+def factor_md_tables(f):
+    """(the factor table, the controlled pairs' table) of factor_lines' dict, each (header, cells, align);
+    a cell its figure and, after it, its interval and counts."""
+    def cell(c):
+        return c["text"] + (f" ({c['sub']})" if c["sub"] else "")
+    cells = []
+    for g in f["groups"]:
+        cells.append([f"**{g['title']}**"] + [""] * len(f["header"]))
+        cells += [[r["label"]] + [cell(c) for c in r["cells"]] for r in g["rows"]]
+    factor = (["Factor"] + f["header"], cells, ["l"] + ["r"] * len(f["header"]))
+    pairs = (f["pairs"]["header"], [[f"`{p['a']}`", f"`{p['b']}`", p["why"]] + [cell(c) for c in p["cells"]]
+                                    for p in f["pairs"]["rows"]], ["l", "l", "l"] + ["r"] * len(f["header"]))
+    return factor, pairs
+
+
+def _factors_section(report, md_dir):
+    """The section "What predicts robustness": the factor table, the figure, the controlled pairs."""
+    f = factor_lines(report.factors)
+    if f is None:
+        return []
+    factor, pairs = factor_md_tables(f)
+    md = ["## What predicts robustness", "", f["lead"], "", md_table(*factor), ""]
+    if report.factors_png:
+        md += [f"![Positive rate and grounded positive rate against parameters, by training data]"
+               f"({os.path.relpath(os.path.abspath(report.factors_png), md_dir)})", ""]
+    if pairs[1]:
+        md += ["Controlled pairs (A − B, [95% interval over images] from the paired comparisons):", "", md_table(*pairs), ""]
+    return md + ([" ".join(f["notes"]), ""] if f["notes"] else [])
+
+
 def markdown(report, md_path):
     """The markdown text; figures are linked relative to md_path's folder."""
     rows = report.rows
@@ -127,6 +176,7 @@ def markdown(report, md_path):
           "\n".join("- " + n for n in source_notes(rows, report.metrics, report.paths)), "",
           "Where each model's figures come from (a list file keeps the rows of the models a later run did not "
           "evaluate; Made: when its row was made):", "", md_table(*sources_table(rows)), ""]
+    md += _benchmark_section(report)
     if report.front is not None:
         md.append(frontier_note(report.front) + "\n")
     note = retrieval_note(rows)
@@ -140,6 +190,11 @@ def markdown(report, md_path):
         md += (["## Which word does a model blame?", "", attribution["lead"], ""]
                + ["- " + line["text"] for line in attribution["lines"]] + [""]
                + ([attribution["missing"], ""] if attribution["missing"] else []))
+        detection = attribution["detection"]
+        if detection is not None:
+            md += (["### Misalignment detection: F-CLIPScore against CLIPScore", "", detection["lead"], ""]
+                   + ["- " + line["text"] for line in detection["lines"]] + [""])
+    md += _factors_section(report, md_dir)
     if report.tops is not None:
         md.append(_top_tables(report))
         if report.missing:

@@ -137,7 +137,7 @@ def enhanced_blocks(m):
     return m, None, "published"
 
 
-def _extract_multi(m):
+def _extract_multi(m, types=None):
     out = {}
     out.update(fig(m, "invariance_error_mean", "multi_invariance_error", required=True))
     out.update(fig(m, "sensitivity_gap_mean", "multi_gap", required=True))
@@ -155,15 +155,24 @@ def _controls(out, b, prefix, keys=CONTROLS):
     out[prefix + "_controls"] = any(key in b for key, _ in keys)
 
 
-def _extract_fliptypes(m):
+def types_of(b, types=None):
+    """The flip types to read from per-type block `b` (a by_flip_type dict): `types` when given (the
+    report's, for its columns), else LGIP's then any other the block has, in its order."""
+    if types is not None:
+        return list(types)
+    return list(dict.fromkeys(list(FLIP_TYPES) + list(b)))
+
+
+def _extract_fliptypes(m, types=None):
     out = {}
     g = block(m, "global_sensitivity")
     out.update(fig(m, "invariance_error_mean", "fliptypes_invariance_error", required=True))
     out.update(fig(g, "gap_mean", "fliptypes_gap", required=True))
     out.update(fig(g, "pos_rate", "fliptypes_pos_rate", required=True))
     out["fliptypes_num_records"] = count(m, "num_samples")
-    for t in FLIP_TYPES:
-        b = block(block(m, "by_flip_type"), t)
+    by_type = block(m, "by_flip_type")
+    for t in types_of(by_type, types):
+        b = block(by_type, t)
         out.update(fig(b, "pos_rate", f"fliptypes_{t}_pos_rate"))
         out.update(fig(b, "gap_mean", f"fliptypes_{t}_gap"))
         out[f"fliptypes_{t}_count"] = count(b, "count")
@@ -172,7 +181,7 @@ def _extract_fliptypes(m):
     return out
 
 
-def _extract_enhanced(m):
+def _extract_enhanced(m, types=None):
     out = {}
     corrected = m.get("corrected") is not None  # (as enhanced_blocks reads it: checked here)
     flips = block(m, "corrected") if corrected else Block(m)
@@ -188,8 +197,9 @@ def _extract_enhanced(m):
     cg = block(combined, "global_sensitivity")
     out.update(fig(cg, "pos_rate", "enhanced_combined_pos_rate"))
     out.update(fig(cg, "gap_mean", "enhanced_combined_gap"))
-    for t in FLIP_TYPES:  # per type: no CI in the enhanced analysis
-        b = block(block(block(flips, "error_type_stats"), t), "overall")
+    stats = block(flips, "error_type_stats")
+    for t in types_of(stats, types):  # per type: no CI in the enhanced analysis
+        b = block(block(stats, t), "overall")
         out.update(fig(b, "pos_rate", f"enhanced_{t}_pos_rate"))
         out.update(fig(b, "gap_mean", f"enhanced_{t}_gap"))
         out[f"enhanced_{t}_count"] = count(b, "count")
@@ -199,16 +209,34 @@ def _extract_enhanced(m):
 LOCALIZATION = ("localization_acc", "localization_acc_detected", "localization_acc_preferred")
 
 
-def _extract_explain(m):
+DETECTION = ("ap_clipscore", "ap_fclipscore", "ap_gain")  # explain_flips.py's detection_<name> (LGIP_SPEC.md 8)
+DETECTION_COUNTS = ("num_captions", "num_flips")
+
+
+def _detection(out, b, prefix):
+    """F-CLIPScore's misalignment detection of block `b` (captions against flips): the average precision
+    by CLIPScore and by F-CLIPScore and F's gain, each with its interval, and the counts, as prefix + name."""
+    for name in DETECTION:
+        out.update(fig(b, "detection_" + name, prefix + name))
+    for name in DETECTION_COUNTS:
+        out[prefix + name] = count(b, "detection_" + name)
+
+
+def _extract_explain(m, types=None):
     out = {"localization_num_flips": count(m, "num_flips"), "localization_chance": number(m, "chance")}
     for key in LOCALIZATION:
         out.update(fig(m, key))
     for part in ("detected", "preferred"):
         out[f"localization_num_{part}"] = count(m, f"num_{part}")
-    for t in FLIP_TYPES:
-        b = block(block(m, "by_flip_type"), t)
+    by_type = block(m, "by_flip_type")
+    kinds = types_of(by_type, types)
+    for t in kinds:
+        b = block(by_type, t)
         out.update(fig(b, "localization_acc", f"localization_{t}_acc"))
         out[f"localization_{t}_chance"], out[f"localization_{t}_count"] = number(b, "chance"), count(b, "count")
+    _detection(out, Block(m), "detection_")  # (after localization's: the columns an older CSV had come first)
+    for t in kinds:
+        _detection(out, block(by_type, t), f"detection_{t}_")
     return out
 
 
@@ -217,13 +245,14 @@ RETRIEVAL = ([f"i2t_recall@{k}" for k in KS] + [f"t2i_recall@{k}" for k in KS] +
 RETRIEVAL_COUNTS = ("num_samples", "gallery_size", "num_blocks", "num_captions", "num_flips", "num_paraphrases", "num_images_with_flips")
 
 
-def _extract_retrieval(m):
+def _extract_retrieval(m, types=None):
     """run_lgip_retrieval.py's figures (LGIP_SPEC.md section 7), each as retrieval_<name>."""
     out = {f"retrieval_{k}": count(m, k) for k in RETRIEVAL_COUNTS}
     for key in RETRIEVAL:
         out.update(fig(m, key, f"retrieval_{key}"))
-    for t in FLIP_TYPES:
-        b = block(block(m, "by_flip_type"), t)
+    by_type = block(m, "by_flip_type")
+    for t in types_of(by_type, types):
+        b = block(by_type, t)
         for key in ("i2t_flip_top1_rate", "own_flip_preferred_rate"):
             out.update(fig(b, key, f"retrieval_{t}_{key}"))
         out[f"retrieval_{t}_count"] = count(b, "count")
@@ -306,7 +335,15 @@ HEADLINE_KEYS = [e.key for e in EVALUATIONS if e.headline]
 SCORE_KEYS = [e.key for e in EVALUATIONS if e.scores]
 
 
-def _columns():
+def own_columns(e, types=None):
+    """Evaluation e's own CSV columns (its extract's keys) with per-type columns for `types`
+    (None: LGIP's flip types, as `e.columns`)."""
+    return tuple(e.extract({}, types)) if e.columns and types is not None else e.columns
+
+
+def columns(types=None):
+    """The CSV's columns, in order, with per-type columns for `types` (None: LGIP's color, number,
+    object; a benchmark's own types otherwise: `report_types`)."""
     def ci(name):
         return [name, name + "_ci_lo", name + "_ci_hi"]
     cols = ["model", "label", "protocol", "num_records", "num_failed_images", "headline_source", "headline_file",
@@ -314,7 +351,7 @@ def _columns():
     for f in FIGURES + CONTROL_FIGURES:  # (the controls from the headline's evaluation, as the positive rate)
         cols += ci(f)
     cols += ["flip_type_source", "flip_type_file", "flip_type_created"]
-    for t in FLIP_TYPES:
+    for t in FLIP_TYPES if types is None else types:
         cols += ci(f"{t}_pos_rate") + ci(f"{t}_gap") + [f"{t}_count"]
         for _, name in TYPE_CONTROLS:
             cols += ci(f"{t}_{name}")
@@ -324,18 +361,43 @@ def _columns():
         for f in FIGURES + (CONTROL_FIGURES if BY_KEY[key].controls else ()):
             cols += ci(f"{key}_{f}")
     for e in EVALUATIONS:
-        cols += list(e.columns)
+        cols += list(own_columns(e, types))
     return cols
 
 
-COLUMNS = _columns()  # the CSV's columns, in order; every row has each (None where unknown)
+COLUMNS = columns()  # the CSV's columns of LGIP's data, in order; every row has each (None where unknown)
 
 
-def csv_columns(found):
-    """COLUMNS less the own columns of the evaluations not in `found` (a report without them
-    writes the CSV it wrote before they existed)."""
-    absent = {c for e in EVALUATIONS if e.key not in found for c in e.columns}
-    return [c for c in COLUMNS if c not in absent]
+def csv_columns(found, types=None, extra=()):
+    """columns(types) less the own columns of the evaluations not in `found` (a report without them
+    writes the CSV it wrote before they existed), then `extra` (a benchmark's means over its types)."""
+    absent = {c for e in EVALUATIONS if e.key not in found for c in own_columns(e, types)}
+    return [c for c in columns(types) if c not in absent] + list(extra)
+
+
+def _type_block(key, m):
+    """One model's per-type blocks in evaluation `key`'s metrics ({} where it has none)."""
+    b = (enhanced_blocks(m)[0].get("error_type_stats") if key == "enhanced" else
+         m.get("by_flip_type") if key in ("fliptypes", "retrieval", "explain") else None)
+    return b if isinstance(b, dict) else {}
+
+
+def present_types(metrics):
+    """The flip types the evaluations' per-type blocks have, in order of first appearance (over
+    EVALUATIONS, their models, each block's order: the input's diff_caps_<type> order)."""
+    out = {}
+    for e in EVALUATIONS:
+        for m in metrics.get(e.key, ()):
+            out.update(dict.fromkeys(_type_block(e.key, m)))
+    return list(out)
+
+
+def report_types(metrics):
+    """The flip types the report's per-type columns and figure show: LGIP's color, number, object
+    (in that order, all three, as always) when the metrics have no other; else the types the metrics
+    have, in their order (an imported benchmark's own: add_att, ..., swap_obj)."""
+    present = present_types(metrics)
+    return list(FLIP_TYPES) if set(present) <= set(FLIP_TYPES) else present
 
 
 def find_metrics(jsonl_path):
@@ -357,6 +419,7 @@ def _check_model(m, e):
     its run block and the files it names."""
     run = block(m, "run")
     count(run, "num_failed_images")
+    _check_card(m)
     for key in ("model", "config"):
         block(run, key)
     for key in ("scores_file", "explain_file"):
@@ -430,6 +493,33 @@ def mixed_text(mixed, name=lambda key: key):
                      for k, values in mixed)
 
 
+CARD_FIELDS = ("source", "architecture", "pretrained", "family", "params_image", "params_text", "params_total",
+               "embed_dim", "image_size", "context_length", "loss", "training_data", "samples_seen")  # LGIP_SPEC.md 12
+CARD_NUMBERS = ("params_image", "params_text", "params_total", "embed_dim", "image_size", "context_length", "samples_seen")
+
+
+def _check_card(m):
+    """One model's `model_card` (LGIP_SPEC.md 12), checked: an object or absent, its counts None or
+    numbers > 0, its other fields None or strings (BadField for the first that is not)."""
+    card = block(m, "model_card")
+    for key in CARD_FIELDS:
+        v = card.get(key)
+        if v is None:
+            continue
+        if key in CARD_NUMBERS:
+            if _value(card.where + key, v, key) <= 0:
+                raise BadField(card.where + key, f"is {v!r}, not a number > 0 (or null: unknown)")
+        elif not isinstance(v, str):
+            raise BadField(card.where + key, f"is {_what(v)}, not a string (or null: unknown)")
+
+
+def model_card(ms):
+    """A model's card from its rows `ms` of the evaluations (in EVALUATIONS order): field by field,
+    the first that is not None (an evaluation that loaded no weights may not know every field)."""
+    cards = [m.get("model_card") for m in ms if isinstance(m.get("model_card"), dict)]
+    return {k: next((c[k] for c in cards if c.get(k) is not None), None) for k in CARD_FIELDS}
+
+
 def _created(m):
     created = (m.get("run") or {}).get("created")
     return None if created is None else str(created)
@@ -438,7 +528,8 @@ def _created(m):
 def build_rows(metrics, headline="auto", labels=None, paths=None):
     """One dict per model (CSV columns, in first-seen order over the evaluations), plus `_type`
     and `_family` (the model's loader type and, for transformers, its model type: the figures'
-    markers) and `_mixed` (mixed_settings). `labels`: tag -> label overrides; `paths`: evaluation
+    markers), `_mixed` (mixed_settings), `_types` (the flip types of its per-type columns:
+    report_types) and `_card` (model_card). `labels`: tag -> label overrides; `paths`: evaluation
     -> its metrics file (find_metrics), named in `headline_file` and `flip_type_file`."""
     if headline not in ("auto", *HEADLINE_KEYS):
         raise InputError(f"unknown HEADLINE {headline!r}; valid: auto, {', '.join(HEADLINE_KEYS)}")
@@ -453,10 +544,12 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
             entry["runs"][e.key] = m
     rows = []
     files = {k: os.path.basename(p) for k, p in (paths or {}).items()}
+    types = report_types(metrics)
+    cols = COLUMNS if types == list(FLIP_TYPES) else columns(types)
     for tag, entry in per_model.items():
         v, runs = entry["values"], entry["runs"]
         src = headline if headline != "auto" else next((k for k in HEADLINE_KEYS if k in runs), None)
-        row = dict.fromkeys(COLUMNS)
+        row = dict.fromkeys(cols)
         row.update({k: val for k, val in v.items() if k in row})
         row["model"] = tag
         if src in runs:
@@ -474,7 +567,7 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
         if typed:
             row["flip_type_source"], row["flip_type_file"], row["flip_type_created"] = (typed, files.get(typed),
                                                                                        _created(runs[typed]))
-            for t in FLIP_TYPES:
+            for t in types:
                 for part in ("pos_rate", "gap"):
                     for suffix in ("", "_ci_lo", "_ci_hi"):
                         row[f"{t}_{part}{suffix}"] = v.get(f"{typed}_{t}_{part}{suffix}")
@@ -489,6 +582,8 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
                              if (r.get("model") or {}).get("type")), None)
         row["_family"] = next(((r.get("model") or {}).get("family") for r in run_infos
                                if (r.get("model") or {}).get("family")), None)  # (type transformers: clip, siglip, ...)
+        row["_types"] = types
+        row["_card"] = model_card([runs[k] for k in EVAL_KEYS if k in runs])
         row["_mixed"] = mixed_settings(runs)
         row["mixed_settings"] = mixed_text(row["_mixed"]) or None
         failed = [r.get("num_failed_images") for r in run_infos if r.get("num_failed_images") is not None]
@@ -620,3 +715,62 @@ def load_comparisons(path, key=None):
             raise InputError(f"{where}{f' ({what})' if what else ''}: {bad}") from None
         out.append(dict(checked, source=key, file=os.path.basename(path)))
     return out
+
+
+# --- an imported benchmark (LGIP_SPEC.md section 10): its own types, its table ---
+
+BENCHMARK_NAMES = {"sugarcrepe": "SugarCrepe", "sugarcrepe++": "SugarCrepe++", "rococo": "RoCOCO"}  # import_benchmark.py's SOURCE
+PAIR_ACCURACY = ("sugarcrepe", "sugarcrepe++")  # benchmarks whose own accuracy is a type's positive rate (RoCOCO's is retrieval)
+BENCHMARK_MEANS = (("pos_rate", "benchmark_mean_pos_rate"), ("robust_pos_rate", "benchmark_mean_robust_pos_rate"),
+                   ("text_only_rate", "benchmark_mean_text_only_rate"))  # per-type figure -> its mean over the types (CSV)
+
+
+def _import_meta(path):
+    """import_benchmark.py's `<file>.meta.json` beside `path`, or None (absent, unreadable, or another
+    script's: a generator's meta names no source)."""
+    if not os.path.isfile(path + ".meta.json"):
+        return None
+    try:
+        meta = read_json(path + ".meta.json")
+    except (InputError, OSError, ValueError):
+        return None
+    if isinstance(meta, dict) and meta.get("script") == "import_benchmark.py" and isinstance(meta.get("source"), str):
+        return meta
+    return None
+
+
+def benchmark_source(jsonl_path, metrics, types):
+    """{"source", "name", "meta": its import_benchmark.py meta (or None), "meta_path", "accuracy": whether
+    the benchmark's own accuracy is a type's positive rate (SugarCrepe's, SugarCrepe++'s)} when the report
+    is about an imported benchmark: the meta beside JSONL_PATH or beside the typed evaluations' input
+    says so, or the per-type figures have types that are not LGIP's (then source None, name "Benchmark");
+    else None."""
+    inputs = [jsonl_path] + [((m.get("run") or {}).get("config") or {}).get("JSONL_PATH")
+                             for key in ("fliptypes", "multi") for m in metrics.get(key, ())]
+    for path in dict.fromkeys(p for p in inputs if isinstance(p, str) and p):
+        meta = _import_meta(path)
+        if meta is not None:
+            return {"source": meta["source"], "name": BENCHMARK_NAMES.get(meta["source"], meta["source"]),
+                    "meta": meta, "meta_path": path + ".meta.json", "accuracy": meta["source"] in PAIR_ACCURACY}
+    if types and not set(types) <= set(FLIP_TYPES):
+        return {"source": None, "name": "Benchmark", "meta": None, "meta_path": None, "accuracy": False}
+    return None
+
+
+def type_mean(row, types, figure):
+    """The unweighted mean over `types` of a row's per-type `figure` (as the benchmarks report their
+    mean accuracy); None when a type has none."""
+    values = [row.get(f"{t}_{figure}") for t in types]
+    return None if not values or any(v is None for v in values) else sum(values) / len(values)
+
+
+def add_benchmark_means(rows):
+    """Each row's benchmark_mean_<figure> (BENCHMARK_MEANS, over its `_types`); returns the CSV's extra
+    columns: the positive rate's mean, and the hard positives' when some row has them by type."""
+    extra = []
+    for figure, name in BENCHMARK_MEANS:
+        for r in rows:
+            r[name] = type_mean(r, r.get("_types") or [], figure)
+        if figure == "pos_rate" or any(r[name] is not None for r in rows):
+            extra.append(name)
+    return extra

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional
 from ..method import FLIP_TYPES
 from .metrics import (COMPARED, DESCRIPTIVE_BELOW, EVAL_KEYS, EVALUATIONS, SCRIPTS, enhanced_blocks, mixed_text,
                       rank_correlations)
-from .tables import cell, interval
+from .tables import cell, interval, row_types
 
 
 @dataclass
@@ -43,6 +43,9 @@ class Report:
     missing: list = field(default_factory=list)  # score files the metrics list but that are not there
     explain_missing: list = field(default_factory=list)  # (model, explain file) the explain metrics list but not there
     comparisons: list = field(default_factory=list)  # the paired comparisons read (lgip.report.metrics.load_comparisons)
+    benchmark: Optional[dict] = None  # the imported benchmark the input is (lgip.report.metrics.benchmark_source), or None
+    factors: Optional[dict] = None  # what predicts robustness (lgip.report.factors.compute_factors), or None
+    factors_png: Optional[str] = None  # its figure, when written
     top_k_per_model: bool = False  # the markdown's lists: per model, or one over all models
     max_text_chars: int = 0  # the markdown lists' captions cut to this many characters
 
@@ -148,7 +151,9 @@ def source_notes(rows, metrics, paths):
     if "explain" in metrics:
         notes.append(f"Localization accuracy (Loc. acc.) from `{SCRIPTS['explain']}` "
                      f"(`{os.path.basename(paths['explain'])}`): share of the explained flips whose blamed word is the changed one, [lo, hi] over flips "
-                     "(see \"Which word does a model blame?\").")
+                     "(see \"Which word does a model blame?\")"
+                     + ("; its misalignment detection (F-CLIPScore against CLIPScore) is there and in the CSV (`detection_*`)."
+                        if any("detection_ap_gain" in m for m in metrics["explain"]) else "."))
     if any(r.get("_controls") for r in rows):
         notes.append("Prior pos. and Grounded pos. from the flip pairs of the positive rate, each scored again against "
                      "the average of the other images (see \"Is it the image?\"): Prior pos. is a control, not a score (no "
@@ -196,10 +201,11 @@ def sources_table(rows):
 
 
 def attribution_lines(rows, metrics, paths, missing=()):
-    """{"lead", "lines": [{"model", "text"}], "missing"} of the word-attribution section: what
-    localization accuracy and its detected / preferred parts mean, then one line per explained
+    """{"lead", "lines": [{"model", "text"}], "missing", "detection"} of the word-attribution section:
+    what localization accuracy and its detected / preferred parts mean, then one line per explained
     model with its figure, 95% interval and chance level, flagged when the interval contains
-    chance; and the explain files listed but missing (or None). None without explain_flips.py metrics."""
+    chance; the explain files listed but missing (or None); and the misalignment detection's lines
+    (detection_lines, or None). None without explain_flips.py metrics."""
     if "explain" not in metrics:
         return None
     layers = sorted({str(((m.get("run") or {}).get("config") or {}).get("LAYERS", "?")) for m in metrics["explain"]})
@@ -232,7 +238,48 @@ def attribution_lines(rows, metrics, paths, missing=()):
                               f"{r['localization_num_flips']} flips, chance {chance:.3f}{where}; " + ", ".join(parts) + "."})
     gone = ("Explain files listed in the metrics but missing: " + ", ".join(
         f"`{os.path.basename(p)}`" for _, p in missing) + " (their flips are shown without word scores).") if missing else None
-    return {"lead": lead, "lines": lines, "missing": gone}
+    return {"lead": lead, "lines": lines, "missing": gone, "detection": detection_lines(rows, explained)}
+
+
+DETECTION_LEAD = ("Misalignment detection (F-CLIPScore, after CLIP4DM; LGIP_SPEC.md section 8): each explained flip's "
+                  "caption is attributed as its flip is, and a text's F-CLIPScore is F = (its blamed word's score) × "
+                  "(1 − s / 2.5), s = cos(image, text) its CLIPScore. AP = average precision of telling the captions "
+                  "(positives) from the flips (negatives) by F, and by s; F beats s when its AP is higher, by the "
+                  "difference F − s, [lo, hi] its 95% bootstrap interval over records: an interval that excludes 0 is a "
+                  "difference beyond resampling noise on these flips, nothing more (CLIP4DM's claim, tested on each model).")
+
+
+def detection_line(r):
+    """A model's misalignment detection in words, as explain_flips.py's console line says it
+    (lgip.explain.detection_line), from its row; then the counts."""
+    ap_s, ap_f, gain = r.get("detection_ap_clipscore"), r.get("detection_ap_fclipscore"), r.get("detection_ap_gain")
+    if gain is None:
+        return "misalignment detection: n/a (needs explained flips and their captions)"
+    lo, hi = r.get("detection_ap_gain_ci_lo"), r.get("detection_ap_gain_ci_hi")
+    where = "" if lo is None or hi is None else (f" [{lo:+.3f}, {hi:+.3f}]" + (
+        "; the interval excludes 0" if lo > 0 or hi < 0 else "; the interval includes 0"))
+    text = (f"misalignment detection (captions vs flips): AP by F-CLIPScore {ap_f:.3f}, by CLIPScore {ap_s:.3f}: "
+            f"F {'beats' if gain > 0 else 'does not beat'} s by {gain:+.3f}{where}")
+    counts = [f"{r[k]} {what}" for k, what in (("detection_num_captions", "captions"), ("detection_num_flips", "flips"))
+              if r.get(k) is not None]
+    return text + (f" ({', '.join(counts)})" if counts else "")
+
+
+def detection_lines(rows, explained):
+    """{"lead", "lines": [{"model", "text"}]}: a line per explained model saying whether F-CLIPScore beats
+    CLIPScore at telling captions from flips, by how much, with its interval (detection_line); None when
+    no explain metrics have the detection figures (written before them)."""
+    if not any("detection_ap_gain" in m for m in explained.values()):
+        return None
+    lines = []
+    for r in rows:
+        m = explained.get(r["model"])
+        if m is None:
+            continue
+        text = (detection_line(r) + "." if "detection_ap_gain" in m else
+                "no misalignment detection in its explain metrics (written before F-CLIPScore: re-run `explain_flips.py`).")
+        lines.append({"model": r["model"], "text": f"`{r['model']}`: {text}"})
+    return {"lead": DETECTION_LEAD, "lines": lines}
 
 
 def word_scores_note(rows, metrics, scored, cards):
@@ -386,7 +433,7 @@ def comparison_rows(comparisons, rows):
     EVALUATIONS, figure, flip type and file order."""
     by_model = {r["model"]: r for r in rows}
     order = list(COMPARED)
-    types = list(FLIP_TYPES)
+    types = list(dict.fromkeys(row_types(rows) + list(FLIP_TYPES)))
 
     def key(c):
         return (EVAL_KEYS.index(c["source"]) if c["source"] in EVAL_KEYS else len(EVAL_KEYS),
@@ -436,3 +483,197 @@ def comparisons_notes(table, comparisons, rows):
                      "results table: the comparison comes from an earlier run than the figures (a later run of one "
                      "model replaced its row); re-run the models together to compare them again.")
     return notes
+
+
+# --- an imported benchmark's own table (LGIP_SPEC.md section 10) ---
+
+def _bench_cell(r, key, digits, best):
+    v = r.get(key)
+    return {"text": "–" if v is None else f"{v:.{digits}f}", "ci": interval(r, key, digits), "value": v,
+            "best": v is not None and v == best.get(key)}
+
+
+def _bench_table(rows, spec, caption, groups=None):
+    """{"caption", "groups", "header": [{text, sub, title}], "rows": [{model, label, cells}]} from spec
+    [(header, sub, key, title)]: a figure per cell with its interval, the column's best (highest) bold."""
+    best = {}
+    for _, _, key, _ in spec:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        best[key] = max(values) if len(values) > 1 else None
+    return {"caption": caption, "groups": groups,
+            "header": [{"text": h, "sub": sub, "title": title} for h, sub, _, title in spec],
+            "rows": [{"model": r["model"], "label": r["label"], "cells": [_bench_cell(r, key, 3, best) for _, _, key, _ in spec]}
+                     for r in rows]}
+
+
+def benchmark_lines(rows, bench, paths):
+    """{"title", "lead", "tables", "notes"} of the section "<Benchmark> table": the imported benchmark's
+    results as its own paper tables them (rows = models; a column per type: its accuracy, the positive
+    rate of that type's pairs, with its interval; their unweighted mean; SugarCrepe++'s ITT and TOT,
+    the hard positives, overall and by type); None when the report is not about an imported benchmark
+    (lgip.report.metrics.benchmark_source)."""
+    if bench is None:
+        return None
+    types = row_types(rows)
+    name = bench["name"]
+    typed = list(dict.fromkeys(r["flip_type_source"] for r in rows if r.get("flip_type_source")))
+    if not typed:
+        return {"title": f"{name} table", "lead": f"No per-type figures: run `{SCRIPTS['fliptypes']}` on the file "
+                "(run_all.py --BENCHMARK_JSONL=... does) for the benchmark's accuracy by type.", "tables": [], "notes": []}
+
+    def count(t):
+        counts = {r.get(f"{t}_count") for r in rows}
+        if len(counts) != 1 or None in counts:
+            return ""
+        n = counts.pop()
+        return f"{n} item{'s' if n != 1 else ''}"
+    source = ", ".join(f"`{SCRIPTS[k]}` (`{os.path.basename(paths[k])}`)" if k in paths else f"`{SCRIPTS[k]}`" for k in typed)
+    where = (f"{name}'s items as LGIP records (`import_benchmark.py`, `{os.path.basename(bench['meta_path'])}`)"
+             if bench["meta"] is not None else "an input whose flip types are not LGIP's (no `import_benchmark.py` "
+                                               "meta file beside it: the benchmark is not named)")
+    accuracy = ("the benchmark's accuracy of that type: the positive rate of its pairs, the share whose image scores "
+                "the caption above the negative (strictly, as the benchmark's own evaluation scores them)"
+                if bench["accuracy"] else
+                "the positive rate of that type's pairs, the share whose image scores the caption above its altered "
+                "version (RoCOCO itself reports retrieval with the altered captions in the gallery: `run_lgip_retrieval.py`'s "
+                "flip top-1 rate, by type in the CSV)" if bench["source"] == "rococo" else
+                "the positive rate of that type's pairs, the share whose image scores the caption above the negative "
+                "(the accuracy of a benchmark that scores pairs)")
+    lead = (f"The input holds {where}, evaluated by {source}. Each type's column is {accuracy}, with its 95% interval "
+            f"over images. Mean: the unweighted mean over the {len(types)} types, as the benchmarks report it (each type "
+            "counts once, whatever its number of items; no interval).")
+    spec = [(t, count(t), f"{t}_pos_rate", f"{t}: positive rate of its pairs (its accuracy)") for t in types]
+    spec.append(("Mean", f"of {len(types)} types", "benchmark_mean_pos_rate", "unweighted mean over the types"))
+    hard = any(r.get("robust_pos_rate") is not None for r in rows)
+    if hard:
+        spec += [("ITT", "robust_pos_rate", "robust_pos_rate", "the image scores the caption and its paraphrase above "
+                                                                "the negative (SugarCrepe++'s ITT), over all pairs"),
+                 ("TOT", "text_only_rate", "text_only_rate", "the text tower alone puts the paraphrase nearer the caption "
+                                                              "than the negative (SugarCrepe++'s TOT), over all pairs")]
+        lead += (" ITT (`robust_pos_rate`): the share of pairs where the image scores the caption AND its paraphrase "
+                 "(SugarCrepe++'s second true caption) above the negative, SugarCrepe++'s image-to-text accuracy; TOT "
+                 "(`text_only_rate`): the share where the text tower alone puts the paraphrase nearer the caption than "
+                 "the negative, both ways, its text-only accuracy; both over all pairs here, by type below.")
+    tables = [_bench_table(rows, spec, "Accuracy by type")]
+    if any(r.get(f"{t}_robust_pos_rate") is not None for r in rows for t in types):
+        by_type = []
+        for t in types:
+            by_type += [("ITT", t, f"{t}_robust_pos_rate", f"{t}: ITT (robust_pos_rate)"),
+                        ("TOT", t, f"{t}_text_only_rate", f"{t}: TOT (text_only_rate)")]
+        by_type += [("ITT", "mean", "benchmark_mean_robust_pos_rate", "unweighted mean of ITT over the types"),
+                    ("TOT", "mean", "benchmark_mean_text_only_rate", "unweighted mean of TOT over the types")]
+        tables.append(_bench_table(rows, by_type, "ITT and TOT by type", [(t, 2) for t in types] + [("Mean", 2)]))
+    notes = []
+    meta = bench["meta"] or {}
+    if meta.get("num_images_missing"):
+        written, total = meta.get("items_written_by_type") or {}, meta.get("items_by_type") or {}
+        left = sum(total.values()) - sum(written.values()) if written and total else None
+        notes.append(f"{meta['num_images_missing']} of the benchmark's {meta.get('num_images', '?')} images were found in "
+                     f"no image folder when it was imported" + (f" ({left} items)" if left is not None else "")
+                     + ": their items are not in these figures (listed in "
+                     f"`{os.path.basename(bench['meta_path'])}`).")
+    absent = [t for t, n in (meta.get("items_by_type") or {}).items() if t not in types]
+    if absent:
+        notes.append("Types of the benchmark with no item evaluated here: " + ", ".join(f"`{t}`" for t in absent) + ".")
+    if meta.get("source_url"):
+        notes.append(f"{name}: {meta['source_url']}.")
+    return {"title": f"{name} table", "lead": lead, "tables": tables, "notes": notes}
+
+
+# --- what predicts robustness (LGIP_SPEC.md section 12): the factors file as tables ---
+
+FACTOR_NAMES = {"log10_params_total": "Parameters (log10)", "log10_samples_seen": "Samples seen (log10)",
+                "image_size": "Image size", "family": "family", "training_data": "training data", "loss": "loss"}
+
+
+def _models(n):
+    return f"{n} model{'s' if n != 1 else ''}"
+
+
+def _signed(v, digits):
+    return f"{v:+.{digits}f}".replace("-", "−")
+
+
+def factor_lines(factors):
+    """{"lead", "header", "groups": [{"title", "rows": [{"label", "cells": [{"text", "sub"}]}]}], "pairs":
+    {"header", "rows"}, "notes"} of the section "What predicts robustness" from the factors file's dict
+    (lgip.report.factors.compute_factors); None without it or with fewer than two models (nothing to compare: the
+    file has the one model's card and figures). A cell's `sub` is its interval and counts."""
+    if factors is None or len(factors["models"]) < 2:
+        return None
+    from .factors import CATEGORICAL, MIN_LEVEL_MODELS, MIN_RHO_MODELS, NUMERIC, OUTCOME, UNKNOWN
+    outcomes = factors["outcomes"]
+    header = [OUTCOME[o][2] for o in outcomes]
+    digits = {o: OUTCOME[o][3] for o in outcomes}
+    resamples = factors["settings"]["resamples"]
+    numeric = []
+    for f, field, _ in NUMERIC:
+        cells = []
+        for o in outcomes:
+            st = factors["numeric"][f][o]
+            ci = st["rho_ci95"]
+            cells.append({"text": "–" if st["rho"] is None else f"ρ {_signed(st['rho'], 2)}",
+                          "sub": (f"[{_signed(ci[0], 2)}, {_signed(ci[1], 2)}] · " if ci else "") + _models(st["n"])
+                          + (f" (under {MIN_RHO_MODELS})" if st["n"] < MIN_RHO_MODELS and st["n"] else "")})
+        numeric.append({"label": FACTOR_NAMES[f], "title": f"{f}: the card's {field}", "cells": cells})
+    groups = [{"title": f"Numeric: Spearman's ρ over the models with both values, [95% interval over {resamples} "
+                        f"resamples of the models]; under {MIN_RHO_MODELS} models none", "rows": numeric}]
+    for f in CATEGORICAL:
+        by_outcome = factors["categorical"][f]
+        levels = list(dict.fromkeys(lv["level"] for o in outcomes for lv in by_outcome[o]["levels"]))
+        rows = []
+        for level in levels:
+            cells = []
+            for o in outcomes:
+                lv = next((x for x in by_outcome[o]["levels"] if x["level"] == level), None)
+                cells.append({"text": "–", "sub": ""} if lv is None else
+                             {"text": f"{lv['mean']:.{digits[o]}f}", "sub": _models(lv["n"])})
+            rows.append({"label": f"{FACTOR_NAMES[f]}: {UNKNOWN if level is None else level}",
+                         "title": f"mean over the models whose card's {f} is " + ("unknown (None)" if level is None else repr(level)),
+                         "cells": cells})
+        pairs = list(dict.fromkeys((c["a"], c["b"]) for o in outcomes for c in by_outcome[o]["compared"]))
+        for a, b in pairs:
+            cells = []
+            for o in outcomes:
+                c = next((x for x in by_outcome[o]["compared"] if (x["a"], x["b"]) == (a, b)), None)
+                cells.append({"text": "–", "sub": ""} if c is None else
+                             {"text": _signed(c["diff"], digits[o]), "sub": f"{c['n_a']} vs {c['n_b']} models"})
+            rows.append({"label": f"{FACTOR_NAMES[f]}: {a} − {b}", "title": f"difference of the two levels' means", "cells": cells})
+        groups.append({"title": f"Categorical: {FACTOR_NAMES[f]}, the mean of each level (differences only between known "
+                                f"levels of {MIN_LEVEL_MODELS} models or more)", "rows": rows})
+    pair_rows = []
+    for p in factors["controlled_pairs"]:
+        cells = []
+        for o in outcomes:
+            d = p["outcomes"].get(o)
+            if d is None:
+                cells.append({"text": "–", "sub": ""})
+                continue
+            ci = d["diff_ci95"]
+            cells.append({"text": _signed(d["diff"], digits[o]),
+                          "sub": f"[{_signed(ci[0], digits[o])}, {_signed(ci[1], digits[o])}]" + (
+                              " · excludes 0" if ci[0] > 0 or ci[1] < 0 else "") if ci else "no interval"})
+        pair_rows.append({"a": p["a"], "b": p["b"], "why": p["why"], "cells": cells})
+    n = len(factors["models"])
+    cards = sum(1 for m in factors["models"] if any(v is not None for v in (m["card"] or {}).values()))
+    lead = (f"Which property of a model goes with its figures, across the {_models(n)} here (LGIP_SPEC.md section 12, "
+            "after the holistic CLIP study): each model's card (`model_card`: parameters counted, image size, training "
+            "data and samples seen from its pretrained tag, family, loss; unknown where the card does not say) beside "
+            "the table's figures. Numeric factors: Spearman's rank correlation ρ over the models (near +1: the larger the "
+            "factor, the higher the figure). Categorical: each level's mean. Controlled pairs: two models differing in "
+            "one factor only, their difference A − B with its 95% interval over images from the paired comparisons. "
+            "Across a handful of models these describe those models, nothing more; `"
+            f"{os.path.basename(factors.get('file') or '<stem>__LGIP_factors.metrics.json')}` has every figure.")
+    notes = []
+    if cards < n:
+        notes.append(f"{n - cards} of the {_models(n)} have no model card in their metrics (made before the cards): "
+                     "every factor unknown.")
+    if not factors["controlled_pairs"]:
+        notes.append("No controlled pair: no two models have the same architecture and different training data, nor the "
+                     "same training data and family and a different size (a card field that is unknown matches nothing).")
+    elif any(d["diff_ci95"] is None for p in factors["controlled_pairs"] for d in p["outcomes"].values()):
+        notes.append("\"no interval\": the evaluation of that figure made no paired comparison of the pair (a figure it "
+                     "does not compare, models evaluated in different runs, or `BOOTSTRAP=0`): the difference of the "
+                     "figures alone.")
+    return {"lead": lead, "header": header, "groups": groups,
+            "pairs": {"header": ["A", "B", "Why"] + header, "rows": pair_rows}, "notes": notes}

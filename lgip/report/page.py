@@ -18,10 +18,10 @@ import re
 
 from ..method import FLIP_TYPES
 from ..util import atomic_open
-from .overview import (COMPARISONS_LEAD, attribution_lines, comparison_rows, comparison_text, comparisons_notes, demo_note,
-                       frontier_note, made_by, missing_note, prior_lines, retrieval_note, runs_table, source_notes,
-                       sources_table, word_scores_note)
-from .tables import interval, num, result_columns
+from .overview import (COMPARISONS_LEAD, attribution_lines, benchmark_lines, comparison_rows, comparison_text,
+                       comparisons_notes, demo_note, factor_lines, frontier_note, made_by, missing_note, prior_lines,
+                       retrieval_note, runs_table, source_notes, sources_table, word_scores_note)
+from .tables import interval, num, result_columns, row_types
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
@@ -110,6 +110,7 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "runs": {"header": header, "cells": cells},
         "versions": versions,
         "table": {"header": table_header, "rows": table_rows},
+        "benchmark": benchmark_lines(report.rows, report.benchmark, report.paths),  # None for LGIP's own data
         "notes": source_notes(report.rows, report.metrics, report.paths),
         "sources": dict(zip(("header", "cells"), sources_table(report.rows))),  # per model: its figures' files, when made
         "frontier": frontier_note(report.front) if report.front else None,
@@ -119,10 +120,14 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "prior": prior_lines(report.rows, report.paths),  # None without the text-prior controls
         "comparisons": comparisons_context(report),
         "attribution": attribution_lines(report.rows, report.metrics, report.paths, report.explain_missing),
+        "factors": factor_lines(report.factors),  # what predicts robustness (None: no factors)
+        "factors_figure": (dict(figure_size(staged(report.factors_png)), src=data_uri(staged(report.factors_png), "image/png"),
+                                name=os.path.basename(report.factors_png)) if report.factors_png else None),
         "gallery": gallery,
         "attributed": attributed,
         "word_scores": word_scores_note(report.rows, report.metrics, attributed, len(gallery["flips"])) if gallery else None,
-        "flip_types": [t for t in FLIP_TYPES if gallery and any(i.get("type") == t for i in gallery["flips"])],
+        "flip_types": [t for t in list(dict.fromkeys(row_types(report.rows) + list(FLIP_TYPES)))
+                       if gallery and any(i.get("type") == t for i in gallery["flips"])],
         "missing": missing_note(report.missing),
         "made_by": made_by(report.prov),
         "csv": ({"name": os.path.basename(csv_path), "src": data_uri(staged(csv_path), "text/csv")}

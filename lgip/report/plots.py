@@ -14,11 +14,13 @@ import textwrap
 from ..method import FLIP_TYPES
 from ..util import atomic_open
 from .metrics import EVALUATIONS, RETRIEVAL_AXES, rank_correlations
+from .tables import row_types
 
 FRONTIER_FIGURES = ["invariance_error", "pos_rate"]
 FLIPTYPE_FIGURES = [f"{t}_pos_rate" for t in FLIP_TYPES]
 RETRIEVAL_FIGURES = ["pos_rate", *RETRIEVAL_AXES]
 PRIOR_FIGURES = ["prior_pos_rate", "pos_rate"]
+FACTOR_FIGURES = ["pos_rate", "grounded_pos_rate"]
 
 
 def pareto_front(points):
@@ -89,9 +91,10 @@ def _err(v, lo, hi):
     return None if lo is None or hi is None else [[max(v - lo, 0.0)], [max(hi - v, 0.0)]]
 
 
-def _place_labels(fig, ax, items, obstacles=()):
+def _place_labels(fig, ax, items, obstacles=(), leader=False):
     """Annotate each (x, y, text) beside its point, avoiding other labels, points and the
-    `obstacles` (data points, e.g. along the whiskers)."""
+    `obstacles` (data points, e.g. along the whiskers); `leader`: a thin line from each label to its
+    point (where points crowd, the label may sit nearer another point than its own)."""
     renderer = fig.canvas.get_renderer()
     axbox = ax.get_window_extent(renderer)
     pts = [ax.transData.transform((x, y)) for x, y, _ in items]
@@ -106,7 +109,9 @@ def _place_labels(fig, ax, items, obstacles=()):
         for dx, dy, ha, va in offsets:
             ann = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
                               fontsize=10, color="0.1", zorder=5,
-                              bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.75))
+                              bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.75),
+                              **({"arrowprops": dict(arrowstyle="-", color="0.45", linewidth=0.7, shrinkA=0, shrinkB=4)}
+                                 if leader else {}))
             box = ann.get_window_extent(renderer).expanded(1.04, 1.1)
             cost = sum(box.overlaps(b) for b in placed) * 10
             cost += sum(1 for j, p in enumerate(pts) if j != n and box.x0 - 6 <= p[0] <= box.x1 + 6
@@ -189,28 +194,54 @@ def plot_frontier(rows, path, title_note="", dpi=150, files=None):
     return [pts[i]["model"] for i in front]
 
 
-def plot_fliptypes(rows, path, title_note="", dpi=150, files=None):
-    """Grouped bars: per model, the positive rate of each flip type with CI whiskers; None if no data."""
-    pts = [r for r in rows if any(r[f"{t}_pos_rate"] is not None for t in FLIP_TYPES)]
+TYPE_PALETTE = {"color": "#e07b39", "number": "#5b7fc4", "object": "#3a9e6f"}  # LGIP's flip types (the page's tags too)
+
+
+def type_colors(types):
+    """A colour per flip type: LGIP's own for color, number, object; tab10's, in order, for a
+    benchmark's types (tab20 past ten)."""
+    import matplotlib
+    from matplotlib.colors import to_hex
+    if set(types) <= set(TYPE_PALETTE):
+        return {t: TYPE_PALETTE[t] for t in types}
+    cmap = matplotlib.colormaps["tab10" if len(types) <= 10 else "tab20"]
+    return {t: to_hex(cmap(i % cmap.N)) for i, t in enumerate(types)}
+
+
+def fliptype_figures(rows):
+    """The per-type figures of the flip-type figure (for its subtitle): a positive rate per type of the rows."""
+    return [f"{t}_pos_rate" for t in row_types(rows)]
+
+
+def plot_fliptypes(rows, path, title_note="", dpi=150, files=None, benchmark=None):
+    """Grouped bars: per model, the positive rate of each flip type with CI whiskers (the types of
+    the rows' per-type columns, in their order: LGIP's three, or an imported benchmark's own);
+    `benchmark`: lgip.report.metrics.benchmark_source's dict (the title names it, and says the
+    positive rate is its accuracy where it is); None if no data."""
+    types = row_types(rows)
+    pts = [r for r in rows if any(r.get(f"{t}_pos_rate") is not None for t in types)]
     if not pts:
         return None
     plt = _pyplot()
     import numpy as np
-    palette = {"color": "#e07b39", "number": "#5b7fc4", "object": "#3a9e6f"}
-    n, nt = len(pts), len(FLIP_TYPES)
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * n + 2.5), 5.2))
+    palette = type_colors(types)
+    n, nt = len(pts), len(types)
+    fig_width = max(7.0, (0.35 * nt + 0.2) * n + 2.5)
+    fig, ax = plt.subplots(figsize=(fig_width, 5.2))
     width = 0.8 / nt
     x = np.arange(n)
-    for j, t in enumerate(FLIP_TYPES):
-        vals = [r[f"{t}_pos_rate"] for r in pts]
-        lo = [r[f"{t}_pos_rate_ci_lo"] for r in pts]
-        hi = [r[f"{t}_pos_rate_ci_hi"] for r in pts]
+    for j, t in enumerate(types):
+        vals = [r.get(f"{t}_pos_rate") for r in pts]
+        lo = [r.get(f"{t}_pos_rate_ci_lo") for r in pts]
+        hi = [r.get(f"{t}_pos_rate_ci_hi") for r in pts]
         err = None
         if all(v is None or (a is not None and b is not None) for v, a, b in zip(vals, lo, hi)):
             err = np.array([[0.0 if v is None else max(v - a, 0.0) for v, a in zip(vals, lo)],
                             [0.0 if v is None else max(b - v, 0.0) for v, b in zip(vals, hi)]])
-        counts = {r[f"{t}_count"] for r in pts}  # (the flips of the type each model scored: one number when all agree)
-        label = t + (f" ({counts.pop()} flips)" if len(counts) == 1 and None not in counts else "")
+        counts = {r.get(f"{t}_count") for r in pts}  # (the flips of the type each model scored: one number when all agree)
+        count = counts.pop() if len(counts) == 1 and None not in counts else None
+        label = t + ("" if count is None else f" ({count} flips)" if benchmark is None else
+                     f" ({count} item{'s' if count != 1 else ''})")
         ax.bar(x + (j - (nt - 1) / 2) * width, [np.nan if v is None else v for v in vals], width * 0.92,
                yerr=err, capsize=3, color=palette.get(t), edgecolor="white", linewidth=0.6,
                error_kw=dict(ecolor="0.2", elinewidth=1.0, clip_on=False), label=label, zorder=3)
@@ -220,9 +251,14 @@ def plot_fliptypes(rows, path, title_note="", dpi=150, files=None):
     ax.set_ylim(0, 1)  # (a rate's whole range, no more; the legend sits clear above a bar at 1)
     ax.set_ylabel("Positive rate (higher is better)")
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
-    ax.set_title("LGIP sensitivity by flip type: share of flips scored below the original"
-                 + (f"\n{title_note}" if title_note else ""), fontsize=13, pad=36)
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.025), ncol=nt + 1, frameon=False)
+    # (a benchmark's types, longer names: the legend in rows as wide as the figure, the title above them)
+    ncol = nt + 1 if benchmark is None else max(1, min(nt + 1, int(fig_width / 2.4)))
+    legend_rows = -(-(nt + 1) // ncol)
+    title = ("LGIP sensitivity by flip type: share of flips scored below the original" if benchmark is None else
+             f"{benchmark['name']} by type: accuracy = positive rate" if benchmark["accuracy"] else
+             f"{benchmark['name']} by type: positive rate")
+    ax.set_title(title + (f"\n{title_note}" if title_note else ""), fontsize=13, pad=36 + 17 * (legend_rows - 1))
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.025), ncol=ncol, frameon=False)
     fig.tight_layout()
     _save(fig, path, dpi, files)
     plt.close(fig)
@@ -350,3 +386,68 @@ def subtitle(stem, rows, source_column, figures):
     whiskers = any(r.get(f + "_ci_lo") is not None for r in rows for f in figures)
     text = " · ".join([stem, " + ".join(sources), "whiskers: 95% CI" if whiskers else "no intervals"])
     return "\n".join(textwrap.wrap(text, 70))
+
+
+FACTOR_PANELS = (("pos_rate", "Positive rate (higher is better)", "sensitivity_pos_rate"),
+                 ("grounded_pos_rate", "Grounded positive rate (0.5: the image decides nothing)", "grounded_pos_rate"))
+
+
+def plot_factors(rows, path, factors=None, title_note="", dpi=150, files=None):
+    """What predicts robustness (LGIP_SPEC.md 12): each model's positive rate (left) and grounded positive
+    rate (right, when the evaluations wrote it) against its parameter count (log scale), 95% whiskers on
+    the rates, one colour per training data (its card's; "unknown" grey), each point labelled, Spearman's
+    rho of the panel's figure with log10 parameters in its title (from `factors`); None when fewer than
+    two models have both a parameter count and a positive rate."""
+    panels = []
+    for key, label, outcome in FACTOR_PANELS:
+        pts = [r for r in rows if (r.get("_card") or {}).get("params_total") and r.get(key) is not None]
+        if len(pts) >= 2:  # (one model: nothing to compare)
+            panels.append((key, label, outcome, pts))
+    if not panels or not panels[0][0] == "pos_rate":
+        return None
+    plt = _pyplot()
+    import matplotlib
+    from matplotlib.lines import Line2D
+    data = list(dict.fromkeys((r.get("_card") or {}).get("training_data") for _, _, _, pts in panels for r in pts))
+    known = [d for d in data if d is not None]
+    cmap = matplotlib.colormaps["tab10" if len(known) <= 10 else "tab20"]
+    colors = {d: cmap(i % cmap.N) for i, d in enumerate(known)}
+    colors[None] = "0.55"
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 5.6), squeeze=False)
+    xs = [r["_card"]["params_total"] for _, _, _, pts in panels for r in pts]
+    lo_x, hi_x = min(xs), max(xs)
+    for ax, (key, label, outcome, pts) in zip(axes[0], panels):
+        ax.set_xscale("log")
+        ax.set_xlim(lo_x / 1.6, hi_x * 1.6)  # (room for the labels at both ends)
+        ys = [v for r in pts for v in (r[key], r.get(key + "_ci_lo"), r.get(key + "_ci_hi")) if v is not None]
+        ax.set_ylim(*rate_limits(ys, max((max(ys) - min(ys)) * 0.18, 0.03)))
+        ax.grid(True, alpha=0.3, linewidth=0.8)
+        low, high = ax.get_ylim()
+        if low <= 0.5 <= high:
+            ax.axhline(0.5, color="0.55", linestyle=":", linewidth=1.2, zorder=1)
+        for r in pts:
+            c = colors[(r["_card"]).get("training_data")]
+            ax.errorbar(r["_card"]["params_total"], r[key], yerr=_err(r[key], r.get(key + "_ci_lo"), r.get(key + "_ci_hi")),
+                        fmt="o", color=c, ecolor=c, elinewidth=1.2, capsize=3, markersize=8, markeredgecolor="white",
+                        markeredgewidth=0.8, zorder=3, clip_on=False)
+        ax.set_xlabel("Parameters (image + text towers; log scale)")
+        ax.set_ylabel(label)
+        stat = ((factors or {}).get("numeric") or {}).get("log10_params_total", {}).get(outcome)
+        n = stat["n"] if stat else len(pts)
+        if stat is None or stat["rho"] is None:
+            where = f"Spearman ρ undefined ({n} model{'s' if n != 1 else ''}: {'fewer than 4' if n < 4 else 'a constant side'})"
+        else:
+            ci = stat["rho_ci95"]
+            where = f"Spearman ρ = {stat['rho']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" ({stat['n']} models)"
+        ax.set_title(f"{'Positive rate' if key == 'pos_rate' else 'Grounded positive rate'} vs. size\n{where}", fontsize=11.5)
+    fig.suptitle("What predicts robustness: size and training data" + (f"\n{title_note}" if title_note else ""), fontsize=13)
+    handles = [Line2D([], [], color=colors[d], marker="o", linestyle="none", markersize=8,
+                      label="unknown training data" if d is None else d) for d in data]
+    axes[0][-1].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9.5,
+                       title="training data", title_fontsize=9.5)
+    fig.tight_layout()
+    for ax, (key, _, _, pts) in zip(axes[0], panels):
+        _place_labels(fig, ax, [(r["_card"]["params_total"], r[key], r["label"]) for r in pts], leader=True)
+    _save(fig, path, dpi, files)
+    plt.close(fig)
+    return path

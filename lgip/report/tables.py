@@ -35,19 +35,36 @@ PRIOR_TITLE = ("prior_pos_rate: a control, not a score: the share of flips the c
 GROUNDED_TITLE = ("grounded_pos_rate: the share of flips the caption beats by more on its own image than on the "
                   "average other image; 0.5 = the image decides nothing; higher is better")
 
-RESULT_COLUMNS = (  # (retrieval beside the positive rate: the comparison the LGIP paper makes; the text-prior
-    # controls right after it: how much of it the text alone explains, LGIP_SPEC.md 9)
-    [Column("Inv. error ↓", "invariance_error", 4, "low"), Column("Gap ↑", "gap", 4, "high"),
-     Column("Pos. rate ↑", "pos_rate", 3, "high"),
-     Column("Prior pos.", "prior_pos_rate", 3, "", PRIOR_TITLE),
-     Column("Grounded pos. ↑", "grounded_pos_rate", 3, "high", GROUNDED_TITLE),
-     Column("I2T R@1 ↑", "retrieval_i2t_recall@1", 3, "high"),
-     Column("Flip top\u20111 ↓", "retrieval_i2t_flip_top1_rate", 3, "low")]
-    + [Column(f"{t.capitalize()} pos. ↑", f"{t}_pos_rate", 3, "high") for t in FLIP_TYPES]
-    + [Column("Simple inv. ↓", "enhanced_simple_invariance_error", 4, "low"),
-       Column("Advanced inv. ↓", "enhanced_advanced_invariance_error", 4, "low"),
-       Column("Combined pos. ↑", "enhanced_combined_pos_rate", 3, "high"),
-       Column("Loc. acc. ↑", "localization_acc", 3, "high")])
+def type_label(t):
+    """A flip type as the report's headers name it: 'Color', 'Add att', 'Same concept'."""
+    return t.replace("_", " ").capitalize()
+
+
+def result_columns_for(types):
+    """The results table's columns with a positive-rate column per flip type of `types`."""
+    return ([Column("Inv. error ↓", "invariance_error", 4, "low"), Column("Gap ↑", "gap", 4, "high"),
+             Column("Pos. rate ↑", "pos_rate", 3, "high"),
+             Column("Prior pos.", "prior_pos_rate", 3, "", PRIOR_TITLE),
+             Column("Grounded pos. ↑", "grounded_pos_rate", 3, "high", GROUNDED_TITLE),
+             Column("I2T R@1 ↑", "retrieval_i2t_recall@1", 3, "high"),
+             Column("Flip top\u20111 ↓", "retrieval_i2t_flip_top1_rate", 3, "low")]
+            + [Column(f"{type_label(t)} pos. ↑", f"{t}_pos_rate", 3, "high") for t in types]
+            + [Column("Simple inv. ↓", "enhanced_simple_invariance_error", 4, "low"),
+               Column("Advanced inv. ↓", "enhanced_advanced_invariance_error", 4, "low"),
+               Column("Combined pos. ↑", "enhanced_combined_pos_rate", 3, "high"),
+               Column("Loc. acc. ↑", "localization_acc", 3, "high")])
+
+
+# (retrieval beside the positive rate: the comparison the LGIP paper makes; the text-prior controls right
+# after it: how much of it the text alone explains, LGIP_SPEC.md 9; a column per flip type: LGIP's three,
+# or an imported benchmark's own, as the rows' `_types` say)
+RESULT_COLUMNS = result_columns_for(FLIP_TYPES)
+
+
+def row_types(rows):
+    """The flip types of the rows' per-type columns (lgip.report.metrics.build_rows' `_types`; LGIP's
+    when the rows do not say)."""
+    return next((r["_types"] for r in rows if r.get("_types") is not None), list(FLIP_TYPES))
 
 
 def num(value, digits):
@@ -91,8 +108,10 @@ def md_table(header, rows, align=None):
 
 
 def result_columns(rows):
-    """The columns of RESULT_COLUMNS that some row has a figure for."""
-    return [c for c in RESULT_COLUMNS if any(r.get(c.name) is not None for r in rows)]
+    """The columns of RESULT_COLUMNS (per flip type: the rows' types) that some row has a figure for."""
+    types = row_types(rows)
+    spec = RESULT_COLUMNS if types == list(FLIP_TYPES) else result_columns_for(types)
+    return [c for c in spec if any(r.get(c.name) is not None for r in rows)]
 
 
 def main_table(rows):
