@@ -14,6 +14,8 @@ coloured by score; a line per model on whether F-CLIPScore tells captions from f
 CLIPScore), and writes next to JSONL_PATH. On an imported benchmark (import_benchmark.py's file) the
 per-type columns and figure follow the benchmark's own types, and a section reads like its own table.
 Across the models, what predicts robustness: their model cards against their figures (LGIP_SPEC.md 12).
+run_lgip_images.py's image side when it ran: three table columns, a line per model beside its text
+figures, a figure, and the altered images a model prefers to their original beside it on the page.
   <stem>__LGIP_report.html    one self-contained page (opens by double-click from any folder): the
                               markdown's content, the results table sortable, the plots, and galleries
                               of the top flips and paraphrases with their images, filtered by model
@@ -26,6 +28,8 @@ Across the models, what predicts robustness: their model cards against their fig
   <stem>__LGIP_fliptypes.png  positive rate per flip type and model (when a typed evaluation ran)
   <stem>__LGIP_retrieval.png  positive rate against image-to-text recall@1 and the flip top-1 rate
                               (when run_lgip_retrieval.py ran)
+  <stem>__LGIP_image_side.png image invariance error and positive rate against the text's (when
+                              run_lgip_images.py ran)
   <stem>__LGIP_factors.metrics.json  what predicts robustness: rank correlations of the models' size,
                               samples seen and image size with each headline figure (intervals over
                               BOOTSTRAP resamples of the models), levels of family, training data and
@@ -44,12 +48,12 @@ import os
 import sys
 
 import common
-from lgip.report import (OutputSet, Report, add_benchmark_means, attach_attributions, benchmark_source, build_rows,
-                         comparison_files, compute_factors, csv_columns, demo_note, explain_files, find_metrics,
-                         fliptype_figures, gallery_items, image_roots, load_comparisons, load_metrics,
-                         model_colors_hex, page_context, plot_factors, plot_fliptypes, plot_frontier, plot_prior,
-                         plot_retrieval, render_page, report_types, results_table, scan_scores, score_files, subtitle,
-                         unmeasured_notes, write_csv, write_factors, write_markdown, write_page)
+from lgip.report import (OutputSet, Report, add_benchmark_means, altered_items, attach_attributions, benchmark_source,
+                         build_rows, comparison_files, compute_factors, csv_columns, demo_note, explain_files, find_metrics,
+                         fliptype_figures, gallery_items, image_roots, image_score_files, load_comparisons, load_metrics,
+                         model_colors_hex, page_context, plot_factors, plot_fliptypes, plot_frontier, plot_image_side,
+                         plot_prior, plot_retrieval, render_page, report_types, results_table, scan_altered, scan_scores,
+                         score_files, seeds, subtitle, unmeasured_notes, write_csv, write_factors, write_markdown, write_page)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
@@ -66,12 +70,14 @@ THUMB_PX = 200  # int > 0: the page's thumbnails fit in THUMB_PX x THUMB_PX pixe
 BOOTSTRAP = 1000  # int >= 0: resamples of the models for the 95% intervals of the factors' rank correlations (<stem>__LGIP_factors.metrics.json); 0 = none
 BOOTSTRAP_SEED = 0  # int: seed of those resamples
 CONFIG = common.configure(globals())
-from lgip.report import FACTOR_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, PRIOR_FIGURES, RETRIEVAL_FIGURES, SCORE_KEYS  # noqa: E402 (after CONFIG: not settings)
+from lgip.report import (FACTOR_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, IMAGE_SIDE_FIGURES, PRIOR_FIGURES,  # noqa: E402
+                         RETRIEVAL_FIGURES, SCORE_KEYS)  # (after CONFIG: not settings)
 
 OUTPUTS = ("report.html", "report.md", "report.csv", "frontier.png", "prior.png", "fliptypes.png", "retrieval.png",
-           "factors.metrics.json", "factors.png")
+           "image_side.png", "factors.metrics.json", "factors.png")
 NOT_WRITTEN = {"frontier.png": "no headline metrics", "prior.png": "no text-prior controls in the metrics",
                "fliptypes.png": "no per-type metrics", "retrieval.png": "no run_lgip_retrieval.py metrics",
+               "image_side.png": "no model with both run_lgip_images.py's figures and the text side's",
                "factors.png": "fewer than two models with a parameter count (model_card) and a positive rate"}
 
 
@@ -153,6 +159,9 @@ def main():
     if TOP_K > 0:
         files, report.missing = score_files(metrics, found, SCORE_SOURCES, SCORE_KEYS)
         report.tops = scan_scores(files, TOP_K)
+        image_files, image_missing = image_score_files(metrics, found)  # (the image side's: run_lgip_images.py)
+        report.altered = scan_altered(image_files, TOP_K) if "images" in metrics else None
+        report.missing += image_missing
     # the page's galleries show each listed pair's image, read where the evaluation read it, and
     # the words of each flip that explain_flips.py explained for its model, with their scores
     explained, report.explain_missing = explain_files(metrics, found)
@@ -161,6 +170,9 @@ def main():
         labels = {r["model"]: r["label"] for r in rows}
         gallery = gallery_items(report.tops, image_roots(metrics, found, IMAGE_ROOT), labels, THUMB_PX)
         attach_attributions(gallery["flips"], explained)
+        if report.altered is not None:  # (each altered image remade from its score line, beside its original)
+            gallery["altered"] = altered_items(report.altered, image_roots(metrics, found, IMAGE_ROOT), labels,
+                                               seeds(metrics), THUMB_PX)
 
     # the outputs as one set: each to a temp file, all renamed into place at the end (a failure
     # before that leaves the previous report whole). The figures and the CSV first: the markdown
@@ -175,10 +187,14 @@ def main():
                                   bench)
         retrieval_png = plot_retrieval(rows, out["retrieval.png"],
                                        subtitle(report.stem, rows, "headline_source", RETRIEVAL_FIGURES), DPI, written)
+        report.image_side_png = plot_image_side(rows, out["image_side.png"],
+                                                subtitle(report.stem, rows, "headline_source", IMAGE_SIDE_FIGURES,
+                                                         also=("images",)), DPI, written)
         report.factors_png = plot_factors(rows, out["factors.png"], found_factors,
                                           subtitle(report.stem, rows, "headline_source", FACTOR_FIGURES), DPI, written)
         pngs = {"frontier.png": out["frontier.png"] if report.front is not None else None, "prior.png": prior_png,
-                "fliptypes.png": flip_png, "retrieval.png": retrieval_png, "factors.png": report.factors_png}
+                "fliptypes.png": flip_png, "retrieval.png": retrieval_png, "image_side.png": report.image_side_png,
+                "factors.png": report.factors_png}
         write_factors(out["factors.metrics.json"], factors_file, written)
         for name, alt in (("frontier.png", "Invariance error against positive rate"),
                           ("prior.png", "Positive rate against prior positive rate (the same flips with any image: "

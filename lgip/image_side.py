@@ -245,13 +245,16 @@ class ImageSide:
 
     def score_groups(self, pairs):
         """The score file's groups of the merged pairs: ("image_paraphrases", pairs, {}) and
-        ("image_flips", pairs, {"other_image_path": the image each flip mixed in})."""
+        ("image_flips", pairs, {"other_image_path": the image each flip mixed in, "r": the record's
+        index among the readable ones, which with SEED fixes patch's box: the report remakes the
+        altered image from these})."""
         import numpy as np
         labels = np.asarray(pairs.label, dtype=object)
         para = pairs.subset(np.flatnonzero(np.isin(labels, PARAPHRASE_KINDS)))
         flips = pairs.subset(np.flatnonzero(np.isin(labels, FLIP_KINDS)))
         other = [self.run.records[self.partner_of(k)][1]["image_path"] for k in flips.rec]
-        return [("image_paraphrases", para, {}), ("image_flips", flips, {"other_image_path": other})]
+        r = [self.position[k] for k in flips.rec]
+        return [("image_paraphrases", para, {}), ("image_flips", flips, {"other_image_path": other, "r": r})]
 
 
 def _figure(block, key, records, values, resamples, seed):

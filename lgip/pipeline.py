@@ -193,7 +193,8 @@ def say_report(base):
     from .util import metrics_path
     page = metrics_path(base, "LGIP_report.html")
     others = [show(p) for p in (metrics_path(base, name) for name in (
-        "LGIP_report.md", "LGIP_report.csv", "LGIP_frontier.png", "LGIP_prior.png", "LGIP_fliptypes.png", "LGIP_retrieval.png", "LGIP_factors.png"))
+        "LGIP_report.md", "LGIP_report.csv", "LGIP_frontier.png", "LGIP_prior.png", "LGIP_fliptypes.png", "LGIP_retrieval.png", "LGIP_image_side.png",
+        "LGIP_factors.png"))
         if os.path.isfile(p)]
     if os.path.isfile(page):
         print(f"report: open {show(page)} in a browser" + (f" (also {', '.join(others)})" if others else ""))

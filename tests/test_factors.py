@@ -19,7 +19,7 @@ def card(**fields):
 
 def row(tag, card_fields, **figures):
     """A report row as build_rows makes it: every outcome's column (None where not given), its card."""
-    r = {key: None for _, key, *_ in F.OUTCOMES if key != "image_sensitivity_pos_rate"}
+    r = {key: None for _, key, *_ in F.OUTCOMES if key != "image_pos_rate"}
     r.update(model=tag, label=tag, headline_source="multi", _card=card(**card_fields))
     r.update(figures)
     return r

@@ -364,6 +364,11 @@ def test_figures_equal_the_restatement_and_a_cached_rerun_loads_no_weights(tmp_p
     left = next(x for x in lines if "left" in x["caption"])
     assert [x["text"] for x in left["image_paraphrases"]] == ["jpeg", "downscale", "crop"]
     assert [x["text"] for x in lines[0]["image_flips"]] == list(FLIPS) and "other_image_path" in lines[0]["image_flips"][0]
+    # each flip names the record's index among the readable ones (patch's box: the report remakes it)
+    readable_lines = [i for i, line in enumerate(open(jsonl), 1)
+                      if os.path.isfile(tmp_path / json.loads(line)["image_path"])]
+    assert len(readable_lines) == 14
+    assert all(f["r"] == readable_lines.index(x["line"]) for x in lines for f in x["image_flips"])
     # a re-run: everything from the cache, no weights, the same figures
     run_script("run_lgip_images.py", *eval_args(jsonl, "corrected", models, image_root=tmp_path, GALLERY_SIZE=4,
                                                 BOOTSTRAP=50))

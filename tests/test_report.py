@@ -220,12 +220,12 @@ def test_headline_not_found_is_an_error(evaluated, tmp_path):
 
 
 def test_without_explain_outputs_nothing_about_attribution(full_report, tmp_path):
-    """No explain_flips.py (nor run_lgip_retrieval.py) outputs beside the inputs: no localization (or
-    retrieval) column in the CSV, no section in the markdown or the page, no retrieval figure; the
-    explain metrics alone make no report."""
+    """No explain_flips.py (nor run_lgip_retrieval.py, nor run_lgip_images.py) outputs beside the inputs: no
+    localization (or retrieval, or image) column in the CSV, no section in the markdown or the page, no
+    retrieval figure; the explain metrics alone make no report."""
     from lgip.report import COLUMNS, EVALUATIONS
     folder, _ = full_report
-    optional = {c for e in EVALUATIONS if e.key in ("explain", "retrieval") for c in e.columns}
+    optional = {c for e in EVALUATIONS if e.key in ("explain", "retrieval", "images") for c in e.columns}
     with open(folder / "fixture__LGIP_report.csv", newline="", encoding="utf-8") as f:
         assert next(csv.reader(f)) == [c for c in COLUMNS if c not in optional]
     md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
@@ -233,6 +233,7 @@ def test_without_explain_outputs_nothing_about_attribution(full_report, tmp_path
     assert "ocalization" not in md and "blame" not in md
     assert "retrieval" not in md.split("<sub>Made by")[0] and not (folder / "fixture__LGIP_retrieval.png").exists()
     assert 'id="attribution"' not in html and 'class="ws ' not in html and 'class="blame ' not in html
+    assert 'id="image-side"' not in html and not (folder / "fixture__LGIP_image_side.png").exists()
     (tmp_path / "fixture_with_fliptypes__LGIP_explain.metrics.json").write_text(json.dumps([{"model_tag": "m"}]))
     proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", check=False)
     assert proc.returncode == 2 and "no LGIP metrics found" in proc.stderr
@@ -252,7 +253,9 @@ def test_page_of_real_outputs(full_report):
         assert f'data-v="{multi[model]["invariance_error_mean"]!r}"' in html
     cards = re.findall(r'<article class="card" data-kind="(\w+)" data-model="([^"]+)"', html)
     assert {kind for kind, _ in cards} == {"flip", "paraphrase"} and {m for _, m in cards} <= set(MODELS)
-    assert html.count('src="data:image/jpeg;base64,') == len(cards) and 'class="placeholder"' not in html
+    # (each distinct thumbnail once: the other cards showing it name it, page.js)
+    assert html.count('src="data:image/jpeg;base64,') + html.count("<img data-same=") == len(cards)
+    assert 'class="placeholder"' not in html
     text = unescape(re.sub(r"<[^>]+>", "", html))  # the page's text, marks and all
     md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
     for title in ("## Paraphrases that move the score most", "## Flips most preferred over their original"):

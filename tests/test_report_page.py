@@ -144,7 +144,51 @@ def make_inputs(folder):
             f.write(json.dumps({"image_id": image_id, "image_path": path, "orig_captions": [caption]}) + "\n")
     make_explain(folder, records)
     make_retrieval(folder, len(records) - 2)
+    make_images(folder, records[:-2])
     return records
+
+
+IMAGE_FLIP_OFFSET = 7  # the rotation the image side's other image follows (any k in 1..N-1)
+
+
+def make_images(folder, readable):
+    """run_lgip_images.py's outputs for nine_with_fliptypes.jsonl as it leaves them (LGIP_SPEC.md 11; the
+    two records without a readable image skipped): each model prefers the altered images of its own
+    records, mix for the first half and patch for the second; figures distinct per model."""
+    n, k = len(readable), IMAGE_FLIP_OFFSET
+    metrics = []
+    for m, model in enumerate(MODELS):
+        lines = []
+        for i, (image_id, path, caption, _, _) in enumerate(readable):
+            base, j = round(0.25 + 0.0001 * i, 6), i % PER_MODEL
+            mine = i // PER_MODEL == m
+            flips = []
+            for kind in ("mix", "patch"):
+                preferred = mine and (kind == "mix") == (j < PER_MODEL // 2)
+                gap = -(0.01 + 0.001 * (7 * j % PER_MODEL)) if preferred else 0.02  # (mix and patch interleaved)
+                flips.append({"text": kind, "sim": round(base - gap, 6), "other_image_path": readable[(i + k) % n][1], "r": i})
+            lines.append({"line": i + 1, "image_id": image_id, "image_path": path, "caption_index": 0, "caption": caption,
+                          "sim": base, "image_paraphrases": [{"text": t, "sim": round(base - 0.002, 6)}
+                                                             for t in ("jpeg", "downscale", "crop", "hflip")],
+                          "image_flips": flips})
+        name = f"nine_with_fliptypes__LGIP_images_{model}.scores.jsonl"
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(line) + "\n" for line in lines)
+        inv, pos = 0.002 + 0.0005 * m, round(0.5 + 0.04 * m, 6)
+        out = {"model_tag": model, "num_samples": n, "image_invariance_error_mean": inv,
+               "image_invariance_error_mean_ci95": [inv - 0.0005, inv + 0.0005], "image_sensitivity_gap_mean": 0.001 * m,
+               "image_sensitivity_gap_mean_ci95": [0.001 * m - 0.002, 0.001 * m + 0.002], "image_sensitivity_pos_rate": pos,
+               "image_sensitivity_pos_rate_ci95": [round(pos - 0.05, 6), round(pos + 0.05, 6)],
+               "by_kind": {**{t: {"count": n, "image_invariance_error_mean": inv} for t in ("jpeg", "downscale", "crop", "hflip")},
+                           **{t: {"count": n, "image_sensitivity_gap_mean": 0.001 * m, "image_sensitivity_pos_rate": pos,
+                                  "t2i_flip_recall@1": 0.4, "t2i_flip_recall@5": 0.7, "t2i_flip_recall@10": 0.8,
+                                  "t2i_flip_top1_rate": 0.1 + 0.01 * m} for t in ("mix", "patch")}},
+               "num_images": n, "flip_offset": k, "gallery_size": n, "num_blocks": 1, "scores_file": name,
+               "run": {"config": {"JSONL_PATH": os.path.join(folder, "nine_with_fliptypes.jsonl"), "SEED": 0},
+                       "model": {"protocol": "corrected"}, "num_records_in_file": n + 2, "num_failed_images": 2}}
+        metrics.append(out)
+    with open(os.path.join(folder, "nine_with_fliptypes__LGIP_images.metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f)
 
 
 def prior_gap(i, k):
@@ -380,6 +424,7 @@ def test_page_in_chromium(request, tmp_path):
                                                  "cards => cards.map(c => [c.dataset.model, c.dataset.type])")
 
             shown_all = visible("flips")
+            altered_all = visible("altered")
             shown_all_placeholders = len(page.query_selector_all("#flips .card:not([hidden]) .placeholder"))
             page.click(f"button.f-model[data-model='{MODELS[3]}']")
             shown_model, shown_model_paras = visible("flips"), visible("paraphrases")
@@ -387,13 +432,25 @@ def test_page_in_chromium(request, tmp_path):
             shown_color = visible("flips")
             shown_color_scored = len(page.query_selector_all("#flips .card:not([hidden]) .blame"))
             status = page.inner_text("#flips .status")
+            altered_model = visible("altered")
+            page.click("#altered button.f-type[data-type='patch']")
+            altered_patch, altered_status = visible("altered"), page.inner_text("#altered .status")
+            altered_pairs = page.eval_on_selector_all("#altered .card:not([hidden])", """cards => cards.map(c =>
+                [...c.querySelectorAll('.pair img')].map(i => i.naturalWidth > 0 && i.getBoundingClientRect().width > 0))""")
+            side = page.eval_on_selector_all("#image-side .priors li", "lis => lis.map(li => li.dataset.model)")
         finally:
             browser.close()
     assert not errors, errors
     assert all(u == page_path.as_uri() or u.startswith("data:") for u in fetched), fetched
     assert [m for m, _ in detections] == list(EXPLAINED)  # a misalignment-detection line per explained model
     assert "F beats s by +0.080" in detections[0][1] and "the interval excludes 0" in detections[0][1]
-    assert len(images) == 2 * 10 * len(MODELS) - 6 + 4  # the thumbnails (six are placeholders) and four figures
+    # the thumbnails (six are placeholders), four figures, the image side's figure, its gallery's two images a card
+    assert len(images) == 2 * 10 * len(MODELS) - 6 + 4 + 1 + 2 * 10 * len(MODELS)
+    assert side == MODELS and len(altered_all) == 10  # a line per model; the top 10 altered images over all models
+    assert len(altered_model) == 10 and {m for m, _ in altered_model} == {MODELS[3]}  # its own: mix, then patch
+    assert altered_patch and {t for _, t in altered_patch} == {"patch"} and {m for m, _ in altered_patch} == {MODELS[3]}
+    assert altered_status.startswith(f"{len(altered_patch)} altered images shown: the patch altered images among the top 10 of ")
+    assert altered_pairs and all(pair == [True, True] for pair in altered_pairs)  # the original and the altered, both shown
     assert any(alt.startswith("Positive rate against prior positive rate") and width > 0 for alt, width in images)
     assert all(width > 0 for _, width in images), [alt for alt, width in images if not width]
     assert {t.split("images")[-1] for t in placeholders} == {os.sep + "missing.jpg", os.sep + "corrupt.jpg"}
@@ -449,7 +506,7 @@ def check_controls(folder, headers, priors, summaries, overall, cards):
     for path in folder.glob("nine_with_*__LGIP_*.scores.jsonl"):
         model = next(m for m in MODELS if path.name.endswith(f"_{m}.scores.jsonl"))
         for line in map(json.loads, path.read_text(encoding="utf-8").splitlines()):
-            for f in line["flips"]:
+            for f in line.get("flips") or ():  # (the image side's score files have image_flips)
                 gaps[model, line["image_path"], line["caption"], f["text"]] = f.get("prior_gap")
     seen = set()
     for c in cards:
@@ -852,7 +909,8 @@ LAYOUT = """() => {
           box: rect(box), boxScroll: [box.scrollWidth, box.clientWidth], table: rect(document.getElementById('results')),
           columns: document.querySelectorAll('#results thead th').length,
           labels: [...document.querySelectorAll('#results thead th')].map(labelBottom),
-          others: [...document.querySelectorAll('figure, .card:not([hidden]), .filters, .legend')].map(rect),
+          others: [...document.querySelectorAll('figure, .card:not([hidden]), .filters, .legend')]
+            .filter(e => e.getClientRects().length).map(rect),  // (shown: a hidden card's figures have no box)
           banner: [...document.querySelectorAll('.demo-banner')].map(e => e.textContent)};
 }"""
 
@@ -884,7 +942,7 @@ def test_page_layout_fits_the_window_with_one_two_and_nine_models(request, tmp_p
                 seen[n, "sorted"] = page.evaluate(LAYOUT)
         finally:
             browser.close()
-    assert seen[1, 1400]["columns"] == 16 and seen[9, 1400]["columns"] == 13  # (one model: every column there is)
+    assert seen[1, 1400]["columns"] == 19 and seen[9, 1400]["columns"] == 16  # (one model: every column there is)
     for (n, width), m in seen.items():
         where = f"{n} model(s) at {width}"
         left, right = m["main"]
@@ -892,7 +950,8 @@ def test_page_layout_fits_the_window_with_one_two_and_nine_models(request, tmp_p
         assert left - 0.5 <= m["box"][0] and m["box"][1] <= right + 0.5, (where, m["box"], m["main"])
         assert m["table"][0] >= left - 0.5, (where, m["table"], m["main"])  # from the margin, not left of it
         assert max(m["labels"]) - min(m["labels"]) <= 1, (where, m["labels"])  # the header labels' bottoms in line
-        assert all(left - 0.5 <= a and b <= right + 0.5 for a, b in m["others"]), (where, m["others"], m["main"])
+        assert all(left - 0.5 <= a and b <= right + 0.5 for a, b in m["others"]), (
+            where, [x for x in m["others"] if not (left - 0.5 <= x[0] and x[1] <= right + 0.5)], m["main"])
         assert m["banner"] == ([DEMO] if n == 1 else []), (where, m["banner"])
         if width in (1400, 1920, "sorted"):
             assert m["boxScroll"][0] <= m["boxScroll"][1], (where, m["boxScroll"])  # it fits: nothing to scroll

@@ -26,7 +26,8 @@ EXPLAIN_OUTPUTS = ["lgip_demo_with_fliptypes__LGIP_explain.metrics.json", "lgip_
                    "lgip_demo_with_fliptypes__LGIP_explain_tiny_siglip.jsonl"]
 IMAGES_OUTPUTS = ["lgip_demo_with_fliptypes__LGIP_images.metrics.json"]
 REPORT_OUTPUTS = ["lgip_demo__LGIP_report.md", "lgip_demo__LGIP_report.csv", "lgip_demo__LGIP_frontier.png",
-                  "lgip_demo__LGIP_fliptypes.png", "lgip_demo__LGIP_retrieval.png", "lgip_demo__LGIP_report.html"]
+                  "lgip_demo__LGIP_fliptypes.png", "lgip_demo__LGIP_retrieval.png", "lgip_demo__LGIP_image_side.png",
+                  "lgip_demo__LGIP_report.html"]
 
 
 def run_all(folder, *args, check=True):
@@ -105,13 +106,18 @@ def test_end_to_end_writes_every_output(demo_done):
     assert all(m["num_flips"] > 0 and m["run"]["config"]["MODELS"] == TINY_MODELS for m in explained)
     if HAVE_REPORT:  # the report, made last, has the word attribution: a line per model, the explained flips coloured
         md = (folder / REPORT_OUTPUTS[0]).read_text(encoding="utf-8")
-        lines = md.split("## Which word does a model blame?")[1].split("\n## ")[0]
+        lines = md.split("## Which word does a model blame?")[1].split("\n## ")[0].split("\n### ")[0]
         assert [re.match(r"- `(\w+)`: localization ", x).group(1) for x in lines.splitlines() if x.startswith("- ")] == \
             [m["model_tag"] for m in explained]
         html = (folder / REPORT_OUTPUTS[-1]).read_text(encoding="utf-8")
         assert 'class="ws ' in html and html.count('<div class="blame ') >= 1
         # and retrieval beside LGIP: its columns, and the rank correlation (undefined for two models)
         assert "I2T R@1 ↑" in md and "LGIP beside retrieval: across 2 models" in md and "undefined" in md
+        # and the image side beside the text side: its columns, a line per model, the altered images preferred
+        side = md.split("## The image side: does the score follow the image?")[1].split("\n## ")[0]
+        assert "Img. pos. ↑" in md and [x.split("`")[1] for x in side.splitlines() if x.startswith("- `")] == \
+            [m["model_tag"] for m in images]
+        assert 'id="image-side"' in html and html.count('<article class="card altered"') >= 1
 
 
 def test_second_run_skips_every_step(demo_copy):
@@ -201,7 +207,8 @@ def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
         cmd = cmds[step]
         assert "--BOOTSTRAP=0" in cmd and "--IMAGE_BATCH_SIZE=8" in cmd and "--SEED=" not in cmd
         assert "'openclip_ViT-B-16_openai'" in cmd and "ViT-L-14" not in cmd and "siglip" not in cmd
-    assert "BOOTSTRAP" not in cmds["report"] and "--JSONL_PATH=" in cmds["report"]
+    # (report.py's BOOTSTRAP: the resamples of the models for the factors' intervals; SEED: not a report setting)
+    assert "--BOOTSTRAP=0" in cmds["report"] and "SEED" not in cmds["report"] and "--JSONL_PATH=" in cmds["report"]
     assert mtimes(folder) == before  # a dry run writes nothing
 
 

@@ -10,11 +10,13 @@
              and over all models
   factors    what predicts robustness (LGIP_SPEC.md 12): the models' cards against their figures, rank
              correlations with intervals over models, levels, controlled pairs; the factors file
-  plots      the frontier, text-prior, flip-type, retrieval and factors figures (matplotlib, PNG); a new figure goes here
+  plots      the frontier, text-prior, flip-type, retrieval, image-side and factors figures (matplotlib, PNG); a new figure goes here
   overview   `Report` (what the markdown and the page say) and the texts around the figures
-  markdown   the markdown report
   gallery    gallery items: thumbnails as data: URIs (placeholders when unreadable), words marked,
              a flip's word scores from explain_flips.py's lines
+  image_side the image side (run_lgip_images.py): a line per model beside its text figures, the altered
+             images a model prefers to their original, streamed from its score files and remade
+  markdown   the markdown report
   page       the self-contained HTML page, rendered with Jinja2 from templates/page.html.j2
 
 Every writer takes `files`, the lgip.util.OutputSet (re-exported here) that report.py writes all
@@ -29,16 +31,19 @@ from .metrics import (COLUMNS, EVALUATIONS, HEADLINE_KEYS, SCORE_KEYS, SCRIPTS, 
 from .tables import RESULT_COLUMNS, result_columns_for, row_types, write_csv
 from .toplists import TopK, TopLists, scan_scores, score_files
 from .factors import compute_factors, write_factors
-from .plots import (FACTOR_FIGURES, FLIPTYPE_FIGURES, FRONTIER_FIGURES, PRIOR_FIGURES, RETRIEVAL_FIGURES, fliptype_figures,
-                    model_colors_hex, pareto_front, plot_factors, plot_fliptypes, plot_frontier, plot_prior, plot_retrieval,
-                    subtitle)
+from .plots import (FACTOR_FIGURES, FLIPTYPE_FIGURES, FRONTIER_FIGURES, IMAGE_SIDE_FIGURES, PRIOR_FIGURES, RETRIEVAL_FIGURES,
+                    fliptype_figures, model_colors_hex, pareto_front, plot_factors, plot_fliptypes, plot_frontier,
+                    plot_image_side, plot_prior, plot_retrieval, subtitle)
 from .overview import Report, demo_note, unmeasured_notes
-from .markdown import results_table, write_markdown
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
+from .image_side import altered_items, image_score_files, image_side_lines, scan_altered, seeds
+from .markdown import results_table, write_markdown
 from .page import page_context, render_page, write_page
 from ..util import OutputSet
 
-__all__ = ["COLUMNS", "EVALUATIONS", "FACTOR_FIGURES", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "HEADLINE_KEYS", "OutputSet",
+__all__ = ["COLUMNS", "EVALUATIONS", "FACTOR_FIGURES", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "HEADLINE_KEYS",
+           "IMAGE_SIDE_FIGURES", "OutputSet", "altered_items", "image_score_files", "image_side_lines", "plot_image_side",
+           "scan_altered", "seeds",
            "PRIOR_FIGURES", "RESULT_COLUMNS", "RETRIEVAL_FIGURES", "Report", "SCORE_KEYS", "SCRIPTS", "TopK", "TopLists",
            "add_benchmark_means", "attach_attributions", "benchmark_source", "build_rows", "columns", "comparison_files",
            "compute_factors", "csv_columns", "demo_note", "explain_files", "find_metrics", "fliptype_figures", "gallery_items",

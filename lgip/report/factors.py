@@ -2,8 +2,8 @@
 one input's metrics and each model's `model_card`: `<stem>__LGIP_factors.metrics.json`.
 
 - outcomes: every headline figure present (OUTCOMES: the metrics' name, and the report row's key it
-  is read from: the table's figure; `image_sensitivity_pos_rate` from any evaluation's per-model dict
-  that has it at its top, when one does);
+  is read from: the table's figure, run_lgip_images.py's `image_sensitivity_pos_rate` included; where
+  the rows have no such column, from any evaluation's per-model dict that has it at its top);
 - numeric factors (NUMERIC) log10 params_total, log10 samples_seen, image_size: per outcome Spearman's
   rho over the models having both values (average ranks for ties: lgip.scoring.spearman), `n`, and
   `rho_ci95`, the 2.5 / 97.5 percentiles of rho over `resamples` resamples of those models with
@@ -38,7 +38,7 @@ OUTCOMES = (  # (name in the metrics, key in a report row, header, digits, bette
     ("i2t_recall@1", "retrieval_i2t_recall@1", "I2T R@1 ↑", 3, "high"),
     ("i2t_flip_top1_rate", "retrieval_i2t_flip_top1_rate", "Flip top\u20111 ↓", 3, "low"),
     ("localization_acc", "localization_acc", "Loc. acc. ↑", 3, "high"),
-    ("image_sensitivity_pos_rate", "image_sensitivity_pos_rate", "Image pos. ↑", 3, "high"),
+    ("image_sensitivity_pos_rate", "image_pos_rate", "Image pos. ↑", 3, "high"),
 )
 OUTCOME = {o[0]: o for o in OUTCOMES}
 NUMERIC = (("log10_params_total", "params_total", True), ("log10_samples_seen", "samples_seen", True),

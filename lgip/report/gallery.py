@@ -63,18 +63,22 @@ def thumbnail(path, px, quality=80):
     """{"src": JPEG data URI, "width", "height"} of the image at `path` fitted in px x px, as the
     model saw it (decoded and converted to RGB as the evaluations do, no EXIF rotation); or
     {"error": why, "path": path} when it cannot be read."""
-    from PIL import Image
-
     from ..images import open_rgb
     if not os.path.isfile(path):
         return {"error": "image not found", "path": path}
     try:
-        img = open_rgb(path)
-        img.thumbnail((px, px), Image.Resampling.LANCZOS)
-        buf = io.BytesIO()
-        img.save(buf, format="JPEG", quality=quality, optimize=True)
+        return image_thumbnail(open_rgb(path), px, quality)
     except Exception as e:  # any unreadable image gets a placeholder, never stops the report
         return {"error": f"unreadable image ({type(e).__name__}: {e})", "path": path}
+
+
+def image_thumbnail(img, px, quality=80):
+    """{"src", "width", "height"} of a decoded RGB image (PIL) fitted in px x px, as thumbnail's."""
+    from PIL import Image
+    img = img.copy()
+    img.thumbnail((px, px), Image.Resampling.LANCZOS)
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=quality, optimize=True)
     return {"src": "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),
             "width": img.width, "height": img.height}
 

@@ -1,7 +1,8 @@
 """lgip.report.markdown: the report as markdown (`<stem>__LGIP_report.md`): inputs, the
 evaluations found, the results table, notes, the file of each model's figures, the rank
 correlation with retrieval (when run_lgip_retrieval.py ran), the figures (linked beside it), the text-prior
-controls' line per model and the paired comparisons (when the evaluations wrote them), the word
+controls' line per model and the paired comparisons (when the evaluations wrote them), the image
+side (run_lgip_images.py: a line per model, its figure, the altered images preferred), the word
 attribution's line per model (when explain_flips.py ran), the top lists, and what made it. Pure text from a `Report` (lgip.report.overview).
 
     >>> print(results_table(report.rows))     # also what report.py prints
@@ -13,6 +14,7 @@ from ..util import atomic_open
 from .overview import (COMPARISONS_LEAD, attribution_lines, benchmark_lines, comparison_rows, comparison_text,
                        comparisons_notes, demo_note, factor_lines, frontier_note, made_by, missing_note, prior_lines,
                        retrieval_note, runs_table, source_notes, sources_table)
+from .image_side import image_side_lines, markdown_rows as altered_rows
 from .tables import main_table, md_table, md_text
 
 
@@ -163,6 +165,27 @@ def _factors_section(report, md_dir):
     return md + ([" ".join(f["notes"]), ""] if f["notes"] else [])
 
 
+def _image_side_section(report, md_dir):
+    """The section "The image side": a line per model, the figure, the altered images preferred over all models."""
+    image = image_side_lines(report.rows, report.metrics, report.paths)
+    if image is None:
+        return []
+    md = ["## The image side: does the score follow the image?", "", image["lead"], ""]
+    md += ["- " + line["text"] for line in image["lines"]] + [""]
+    if report.image_side_png:
+        md += [f"![Image invariance error against text invariance error; image positive rate against text positive rate]"
+               f"({os.path.relpath(os.path.abspath(report.image_side_png), md_dir)})", ""]
+    md += [" ".join(image["notes"]), ""]
+    if report.altered is not None:
+        header, cells, align = altered_rows(report.altered, report.max_text_chars)
+        k = report.altered.k
+        md += [f"Altered images preferred to their original: the top {k} over all models"
+               + (f" (only {len(cells)})" if len(cells) < k else "") + ", by the most negative image gap = sim(image, "
+               "caption) − sim(altered image, caption) of its record's captions (the page shows each beside its original).", ""]
+        md += [md_table(header, cells, align) if cells else "No altered image was scored above its original.", ""]
+    return md
+
+
 def markdown(report, md_path):
     """The markdown text; figures are linked relative to md_path's folder."""
     rows = report.rows
@@ -185,6 +208,7 @@ def markdown(report, md_path):
     for png, alt in report.figures:
         md.append(f"![{alt}]({os.path.relpath(os.path.abspath(png), md_dir)})\n")
     md += _prior_section(report)
+    md += _image_side_section(report, md_dir)
     attribution = attribution_lines(rows, report.metrics, report.paths, report.explain_missing)
     if attribution is not None:
         md += (["## Which word does a model blame?", "", attribution["lead"], ""]

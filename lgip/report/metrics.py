@@ -6,8 +6,9 @@ its metrics file, where its input lies beside a base JSONL, and how one model's 
 flat columns (`extract`). A row is a plain dict, so a later evaluation (say retrieval figures)
 adds an `Evaluation` whose `columns` are appended to the CSV (when it ran: `csv_columns`) and
 whose figures the results table picks up by name (`lgip.report.tables.RESULT_COLUMNS`).
-run_lgip_retrieval.py's recall figures (`retrieval`, every section 7 figure as `retrieval_<name>`)
-and explain_flips.py's word attribution (`explain`: localization accuracy per model) are two such.
+run_lgip_retrieval.py's recall figures (`retrieval`, every section 7 figure as `retrieval_<name>`),
+explain_flips.py's word attribution (`explain`: localization accuracy per model) and
+run_lgip_images.py's image side (`images`: section 11's figures as `image_<name>`) are three such.
 
     >>> found, looked = find_metrics("data/x.jsonl")      # {"multi": "data/x_with_perturb__LGIP_ALL.metrics.json", ...}
     >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()}, paths=found)
@@ -259,6 +260,31 @@ def _extract_retrieval(m, types=None):
     return out
 
 
+IMAGE_PARAPHRASE_KINDS = ("jpeg", "downscale", "crop", "hflip")  # LGIP_SPEC.md 11 (lgip.alterations: not imported, the
+IMAGE_FLIP_KINDS = ("mix", "patch")  # report reads files and needs no model code)
+IMAGE_FIGURES = (("image_invariance_error_mean", "image_invariance_error"), ("image_sensitivity_gap_mean", "image_gap"),
+                 ("image_sensitivity_pos_rate", "image_pos_rate"))
+IMAGE_FLIP_FIGURES = (("image_sensitivity_gap_mean", "gap"), ("image_sensitivity_pos_rate", "pos_rate"),
+                      *((f"t2i_flip_recall@{k}", f"t2i_flip_recall@{k}") for k in KS), ("t2i_flip_top1_rate", "t2i_flip_top1_rate"))
+
+
+def _extract_images(m, types=None):
+    """run_lgip_images.py's figures (LGIP_SPEC.md section 11): the three headline image figures as
+    image_invariance_error, image_gap, image_pos_rate, and per kind image_<kind>_<figure> with its
+    count (every kind's columns, None where the run left it out)."""
+    out = {"image_num_samples": count(m, "num_samples"), "image_num_images": count(m, "num_images")}
+    for key, name in IMAGE_FIGURES:
+        out.update(fig(m, key, name))
+    by_kind = block(m, "by_kind")
+    for kind in IMAGE_PARAPHRASE_KINDS + IMAGE_FLIP_KINDS:
+        b = block(by_kind, kind)
+        figures = IMAGE_FLIP_FIGURES if kind in IMAGE_FLIP_KINDS else (("image_invariance_error_mean", "invariance_error"),)
+        for key, name in figures:
+            out.update(fig(b, key, f"image_{kind}_{name}"))
+        out[f"image_{kind}_count"] = count(b, "count")
+    return out
+
+
 RETRIEVAL_AXES = ("retrieval_i2t_recall@1", "retrieval_i2t_flip_top1_rate")  # the retrieval figure's two x axes
 DESCRIPTIVE_BELOW = 5  # a rank correlation over fewer models describes them, nothing more
 
@@ -327,6 +353,8 @@ EVALUATIONS = [
     Evaluation("explain", "explain_flips.py", "LGIP_explain.metrics.json", ("_with_fliptypes.jsonl", ""),
                _extract_explain, "explain_flips", headline=False, columns=tuple(_extract_explain({})), scores=False,
                evaluated=lambda m: f"{m.get('num_flips', '?')} flips", fixed_dtype=True),
+    Evaluation("images", "run_lgip_images.py", "LGIP_images.metrics.json", ("_with_fliptypes.jsonl", ""),
+               _extract_images, "run_lgip_images", headline=False, columns=tuple(_extract_images({})), scores=False),
 ]
 BY_KEY = {e.key: e for e in EVALUATIONS}
 EVAL_KEYS = [e.key for e in EVALUATIONS]

@@ -46,6 +46,8 @@ class Report:
     benchmark: Optional[dict] = None  # the imported benchmark the input is (lgip.report.metrics.benchmark_source), or None
     factors: Optional[dict] = None  # what predicts robustness (lgip.report.factors.compute_factors), or None
     factors_png: Optional[str] = None  # its figure, when written
+    altered: Any = None  # the altered images preferred to their original (lgip.report.image_side.scan_altered), or None
+    image_side_png: Optional[str] = None  # the image side beside the text side, when written
     top_k_per_model: bool = False  # the markdown's lists: per model, or one over all models
     max_text_chars: int = 0  # the markdown lists' captions cut to this many characters
 

@@ -3,7 +3,8 @@ frontier (invariance error against positive rate, 95% CI whiskers, the Pareto fr
 model labelled beside its point), the positive rate per flip type and model, and LGIP beside
 retrieval (positive rate against image-to-text recall@1 and against the flip top-1 rate, with
 Spearman's rho across models), and the positive rate against the text prior (its prior positive
-rate, the diagonal drawn). A new figure is one more function here, returning its path or None
+rate, the diagonal drawn), and the image side beside the text side (image invariance error and
+positive rate against the text's). A new figure is one more function here, returning its path or None
 when no row has its figures.
 
     >>> plot_frontier(rows, "x__LGIP_frontier.png", subtitle("x", rows, "headline_source", FRONTIER_FIGURES))
@@ -321,6 +322,68 @@ def plot_retrieval(rows, path, title_note="", dpi=150, files=None):
     return path
 
 
+IMAGE_SIDE_PANELS = (("invariance_error", "image_invariance_error", "Invariance (image: jpeg, downscale, crop, hflip)",
+                      "Text invariance error: paraphrases (lower is better)", "Image invariance error (lower is better)"),
+                     ("pos_rate", "image_pos_rate", "Sensitivity (image: mix, patch)",
+                      "Text positive rate: flips (higher is better)", "Image positive rate (higher is better)"))
+IMAGE_SIDE_FIGURES = [f for panel in IMAGE_SIDE_PANELS for f in panel[:2]]
+
+
+def plot_image_side(rows, path, title_note="", dpi=150, files=None):
+    """The image side beside the text side (LGIP_SPEC.md 11): each model's image invariance error
+    against its text invariance error (left) and its image positive rate against its text positive
+    rate (right), 95% CI whiskers both ways; on the right the diagonal (as sensitive to the image as
+    to the caption) and chance (0.5) on both axes. A panel with no model having both figures is left
+    out; None when both are."""
+    panels = [(p, [r for r in rows if r.get(p[0]) is not None and r.get(p[1]) is not None]) for p in IMAGE_SIDE_PANELS]
+    panels = [(p, pts) for p, pts in panels if pts]
+    if not panels:
+        return None
+    plt = _pyplot()
+    from matplotlib.lines import Line2D
+    colors = _model_colors([r["model"] for r in rows])
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 5.8), squeeze=False)
+    families = {}
+    for ax, ((x, y, title, xlabel, ylabel), pts) in zip(axes[0], panels):
+        def span(key):
+            vs = [v for r in pts for v in (r[key], r.get(key + "_ci_lo"), r.get(key + "_ci_hi")) if v is not None]
+            return vs, max((max(vs) - min(vs)) * 0.18, 0.02 if key.endswith("rate") else max(vs) * 0.1 or 0.01)
+        (xs, xpad), (ys, ypad) = span(x), span(y)
+        if x == "pos_rate":  # (rates: one span on both axes, so the diagonal is at 45 degrees)
+            lo, hi = rate_limits(xs + ys + [0.5], max(xpad, ypad))
+            ax.set_xlim(lo, hi), ax.set_ylim(lo, hi)
+            ax.set_aspect("equal", adjustable="box")
+            ax.plot([lo, hi], [lo, hi], color="0.6", linestyle="--", linewidth=1.0, zorder=1)
+            ax.axhline(0.5, color="0.55", linestyle=":", linewidth=1.1, zorder=1)
+            ax.axvline(0.5, color="0.55", linestyle=":", linewidth=1.1, zorder=1)
+            ax.legend(handles=[Line2D([], [], color="0.6", linestyle="--", label="as sensitive to the image as to the caption"),
+                               Line2D([], [], color="0.55", linestyle=":", label="chance (0.5)")],
+                      loc="best", fontsize=9, frameon=True, framealpha=0.9)
+        else:  # (errors of another scale on each side: each axis its own, from 0)
+            ax.set_xlim(0, max(xs) + xpad), ax.set_ylim(0, max(ys) + ypad)
+        ax.grid(True, alpha=0.3, linewidth=0.8)
+        for r in pts:
+            family = _family(r)
+            marker = families.setdefault(family, FAMILY_MARKERS.get(family, "D"))
+            ax.errorbar(r[x], r[y], xerr=_err(r[x], r.get(x + "_ci_lo"), r.get(x + "_ci_hi")),
+                        yerr=_err(r[y], r.get(y + "_ci_lo"), r.get(y + "_ci_hi")), fmt=marker,
+                        color=colors[r["model"]], ecolor=colors[r["model"]], elinewidth=1.2, capsize=3,
+                        markersize=8, markeredgecolor="white", markeredgewidth=0.8, zorder=3, clip_on=False)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title}\n{len(pts)} model{'s' if len(pts) != 1 else ''}", fontsize=11.5)
+    fig.suptitle("The image side beside the text side" + (f"\n{title_note}" if title_note else ""), fontsize=13)
+    handles = [Line2D([], [], color="0.45", marker=m, linestyle="none", markersize=7, label=f) for f, m in families.items()]
+    if len(handles) > 1 and panels[0][0][0] == "invariance_error":
+        axes[0][0].legend(handles=handles, loc="best", frameon=True, framealpha=0.9)
+    fig.tight_layout()
+    for ax, ((x, y, *_), pts) in zip(axes[0], panels):
+        _place_labels(fig, ax, [(r[x], r[y], r["label"]) for r in pts])
+    _save(fig, path, dpi, files)
+    plt.close(fig)
+    return path
+
+
 def plot_prior(rows, path, title_note="", dpi=150, files=None):
     """Each model's positive rate (y) against its prior positive rate (x: the same flips scored
     against the average other image, LGIP_SPEC.md 9), 95% CI whiskers, the diagonal y = x drawn
@@ -380,9 +443,10 @@ def plot_prior(rows, path, title_note="", dpi=150, files=None):
     return path
 
 
-def subtitle(stem, rows, source_column, figures):
-    """'<stem> · <sources> · whiskers: 95% CI' for a figure's title, wrapped."""
-    sources = [e.short for e in EVALUATIONS if any(r[source_column] == e.key for r in rows)]
+def subtitle(stem, rows, source_column, figures, also=()):
+    """'<stem> · <sources> · whiskers: 95% CI' for a figure's title, wrapped; `also`: evaluations
+    (keys) whose figures it shows beside the rows' sources."""
+    sources = [e.short for e in EVALUATIONS if any(r[source_column] == e.key for r in rows) or e.key in also]
     whiskers = any(r.get(f + "_ci_lo") is not None for r in rows for f in figures)
     text = " · ".join([stem, " + ".join(sources), "whiskers: 95% CI" if whiskers else "no intervals"])
     return "\n".join(textwrap.wrap(text, 70))

@@ -35,6 +35,14 @@ PRIOR_TITLE = ("prior_pos_rate: a control, not a score: the share of flips the c
 GROUNDED_TITLE = ("grounded_pos_rate: the share of flips the caption beats by more on its own image than on the "
                   "average other image; 0.5 = the image decides nothing; higher is better")
 
+IMAGE_INV_TITLE = ("image_invariance_error_mean (run_lgip_images.py): mean |sim(altered image, caption) − sim(image, "
+                   "caption)| over jpeg, downscale, crop, hflip: the score should stay put; lower is better")
+IMAGE_GAP_TITLE = ("image_sensitivity_gap_mean (run_lgip_images.py): mean sim(image, caption) − sim(altered image, caption) "
+                   "over mix and patch (another image blended or pasted in); higher is better")
+IMAGE_POS_TITLE = ("image_sensitivity_pos_rate (run_lgip_images.py): share of mix and patch images scored below the "
+                   "original for its caption (0.5 = chance); higher is better")
+
+
 def type_label(t):
     """A flip type as the report's headers name it: 'Color', 'Add att', 'Same concept'."""
     return t.replace("_", " ").capitalize()
@@ -47,7 +55,10 @@ def result_columns_for(types):
              Column("Prior pos.", "prior_pos_rate", 3, "", PRIOR_TITLE),
              Column("Grounded pos. ↑", "grounded_pos_rate", 3, "high", GROUNDED_TITLE),
              Column("I2T R@1 ↑", "retrieval_i2t_recall@1", 3, "high"),
-             Column("Flip top\u20111 ↓", "retrieval_i2t_flip_top1_rate", 3, "low")]
+             Column("Flip top\u20111 ↓", "retrieval_i2t_flip_top1_rate", 3, "low"),
+             Column("Img. inv. ↓", "image_invariance_error", 4, "low", IMAGE_INV_TITLE),
+             Column("Img. gap ↑", "image_gap", 4, "high", IMAGE_GAP_TITLE),
+             Column("Img. pos. ↑", "image_pos_rate", 3, "high", IMAGE_POS_TITLE)]
             + [Column(f"{type_label(t)} pos. ↑", f"{t}_pos_rate", 3, "high") for t in types]
             + [Column("Simple inv. ↓", "enhanced_simple_invariance_error", 4, "low"),
                Column("Advanced inv. ↓", "enhanced_advanced_invariance_error", 4, "low"),
@@ -56,7 +67,8 @@ def result_columns_for(types):
 
 
 # (retrieval beside the positive rate: the comparison the LGIP paper makes; the text-prior controls right
-# after it: how much of it the text alone explains, LGIP_SPEC.md 9; a column per flip type: LGIP's three,
+# after it: how much of it the text alone explains, LGIP_SPEC.md 9; the image side's headline figures
+# next, the same three questions asked of images, LGIP_SPEC.md 11; a column per flip type: LGIP's three,
 # or an imported benchmark's own, as the rows' `_types` say)
 RESULT_COLUMNS = result_columns_for(FLIP_TYPES)
 

@@ -2,6 +2,12 @@
   "use strict";
   var each = function (list, fn) { Array.prototype.forEach.call(list, fn); };
 
+  // A thumbnail shown by several cards is in the page once: the others take its source.
+  each(document.querySelectorAll("img[data-same]"), function (img) {
+    var first = document.getElementById(img.dataset.same);
+    if (first) img.src = first.src;
+  });
+
   // The results table: a click on a header sorts the rows by that column, best first (a second
   // click reverses); rows without the figure stay last, ties keep the page's order.
   var table = document.getElementById("results");
@@ -59,13 +65,13 @@
       });
       // each count says what it counts: the cards shown, out of which list, and (flips) how many
       // of them carry explain_flips.py's word scores
-      var what = sec.id === "flips" ? "flips" : "paraphrases";
+      var what = sec.dataset.what;  // "flips", "paraphrases", "altered images"
       var k = +sec.dataset.topK;
       var scope = model ? "of " + modelLabel : "over all models";
       var unit = function (n, plural) { return n + " " + (n === 1 ? plural.slice(0, -1) : plural); };
       sec.querySelector(".status").textContent = unit(shown, what) + " shown: "
-        + (type ? "the " + type + " flips among the top " + k + " " + scope
-           : listed < k ? "every " + what.slice(0, -1) + " " + scope + (what === "flips" ? " that scores above its caption" : "")
+        + (type ? "the " + type + " " + what + " among the top " + k + " " + scope
+           : listed < k ? "every " + what.slice(0, -1) + " " + scope + sec.dataset.every
              + " (fewer than " + k + ")" : "the top " + k + " " + scope)
         + (sec.querySelector(".legend") ? "; " + scored + " of them with word scores" : "") + ".";
       var empty = sec.querySelector(".empty");
