@@ -134,6 +134,10 @@ def test_cards_count_each_tower_as_the_models_own_parameters_say():
         assert loaded["embed_dim"] == 32 and built["embed_dim"] is None  # (only what is seen)
     assert model_card(SIGLIP_TINY)["loss"] == "sigmoid" and model_card(OPENCLIP_TINY)["loss"] == "softmax"
     assert model_card(OPENCLIP_TINY)["architecture"] is None  # a local folder: no open_clip name to go by
+    assert model_card(OPENCLIP_TINY)["training_data"] is None  # (its weights are the folder's: not known)
+    random_rn50 = model_card({"name": "r", "type": "openclip", "model_name": "RN50", "pretrained": None})
+    assert random_rn50["training_data"] == "none (random init)" and random_rn50["samples_seen"] is None
+    assert random_rn50["params_total"] > 10 ** 7 and random_rn50["family"] == "RN50"
     mine = {"name": "mine", "type": "python", "loader": os.path.join(HERE, "user_loaders.py") + ":openclip_tiny",
             "card": {"training_data": "in-house 50M", "loss": "softmax"}}
     enc = load_model(mine, "corrected", "cpu")

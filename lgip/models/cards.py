@@ -43,6 +43,9 @@ def family_of(architecture):
     return re.split(r"[-_]", architecture, 1)[0]
 
 
+RANDOM_INIT = "none (random init)"  # the training data of a model that had none (the demo's card says the same)
+
+
 def tag_facts(tag):
     """(training data, samples seen) of an open_clip pretrained tag, None where the tag does not say.
     >>> tag_facts("laion2b_s32b_b82k"), tag_facts("openai"), tag_facts("merged2b_s4b_b131k")
@@ -162,6 +165,9 @@ def model_card(spec, enc=None, image_embeddings=None):
     kind = spec.get("type")
     tag = spec.get("pretrained") if kind == "openclip" else None
     data, seen = tag_facts(tag) if kind == "openclip" else (None, None)
+    name = spec.get("model_name") if kind == "openclip" else None
+    if tag is None and isinstance(name, str) and not name.startswith(("local-dir:", "hf-hub:")):
+        data = RANDOM_INIT  # (an open_clip architecture without a pretrained tag: its weights are drawn at random)
     card = dict.fromkeys(FIELDS)
     card.update(source=kind, training_data=data, samples_seen=seen,
                 pretrained=(os.path.basename(tag) if isinstance(tag, str) and os.path.isfile(tag) else tag)
