@@ -294,7 +294,7 @@ def test_without_the_default_weights_the_demo_runs_with_the_demo_model_and_says_
     """Offline, with an empty Hugging Face cache: run_all's default models cannot be had, so it runs
     the bundled demo with the demo model, says so once, and every step is told to use it; a model
     the user names stays an error, before any step."""
-    folder = shutil.copytree(os.path.join(ROOT, "demo"), tmp_path / "demo")
+    folder = demo_inputs(tmp_path / "demo")  # (its inputs only: never what a run left in demo/)
     offline = {"HF_HOME": str(tmp_path / "empty_hf"), "HF_HUB_OFFLINE": "1"}
     args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", f"--ANNOTATIONS_JSON={tmp_path / 'none.json'}",
             f"--BASE_JSONL={tmp_path / 'none.jsonl'}"]
