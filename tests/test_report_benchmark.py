@@ -52,11 +52,12 @@ def md_rows(text, after):
 
 @pytest.fixture(scope="module")
 def scpp(tmp_path_factory):
-    """SugarCrepe++ imported and run end to end through run_all.py with two tiny models."""
+    """SugarCrepe++ imported and run through run_all.py with two tiny models: the evaluations its table
+    reads and the report (every step on an imported file: test_import_benchmark.py's end-to-end test)."""
     tmp = tmp_path_factory.mktemp("scpp")
     out, _ = run_import("sugarcrepe++", sugarcrepe_pp(tmp / "src"), tmp)
     proc = run_script("run_all.py", f"--BENCHMARK_JSONL={out}", f"--MODELS={[OPENCLIP_TINY, SIGLIP_TINY]!r}", "--DEVICE=cpu",
-                      "--NUM_WORKERS=0", "--SETTINGS={'BOOTSTRAP': 20}")
+                      "--NUM_WORKERS=0", "--SETTINGS={'BOOTSTRAP': 20}", "--STEPS=run_lgip_multi,run_lgip_by_fliptype,report")
     return out, proc
 
 
