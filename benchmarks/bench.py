@@ -328,6 +328,18 @@ def project_pass(enc, spec, records, config, fresh=True, lookahead=None):
     return out
 
 
+def one_pass(script, spec, enc, records, config):
+    """An evaluation script's evaluate(run) on a fresh process's state (bench_retrieval, bench_images):
+    (metrics, seconds, seconds by phase)."""
+    common.forget_token_tables()
+    common.forget_pixels()
+    with common.Timer() as t:
+        run = common.ModelRun(spec, records, config, enc=enc)
+        m = script.evaluate(run)
+        run.finished()
+    return m, t.seconds, run.seconds
+
+
 def at_scale_sequence(runs, scale):
     """The project path alone on the at-scale records, cache on and cold, as one
     run_lgip_multi.py process runs its MODELS: `runs` [(row, spec, enc)] one after another, each

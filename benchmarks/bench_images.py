@@ -35,17 +35,6 @@ WORK_DIR = None  # scratch folder; None = a temp dir removed at the end
 CONFIG = common.configure(globals())
 
 
-def one_pass(script, spec, enc, records, config):
-    """script.evaluate on a fresh process's state: (metrics, seconds, seconds by phase)."""
-    common.forget_token_tables()
-    common.forget_pixels()
-    with common.Timer() as t:
-        run = common.ModelRun(spec, records, config, enc=enc)
-        m = script.evaluate(run)
-        run.finished()
-    return m, t.seconds, run.seconds
-
-
 def main():
     import run_lgip_images
     import run_lgip_multi
@@ -69,16 +58,16 @@ def main():
                   flush=True)
             shared = dict(base, CACHE_DIR=os.path.join(work, f"cache_{spec['name']}"))
             alone = dict(base, CACHE_DIR=os.path.join(work, f"cache_{spec['name']}_images_alone"))
-            m, multi_s, phases = one_pass(run_lgip_multi, spec, enc, records, shared)
+            m, multi_s, phases = bench.one_pass(run_lgip_multi, spec, enc, records, shared)
             print(f"  run_lgip_multi pass (cold cache): {multi_s:.2f} s ({m['num_invariance_pairs'] + m['num_sensitivity_pairs']:,} "
                   f"pairs), phases {phases}", flush=True)
-            m, after_s, phases = one_pass(run_lgip_images, spec, enc, records, shared)
+            m, after_s, phases = bench.one_pass(run_lgip_images, spec, enc, records, shared)
             made, altered_s = m["altered_images"], phases["altered_images"]
             print(f"  run_lgip_images pass after it (captions and originals from its cache): {after_s:.2f} s, "
                   f"{made['num']} altered images ({made['decoded']} made and encoded, {made['from_cache']} cached), "
                   f"altered_images phase {altered_s:.2f} s = {altered_s / max(made['num'], 1) * 1000:.1f} "
                   f"ms per altered image; x{after_s / multi_s:.2f} the run_lgip_multi pass; phases {phases}", flush=True)
-            m, cold_s, phases = one_pass(run_lgip_images, spec, enc, records, alone)
+            m, cold_s, phases = bench.one_pass(run_lgip_images, spec, enc, records, alone)
             print(f"  run_lgip_images pass alone (cold cache of its own): {cold_s:.2f} s; phases {phases}", flush=True)
             common.forget_pixels()
             t0 = time.perf_counter()

@@ -44,17 +44,6 @@ def stand_in():
     return spec, enc
 
 
-def one_pass(script, spec, enc, records, config):
-    """script.evaluate on a fresh process's state: (metrics, seconds, seconds by phase)."""
-    common.forget_token_tables()
-    common.forget_pixels()
-    with common.Timer() as t:
-        run = common.ModelRun(spec, records, config, enc=enc)
-        m = script.evaluate(run)
-        run.finished()
-    return m, t.seconds, run.seconds
-
-
 def product_count(m, width):
     """Multiply-adds of a search: its queries times their gallery columns, at most (texts counted as
     items, before repeats are merged), times the width."""
@@ -81,11 +70,11 @@ def main():
         config = dict(bench.eval_config(jsonl, work, os.path.join(work, "cache")), NUM_WORKERS=0, DEVICE="cpu",
                       DTYPE=DTYPE, TEXT_BATCH_SIZE=2048, BOOTSTRAP=1000, BOOTSTRAP_SEED=0, PROTOCOL="corrected")
         run_lgip_by_fliptype.JSONL_PATH = jsonl  # its score file goes beside the records
-        m, seconds, phases = one_pass(run_lgip_by_fliptype, spec, enc, records, config)
+        m, seconds, phases = bench.one_pass(run_lgip_by_fliptype, spec, enc, records, config)
         print(f"{len(records)} records, width {WIDTH}, {DTYPE}: run_lgip_by_fliptype pass {seconds:.2f} s "
               f"({m['global_sensitivity']['count']:,} flips scored), phases {phases}", flush=True)
         for size in GALLERY_SIZES:
-            m, seconds, phases = one_pass(run_lgip_retrieval, spec, enc, records, dict(config, GALLERY_SIZE=size))
+            m, seconds, phases = bench.one_pass(run_lgip_retrieval, spec, enc, records, dict(config, GALLERY_SIZE=size))
             print(f"{len(records)} records, width {WIDTH}, {DTYPE}: run_lgip_retrieval pass, GALLERY_SIZE={size} "
                   f"({m['num_blocks']} galleries; {m['num_captions']:,} captions, {m['num_flips']:,} flips, "
                   f"{m['num_paraphrases']:,} paraphrases; {product_count(m, WIDTH) / 1e9:,.0f} G multiply-adds at "
