@@ -291,6 +291,16 @@ def fails_leaving_the_report_whole(folder, before, *args):
     return proc.stderr
 
 
+def fails_with(folder, before, path, text):
+    """fails_leaving_the_report_whole with `path` holding `text` meanwhile (its bytes put back after)."""
+    good = path.read_bytes()
+    path.write_text(text, encoding="utf-8")
+    try:
+        return fails_leaving_the_report_whole(folder, before)
+    finally:
+        path.write_bytes(good)
+
+
 def nan(m):
     m["invariance_error_mean"] = float("nan")
 
@@ -326,26 +336,16 @@ def rate_over_one(m):
 def test_a_bad_metrics_value_names_file_model_and_field(reported, key, change, field, why):
     folder, before = reported
     path = folder / EVALS[key][2]
-    good = path.read_bytes()
-    data = json.loads(good)
+    data = json.loads(path.read_bytes())
     change(data[1])  # tiny_siglip's
-    path.write_text(json.dumps(data), encoding="utf-8")  # (NaN and Infinity as Python's json writes them)
-    try:
-        err = fails_leaving_the_report_whole(folder, before)
-    finally:
-        path.write_bytes(good)
+    err = fails_with(folder, before, path, json.dumps(data))  # (NaN and Infinity as Python's json writes them)
     assert f"error: {path}: model tiny_siglip: field '{field}' {why}" in err
 
 
 def test_an_empty_metrics_file_is_an_error(reported):
     folder, before = reported
     path = folder / EVALS["enhanced"][2]
-    good = path.read_bytes()
-    path.write_text("[]\n", encoding="utf-8")
-    try:
-        err = fails_leaving_the_report_whole(folder, before)
-    finally:
-        path.write_bytes(good)
+    err = fails_with(folder, before, path, "[]\n")
     assert f"error: {path}: no model's metrics in it" in err
 
 
@@ -354,13 +354,8 @@ def test_a_truncated_score_file_leaves_the_previous_report_whole(reported):
     (before, the CSV and the figures were, the markdown and the page not)."""
     folder, before = reported
     path = next(folder.glob("fixture_with_perturb__LGIP_*.scores.jsonl"))
-    good = path.read_bytes()
-    lines = good.decode("utf-8").splitlines(keepends=True)
-    path.write_text("".join(lines[:-1]) + lines[-1][:len(lines[-1]) // 2], encoding="utf-8")
-    try:
-        err = fails_leaving_the_report_whole(folder, before)
-    finally:
-        path.write_bytes(good)
+    lines = path.read_bytes().decode("utf-8").splitlines(keepends=True)
+    err = fails_with(folder, before, path, "".join(lines[:-1]) + lines[-1][:len(lines[-1]) // 2])
     assert f"{path}:{len(lines)}: invalid JSON" in err
 
 
@@ -764,26 +759,16 @@ def comparisons_path(folder):
 def test_a_bad_comparison_names_file_row_and_field(reported, change, field, why):
     folder, before = reported
     path = comparisons_path(folder)
-    good = path.read_bytes()
-    data = json.loads(good)
+    data = json.loads(path.read_bytes())
     change(data[1])
-    path.write_text(json.dumps(data), encoding="utf-8")
-    try:
-        err = fails_leaving_the_report_whole(folder, before)
-    finally:
-        path.write_bytes(good)
+    err = fails_with(folder, before, path, json.dumps(data))
     assert f"error: {path}: row 2 of {len(data)} (" in err and f"): field '{field}' {why}" in err, err
 
 
 def test_a_comparisons_file_that_is_not_a_list_is_an_error_and_a_missing_one_is_fine(reported, tmp_path):
     folder, before = reported
     path = comparisons_path(folder)
-    good = path.read_bytes()
-    path.write_text('{"a": 1}', encoding="utf-8")
-    try:
-        err = fails_leaving_the_report_whole(folder, before)
-    finally:
-        path.write_bytes(good)
+    err = fails_with(folder, before, path, '{"a": 1}')
     assert f"error: {path}: expected a list of paired comparisons" in err
     for p in folder.iterdir():
         if p.is_file() and not p.name.startswith("fixture__LGIP_") and "comparisons" not in p.name:
