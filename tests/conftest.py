@@ -109,6 +109,32 @@ def eval_settings(jsonl, protocol="reference", models=TINY_MODELS, image_root=FI
                      MODELS=models), **extra)
 
 
+def embed_image(enc, img):
+    """One decoded image (PIL) through the model's own preprocessing, encoded on its own: float32 numpy."""
+    import torch
+    x = enc.image_transform(img)
+    x = {k: v[None] for k, v in x.items()} if isinstance(x, dict) else x[None]
+    with torch.no_grad():
+        return enc.encode_images(x)[0].float().numpy()
+
+
+def encode_texts(enc, texts):
+    """text -> embedding (float32 numpy), each padded as the corrected protocol pads it alone (SigLIP:
+    64; open_clip: its own length), a batch per padded length."""
+    import torch
+    by_length = {}
+    for t in sorted(set(texts)):
+        ids = enc.tokenize([t])[0]
+        ids = ids + [enc.pad_id] * ((enc.pad_length(None) or len(ids)) - len(ids))
+        by_length.setdefault(len(ids), []).append((t, ids))
+    out = {}
+    for group in by_length.values():
+        with torch.no_grad():
+            emb = enc.encode_tokens(torch.tensor([ids for _, ids in group])).float().numpy()
+        out.update((t, e) for (t, _), e in zip(group, emb))
+    return out
+
+
 CASES = [
     ("run_lgip_multi.py", "fixture_with_perturb.jsonl",
      ["fixture_with_perturb__LGIP_ALL.metrics.json", "fixture_with_perturb__LGIP_tiny_openclip.metrics.json",

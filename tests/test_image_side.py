@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, run_script
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, embed_image, encode_texts, eval_args, run_script
 from test_evaluation import assert_matches
 
 PARA, FLIPS = ("jpeg", "downscale", "crop", "hflip"), ("mix", "patch")
@@ -222,33 +222,13 @@ def fixture_jsonl(folder, n=None, unreadable=True):
     return path
 
 
-def encode_texts(enc, texts):
-    """text -> embedding, each padded as the corrected protocol pads it alone (SigLIP: 64)."""
-    import torch
-    by_length = {}
-    for t in sorted(set(texts)):
-        ids = enc.tokenize([t])[0]
-        ids = ids + [enc.pad_id] * ((enc.pad_length(None) or len(ids)) - len(ids))
-        by_length.setdefault(len(ids), []).append((t, ids))
-    out = {}
-    for group in by_length.values():
-        with torch.no_grad():
-            emb = enc.encode_tokens(torch.tensor([ids for _, ids in group])).float().numpy()
-        out.update((t, e) for (t, _), e in zip(group, emb))
-    return out
-
-
 def restate(jsonl, image_root, spec, size, kinds=KINDS, seed=0):
     """Section 11's figures, from images altered by `restated` and every image and caption encoded on its own."""
-    import torch
     from lgip.models import load_model
     enc = load_model(spec, "corrected", "cpu")
 
     def embed(img):
-        x = enc.image_transform(img)
-        x = {k: v[None] for k, v in x.items()} if isinstance(x, dict) else x[None]
-        with torch.no_grad():
-            return enc.encode_images(x)[0].float().numpy().astype(np.float64)
+        return embed_image(enc, img).astype(np.float64)
 
     readable = []
     for line in open(jsonl):

@@ -15,10 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import OPENCLIP_TINY, eval_settings, run_here, run_script
+from conftest import OPENCLIP_TINY, embed_image, encode_texts, eval_settings, run_here, run_script
 from test_image_side import FLIPS, KINDS, PARA, fixture_jsonl, restated
 
-from lgip.errors import InputError
 from lgip.report import image_side as IS
 
 MODELS3 = ["alpha_model", "beta_model", "gamma_model"]
@@ -202,7 +201,6 @@ def test_remade_pixels_are_exactly_section_11s():
 def test_the_gallery_shows_the_pixels_the_model_scored(tmp_path):
     """End to end with a real (tiny) model: run_lgip_images.py, then the report's cards; each card's
     altered image, remade from its score line and encoded again, has the similarity the line records."""
-    import torch
     from lgip.models import load_model
     jsonl = fixture_jsonl(tmp_path, n=6, unreadable=False)
     settings = eval_settings(jsonl, "corrected", [OPENCLIP_TINY], image_root=tmp_path, BOOTSTRAP=20, SEED=3)
@@ -216,21 +214,13 @@ def test_the_gallery_shows_the_pixels_the_model_scored(tmp_path):
     assert tops.lists[None], "the tiny model prefers no altered image: nothing to check"
     items = IS.altered_items(tops, {("images", OPENCLIP_TINY["name"]): [str(tmp_path)]}, {}, IS.seeds({"images": metrics}))
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
-
-    def embed(img):
-        v = enc.image_transform(img)
-        v = {k: x[None] for k, x in v.items()} if isinstance(v, dict) else v[None]
-        with torch.no_grad():
-            return enc.encode_images(v)[0].float().numpy().astype(np.float64)
+    texts = encode_texts(enc, [it["caption"] for it in items])
     checked = set()
     for it in items:
         assert "src" in it["altered_thumb"], it["altered_thumb"]
         img = IS.remake(it["path"], it["other_path"], it["kind"], 3, it["r"])
-        ids = enc.tokenize([it["caption"]])[0]
-        ids = ids + [enc.pad_id] * ((enc.pad_length(None) or len(ids)) - len(ids))
-        with torch.no_grad():
-            t = enc.encode_tokens(torch.tensor([ids]))[0].float().numpy().astype(np.float64)
-        v = embed(img)
+        t = texts[it["caption"]].astype(np.float64)
+        v = embed_image(enc, img).astype(np.float64)
         cos = float(v @ t / (np.linalg.norm(v) * np.linalg.norm(t)))
         assert cos == pytest.approx(it["sim"], abs=2e-5), (it["kind"], it["line"])
         checked.add(it["kind"])

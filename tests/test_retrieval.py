@@ -13,8 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import (FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, TINY_MODELS, eval_args, eval_settings,
-                      run_here)
+from conftest import (FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, TINY_MODELS, encode_texts, eval_args,
+                      eval_settings, run_here)
 
 TYPES = ("color", "number", "object")
 KS = (1, 5, 10)
@@ -335,19 +335,7 @@ def encoded(jsonl, image_root, spec, types):
         records.append({"image": path, "captions": rec["orig_captions"], "flips": field("diff_caps"),
                         "typed": {t: field("diff_caps_" + t) for t in types}, "paras": field("same_caps")})
         texts.update(rec["orig_captions"], *field("diff_caps"), *field("same_caps"))
-    # each text padded as the corrected protocol pads it alone (SigLIP: 64; open_clip: its own length),
-    # a batch per padded length
-    by_length = {}
-    for t in sorted(texts):
-        ids = enc.tokenize([t])[0]
-        ids = ids + [enc.pad_id] * ((enc.pad_length(None) or len(ids)) - len(ids))
-        by_length.setdefault(len(ids), []).append((t, ids))
-    text_emb = {}
-    for group in by_length.values():
-        with torch.no_grad():
-            emb = enc.encode_tokens(torch.tensor([ids for _, ids in group])).float().numpy()
-        text_emb.update((t, e) for (t, _), e in zip(group, emb))
-    return records, image_emb, text_emb
+    return records, image_emb, encode_texts(enc, texts)  # (each text padded as the corrected protocol pads it alone)
 
 
 def metrics(folder, stem):
