@@ -167,12 +167,11 @@ def main():
     explained, report.explain_missing = explain_files(metrics, found)
     gallery = None
     if report.tops is not None:
-        labels = {r["model"]: r["label"] for r in rows}
-        gallery = gallery_items(report.tops, image_roots(metrics, found, IMAGE_ROOT), labels, THUMB_PX)
+        labels, roots = {r["model"]: r["label"] for r in rows}, image_roots(metrics, found, IMAGE_ROOT)
+        gallery = gallery_items(report.tops, roots, labels, THUMB_PX)
         attach_attributions(gallery["flips"], explained)
         if report.altered is not None:  # (each altered image remade from its score line, beside its original)
-            gallery["altered"] = altered_items(report.altered, image_roots(metrics, found, IMAGE_ROOT), labels,
-                                               seeds(metrics), THUMB_PX)
+            gallery["altered"] = altered_items(report.altered, roots, labels, seeds(metrics), THUMB_PX)
 
     # the outputs as one set: each to a temp file, all renamed into place at the end (a failure
     # before that leaves the previous report whole). The figures and the CSV first: the markdown

@@ -6,7 +6,6 @@ models on CPU; the page looked at in Chromium at 1400 px."""
 import csv
 import json
 import os
-import re
 import shutil
 
 import pytest

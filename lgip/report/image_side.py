@@ -26,7 +26,7 @@ from ..scorefile import iter_score_lines
 from .gallery import image_thumbnail, resolve_image, thumbnail
 from .metrics import IMAGE_FLIP_KINDS, IMAGE_PARAPHRASE_KINDS, SCRIPTS
 from .tables import interval, num
-from .toplists import TopK, score_files
+from .toplists import TopK, image_label, score_files
 
 KEY = "images"  # the evaluation's key in lgip.report.metrics.EVALUATIONS
 KIND_NAMES = {"mix": "another image blended in (10%)", "patch": "a patch of another image pasted in"}
@@ -95,9 +95,7 @@ def scan_altered(files, k):
                 if gap < 0:
                     g["preferred"] += 1
                     if g["worst"] is None or gap < g["worst"]["gap"]:
-                        g["worst"] = {"line": r["line"], "image": r.get("image_id") if r.get("image_id") is not None
-                                      else os.path.basename(r.get("image_path") or ""),
-                                      "image_path": r.get("image_path"), "caption_index": r["caption_index"],
+                        g["worst"] = {"line": r["line"], "image": image_label(r), "image_path": r.get("image_path"), "caption_index": r["caption_index"],
                                       "caption": r.get("caption"), "caption_sim": base, "kind": item["text"],
                                       "sim": item["sim"], "gap": gap, "other_image_path": item["other_image_path"],
                                       "r": item.get("r")}

@@ -609,7 +609,7 @@ def factor_lines(factors):
     digits = {o: OUTCOME[o][3] for o in outcomes}
     resamples = factors["settings"]["resamples"]
     numeric = []
-    for f, field, _ in NUMERIC:
+    for f, card_field, _ in NUMERIC:
         cells = []
         for o in outcomes:
             st = factors["numeric"][f][o]
@@ -617,7 +617,7 @@ def factor_lines(factors):
             cells.append({"text": "–" if st["rho"] is None else f"ρ {_signed(st['rho'], 2)}",
                           "sub": (f"[{_signed(ci[0], 2)}, {_signed(ci[1], 2)}] · " if ci else "") + _models(st["n"])
                           + (f" (under {MIN_RHO_MODELS})" if st["n"] < MIN_RHO_MODELS and st["n"] else "")})
-        numeric.append({"label": FACTOR_NAMES[f], "title": f"{f}: the card's {field}", "cells": cells})
+        numeric.append({"label": FACTOR_NAMES[f], "title": f"{f}: the card's {card_field}", "cells": cells})
     groups = [{"title": f"Numeric: Spearman's ρ over the models with both values, [95% interval over {resamples} "
                         f"resamples of the models]; under {MIN_RHO_MODELS} models none", "rows": numeric}]
     for f in CATEGORICAL:
@@ -640,7 +640,7 @@ def factor_lines(factors):
                 c = next((x for x in by_outcome[o]["compared"] if (x["a"], x["b"]) == (a, b)), None)
                 cells.append({"text": "–", "sub": ""} if c is None else
                              {"text": _signed(c["diff"], digits[o]), "sub": f"{c['n_a']} vs {c['n_b']} models"})
-            rows.append({"label": f"{FACTOR_NAMES[f]}: {a} − {b}", "title": f"difference of the two levels' means", "cells": cells})
+            rows.append({"label": f"{FACTOR_NAMES[f]}: {a} − {b}", "title": "difference of the two levels' means", "cells": cells})
         groups.append({"title": f"Categorical: {FACTOR_NAMES[f]}, the mean of each level (differences only between known "
                                 f"levels of {MIN_LEVEL_MODELS} models or more)", "rows": rows})
     pair_rows = []

@@ -80,6 +80,11 @@ def _check_prior(v, where):
         raise InputError(f"{where} is {v!r}, not a finite number (the flip's prior gap) or null")
 
 
+def image_label(line):
+    """How a score line's image is named in the lists: its COCO id, else its file's name."""
+    return line.get("image_id") if line.get("image_id") is not None else os.path.basename(line.get("image_path") or "")
+
+
 def scan_scores(files, k):
     """Stream score files [(evaluation, model, path)] into the top-k paraphrase moves (|delta|) and
     flips preferred over their caption (gap < 0), per model and over all models; the same pair
@@ -115,9 +120,7 @@ def scan_scores(files, k):
             for row in rows:
                 r = row.pop("record", None)
                 if r is not None:
-                    row.update(image=r.get("image_id") if r.get("image_id") is not None
-                               else os.path.basename(r.get("image_path", "")),
-                               image_path=r.get("image_path"), caption=r.get("caption"), caption_sim=r.get("sim"))
+                    row.update(image=image_label(r), image_path=r.get("image_path"), caption=r.get("caption"), caption_sim=r.get("sim"))
         out.append(lists)
     return TopLists(out[0], out[1], k)
 
