@@ -739,6 +739,33 @@ def test_a_comparison_without_an_interval_or_from_an_earlier_run():
         "No paired comparison: they are made for the models evaluated together in one run")
 
 
+def test_both_evaluations_on_one_input_share_a_comparisons_file_and_each_row_keeps_its_script(tmp_path):
+    """On an imported benchmark run_lgip_multi and run_lgip_by_fliptype read one input, so both write
+    `<stem>__LGIP_comparisons.metrics.json`: each row is its own script's, and is checked against that
+    script's figures (by flip type too), not run_lgip_multi's."""
+    from lgip.report.metrics import comparison_files, load_comparisons
+    from lgip.report.overview import _stale
+    found = {}
+    for key, suffix in (("multi", "LGIP_ALL.metrics.json"), ("fliptypes", "LGIP_fliptypes.metrics.json")):
+        found[key] = str(tmp_path / f"bench__{suffix}")
+        open(found[key], "w").write("[]")
+
+    def row(script, flip_type):
+        return {"script": script, "a": "A", "b": "B", "figure": "sensitivity_pos_rate", "flip_type": flip_type,
+                "diff": 0.1, "diff_ci95": [0.05, 0.15], "a_value": 0.7, "b_value": 0.6, "num_images": 10}
+    (tmp_path / "bench__LGIP_comparisons.metrics.json").write_text(json.dumps(
+        [row("run_lgip_multi.py", None), row("run_lgip_by_fliptype.py", None), row("run_lgip_by_fliptype.py", "color")]))
+    files, absent = comparison_files(found)
+    assert [os.path.basename(p) for _, p in files] == ["bench__LGIP_comparisons.metrics.json"] and absent == []
+    read = [c for key, path in files for c in load_comparisons(path, key)]
+    assert [c["source"] for c in read] == ["multi", "fliptypes", "fliptypes"]
+    # A's run_lgip_multi figure was run again (0.9); run_lgip_by_fliptype's is the one compared (0.7), and
+    # its color figure is not (0.3): only the rows whose script's figure moved are stale
+    by_model = {"A": {"multi_pos_rate": 0.9, "fliptypes_pos_rate": 0.7, "flip_type_source": "fliptypes", "color_pos_rate": 0.3},
+                "B": {"multi_pos_rate": 0.6, "fliptypes_pos_rate": 0.6, "flip_type_source": "fliptypes", "color_pos_rate": 0.6}}
+    assert [_stale(c, by_model) for c in read] == [True, False, True]
+
+
 def comparisons_path(folder):
     return folder / "fixture_with_perturb__LGIP_comparisons.metrics.json"
 

@@ -725,8 +725,11 @@ def _comparison(row):
 
 
 def load_comparisons(path, key=None):
-    """A comparisons file: its rows checked (`_comparison`), each with `source` (the evaluation `key`
-    whose file it is) and `file`; InputError naming the file, the row and the field."""
+    """A comparisons file: its rows checked (`_comparison`), each with `source` (the evaluation whose
+    `script` wrote the row: run_lgip_multi and run_lgip_by_fliptype write into one file when they share
+    an input, as on an imported benchmark; `key` for a script that is not an evaluation) and `file`;
+    InputError naming the file, the row and the field."""
+    by_script = {e.script: e.key for e in EVALUATIONS if e.comparisons}
     data = read_json(path)
     if not isinstance(data, list):
         raise InputError(f"{path}: expected a list of paired comparisons ({{script, a, b, figure, flip_type, diff, "
@@ -741,7 +744,7 @@ def load_comparisons(path, key=None):
         except BadField as bad:
             what = ", ".join(str(row.get(k)) for k in ("a", "b", "figure") if isinstance(row.get(k), str))
             raise InputError(f"{where}{f' ({what})' if what else ''}: {bad}") from None
-        out.append(dict(checked, source=key, file=os.path.basename(path)))
+        out.append(dict(checked, source=by_script.get(checked["script"], key), file=os.path.basename(path)))
     return out
 
 
