@@ -29,6 +29,17 @@ def test_a_zoo_entry_expands_to_the_matching_pretrained_pairs():
                            {"type": "openclip_zoo", "match": "ViT-B-*", "tags": "laion*"},
                            {"type": "openclip_zoo", "match": want[1][0], "tags": want[1][1]}])
     assert [m["name"] for m in again] == ["mine"] + [m["name"] for m in got[1:]]
+    # the same when the spec comes after the zoo entry: the user's spec is kept where they put it
+    after = expand_models([{"type": "openclip_zoo", "match": "ViT-B-*", "tags": "laion*"},
+                           {"name": "mine", "type": "openclip", "model_name": want[0][0], "pretrained": want[0][1]}])
+    assert [m["name"] for m in after] == [m["name"] for m in got[1:]] + ["mine"]
+    # and for a published name: the zoo's openai ViT-B-16 is the published spec, once, by its name
+    openai = expand_models([{"type": "openclip_zoo", "match": "ViT-B-16", "tags": "openai"}, "openclip_ViT-B-16_openai"])
+    assert [m["name"] for m in openai] == ["openclip_ViT-B-16_openai"]
+    # two specs of their own naming one pair are both the user's: kept (they may differ in settings)
+    two = expand_models([{"name": "x", "type": "openclip", "model_name": "RN50", "pretrained": "openai"},
+                         {"name": "y", "type": "openclip", "model_name": "RN50", "pretrained": "openai"}])
+    assert [m["name"] for m in two] == ["x", "y"]
     every = expand_models([{"type": "openclip_zoo", "match": "*"}])
     assert len(every) == len(open_clip.list_pretrained())
 

@@ -45,7 +45,7 @@ NAMED_MODELS = {**{m["name"]: m for m in PUBLISHED_MODELS}, DEMO_NAME: DEMO_MODE
 def expand_models(models):
     """MODELS as a list of spec dicts: a name (a string, or a string of names "a,b") stands for its
     spec in NAMED_MODELS, an {"type": "openclip_zoo", "match", "tags"} entry for its open_clip models
-    (lgip.models.zoo; a pair already in the list is not repeated), a spec dict stays as given
+    (lgip.models.zoo; a pair that another entry of the list names is evaluated once, as that entry), a spec dict stays as given
     (copied), None stays None (a script's own default). An unknown name is an error naming the
     closest valid names.
     >>> [m["name"] for m in expand_models(["demo", {"name": "mine", "type": "python", "loader": "m.py:f"}])]
@@ -58,11 +58,11 @@ def expand_models(models):
         models = [n.strip() for n in models.split(",") if n.strip()]
     if not isinstance(models, (list, tuple)):
         return models  # (the settings check names what a list of specs must be)
-    out = []
+    out, zoo = [], []  # zoo: the positions in `out` that a zoo entry filled
     for m in models:
         if is_zoo(m):
-            have = {(s.get("model_name"), s.get("pretrained")) for s in out if isinstance(s, dict) and s.get("type") == "openclip"}
-            out += [s for s in expand_zoo(m) if (s["model_name"], s["pretrained"]) not in have]
+            zoo += range(len(out), len(out) + len(expanded := expand_zoo(m)))
+            out += expanded
             continue
         if isinstance(m, str):
             if m not in NAMED_MODELS:
@@ -72,7 +72,24 @@ def expand_models(models):
                                  f"(or give a spec dict, README \"Models\")")
             m = NAMED_MODELS[m]
         out.append(dict(m) if isinstance(m, dict) else m)
-    return out
+    # a pair named twice is evaluated once: a zoo's pair goes when a spec of the list names it (before
+    # or after the zoo entry: that spec's name and settings are the user's own) or an earlier zoo had it
+    named = {_pair(s) for i, s in enumerate(out) if i not in zoo} - {None}
+    keep, seen = [], set()
+    for i, s in enumerate(out):
+        if i in zoo:
+            if _pair(s) in named or _pair(s) in seen:
+                continue
+            seen.add(_pair(s))
+        keep.append(s)
+    return keep
+
+
+def _pair(spec):
+    """An open_clip spec's (architecture, pretrained tag), else None."""
+    if isinstance(spec, dict) and spec.get("type") == "openclip":
+        return spec.get("model_name"), spec.get("pretrained")
+    return None
 
 
 # spec "type" -> (spec, protocol, device, dtype) -> Encoder
