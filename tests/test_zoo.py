@@ -125,6 +125,7 @@ def test_the_tag_table_and_families():
         assert tag_facts(token + "_s1k")[0] == data and tag_facts(token + "_s1k")[1] == 1000
     assert [family_of(a) for a in ("RN50", "ViT-B-16", "EVA02-L-14", "convnext_base", "ViT-SO400M-14-SigLIP")] == [
         "RN50", "ViT", "EVA02", "convnext", "SigLIP"]
+    assert family_of("nllb-clip-base-siglip") == "nllb"  # "SigLIP" as the section writes it, case and all
 
 
 def test_cards_count_each_tower_as_the_models_own_parameters_say():
@@ -142,13 +143,13 @@ def test_cards_count_each_tower_as_the_models_own_parameters_say():
             assert card["params_text"] == total - image - sum(
                 p.numel() for n, p in model.named_parameters() if n.startswith(("logit_scale", "logit_bias")))
             assert card["image_size"] == 64 and card["context_length"] == (77 if spec is OPENCLIP_TINY else 64)
-        assert loaded["embed_dim"] == 32 and built["embed_dim"] is None  # (only what is seen)
+        assert loaded["embed_dim"] == built["embed_dim"] == model_card(spec, enc)["embed_dim"] == 32
     assert model_card(SIGLIP_TINY)["loss"] == "sigmoid" and model_card(OPENCLIP_TINY)["loss"] == "softmax"
     assert model_card(OPENCLIP_TINY)["architecture"] is None  # a local folder: no open_clip name to go by
     assert model_card(OPENCLIP_TINY)["training_data"] is None  # (its weights are the folder's: not known)
     random_rn50 = model_card({"name": "r", "type": "openclip", "model_name": "RN50", "pretrained": None})
-    assert random_rn50["training_data"] == "none (random init)" and random_rn50["samples_seen"] is None
-    assert random_rn50["params_total"] > 10 ** 7 and random_rn50["family"] == "RN50"
+    assert random_rn50["training_data"] is None and random_rn50["samples_seen"] is None  # (no tag: the table says nothing)
+    assert random_rn50["params_total"] > 10 ** 7 and random_rn50["family"] == "RN50" and random_rn50["embed_dim"] == 1024
     mine = {"name": "mine", "type": "python", "loader": os.path.join(HERE, "user_loaders.py") + ":openclip_tiny",
             "card": {"training_data": "in-house 50M", "loss": "softmax"}}
     enc = load_model(mine, "corrected", "cpu")
@@ -156,6 +157,30 @@ def test_cards_count_each_tower_as_the_models_own_parameters_say():
     assert card["params_total"] == sum(p.numel() for p in enc.model.parameters()) and card["params_image"] is None
     assert card["training_data"] == "in-house 50M" and card["loss"] == "softmax"  # the spec's card wins
     assert count_towers(torch.nn.Linear(2, 3)) == {"params_image": None, "params_text": None, "params_total": 9}
+
+
+def test_a_card_whose_model_cannot_be_built_keeps_what_its_spec_says(monkeypatch):
+    """No model to count (its text tower's files not at hand, say): the architecture, family and
+    the tag's facts are still the spec's; only what needs the model is None."""
+    import open_clip
+    from lgip.models import cards
+
+    def cannot(*args, **kwargs):
+        raise OSError("the text tower's config cannot be had")
+    monkeypatch.setattr(open_clip, "create_model", cannot)
+    monkeypatch.setattr(cards, "_CARDS", {})
+    card = model_card({"name": "n", "type": "openclip", "model_name": "nllb-clip-base-siglip", "pretrained": "v1"})
+    assert (card["architecture"], card["family"], card["pretrained"], card["source"]) == (
+        "nllb-clip-base-siglip", "nllb", "v1", "openclip")
+    assert card["params_total"] is None and card["embed_dim"] is None and card["training_data"] is None
+    laion = model_card({"name": "l", "type": "openclip", "model_name": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"})
+    assert (laion["family"], laion["training_data"], laion["samples_seen"]) == ("ViT", "LAION-2B", 34_000_000_000)
+
+
+def test_the_cards_worked_example():
+    import doctest
+    from lgip.models import cards
+    assert doctest.testmod(cards, optionflags=doctest.NORMALIZE_WHITESPACE).failed == 0
 
 
 def test_every_evaluation_row_has_its_card(tmp_path):

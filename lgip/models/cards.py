@@ -38,12 +38,9 @@ def family_of(architecture):
     """
     if not architecture:
         return None
-    if "siglip" in architecture.lower():
+    if "SigLIP" in architecture:  # (as section 12 says it, case and all: nllb-clip-base-siglip is "nllb")
         return "SigLIP"
     return re.split(r"[-_]", architecture, 1)[0]
-
-
-RANDOM_INIT = "none (random init)"  # the training data of a model that had none (the demo's card says the same)
 
 
 def tag_facts(tag):
@@ -93,10 +90,34 @@ def count_towers(model):
     return {"params_image": image, "params_text": text, "params_total": total}
 
 
+def _openclip_embed_dim(name, model, on_meta):
+    """The width of an open_clip model's embeddings: its config's `embed_dim` (an open_clip name), else
+    an image's through the model built on the meta device (shapes only), else its projections'."""
+    import open_clip
+    import torch
+    config = open_clip.get_model_config(name) if not name.startswith(("hf-hub:", "local-dir:")) else None
+    if isinstance((config or {}).get("embed_dim"), int):
+        return config["embed_dim"]
+    size = getattr(getattr(model, "visual", None), "image_size", None)
+    size = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+    if on_meta and all(isinstance(s, int) for s in size):
+        try:
+            return int(model.encode_image(torch.zeros(1, 3, *size, device="meta")).shape[-1])
+        except Exception:
+            pass
+    projection = getattr(model, "text_projection", None)
+    if isinstance(projection, torch.Tensor) and projection.ndim == 2:
+        return int(projection.shape[1])
+    dim = getattr(getattr(model, "visual", None), "output_dim", None)
+    return dim if isinstance(dim, int) else None
+
+
 def _openclip_card(spec, model):
     name = str(spec.get("model_name", ""))
-    local = name.startswith(("hf-hub:", "local-dir:"))
+    on_meta = model is None
     if model is None:
+        from .hub import hub_status
+        hub_status()  # (an unreachable Hub: offline mode first, so a text tower's config not in the cache fails at once)
         import logging
         import warnings
         import open_clip
@@ -113,9 +134,8 @@ def _openclip_card(spec, model):
     size = size[0] if isinstance(size, (tuple, list)) and len(set(size)) == 1 else size
     card = dict(count_towers(model), image_size=size if isinstance(size, int) else None,
                 context_length=getattr(model, "context_length", None),
-                loss="sigmoid" if getattr(model, "logit_bias", None) is not None else "softmax")
-    card["architecture"] = None if local else name
-    card["family"] = None if local else family_of(name)
+                loss="sigmoid" if getattr(model, "logit_bias", None) is not None else "softmax",
+                embed_dim=_openclip_embed_dim(name, model, on_meta))
     return card
 
 
@@ -133,7 +153,9 @@ def _transformers_card(spec, model):
     kind = getattr(config, "model_type", None)
     vision, text = getattr(config, "vision_config", None), getattr(config, "text_config", None)
     logit_only = hasattr(model, "logit_scale") and getattr(model, "logit_bias", None) is None
-    return dict(count_towers(model), architecture=kind, family=kind,
+    projection = getattr(model, "visual_projection", None)  # (SigLIP's image embedding is its vision tower's pooled output)
+    embed_dim = getattr(projection, "out_features", None) if projection is not None else getattr(vision, "hidden_size", None)
+    return dict(count_towers(model), architecture=kind, family=kind, embed_dim=embed_dim,
                 image_size=getattr(vision, "image_size", None),
                 context_length=getattr(text, "max_position_embeddings", None),
                 loss="sigmoid" if kind in ("siglip", "siglip2") else "softmax" if logit_only else None)
@@ -166,9 +188,9 @@ def model_card(spec, enc=None, image_embeddings=None):
     tag = spec.get("pretrained") if kind == "openclip" else None
     data, seen = tag_facts(tag) if kind == "openclip" else (None, None)
     name = spec.get("model_name") if kind == "openclip" else None
-    if tag is None and isinstance(name, str) and not name.startswith(("local-dir:", "hf-hub:")):
-        data = RANDOM_INIT  # (an open_clip architecture without a pretrained tag: its weights are drawn at random)
     card = dict.fromkeys(FIELDS)
+    if kind == "openclip" and isinstance(name, str) and not name.startswith(("local-dir:", "hf-hub:")):
+        card.update(architecture=name, family=family_of(name))  # (the name says it: known when the model cannot be built here)
     card.update(source=kind, training_data=data, samples_seen=seen,
                 pretrained=(os.path.basename(tag) if isinstance(tag, str) and os.path.isfile(tag) else tag)
                 if kind == "openclip" else spec.get("model_id") if kind in ("transformers", "siglip") else
