@@ -71,10 +71,12 @@ def main():
     rng = random.Random(SEED)
     selected = select(records, rng)
     encoders = {p: common.load_model(MODEL, p, DEVICE, DTYPE) for p in common.PROTOCOLS}
-    # the image tower is the same under both protocols: images encoded once, before the draws that depend on them
-    img, readable, report = common.encode_record_images(encoders["corrected"], selected, image_root, 16, 0)
+    # images encoded by each protocol's model (an open_clip model trained with QuickGELU is built with it
+    # only when corrected, both towers), before the draws that depend on which images read
+    imgs = {p: common.encode_record_images(enc, selected, image_root, 16, 0) for p, enc in encoders.items()}
+    _, readable, report = imgs["corrected"]
     picks = draw(selected, set(readable), rng)
-    results = {p: similarities(enc, img, selected, picks) for p, enc in encoders.items()}
+    results = {p: similarities(enc, imgs[p][0], selected, picks) for p, enc in encoders.items()}
     rows = []
     print(f"{MODEL['name']}: similarity to the image, corrected (as trained) | reference (published encoding)")
     print(f"{'text':<60} {'corr':>7} {'delta':>7} | {'ref':>7} {'delta':>7}")

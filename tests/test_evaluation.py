@@ -98,6 +98,48 @@ def test_siglip_sanity_check_shows_both_protocols(tmp_path):
     assert out["run"]["config"]["N_RECORDS"] == 4
 
 
+def test_siglip_sanity_check_encodes_images_by_each_protocols_model(tmp_path):
+    """MODEL may be any model: one trained with QuickGELU (a checkpoint named openai*) is built with it
+    when corrected and as published (GELU) when reference, both towers; each column's images are that
+    build's. Restated with open_clip directly: the caption's similarity under each build."""
+    import subprocess
+    import sys
+
+    import open_clip
+    import torch
+    from PIL import Image
+    from conftest import FIXTURES, ROOT
+    tiny = os.path.join(FIXTURES, "models", "openclip-tiny")
+    config = tmp_path / "lgip-tiny-quick.json"  # (open_clip names an added config after its file)
+    config.write_text(json.dumps(json.load(open(os.path.join(tiny, "open_clip_config.json")))["model_cfg"]))
+    weights = tmp_path / "openai_tiny.bin"
+    shutil.copy(os.path.join(tiny, "open_clip_pytorch_model.bin"), weights)
+    spec = {"name": "quick", "type": "openclip", "model_name": "lgip-tiny-quick", "pretrained": str(weights)}
+    src = tmp_path / "in.jsonl"
+    shutil.copy(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), src)
+    argv = ["siglip_sanity_check.py", f"--JSONL_PATH={src}", f"--IMAGE_ROOT={FIXTURES}", f"--MODEL={spec!r}",
+            "--N_RECORDS=2", "--DEVICE=cpu"]
+    code = (f"import sys, runpy, open_clip; open_clip.add_model_config({str(config)!r}); sys.argv = {argv!r}; "
+            f"runpy.run_path('siglip_sanity_check.py', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [r for r in json.load(open(tmp_path / "in__siglip_sanity.json"))["rows"] if not r["is_flip"]]
+    assert len(rows) == 2
+    open_clip.add_model_config(str(config))
+    for column, quick in (("sim_corrected", True), ("sim_reference", False)):
+        model, _, preprocess = open_clip.create_model_and_transforms(
+            "lgip-tiny-quick", pretrained=str(weights), force_quick_gelu=quick)
+        model.eval()
+        tokenizer = open_clip.get_tokenizer("lgip-tiny-quick")
+        for r in rows:
+            with torch.no_grad():
+                image = model.encode_image(preprocess(Image.open(os.path.join(FIXTURES, r["image_path"])).convert("RGB"))[None])
+                text = model.encode_text(tokenizer([r["text"]]))
+            want = torch.nn.functional.cosine_similarity(image, text).item()
+            assert abs(r[column] - want) < 1e-5, (column, r["text"], r[column], want)
+    assert any(abs(r["sim_corrected"] - r["sim_reference"]) > 1e-4 for r in rows)
+
+
 def _fixture_lines(name):
     return open(os.path.join(REFERENCE, name), encoding="utf-8").read().splitlines()
 
