@@ -187,9 +187,9 @@ def detection(lines, cfg):
     resampled records for both); None with a single class."""
     from .scoring import bootstrap_draws
     items = {}
-    for x in lines:  # (a caption once; its flips each once)
+    for x in lines:  # (a caption once, by its text: one written in two slots of a record is attributed once; its flips each once)
         s_cap = x.get("sim_caption_template", x["sim_caption"])
-        items.setdefault(("caption", x["line"], x["caption_index"]), (x["line"], True, s_cap, x["caption_fclipscore"]))
+        items.setdefault(("caption", x["line"], x["caption"]), (x["line"], True, s_cap, x["caption_fclipscore"]))
         items[("flip", len(items))] = (x["line"], False, x.get("sim_flip_template", x["sim_flip"]), x["fclipscore"])
     keep = [v for v in items.values() if v[3] is not None]
     block = {"detection_num_captions": sum(1 for v in keep if v[1]), "detection_num_flips": sum(1 for v in keep if not v[1])}

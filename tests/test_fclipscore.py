@@ -39,7 +39,7 @@ def test_f_is_recounted_from_each_lines_words_and_similarity(explained):
 
 def test_detection_figures_equal_scikit_learns_on_the_lines(explained):
     m, lines = explained
-    captions = {(x["line"], x["caption_index"]): x for x in lines}  # each distinct record and caption once
+    captions = {(x["line"], x["caption"]): x for x in lines}  # each distinct record and caption once
     y = [1] * len(captions) + [0] * len(lines)
     s = [x["sim_caption"] for x in captions.values()] + [x["sim_flip"] for x in lines]
     f = [x["caption_fclipscore"] for x in captions.values()] + [x["fclipscore"] for x in lines]
@@ -52,7 +52,7 @@ def test_detection_figures_equal_scikit_learns_on_the_lines(explained):
         assert lo <= m[key] <= hi, key
     for t, block in m["by_flip_type"].items():
         typed = [x for x in lines if x["flip_type"] == t]
-        caps = {(x["line"], x["caption_index"]): x for x in typed}
+        caps = {(x["line"], x["caption"]): x for x in typed}
         yt = [1] * len(caps) + [0] * len(typed)
         ft = [x["caption_fclipscore"] for x in caps.values()] + [x["fclipscore"] for x in typed]
         assert block["detection_ap_fclipscore"] == pytest.approx(sklearn_metrics.average_precision_score(yt, ft), abs=1e-12)
@@ -103,8 +103,21 @@ def test_average_precision_equals_scikit_learns_with_ties_and_weights():
     assert many[0] == 1.0 and np.isnan(many[1]) and np.isnan(many[2])  # per weighting; one class: NaN
 
 
+def test_a_caption_written_in_two_slots_is_one_positive():
+    """The same caption text at two indices of one record (SugarCrepe++ items of one image, a COCO
+    duplicate) is one (record, caption): attributed once, so one positive; another record's is another."""
+    def line(rec, index, caption, s_flip):
+        return {"line": rec, "caption_index": index, "caption": caption, "sim_caption": 0.3, "sim_flip": s_flip,
+                "fclipscore": -0.2, "caption_fclipscore": -0.05}
+    lines = [line(1, 0, "a red bus", 0.2), line(1, 2, "a red bus", 0.35), line(2, 0, "a red bus", 0.1)]
+    block = detection(lines, {"BOOTSTRAP": 0, "BOOTSTRAP_SEED": 0})
+    assert block["detection_num_captions"] == 2 and block["detection_num_flips"] == 3
+    y, s = [1, 1, 0, 0, 0], [0.3, 0.3, 0.2, 0.35, 0.1]
+    assert block["detection_ap_clipscore"] == pytest.approx(sklearn_metrics.average_precision_score(y, s), abs=1e-12)
+
+
 def test_detection_of_a_single_class_gives_none():
-    line = {"line": 1, "caption_index": 0, "sim_caption": 0.3, "sim_flip": 0.2, "fclipscore": -0.1,
+    line = {"line": 1, "caption_index": 0, "caption": "a bus", "sim_caption": 0.3, "sim_flip": 0.2, "fclipscore": -0.1,
             "caption_fclipscore": None}
     block = detection([line], {"BOOTSTRAP": 50, "BOOTSTRAP_SEED": 0})
     assert block["detection_ap_clipscore"] is None and block["detection_ap_gain_ci95"] is None
