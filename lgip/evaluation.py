@@ -11,7 +11,7 @@ import time
 from . import accelerations
 from .demo import demo_block, say_demo
 from .models import prefix_packs
-from .errors import InputError, Interrupted
+from .errors import InputError, Interrupted, ModelError
 from .model_loop import ModelLoop
 from .models.cards import model_card
 from .util import OUTPUTS, Timer, metrics_path, provenance
@@ -220,6 +220,9 @@ class ModelRun:
                               "from_cache": images.n_cached}
         good = set(self.ok)
         self.failed = [k for k in self.mine if k not in good]  # records whose image could not be read
+        nonfinite = self._nonfinite(txt_emb, rows)
+        if self.world == 1:
+            self._check_finite([nonfinite])
         if self.failed:
             pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]
         image_sum = self._image_sum(txt_emb) if controls else None
@@ -236,7 +239,8 @@ class ModelRun:
             return pairs_list
         gathered = _gather(([p.state() for p in pairs_list], len(self.ok), self.image_report,
                             self.bank.n_unique, self.bank.n_encoded, self.bank.positions, self.n_samples,
-                            self.failed), self.world)
+                            self.failed, nonfinite), self.world)
+        self._check_finite([g[8] for g in gathered])  # (on every rank: all stop together, or none)
         # every rank has every rank's counts (all_gather): all stop together, or none
         self._check_usable(sum(g[6] for g in gathered),
                            {"num_failed_images": sum(g[2]["num_failed_images"] for g in gathered),
@@ -274,6 +278,46 @@ class ModelRun:
             dist.all_reduce(total)
             dist.all_reduce(n)
         return row_dots(txt_emb, total), int(n.item())
+
+    def _nonfinite(self, txt_emb, rows):
+        """This process's embeddings that are NaN or infinite (a model that overflowed in fp16 or bf16,
+        say): {"images": count, "texts": count, "first_image": (line, path), "first_text": text}.
+        An unreadable image's row is NaN by design and not counted."""
+        import numpy as np
+        import torch
+        out = {"images": 0, "texts": 0, "first_image": None, "first_text": None}
+        if self.ok:
+            ok = torch.as_tensor(self.ok, dtype=torch.long, device=self.img_emb.device)
+            bad = (~torch.isfinite(self.img_emb[ok]).all(dim=1)).nonzero().flatten().tolist()
+            if bad:
+                line, rec = self.records[self.ok[bad[0]]]
+                out.update(images=len(bad), first_image=(line, rec["image_path"]))
+        if len(txt_emb):
+            bad_rows = (~torch.isfinite(txt_emb).all(dim=1)).nonzero().flatten().cpu().numpy()
+            if len(bad_rows):
+                slots = np.flatnonzero(np.isin(np.asarray(rows), bad_rows))
+                out.update(texts=len(bad_rows), first_text=self.bank.calls.texts[int(slots[0])] if len(slots) else None)
+        return out
+
+    def _check_finite(self, reports):
+        """ModelError (before any metrics or score file is written) when an embedding of the model is
+        NaN or infinite: every figure it enters would be NaN, and a NaN gap counts as not positive."""
+        images, texts = sum(r["images"] for r in reports), sum(r["texts"] for r in reports)
+        if not images and not texts:
+            return
+        first_image = next((r["first_image"] for r in reports if r["first_image"]), None)
+        first_text = next((r["first_text"] for r in reports if r["first_text"]), None)
+        where = "; ".join(w for w in (
+            f"first image: line {first_image[0]}, {first_image[1]}" if first_image else "",
+            f"first text: {first_text[:120]!r}" if first_text is not None else "") if w)
+        dtype = str(self.enc.dtype).replace("torch.", "")
+        why = (f"Run in {dtype}, a model can overflow: run it with DTYPE=\"float32\"." if dtype in ("float16", "bfloat16")
+               else f"In {dtype} it is the model's own: NaN in its weights, or its code.")
+        cached = (f" Embeddings read from the cache are checked too: remove {self.cache.dir} to encode them again."
+                  if self.cache is not None else "")
+        raise ModelError(f"model {self.enc.name!r}: {images} image and {texts} text embeddings are not finite "
+                         f"(NaN or inf; {where}), so no figure of it can be computed. {why}{cached} "
+                         f"No metrics were written for it.")
 
     def _check_usable(self, n_usable, image_report):
         """InputError (before any metrics or score file is written) when no record has both a

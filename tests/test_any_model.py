@@ -344,3 +344,36 @@ def test_word_attribution_of_a_model_in_memory_below_fp32_runs_in_fp32(tmp_path,
                  for m in ("low", "fp32"))
     assert len(low) == 12 and low == high
     assert {n: (p.data_ptr(), p.dtype) for n, p in model.named_parameters()} == before and model.training
+
+
+def test_embeddings_that_are_not_finite_stop_the_model_with_what_and_where(tmp_path):
+    """A model whose embeddings are NaN or inf (fp16 overflow, NaN weights) makes no figure: every
+    figure it enters would be NaN and a NaN gap would count as not positive. The run names the model,
+    how many, the first text or image, and what to try; nothing is written for it. With
+    ON_MODEL_ERROR="skip" the other models' rows are written whole and the failure is recorded."""
+    import run_lgip_multi
+    from lgip.errors import ModelError
+    jsonl = copy_input(str(tmp_path), "run_lgip_multi.py")
+    loader = f"{os.path.dirname(__file__)}/user_loaders.py:non_finite"
+    texts = {"name": "nan_texts", "type": "python", "loader": loader}
+    images = {"name": "inf_images", "type": "python", "loader": loader, "kwargs": {"word": "zzzzqx", "images": True}}
+    with pytest.raises(ModelError) as e:
+        run_lgip_multi.run(**settings(jsonl, [texts]))
+    said = str(e.value)
+    assert said.startswith("model 'nan_texts': 0 image and ") and " text embeddings are not finite (NaN or inf; " in said
+    first = re.search(r"first text: '([^']*)'", said).group(1)
+    assert "dog" in first.lower().split() or "dog" in first.lower(), said
+    assert "In float32 it is the model's own: NaN in its weights, or its code." in said
+    assert said.endswith("No metrics were written for it.")
+    fp16 = {"name": "half", "type": "python", "loader": loader}
+    with pytest.raises(ModelError, match=r'Run in bfloat16, a model can overflow: run it with DTYPE="float32"\.'):
+        run_lgip_multi.run(**settings(jsonl, [fp16], DTYPE="bfloat16"))
+    with pytest.raises(ModelError, match=r"model 'inf_images': 12 image and 0 text embeddings are not finite "
+                                         r"\(NaN or inf; first image: line 1, "):
+        run_lgip_multi.run(**settings(jsonl, [images]))
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".json")]
+    good = {"name": "good", "type": "python", "loader": f"{os.path.dirname(__file__)}/user_loaders.py:openclip_tiny"}
+    rows = run_lgip_multi.run(**settings(jsonl, [texts, good], ON_MODEL_ERROR="skip"))
+    assert [r["model_tag"] for r in rows] == ["good"]
+    skipped = rows[0]["run"]["skipped_models"]
+    assert [s["name"] for s in skipped] == ["nan_texts"] and "not finite" in skipped[0]["error"]

@@ -44,3 +44,26 @@ def wrong_text_shape(device="cpu", dtype=torch.float32):
 def two_things(device="cpu", dtype=torch.float32):
     model, preprocess, _ = openclip_tiny(device, dtype)
     return model, preprocess
+
+
+class _NonFiniteModel(torch.nn.Module):
+    """The tiny model whose text embeddings are NaN for texts holding the token `token`, and whose
+    image embeddings overflow to inf when `images` is True: as a model run in fp16 can."""
+
+    def __init__(self, model, token, images):
+        super().__init__()
+        self.model, self.token, self.images = model, token, images
+
+    def encode_image(self, pixels):
+        out = self.model.encode_image(pixels)
+        return out * float("inf") if self.images else out
+
+    def encode_text(self, ids):
+        out = self.model.encode_text(ids)
+        return torch.where((ids == self.token).any(dim=1, keepdim=True), torch.full_like(out, float("nan")), out)
+
+
+def non_finite(device="cpu", dtype=torch.float32, word="dog", images=False):
+    model, preprocess, tokenizer = openclip_tiny(device, dtype)
+    token = int(tokenizer([word])[0, 1])  # (after the start token)
+    return _NonFiniteModel(model, token, images), preprocess, tokenizer
