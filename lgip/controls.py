@@ -50,8 +50,8 @@ def prior_figures(block, flips, paras, resamples, seed, paras_too=True):
     """Section 9's figures of these flip pairs (and paraphrase pairs) added to `block`, each with its
     `*_ci95` over images; None where there are no pairs or fewer than 2 images."""
     prior, grounded = prior_values(flips)
-    if prior is None:
-        block.update({k: None for k in PRIOR_KEYS})
+    if prior is None:  # (the same keys as with figures, each interval right after its figure)
+        block.update({x: None for k in PRIOR_KEYS for x in (k, k + "_ci95")})
     else:
         rec = np.asarray(flips.rec)
         for key, values in (("prior_gap_mean", prior), ("grounded_gap_mean", grounded),
@@ -60,7 +60,7 @@ def prior_figures(block, flips, paras, resamples, seed, paras_too=True):
             add_ci(block, key, rec, values, resamples, seed)
     if paras_too:
         if paras is None or not hasattr(paras, "prior") or not _usable(paras.prior):
-            block.update({k: None for k in INVARIANCE_PRIOR_KEYS})
+            block.update({x: None for k in INVARIANCE_PRIOR_KEYS for x in (k, k + "_ci95")})
             return block
         shift, prior_shift = paras.sim - paras.base_sim, paras.prior - paras.prior_base
         rec = np.asarray(paras.rec)

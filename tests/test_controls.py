@@ -140,8 +140,10 @@ def test_fewer_than_two_images_gives_none(tmp_path):
     jsonl.write_text(open(os.path.join(REFERENCE, PERTURB), encoding="utf-8").readline(), encoding="utf-8")
     row = run("run_lgip_multi", jsonl, [OPENCLIP_TINY], BOOTSTRAP=50)[0]
     assert row["sensitivity_pos_rate"] is not None
-    for key in KEYS[:6]:
-        assert row[key] is None and row.get(key + "_ci95") is None, key
+    for key in KEYS[:6]:  # (present, as with two images: a row's keys do not depend on its data)
+        assert key in row and key + "_ci95" in row and row[key] is None and row[key + "_ci95"] is None, key
+    keys = list(row)
+    assert keys.index("prior_pos_rate_ci95") == keys.index("prior_pos_rate") + 1
     assert row["robust_pos_rate"] is not None  # (one image suffices for the hard positives)
 
 
