@@ -206,3 +206,29 @@ def test_evaluation_input_of_the_wrong_kind_or_a_folder_is_said(tmp_path, script
         src.write_text("\n".join(lines[:2] + [json.dumps(rec)]) + "\n")
         proc = run_script(script, *eval_args(src, models=[OPENCLIP_TINY]), check=False)
         assert proc.returncode == 2 and f"{src}:3: field 'same_caps.1[0]' holds a lone UTF-16 surrogate" in proc.stderr
+
+
+def test_a_tie_is_not_positive(tmp_path):
+    """A flip scored exactly as its caption (here: the same text, so the same embedding) is no
+    evidence either way: gap 0, counted not positive (section 4: gap > 0), in the published figures,
+    the text-prior controls (grounded gap 0) and per flip type. (Under the reference protocol SigLIP
+    pads a text to its call's longest, so the caption and the same text as a flip differ: no tie.)"""
+    from conftest import OPENCLIP_TINY, SIGLIP_TINY
+    records = [json.loads(line) for line in _fixture_lines("fixture_with_fliptypes.jsonl")[:3]]
+    for r in records:
+        caption = r["orig_captions"][0]
+        for key in [k for k in r if k.startswith("diff_caps")]:
+            r[key] = {"0": [caption]} if key in ("diff_caps", "diff_caps_color") else {}
+    src = tmp_path / "tie_with_fliptypes.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    for protocol, models in (("corrected", [OPENCLIP_TINY, SIGLIP_TINY]), ("reference", [OPENCLIP_TINY])):
+        multi, _, _ = run_here("run_lgip_multi.py", **eval_settings(src, protocol, models, BOOTSTRAP=0, CACHE_DIR=None,
+                                                                     WRITE_SCORES=False))
+        typed, _, _ = run_here("run_lgip_by_fliptype.py", **eval_settings(src, protocol, models, BOOTSTRAP=0,
+                                                                           CACHE_DIR=None, WRITE_SCORES=False))
+        for m in multi:
+            assert (m["sensitivity_gap_mean"], m["sensitivity_pos_rate"]) == (0.0, 0.0), (protocol, m["model_tag"])
+            assert (m["grounded_gap_mean"], m["grounded_pos_rate"]) == (0.0, 0.0), (protocol, m["model_tag"])
+        for m in typed:
+            assert m["global_sensitivity"]["pos_rate"] == 0.0 and m["global_sensitivity"]["gap_mean"] == 0.0, protocol
+            assert m["by_flip_type"]["color"]["pos_rate"] == 0.0 and m["by_flip_type"]["color"]["count"] == 3, protocol

@@ -133,3 +133,39 @@ def test_open_clip_models_are_built_on_their_device(monkeypatch):
     monkeypatch.setattr(open_clip, "create_model_and_transforms", refuses_meta)
     model, _, built_on = _create_openclip_on("meta", name, None, {})
     assert built_on == "cpu" and next(model.parameters()).device.type == "cpu"
+
+
+def test_siglip2_texts_are_lowercased_when_corrected_only(tmp_path):
+    """SigLIP2 was trained on lowercased text (section 6): the corrected protocol lowercases every
+    text before its tokenizer, the reference protocol does not, nor for SigLIP (1); the tokenizer's
+    identity (cache keys, shared token tables) says which. The fixture's tokenizers fold case
+    themselves, so a stand-in tokenizer shows what reaches it; the loaded models show the rule."""
+    from types import SimpleNamespace
+    from lgip.models.transformers import _tokenize_fn, text_rules
+
+    class Seen:
+        model_max_length = 64
+
+        def __len__(self):
+            return 100
+
+        def __call__(self, texts, **kwargs):
+            self.texts = list(texts)
+            return {"input_ids": [[1] for _ in texts]}
+    siglip = SimpleNamespace(model_type="siglip")  # (SigLIP2's fixed-resolution checkpoints say "siglip" too)
+    cases = [("google/siglip2-base-patch16-224", "corrected", True), ("google/siglip2-base-patch16-224", "reference", False),
+             ("google/siglip-base-patch16-224", "corrected", False)]
+    identities = set()
+    for model_id, protocol, lowered in cases:
+        tok = Seen()
+        tokenize, identity = _tokenize_fn(tok, text_rules({"model_id": model_id}, protocol, siglip, None, tok))
+        tokenize(["Two DOGS on a Beach"])
+        assert tok.texts == ["two dogs on a beach" if lowered else "Two DOGS on a Beach"], (model_id, protocol)
+        identities.add(identity)
+    assert len(identities) == 2  # (lowercased or not)
+    copy = tmp_path / "siglip2-tiny"
+    shutil.copytree(SIGLIP_TINY["model_id"], copy)
+    for protocol, lowered in (("corrected", True), ("reference", False)):
+        enc = load_model({"name": "s2", "type": "siglip", "model_id": str(copy)}, protocol, "cpu")
+        assert enc.info["lowercase"] is lowered, protocol
+    assert load_model(SIGLIP_TINY, "corrected", "cpu").info["lowercase"] is False
