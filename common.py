@@ -63,17 +63,18 @@ Example (an evaluation script):
 """
 from lgip.accelerations import NAMES as ACCELERATIONS
 from lgip.cli import configure, parse_value, run_main
-from lgip.controls import hard_positive_figures, prior_figures, prior_values
+from lgip.controls import Comparisons, hard_positive_figures, prior_figures, prior_values
 from lgip.demo import ABOUT_MODEL as DEMO_ABOUT, DEMO_JSONL, DEMO_MODEL, demo_block, demo_message, say_demo
 from lgip.entry import script_call
 from lgip.models.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
 from lgip.errors import ConfigError, InputError, ModelError, Terminated
-from lgip.evaluation import ModelRun, eval_run_info, forget_token_tables, run_evaluation, swap_process_state
+from lgip.evaluation import (ModelRun, eval_run_info, forget_token_tables, run_evaluation, swap_process_state,
+                             write_comparisons)
 from lgip.generate import SkipRecord, run_generator
 from lgip.models.hub import check_models, require_models
 from lgip.models.hub import describe as describe_model_problems
 from lgip.images import encode_record_images, open_rgb
-from lgip.image_side import ImageSide, check_kinds, check_seed, save_examples
+from lgip.image_side import ImageSide, check_kinds, check_seed, image_flip_positives, save_examples
 from lgip.lookahead import Lookahead
 from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_flips, advanced_paraphrases, cap_sample,
                          infer_flip_type, simple_paraphrases, typed_flips)
@@ -85,7 +86,7 @@ from lgip.pipeline import Step, blockers, check_step_settings, reason_to_run, ru
 from lgip.pixel_memory import forget_pixels
 from lgip.records import caption_texts, dump_jsonl_line, flip_types, iter_records, load_records, read_json
 from lgip.results import write_rows
-from lgip.retrieval import Gallery, check_gallery_size, retrieval_figures, search_galleries
+from lgip.retrieval import Gallery, check_gallery_size, retrieval_compared, retrieval_figures, search_galleries
 from lgip.scorefile import PerModel, ScoreSidecar
 from lgip.scoring import Pairs, add_ci, mean_or_none
 from lgip.settings import check_settings, require_int
@@ -94,17 +95,17 @@ from lgip.texts import TextBank
 from lgip.util import (Timer, atomic_open, default_num_workers, default_output, fmt, metrics_path, package_versions,
                        provenance, refuse_overwriting_input, remove_stale_temps, write_json)
 
-__all__ = ["ACCELERATIONS", "COLORS", "ConfigError", "DEMO_ABOUT", "DEMO_JSONL", "DEMO_MODEL", "FLIP_TYPES", "Gallery",
+__all__ = ["ACCELERATIONS", "COLORS", "Comparisons", "ConfigError", "DEMO_ABOUT", "DEMO_JSONL", "DEMO_MODEL", "FLIP_TYPES", "Gallery",
            "ImageSide", "InputError", "Lookahead", "ModelError", "ModelLoop", "ModelRun", "NUMBER_WORDS", "OBJECTS", "PROTOCOLS",
            "PUBLISHED_MODELS", "Pairs", "PerModel", "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step",
            "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
            "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_kinds", "check_models", "check_seed", "check_settings", "check_step_settings",
            "configure", "cosines", "default_num_workers", "default_output", "demo_block", "demo_message", "describe_model_problems",
            "dump_jsonl_line", "encode_record_images", "eval_run_info", "flip_types", "fmt", "hard_positive_figures", "forget_pixels", "forget_token_tables",
-           "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "model_card", "open_rgb",
+           "image_flip_positives", "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "model_card", "open_rgb",
            "package_versions", "parse_value", "prior_figures", "prior_values", "provenance", "read_json", "reason_to_run", "refuse_overwriting_input",
            "remove_stale_temps", "require_int", "require_models", "resolve_device", "resolve_dtype",
-           "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step", "save_examples", "say_demo", "say_report",
+           "retrieval_compared", "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step", "save_examples", "say_demo", "say_report",
            "script_call", "script_settings", "search_galleries", "select_steps", "shard", "show", "simple_paraphrases",
            "swap_process_state", "typed_flips",
-           "write_json", "write_rows"]
+           "write_comparisons", "write_json", "write_rows"]

@@ -65,7 +65,7 @@ def explain_all(config):
     n = len(flips) if N_FLIPS is None else min(N_FLIPS, len(flips))
     sample = set(random.Random(SEED).sample(range(len(flips)), n))
     print(f"{len(records)} records, {len(flips)} flips; explaining {n} drawn with seed {SEED} (+ TOP_K {TOP_K} per model)")
-    results = []
+    results, paired = [], common.Comparisons()
     for spec in loop.runnable:
         with common.Timer() as t, loop.model(spec) as ok:  # (ON_MODEL_ERROR "skip": a model that fails is left out)
             enc = common.load_model(spec, "corrected", DEVICE, "fp32")
@@ -76,6 +76,8 @@ def explain_all(config):
                     enc.release()  # (a caller's model in memory: back in the mode it came in)
         if not ok:
             continue
+        for compared in m.pop("_compared", ()):
+            paired.add(enc.name, compared[0], None, *compared[1:])  # (paired model comparisons, LGIP_SPEC.md 9 and 12)
         m["model_card"] = common.model_card(spec, enc)
         m["run"] = dict(common.eval_run_info(__file__, config, enc, m.pop("image_report"), len(records), records=records),
                         seconds=round(t.seconds, 3), family=m.pop("family"))
@@ -91,6 +93,8 @@ def explain_all(config):
         print(f"{enc.name}: {explain.detection_line(m)}", flush=True)
     loop.finish(results)
     print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_explain.metrics.json'), results)}")
+    if len(paired.models) >= 2:
+        common.write_comparisons(__file__, config, paired)
     return results
 
 

@@ -70,6 +70,7 @@ def evaluate(run):
         return None
     figures, pairs = side.figures(parts, GALLERY_SIZE, BOOTSTRAP, BOOTSTRAP_SEED)
     run.phase_done("image_side")
+    run.compare("image_sensitivity_pos_rate", None, *common.image_flip_positives(pairs))  # (paired comparisons, 9 and 12)
     m = {"model_tag": run.enc.name, **figures}
     if side.offset is None and any(k in ("mix", "patch") for k in side.kinds):
         print(f"warning: {run.enc.name}: {side.n} readable image(s): no image flips (mix and patch take another "

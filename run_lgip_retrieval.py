@@ -71,6 +71,8 @@ def evaluate(run):
     found = common.search_galleries(gallery, run.config["GALLERY_SIZE"])
     run.phase_done("retrieval")  # (then "metrics_and_scores_file": the intervals)
     run.seconds.update({f"retrieval_{part}": v for part, v in found.seconds.items()})  # (the search's parts, of it)
+    for figure, image, hit in common.retrieval_compared(found):
+        run.compare(figure, None, image, hit)  # (paired model comparisons, LGIP_SPEC.md 9 and 12)
     return {"model_tag": run.enc.name,
             **common.retrieval_figures(found, run.config["BOOTSTRAP"], run.config["BOOTSTRAP_SEED"])}
 

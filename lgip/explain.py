@@ -253,6 +253,14 @@ def localization(lines, cfg):
     return block
 
 
+def localization_compared(lines):
+    """[(figure, each explained flip's record line, its value)]: the per-flip values of localization_acc,
+    which models are compared on (LGIP_SPEC.md sections 9 and 12: resampling images, a flip with its
+    record's image)."""
+    return [("localization_acc", np.array([x["line"] for x in lines], dtype=np.int64),
+             np.array([x["hit"] for x in lines], dtype=bool))]
+
+
 def type_order(records, lines):
     """The flip types of the lines, in the input's order (its diff_caps_<type> lists' first
     appearance: LGIP's color, number, object; a benchmark's own), then any other (untyped input)."""
@@ -284,7 +292,7 @@ def explain_model(enc, records, flips, sample, cfg):
     with atomic_open(path) as f:
         f.writelines(dump_jsonl_line(line) for line in lines)
     block = localization(lines, cfg)
-    return {"model_tag": enc.name, "num_flips": block.pop("count"), **block,
+    return {"model_tag": enc.name, "num_flips": block.pop("count"), **block, "_compared": localization_compared(lines),
             **detection(lines, cfg),
             "by_flip_type": {ft: dict(localization(typed, cfg), **detection(typed, cfg))
                              for ft in type_order(records, lines) for typed in [[x for x in lines if x["flip_type"] == ft]]},

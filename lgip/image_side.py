@@ -257,6 +257,16 @@ class ImageSide:
         return [("image_paraphrases", para, {}), ("image_flips", flips, {"other_image_path": other, "r": r})]
 
 
+def image_flip_positives(pairs):
+    """(each image-flip pair's record, whether its caption scores the original above the altered
+    image): the per-pair values of image_sensitivity_pos_rate, which models are compared on
+    (LGIP_SPEC.md sections 9 and 12)."""
+    import numpy as np
+    flip = np.isin(np.asarray(pairs.label, dtype=object), FLIP_KINDS)
+    gap = np.asarray(pairs.base_sim) - np.asarray(pairs.sim)
+    return np.asarray(pairs.rec, dtype=np.int64)[flip], gap[flip] > 0
+
+
 def _figure(block, key, records, values, resamples, seed):
     import numpy as np
     values = np.asarray(values, dtype=np.float64)

@@ -451,6 +451,13 @@ def _rate(block, key, hits, records, resamples, seed):
     return block
 
 
+def retrieval_compared(found):
+    """The per-image values of the figures models are compared on (LGIP_SPEC.md sections 9 and 12):
+    [(figure, each image query's record, its value)] for i2t_recall@1 and i2t_flip_top1_rate."""
+    img = found.records[found.img_pos.astype(int)]
+    return [("i2t_recall@1", img, found.i2t_rank <= 1), ("i2t_flip_top1_rate", img, found.flip_top1.astype(bool))]
+
+
 def retrieval_figures(found, resamples=1000, seed=0):
     """The section 7 figures of a search, named as there, each rate with a `*_ci95` bootstrap
     interval over images (a caption or paraphrase query goes with its image; resamples 0: none)."""

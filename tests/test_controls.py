@@ -35,6 +35,7 @@ def run(script, jsonl, models, **extra):
     module = importlib.import_module(script)
     settings = dict(JSONL_PATH=str(jsonl), IMAGE_ROOT=FIXTURES, MODELS=models, DEVICE="cpu", NUM_WORKERS=0,
                     BOOTSTRAP=0, WRITE_SCORES=False, CACHE_DIR=None)
+    settings = {k: v for k, v in settings.items() if k in module.CONFIG}  # (those the script has)
     settings.update(extra)
     return module.run(**settings)
 
@@ -183,6 +184,46 @@ def test_paired_comparisons_resample_the_same_images_for_both_models(tmp_path):
     assert row["diff_ci95"] == pytest.approx(list(np.quantile(diffs, [0.025, 0.975])), abs=1e-9)
     assert row["excludes_zero"] == (row["diff_ci95"][0] > 0 or row["diff_ci95"][1] < 0)
     assert row["num_images"] == len(recs) and row["run"]["created"]
+
+
+def test_retrieval_explain_and_images_compare_their_own_figures(tmp_path):
+    """Section 12's controlled pairs take each outcome's paired interval from section 9's comparisons:
+    run_lgip_retrieval.py (i2t_recall@1, i2t_flip_top1_rate), explain_flips.py (localization_acc) and
+    run_lgip_images.py (image_sensitivity_pos_rate) write them into the input's comparisons file,
+    beside each other; each row's values are the models' figures, over each model's images, and the
+    interval is the same resampling of images for both (restated from the explain lines)."""
+    from conftest import SIGLIP_TINY
+    from lgip.scoring import bootstrap_draws
+    jsonl = copy_input(tmp_path, FLIPTYPES)
+    models = [OPENCLIP_TINY, SIGLIP_TINY]
+    got = {"run_lgip_retrieval.py": run("run_lgip_retrieval", jsonl, models, BOOTSTRAP=100, BOOTSTRAP_SEED=1),
+           "explain_flips.py": run("explain_flips", jsonl, models, BOOTSTRAP=100, BOOTSTRAP_SEED=1, N_FLIPS=30, TOP_K=0),
+           "run_lgip_images.py": run("run_lgip_images", jsonl, models, BOOTSTRAP=100, BOOTSTRAP_SEED=1)}
+    rows = json.load(open(tmp_path / "fixture_with_fliptypes__LGIP_comparisons.metrics.json"))
+    assert [(r["script"], r["a"], r["b"], r["figure"]) for r in rows] == [
+        (script, "tiny_openclip", "tiny_siglip", figure) for script, figure in (
+            ("run_lgip_retrieval.py", "i2t_recall@1"), ("run_lgip_retrieval.py", "i2t_flip_top1_rate"),
+            ("explain_flips.py", "localization_acc"), ("run_lgip_images.py", "image_sensitivity_pos_rate"))]
+    for r in rows:
+        a, b = got[r["script"]]
+        assert (r["a_value"], r["b_value"]) == pytest.approx((a[r["figure"]], b[r["figure"]]), abs=1e-12), r["figure"]
+        assert r["diff"] == pytest.approx(a[r["figure"]] - b[r["figure"]], abs=1e-12)
+        assert r["diff_ci95"][0] <= r["diff"] <= r["diff_ci95"][1] and r["flip_type"] is None
+    assert rows[0]["num_images"] == 12 and rows[3]["num_images"] == 12
+    per = {}  # localization, restated: per record line, each model's explained flips' hits
+    for m in got["explain_flips.py"]:
+        lines = [json.loads(x) for x in open(tmp_path / m["explain_file"], encoding="utf-8")]
+        per[m["model_tag"]] = {}
+        for x in lines:
+            per[m["model_tag"]].setdefault(x["line"], []).append(float(x["hit"]))
+    used = sorted(set(per["tiny_openclip"]) | set(per["tiny_siglip"]))
+    diffs = []
+    for w in bootstrap_draws(len(used), 100, 1):
+        x = {t: [v for k, n in zip(used, w) for _ in range(n) for v in per[t].get(k, [])] for t in per}
+        if x["tiny_openclip"] and x["tiny_siglip"]:
+            diffs.append(np.mean(x["tiny_openclip"]) - np.mean(x["tiny_siglip"]))
+    assert rows[2]["num_images"] == len(used)
+    assert rows[2]["diff_ci95"] == pytest.approx(list(np.quantile(diffs, [0.025, 0.975])), abs=1e-9)
 
 
 def test_a_rerun_from_the_cache_gives_the_same_controls(tmp_path):

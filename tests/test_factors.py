@@ -146,7 +146,9 @@ def test_controlled_pairs_as_the_section_says():
              comparison("c", "a", "sensitivity_pos_rate", 0.05, [-0.01, 0.11], 0.65, 0.6),  # the other order
              comparison("a", "c", "invariance_error_mean", 0.0, [-0.002, 0.002], 0.02, 0.01),  # an earlier run's values
              comparison("a", "b", "sensitivity_pos_rate", -0.3, [-0.4, -0.2], 0.6, 0.7, script="run_lgip_by_fliptype.py"),
-             comparison("a", "b", "sensitivity_pos_rate", 0.3, [0.2, 0.4], 0.6, 0.7, flip_type="color")]
+             comparison("a", "b", "sensitivity_pos_rate", 0.3, [0.2, 0.4], 0.6, 0.7, flip_type="color"),
+             comparison("a", "b", "i2t_recall@1", 0.0, [-0.02, 0.03], 0.3, 0.3, script="run_lgip_retrieval.py"),
+             comparison("a", "c", "i2t_recall@1", 0.0, [-0.5, 0.5], 0.3, 0.3)]  # (not run_lgip_retrieval.py's: not used)
     pairs = F.compute_factors(rows, {}, comps, resamples=0)["controlled_pairs"]
     # a-b: same architecture, different known training data; a-c: same training data and family, other size;
     # d (training data unknown), e (another family), f (size unknown): no pair
@@ -159,7 +161,9 @@ def test_controlled_pairs_as_the_section_says():
     assert ac["outcomes"]["sensitivity_pos_rate"]["diff_ci95"] == pytest.approx([-0.11, 0.01])
     stale = ac["outcomes"]["invariance_error_mean"]  # its comparison's values are not the figures: not used
     assert stale["diff"] == 0.0 and stale["diff_ci95"] is None and stale["from"] is None and "no paired comparison" in stale["note"]
-    recall = ab["outcomes"]["i2t_recall@1"]  # never compared in pairs: the difference alone, said
+    recall = ab["outcomes"]["i2t_recall@1"]  # run_lgip_retrieval.py's comparison of the pair
+    assert recall["diff"] == 0.0 and recall["diff_ci95"] == [-0.02, 0.03] and recall["note"] is None
+    recall = ac["outcomes"]["i2t_recall@1"]  # not compared by run_lgip_retrieval.py: the difference alone, said
     assert recall["diff"] == 0.0 and recall["diff_ci95"] is None and recall["note"]
     assert ac["why"] == "same training data LAION-2B and family ViT, 151.0M vs 428.0M parameters"
 

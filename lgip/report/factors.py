@@ -41,6 +41,9 @@ OUTCOMES = (  # (name in the metrics, key in a report row, header, digits, bette
     ("image_sensitivity_pos_rate", "image_pos_rate", "Image pos. ↑", 3, "high"),
 )
 OUTCOME = {o[0]: o for o in OUTCOMES}
+OUTCOME_SOURCE = {"i2t_recall@1": "retrieval", "i2t_flip_top1_rate": "retrieval", "localization_acc": "explain",
+                  "image_sensitivity_pos_rate": "images"}  # the evaluation whose paired comparisons have an outcome
+# (the others: the evaluation the table's headline figures come from)
 NUMERIC = (("log10_params_total", "params_total", True), ("log10_samples_seen", "samples_seen", True),
            ("image_size", "image_size", False))  # (factor, its card field, taken as log10)
 CATEGORICAL = ("family", "training_data", "loss")
@@ -201,7 +204,8 @@ def controlled_pairs(rows, values, comparisons):
                 va, vb = values[a].get(name), values[b].get(name)
                 if va is None or vb is None:
                     continue
-                src = ra.get("headline_source") if ra.get("headline_source") == rb.get("headline_source") else None
+                src = OUTCOME_SOURCE.get(name) or (
+                    ra.get("headline_source") if ra.get("headline_source") == rb.get("headline_source") else None)
                 found = _paired(comparisons, SCRIPTS.get(src), a, b, name, va, vb) if src else None
                 if found:
                     diffs[name] = {"a_value": va, "b_value": vb, "diff": found[0], "diff_ci95": found[1], "from": found[2],

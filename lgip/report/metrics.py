@@ -349,12 +349,14 @@ EVALUATIONS = [
                ("_with_fliptypes.jsonl", "rebuttal_enhanced_"), _extract_enhanced, "enhanced analysis, corrected",
                typed=True, evaluated=lambda m: (m.get("corrected") or {}).get("num_records", "?")),
     Evaluation("retrieval", "run_lgip_retrieval.py", "LGIP_retrieval.metrics.json", ("_with_fliptypes.jsonl", ""),
-               _extract_retrieval, "run_lgip_retrieval", headline=False, columns=tuple(_extract_retrieval({})), scores=False),
+               _extract_retrieval, "run_lgip_retrieval", headline=False, columns=tuple(_extract_retrieval({})), scores=False,
+               comparisons=True),
     Evaluation("explain", "explain_flips.py", "LGIP_explain.metrics.json", ("_with_fliptypes.jsonl", ""),
                _extract_explain, "explain_flips", headline=False, columns=tuple(_extract_explain({})), scores=False,
-               evaluated=lambda m: f"{m.get('num_flips', '?')} flips", fixed_dtype=True),
+               evaluated=lambda m: f"{m.get('num_flips', '?')} flips", fixed_dtype=True, comparisons=True),
     Evaluation("images", "run_lgip_images.py", "LGIP_images.metrics.json", ("_with_fliptypes.jsonl", ""),
-               _extract_images, "run_lgip_images", headline=False, columns=tuple(_extract_images({})), scores=False),
+               _extract_images, "run_lgip_images", headline=False, columns=tuple(_extract_images({})), scores=False,
+               comparisons=True),
 ]
 BY_KEY = {e.key: e for e in EVALUATIONS}
 EVAL_KEYS = [e.key for e in EVALUATIONS]
@@ -673,6 +675,9 @@ def image_roots(metrics, metrics_paths, image_root=None):
 COMPARISONS_SUFFIX = "LGIP_comparisons.metrics.json"
 COMPARED = {"sensitivity_pos_rate": "pos_rate", "grounded_pos_rate": "grounded_pos_rate",
             "invariance_error_mean": "invariance_error"}  # a compared figure -> its name in a row (<evaluation>_<name>)
+COMPARED_OWN = {"i2t_recall@1": "retrieval_i2t_recall@1", "i2t_flip_top1_rate": "retrieval_i2t_flip_top1_rate",
+                "localization_acc": "localization_acc", "image_sensitivity_pos_rate": "image_pos_rate"}
+# ^ the figures of the evaluations with one figure of a name (section 12's outcomes) -> its key in a row
 
 
 def comparison_files(found):

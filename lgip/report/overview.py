@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from ..method import FLIP_TYPES
-from .metrics import (COMPARED, DESCRIPTIVE_BELOW, EVAL_KEYS, EVALUATIONS, SCRIPTS, enhanced_blocks, mixed_text,
+from .metrics import (COMPARED, COMPARED_OWN, DESCRIPTIVE_BELOW, EVAL_KEYS, EVALUATIONS, SCRIPTS, enhanced_blocks, mixed_text,
                       rank_correlations)
 from .tables import cell, interval, row_types
 
@@ -404,7 +404,9 @@ def prior_lines(rows, paths):
 
 
 COMPARED_NAMES = {"sensitivity_pos_rate": ("Pos. rate", 3), "grounded_pos_rate": ("Grounded pos.", 3),
-                  "invariance_error_mean": ("Inv. error", 4)}  # a compared figure: its name in the tables, digits
+                  "invariance_error_mean": ("Inv. error", 4), "i2t_recall@1": ("I2T R@1", 3),
+                  "i2t_flip_top1_rate": ("Flip top-1", 3), "localization_acc": ("Loc. acc.", 3),
+                  "image_sensitivity_pos_rate": ("Image pos.", 3)}  # a compared figure: its name in the tables, digits
 EXCLUDES = "interval excludes 0"  # (a difference beyond resampling noise on these images, nothing more)
 
 
@@ -414,9 +416,11 @@ def _stale(c, by_model):
     seen = []
     for model, value in ((c["a"], c["a_value"]), (c["b"], c["b_value"])):
         r, name = by_model.get(model), COMPARED.get(c["figure"])
-        if r is None or name is None or value is None:
+        if r is None or value is None:
             continue
-        if c["flip_type"] is None:
+        if name is None:  # (a figure of its own evaluation: one key in a row)
+            mine = r.get(COMPARED_OWN[c["figure"]]) if c["figure"] in COMPARED_OWN and c["flip_type"] is None else None
+        elif c["flip_type"] is None:
             mine = r.get(f"{c['source']}_{name}")
         elif r.get("flip_type_source") == c["source"] and name != "invariance_error":
             mine = r.get(f"{c['flip_type']}_{name}")
@@ -434,7 +438,7 @@ def comparison_rows(comparisons, rows):
     (None: no interval) and `stale` (the values are not the table's: an earlier run's); in
     EVALUATIONS, figure, flip type and file order."""
     by_model = {r["model"]: r for r in rows}
-    order = list(COMPARED)
+    order = list(COMPARED) + list(COMPARED_OWN)
     types = list(dict.fromkeys(row_types(rows) + list(FLIP_TYPES)))
 
     def key(c):
@@ -477,8 +481,9 @@ def comparisons_notes(table, comparisons, rows):
         notes.append("From " + ", ".join(f"`{f}`" for f in files) + ".")
     elif sum(1 for r in rows if r.get("_controls")) >= 2:
         notes.append("No paired comparison: they are made for the models evaluated together in one run (each pair of "
-                     "its MODELS), by `run_lgip_multi.py` and `run_lgip_by_fliptype.py` (`<stem>__LGIP_comparisons."
-                     "metrics.json`).")
+                     "its MODELS), by `run_lgip_multi.py` and `run_lgip_by_fliptype.py` (and `run_lgip_retrieval.py`, "
+                     "`explain_flips.py`, `run_lgip_images.py` for their own figures) in `<stem>__LGIP_comparisons."
+                     "metrics.json`.")
     stale = [t for t in table["overall"] + table["by_type"] if t["stale"]]
     if stale:
         notes.append(f"† {len(stale)} comparison{'s' if len(stale) != 1 else ''}: a model's value is not its figure in the "
