@@ -24,6 +24,7 @@ and the BICUBIC resizes are Pillow's own code).
 import math
 import random
 import string
+import unicodedata
 from typing import NamedTuple, Optional
 
 PARAPHRASE_KINDS = ("jpeg", "downscale", "crop", "hflip")  # meaning kept: the score should stay put
@@ -129,10 +130,23 @@ def partner(r, n, k):
     return (r + k) % n
 
 
+def _strip_punctuation(word):
+    """The word less the punctuation at its ends: ASCII's, and Unicode's (curly quotes, guillemets, an
+    ellipsis: COCO's captions have them)."""
+    def punct(c):
+        return c in string.punctuation or unicodedata.category(c).startswith("P")
+    i, j = 0, len(word)
+    while i < j and punct(word[i]):
+        i += 1
+    while j > i and punct(word[j - 1]):
+        j -= 1
+    return word[i:j]
+
+
 def mentions_left_or_right(caption):
     """True when a whitespace word of the caption, lowercased with the punctuation at its ends stripped,
     is "left" or "right": hflip would make such a caption false, so it makes no hflip pair."""
-    return any(w.lower().strip(string.punctuation) in LEFT_RIGHT for w in caption.split())
+    return any(_strip_punctuation(w.lower()) in LEFT_RIGHT for w in caption.split())
 
 
 class AlteredImage(NamedTuple):

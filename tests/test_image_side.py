@@ -61,7 +61,8 @@ def restated(x, kind, y=None, seed=0, r=0):
 
 
 def names_left_or_right(caption):
-    return any(w.lower().strip(string.punctuation) in ("left", "right") for w in caption.split())
+    punctuation = string.punctuation + "\u201c\u201d\u2018\u2019\u00ab\u00bb\u2026\u00bf\u00a1\u2014"
+    return any(w.lower().strip(punctuation) in ("left", "right") for w in caption.split())
 
 
 def fixture_images():
@@ -143,9 +144,10 @@ def test_the_same_seed_gives_the_same_bytes_in_any_process():
 
 def test_left_right_rule_and_partners():
     from lgip.alterations import flip_offset, mentions_left_or_right, partner
-    for caption in ("A dog to the left of a car.", "RIGHT: a bus", "(left) a cat", "turn left!"):
+    for caption in ("A dog to the left of a car.", "RIGHT: a bus", "(left) a cat", "turn left!",
+                    "a dog on the \u201cleft\u201d", "the car on the left\u2026", "turn \u00abright\u00bb", "\u00bfleft?"):
         assert mentions_left_or_right(caption) and names_left_or_right(caption)
-    for caption in ("leftover pizza", "a right-handed player", "the bright lights", "lefty"):
+    for caption in ("leftover pizza", "a right-handed player", "the bright lights", "lefty", "\u201cleftover\u201d"):
         assert not mentions_left_or_right(caption)
     for n in (2, 3, 12, 40):
         for seed in (0, 1, 99):

@@ -226,7 +226,7 @@ def write_comparisons(folder, stem, key, metrics):
     of the models with controls, run_lgip_by_fliptype.py's of the first three, overall and by flip type;
     the interval of each difference 0.03 either side (so some exclude 0), one pair without an interval."""
     ms = [m for m in metrics if m["model_tag"] != NO_CONTROLS][:None if key == "multi" else 3]
-    figures = [(f, None) for f in ("sensitivity_pos_rate", "invariance_error_mean", "grounded_pos_rate")]
+    figures = [(f, None) for f in ("sensitivity_pos_rate", "grounded_pos_rate", "invariance_error_mean")]
     if key == "fliptypes":
         figures += [(f, t) for t in ("color", "number", "object") for f in ("sensitivity_pos_rate", "grounded_pos_rate")]
     rows = []
