@@ -103,6 +103,32 @@ def test_average_precision_equals_scikit_learns_with_ties_and_weights():
     assert many[0] == 1.0 and np.isnan(many[1]) and np.isnan(many[2])  # per weighting; one class: NaN
 
 
+def test_with_a_template_f_and_detection_take_the_attributed_similarity(tmp_path):
+    """CLIP4DM's "A photo depicts " (TEMPLATE): the words and their scores are the caption's, the
+    template's tokens never among them; s in F = neg * (1 - s / 2.5) and in detection's CLIPScore is
+    the similarity of the text that was attributed (the template's, sim_*_template), while the LGIP
+    gap stays the one of the texts as written (sim_caption, sim_flip)."""
+    import explain_flips
+    shutil.copy(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), tmp_path / "x_with_fliptypes.jsonl")
+    m = explain_flips.run(JSONL_PATH=str(tmp_path / "x_with_fliptypes.jsonl"), IMAGE_ROOT=FIXTURES, DEVICE="cpu",
+                          MODELS=[OPENCLIP_TINY], N_FLIPS=40, TOP_K=0, BOOTSTRAP=0, NUM_WORKERS=0,
+                          TEMPLATE="A photo depicts ")[0]
+    lines = [json.loads(x) for x in open(tmp_path / m["explain_file"])]
+    assert lines
+    for x in lines:
+        assert x["words"] == x["flip"].split() and x["caption_words"] == x["caption"].split()
+        assert x["sim_flip_template"] != x["sim_flip"]  # (another text: another similarity)
+        assert x["gap"] == pytest.approx(x["sim_caption"] - x["sim_flip"], abs=1e-12)
+        neg = min(w for w in x["word_scores"] if w is not None)
+        assert x["fclipscore"] == pytest.approx(neg * (1 - x["sim_flip_template"] / 2.5), abs=1e-12)
+        cap = min(w for w in x["caption_word_scores"] if w is not None)
+        assert x["caption_fclipscore"] == pytest.approx(cap * (1 - x["sim_caption_template"] / 2.5), abs=1e-12)
+    captions = {(x["line"], x["caption"]): x for x in lines}
+    y = [1] * len(captions) + [0] * len(lines)
+    s = [x["sim_caption_template"] for x in captions.values()] + [x["sim_flip_template"] for x in lines]
+    assert m["detection_ap_clipscore"] == pytest.approx(sklearn_metrics.average_precision_score(y, s), abs=1e-12)
+
+
 def test_a_caption_written_in_two_slots_is_one_positive():
     """The same caption text at two indices of one record (SugarCrepe++ items of one image, a COCO
     duplicate) is one (record, caption): attributed once, so one positive; another record's is another."""
