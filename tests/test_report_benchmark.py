@@ -190,3 +190,40 @@ def test_the_benchmark_page_fits_1400_px(request, sc7, tmp_path):
     assert seen["headers"] == ["Model"] + types + ["Mean"]
     assert seen["types"] == ["Grounded pos. ↑"] + [t.replace("_", " ").capitalize() + " pos. ↑" for t in types]
     assert seen["filters"][0] == "" and all(t in SC_TYPES for t in seen["filters"][1:])
+
+
+def test_rococo_table_says_what_its_columns_are_and_where_its_own_figure_is(tmp_path):
+    """RoCOCO imported, run_lgip_by_fliptype.py and run_lgip_retrieval.py (RoCOCO's own figure: retrieval
+    with the altered captions in the gallery), then report.py: a column per type of the file, in its
+    order, each the positive rate of its pairs as the metrics have it, with its count of pairs; the lead
+    says what RoCOCO itself reports and where it is (the CSV's retrieval flip top-1 rate by type)."""
+    from conftest import eval_settings, run_here
+    from test_import_benchmark import rococo
+    out, _ = run_import("rococo", rococo(tmp_path / "src"), tmp_path)
+    for script in ("run_lgip_by_fliptype.py", "run_lgip_retrieval.py"):
+        run_here(script, **eval_settings(out, "corrected", [OPENCLIP_TINY, SIGLIP_TINY], IMAGE_ROOT=None, BOOTSTRAP=20,
+                                         CACHE_DIR=None))
+    run_script("report.py", f"--JSONL_PATH={out}", "--TOP_K=0")
+    stem = str(out)[:-len(".jsonl")]
+    types = metrics_types(out)
+    assert types == ["same_concept", "danger"]  # (the files' order; diff_concept and rand_voca have no item)
+    md = open(stem + "__LGIP_report.md", encoding="utf-8").read()
+    section = md_section(md, "RoCOCO table")
+    assert "RoCOCO itself reports retrieval with the altered captions in the gallery: `run_lgip_retrieval.py`'s flip " \
+           "top-1 rate, by type in the CSV" in section
+    assert "RoCOCO: https://github.com/pseulki/rococo." in section
+    table = md_rows(section, "Accuracy by type:")
+    metrics = {m["model_tag"]: m for m in json.load(open(stem + "__LGIP_fliptypes.metrics.json"))}
+    counts = [next(iter(metrics.values()))["by_flip_type"][t]["count"] for t in types]
+    assert counts == [10, 5]  # (pairs: an 11-text entry's sixth original has no altered version)
+    assert table[0][1:] == [f"{t} ({n} items)" for t, n in zip(types, counts)] + ["Mean (of 2 types)"]
+    for cells in table[1:]:
+        m = metrics[cells[0]]
+        for t, cell in zip(types, cells[1:]):
+            assert cell.strip("* ").startswith(f"{m['by_flip_type'][t]['pos_rate']:.3f}"), (t, cell)
+    rows = read_csv(stem + "__LGIP_report.csv")
+    retrieval = {m["model_tag"]: m for m in json.load(open(stem + "__LGIP_retrieval.metrics.json"))}
+    for r in rows:
+        for t in types:
+            want = retrieval[r["model"]]["by_flip_type"][t]["i2t_flip_top1_rate"]
+            assert float(r[f"retrieval_{t}_i2t_flip_top1_rate"]) == pytest.approx(want, abs=1e-12)
