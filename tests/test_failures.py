@@ -40,6 +40,7 @@ def python(code, env, timeout=120):
 
 LOAD_TIMED = """
 import time
+import open_clip, transformers  # (their imports are seconds of CPU on a busy machine: not what is timed)
 from lgip.errors import ModelError
 from lgip.models import load_model
 t0 = time.perf_counter()
