@@ -127,6 +127,7 @@ class ImageSide:
                             desc="altered images", cache=run.cache,
                             pixel_memory_gb=run.config.get("PIXEL_MEMORY_GB", "auto"))
         self.emb, self.failed = job.start().finish()
+        self._drop_nonfinite()
         self.sources = {"num": len(self.items), "decoded": job.n_decoded, "from_pixel_memory": job.n_remembered,
                         "from_cache": job.n_cached}
         for j, err in list(self.failed.items())[:MAX_LISTED]:
@@ -134,6 +135,20 @@ class ImageSide:
             print(f"warning: {run.enc.name}: altered image {item.kind} of {item.source} could not be made ({err})",
                   file=sys.stderr)
         return self
+
+    def _drop_nonfinite(self):
+        """An altered image whose embedding is NaN or infinite (the model overflowed on it) is counted
+        and listed as not made, its row NaN as a failed one's: its pairs and gallery entries are left
+        out, not scored as NaN. (The originals and captions: checked by ModelRun.score.)"""
+        import torch
+        if not len(self.emb):
+            return
+        bad = (~torch.isfinite(self.emb).all(dim=1)).nonzero().flatten().tolist()
+        for j in bad:
+            if j not in self.failed:
+                self.failed[j] = (f"its embedding by {self.run.enc.name} is not finite (NaN or inf): the model "
+                                  f"overflowed on it (in {str(self.run.enc.dtype).replace('torch.', '')})")
+                self.emb[j] = float("nan")
 
     def part(self):
         """What this process contributes: its pairs' state, its part of the galleries (host tensors

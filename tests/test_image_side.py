@@ -420,3 +420,21 @@ def test_torchrun_two_gloo_processes_give_single_process_figures(tmp_path):
     for m in (ours, ref):
         m.pop("run"), m.pop("altered_images")
     assert_matches(ours, ref)
+
+
+def test_altered_images_the_model_overflows_on_are_counted_as_not_made(tmp_path):
+    """A model whose embeddings of the altered images are inf (an fp16 overflow on them, say) while
+    the originals and captions are finite: each such image is counted and listed as not made, with
+    why, its pairs left out; no NaN figure is written (their figures are None, the originals' stay)."""
+    import run_lgip_images
+    jsonl = fixture_jsonl(tmp_path)
+    spec = {"name": "later", "type": "python",
+            "loader": os.path.join(os.path.dirname(os.path.abspath(__file__)), "user_loaders.py") + ":overflows_later"}
+    m = run_lgip_images.run(JSONL_PATH=str(jsonl), IMAGE_ROOT=str(tmp_path), MODELS=[spec], DEVICE="cpu", NUM_WORKERS=0,
+                            BOOTSTRAP=0, WRITE_SCORES=False, CACHE_DIR=None, IMAGE_BATCH_SIZE=64)[0]
+    made = m["altered_images"]
+    assert made["num_failed"] == made["num"] > 0
+    assert "is not finite (NaN or inf): the model overflowed on it (in float32)" in made["failed"][0]["error"]
+    assert m["image_invariance_error_mean"] is None and m["image_sensitivity_pos_rate"] is None
+    assert all(b["count"] == 0 for b in m["by_kind"].values())
+    assert json.dumps(m, allow_nan=False)  # (no NaN anywhere in the row)

@@ -67,3 +67,26 @@ def non_finite(device="cpu", dtype=torch.float32, word="dog", images=False):
     model, preprocess, tokenizer = openclip_tiny(device, dtype)
     token = int(tokenizer([word])[0, 1])  # (after the start token)
     return _NonFiniteModel(model, token, images), preprocess, tokenizer
+
+
+class _OverflowsLater(torch.nn.Module):
+    """The tiny model whose image embeddings are inf from its second batch of several images on: the
+    load's check (one image) and the original images (one batch) are finite, the altered ones (later
+    batches) overflow."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.batches = model, 0
+
+    def encode_image(self, pixels):
+        self.batches += len(pixels) > 1
+        out = self.model.encode_image(pixels)
+        return out if self.batches <= 1 else out * float("inf")
+
+    def encode_text(self, ids):
+        return self.model.encode_text(ids)
+
+
+def overflows_later(device="cpu", dtype=torch.float32):
+    model, preprocess, tokenizer = openclip_tiny(device, dtype)
+    return _OverflowsLater(model), preprocess, tokenizer
