@@ -163,6 +163,8 @@ def iter_json_lines(path):
                 value = json.loads(line)
             except json.JSONDecodeError as e:
                 raise InputError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+            except (ValueError, RecursionError) as e:  # (a number of thousands of digits; nested thousands deep)
+                raise InputError(f"{path}:{lineno}: JSON this program does not read ({_unreadable(e)})") from None
             if b"\\ud" in raw or b"\\uD" in raw:  # a surrogate escape: paired (an emoji) or lone?
                 field = _lone_surrogate(value)
                 if field:
@@ -182,6 +184,12 @@ def read_json(path):
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except (ValueError, RecursionError) as e:  # (a number of thousands of digits; arrays nested thousands deep)
+        raise InputError(f"{path}: JSON this program does not read ({_unreadable(e)})") from None
+
+
+def _unreadable(e):
+    return ("nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0].split(":")[0])
 
 
 def iter_records(path, per_caption_fields=()):

@@ -8,6 +8,7 @@ column at a time; its text less the numbers is made once per run (accelerations.
 """
 import itertools
 import json
+import math
 import operator
 import os
 import sys
@@ -238,7 +239,13 @@ class ScoreSidecar:
 
 
 def _number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite number (not a bool; NaN, infinity and a float too large are not)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # (an int too large for a float)
+        return False
 
 
 def iter_score_lines(path, numbers=("caption_index",)):
@@ -254,12 +261,19 @@ def iter_score_lines(path, numbers=("caption_index",)):
         for field in numbers:
             if not _number(row.get(field)):
                 raise InputError(f"{where}: field {field!r} missing or not a number (not a *.scores.jsonl line)")
-        if row.get("sim") is not None and not _number(row["sim"]):
-            raise InputError(f"{where}: field 'sim' is not a number")
+        if "sim" not in row:
+            raise InputError(f"{where}: field 'sim' missing (the caption's similarity, or null: not a *.scores.jsonl line)")
+        if row["sim"] is not None and not _number(row["sim"]):
+            raise InputError(f"{where}: field 'sim' is {row['sim']!r}, not a finite number or null")
+        for field in ("caption", "image_path"):
+            if field in row and not isinstance(row[field], str):
+                raise InputError(f"{where}: field {field!r} is {type(row[field]).__name__}, not a string")
         for field in ("paraphrases", "flips"):
+            if row.get(field) is not None and not isinstance(row[field], list):
+                raise InputError(f"{where}: field {field!r} is {type(row[field]).__name__}, not a list of objects")
             for j, item in enumerate(row.get(field) or []):
                 if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not _number(item.get("sim")):
-                    raise InputError(f"{where}: field '{field}[{j}]' is not an object with 'text' and 'sim'")
+                    raise InputError(f"{where}: field '{field}[{j}]' is not an object with 'text' and a finite 'sim'")
         yield lineno, row
 
 

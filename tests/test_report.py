@@ -359,6 +359,36 @@ def test_a_truncated_score_file_leaves_the_previous_report_whole(reported):
     assert f"{path}:{len(lines)}: invalid JSON" in err
 
 
+def test_a_score_line_of_the_wrong_shape_is_named_not_listed(reported):
+    """A score line whose similarity is NaN, infinite or missing, or whose fields are of the wrong type,
+    stops the report with path:line and the field (a NaN was listed as a gap of +nan; a missing sim
+    skipped the caption; a number for `flips` was a traceback); JSON nested thousands deep or a number
+    of thousands of digits is named too."""
+    folder, before = reported
+    path = next(folder.glob("fixture_with_perturb__LGIP_*.scores.jsonl"))
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    first = json.loads(lines[0])
+    assert first["flips"], "the fixture's first line has flips"
+
+    def changed(change):
+        row = json.loads(lines[0])
+        change(row)
+        return json.dumps(row) + "\n" + "".join(lines[1:])
+    cases = [(lambda r: r.update(sim=float("nan")), "field 'sim' is nan, not a finite number or null"),
+             (lambda r: r.pop("sim"), "field 'sim' missing"),
+             (lambda r: r.update(flips=7), "field 'flips' is int, not a list of objects"),
+             (lambda r: r.update(caption=5), "field 'caption' is int, not a string"),
+             (lambda r: r["flips"][0].update(sim=float("inf")), "field 'flips[0]' is not an object with 'text' and a finite 'sim'")]
+    for change, said in cases:
+        err = fails_with(folder, before, path, changed(change))
+        assert f"{path}:1: {said}" in err, err
+    err = fails_with(folder, before, path, "[" * 100000 + "]" * 100000 + "\n")
+    assert f"{path}:1: JSON this program does not read (nested too deeply)" in err, err
+    metrics = folder / EVALS["multi"][2]
+    err = fails_with(folder, before, metrics, '[{"model_tag": "x", "num_samples": ' + "9" * 5000 + "}]")
+    assert f"{metrics}: JSON this program does not read (Exceeds the limit (4300 digits) for integer string conversion" in err
+
+
 @pytest.mark.parametrize("arg, message", [
     ("--TOP_K=x", "TOP_K must be an int >= 0, got 'x'"), ("--TOP_K=-1", "TOP_K must be an int >= 0, got -1"),
     ("--DPI=0", "DPI must be an int from 10 to 1000 (dots per inch), got 0"),

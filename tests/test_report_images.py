@@ -239,7 +239,7 @@ def test_bad_score_lines_are_named_and_an_older_file_still_reports(tmp_path):
     good = path.read_text()
     for old, new, field in (('"text": "mix"', '"text": "blur"', "field 'image_flips[0]'.text is 'blur'"),
                             ('"other_image_path"', '"r": -1, "other_image_path"', "field 'image_flips[0]'.r is -1"),
-                            ('"sim": 0.3, ', '"sim": "high", ', "field 'sim' is not a number")):
+                            ('"sim": 0.3, ', '"sim": "high", ', "field 'sim' is 'high', not a finite number or null")):
         path.write_text(good.replace(old, new, 1))
         proc = run_script("report.py", f"--JSONL_PATH={base}", "--TOP_K=2", check=False)
         assert proc.returncode != 0 and f"{path}:1: {field}" in proc.stderr, proc.stderr
