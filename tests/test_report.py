@@ -332,6 +332,9 @@ def rate_over_one(m):
     ("multi", headline_missing, "invariance_error_mean", "is missing"),
     ("enhanced", inf_in_combined, "corrected.combined.global_sensitivity.pos_rate", "is inf, not a finite number"),
     ("fliptypes", rate_over_one, "by_flip_type.color.pos_rate", "is 1.5, not a rate within [0, 1]"),
+    ("multi", lambda m: m.update(invariance_error_mean=-0.5), "invariance_error_mean",
+     "is -0.5, not a mean of absolute differences (>= 0)"),
+    ("multi", lambda m: m.update(sensitivity_gap_mean=10 ** 400), "sensitivity_gap_mean", "is 1000000000"),
 ])
 def test_a_bad_metrics_value_names_file_model_and_field(reported, key, change, field, why):
     folder, before = reported

@@ -853,8 +853,8 @@ def test_a_score_file_of_the_wrong_kind_is_named_not_a_traceback(tmp_path):
     path = tmp_path / "x.scores.jsonl"
     good = {"line": 1, "caption_index": 0, "sim": 0.2, "flips": [{"text": "f", "sim": 0.3}]}
     for bad, says in (([1, 2], "not a *.scores.jsonl line"), ({"sim": 0.2}, "field 'caption_index' missing"),
-                      (dict(good, flips=[{"text": "f"}]), "field 'flips[0]' is not an object with 'text' and 'sim'"),
-                      (dict(good, sim="high"), "field 'sim' is not a number")):
+                      (dict(good, flips=[{"text": "f"}]), "field 'flips[0]' is not an object with 'text' and a finite 'sim'"),
+                      (dict(good, sim="high"), "field 'sim' is 'high', not a finite number or null")):
         path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
         with pytest.raises(InputError, match=re.escape(f"{path}:2: {says}")):
             scan_scores([("multi", "m", str(path))], 5)
