@@ -49,7 +49,7 @@ CONTROLS = (("prior_pos_rate", "prior_pos_rate"), ("grounded_pos_rate", "grounde
             ("robust_pos_rate", "robust_pos_rate"), ("text_only_rate", "text_only_rate"))
 CONTROL_FIGURES = tuple(name for _, name in CONTROLS)
 TYPE_CONTROLS = CONTROLS[:4] + CONTROLS[6:]  # a by_flip_type block's (no paraphrase figures)
-NON_NEGATIVE = re.compile(r"(^|_)(inv_error|invariance_error)(_\w+)?_mean$|^invariance_error$")  # |differences|: >= 0
+NON_NEGATIVE = re.compile(r"(^|_)(inv_error|invariance_error)(_\w+)?_mean$")  # a metrics key of a mean of |differences|: >= 0
 RATE = re.compile(r"(rate|recall|acc|chance|agreement)(@\d+)?(_detected|_preferred)?$")  # figures in [0, 1]
 
 
@@ -95,7 +95,7 @@ def _value(field, v, name):
         raise BadField(field, f"is {v!r}, not a finite number"[:200])
     if RATE.search(name) and not 0.0 <= v <= 1.0:
         raise BadField(field, f"is {v!r}, not a rate within [0, 1]")
-    if NON_NEGATIVE.search(name) and v < 0:
+    if NON_NEGATIVE.search(field.rsplit(".", 1)[-1].removesuffix("_ci95")) and v < 0:
         raise BadField(field, f"is {v!r}, not a mean of absolute differences (>= 0)")
     return v
 
