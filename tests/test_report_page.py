@@ -753,9 +753,15 @@ def test_attributions_go_to_the_flips_of_their_model_image_caption_and_text(tmp_
     (tmp_path / "bad.jsonl").write_text("\n" + json.dumps(bad) + "\n", encoding="utf-8")
     with pytest.raises(InputError, match=re.escape(f"{tmp_path / 'bad.jsonl'}:2: missing word_scores")):
         attach_attributions(items, [("m1", str(tmp_path / "bad.jsonl"))])
-    (tmp_path / "bad.jsonl").write_text(json.dumps(dict(m1[0], blamed=6)) + "\n", encoding="utf-8")
-    with pytest.raises(InputError, match="bad.jsonl:1: blamed 6 or changed"):
-        attach_attributions(items, [("m1", str(tmp_path / "bad.jsonl"))])
+    for change, said in (({"blamed": 6}, "blamed 6 or changed"), ({"changed": 1}, "field 'changed' is int, not a list"),
+                         ({"words": 5}, "field 'words' is int, not a list"), ({"hit": "no"}, "field 'hit' is 'no', not true or false"),
+                         ({"word_scores": ["x"] * 6}, "field 'word_scores' holds a value that is not a finite number or null"),
+                         ({"image_path": ["1.jpg"]}, "field 'image_path' is list, not a string"),
+                         ({"gap": "x"}, "field 'gap' is 'x', not a finite number"),
+                         ({"sim_flip": float("nan")}, "field 'sim_flip' is nan, not a finite number")):
+        (tmp_path / "bad.jsonl").write_text(json.dumps(dict(m1[0], **change)) + "\n", encoding="utf-8")
+        with pytest.raises(InputError, match=re.escape(f"bad.jsonl:1: {said}")):  # (never a traceback)
+            attach_attributions(items, [("m1", str(tmp_path / "bad.jsonl"))])
 
 
 def test_word_marks_compare_position_by_position_or_by_runs():

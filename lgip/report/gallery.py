@@ -146,12 +146,30 @@ def _check(line):
     absent = [k for k in EXPLAIN_FIELDS if k not in line]
     if absent:
         return f"missing {', '.join(absent)} (not an explain_flips.py line)"
+    for key in ("image_path", "caption", "flip"):
+        if not isinstance(line[key], str):
+            return f"field {key!r} is {type(line[key]).__name__}, not a string"
+    for key in ("words", "word_scores", "changed"):
+        if not isinstance(line[key], list):
+            return f"field {key!r} is {type(line[key]).__name__}, not a list"
+    if not isinstance(line["hit"], bool):
+        return f"field 'hit' is {line['hit']!r}, not true or false"
+    for key in ("sim_caption", "sim_flip", "gap"):
+        if not _finite(line[key]):
+            return f"field {key!r} is {line[key]!r}, not a finite number"[:200]
+    if not all(v is None or _finite(v) for v in line["word_scores"]):
+        return "field 'word_scores' holds a value that is not a finite number or null"
     n = len(line["words"])
-    if not isinstance(line["flip"], str) or line["words"] != line["flip"].split() or len(line["word_scores"]) != n:
+    if line["words"] != line["flip"].split() or len(line["word_scores"]) != n:
         return "words and word_scores are not the flip's whitespace words"
-    if not all(isinstance(k, int) and 0 <= k < n for k in [line["blamed"], *line["changed"]]):
+    if not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < n for k in [line["blamed"], *line["changed"]]):
         return f"blamed {line['blamed']!r} or changed {line['changed']!r} is not a word index"
     return None
+
+
+def _finite(v):
+    from ..scorefile import _number
+    return _number(v)
 
 
 def _attach(item, line):
