@@ -335,6 +335,12 @@ def rate_over_one(m):
     ("multi", lambda m: m.update(invariance_error_mean=-0.5), "invariance_error_mean",
      "is -0.5, not a mean of absolute differences (>= 0)"),
     ("multi", lambda m: m.update(sensitivity_gap_mean=10 ** 400), "sensitivity_gap_mean", "is 1000000000"),
+    ("multi", lambda m: m["run"]["config"].update(IMAGE_ROOT=5), "run.config.IMAGE_ROOT", "is 5 (int), not a string or null"),
+    ("multi", lambda m: m["run"].update(versions="x"), "run.versions", "is the string 'x', not an object"),
+    ("fliptypes", lambda m: m["run"]["model"].update(protocol=["x"]), "run.model.protocol",
+     "is ['x'] (list), not a string or null"),
+    ("multi", lambda m: m["run"]["versions"].update(torch=2), "run.versions.torch", "is 2 (int), not a version string"),
+    ("multi", lambda m: m["run"]["config"].update(SEED="7"), "run.config.SEED", "is the string '7', not an int"),
 ])
 def test_a_bad_metrics_value_names_file_model_and_field(reported, key, change, field, why):
     folder, before = reported

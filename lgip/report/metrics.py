@@ -457,8 +457,20 @@ def _check_model(m, e):
     run = block(m, "run")
     count(run, "num_failed_images")
     _check_card(m)
-    for key in ("model", "config"):
-        block(run, key)
+    model, config = block(run, "model"), block(run, "config")
+    versions = block(run, "versions")
+    for b, key in ((config, "IMAGE_ROOT"), (config, "JSONL_PATH"), (model, "type"), (model, "protocol"),
+                   (model, "dtype"), (run, "script"), (run, "created")):
+        if b.get(key) is not None and not isinstance(b[key], str):
+            raise BadField(b.where + key, f"is {_what(b[key])}, not a string or null")
+    for name, v in versions.items():
+        if not isinstance(v, str):
+            raise BadField(versions.where + str(name), f"is {_what(v)}, not a version string")
+    kinds, seed = config.get("KINDS"), config.get("SEED")
+    if kinds is not None and (not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds)):
+        raise BadField(config.where + "KINDS", f"is {_what(kinds)}, not a list of kinds")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise BadField(config.where + "SEED", f"is {_what(seed)}, not an int (the altered images are remade from it)")
     for key in ("scores_file", "explain_file"):
         if m.get(key) is not None and not isinstance(m[key], str):
             raise BadField(key, f"is {_what(m[key])}, not a file name or null")
