@@ -92,11 +92,11 @@ from lgip.scoring import Pairs, add_ci, mean_or_none
 from lgip.settings import check_settings, require_int
 from lgip.device import cosines
 from lgip.texts import TextBank
-from lgip.util import (Timer, atomic_open, default_num_workers, default_output, fmt, metrics_path, package_versions,
+from lgip.util import (OutputSet, Timer, atomic_open, default_num_workers, default_output, fmt, metrics_path, package_versions,
                        provenance, refuse_overwriting_input, remove_stale_temps, write_json)
 
 __all__ = ["ACCELERATIONS", "COLORS", "Comparisons", "ConfigError", "DEMO_ABOUT", "DEMO_JSONL", "DEMO_MODEL", "FLIP_TYPES", "Gallery",
-           "ImageSide", "InputError", "Lookahead", "ModelError", "ModelLoop", "ModelRun", "NUMBER_WORDS", "OBJECTS", "PROTOCOLS",
+           "ImageSide", "InputError", "Lookahead", "ModelError", "ModelLoop", "ModelRun", "NUMBER_WORDS", "OBJECTS", "OutputSet", "PROTOCOLS",
            "PUBLISHED_MODELS", "Pairs", "PerModel", "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step",
            "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
            "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_kinds", "check_models", "check_seed", "check_settings", "check_step_settings",

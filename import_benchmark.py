@@ -12,6 +12,7 @@ controls, the report. Images found in no folder are not written: counted, said, 
   python run_all.py --BENCHMARK_JSONL=sugar-crepe/data/lgip_sugarcrepe.jsonl      # evaluations and report
 """
 import collections
+import json
 import os
 
 import common
@@ -34,6 +35,8 @@ def check_config():
         raise common.InputError(f"SOURCE_DIR={SOURCE_DIR!r} is not a folder: give the folder of the benchmark's JSON "
                                 f"files ({SOURCES[SOURCE].URL}); it must hold "
                                 f"{', '.join(f + '.json' for f in SOURCES[SOURCE].FILES)}")
+    if OUTPUT_JSONL is not None and (not isinstance(OUTPUT_JSONL, str) or not OUTPUT_JSONL.strip()):
+        raise common.ConfigError(f"OUTPUT_JSONL must be None or the path of the JSONL file to write, got {OUTPUT_JSONL!r}")
     dirs = [IMAGE_DIRS] if isinstance(IMAGE_DIRS, str) else IMAGE_DIRS
     if not isinstance(dirs, (list, tuple)) or not dirs or not all(isinstance(d, str) for d in dirs):
         raise common.ConfigError(f"IMAGE_DIRS must be a list of folders, got {IMAGE_DIRS!r}")
@@ -53,6 +56,8 @@ def main():
     with common.Timer() as t:
         items = list(SOURCES[SOURCE].read(SOURCE_DIR))  # (every file read and checked before anything is written)
         inputs = [os.path.join(SOURCE_DIR, f + ".json") for f in SOURCES[SOURCE].FILES]
+        if not items:
+            raise common.InputError(f"no item in {SOURCE}'s files ({', '.join(inputs)}): each is empty")
         common.refuse_overwriting_input(output, *inputs)
         searched = [d for d in dirs if os.path.isdir(d)]
         records, missing = build_records(items, ImageFinder(searched), os.path.dirname(os.path.abspath(output)))
@@ -60,8 +65,6 @@ def main():
             raise common.InputError(f"none of the {len(set(i.image for i in items))} images of {SOURCE} was found in "
                                     f"IMAGE_DIRS {dirs} (folders that exist: {searched or 'none'}); pass "
                                     f"--IMAGE_DIRS=\"['/path/to/coco/val2017', ...]\"")
-        with common.atomic_open(output) as f:
-            f.writelines(common.dump_jsonl_line(rec) for rec in records)
     by_type = collections.Counter(i.type for i in items)
     written = collections.Counter(i.type for i in items if i.image not in missing)
     meta = common.provenance(__file__, CONFIG)
@@ -71,7 +74,11 @@ def main():
                 num_images_written=len(records), num_images_missing=len(missing),
                 items_by_type={k: by_type[k] for k in by_type}, items_written_by_type={k: written[k] for k in by_type},
                 missing_images=[{"image": k, "items": v} for k, v in missing.items()], seconds=round(t.seconds, 3))
-    common.write_json(output + ".meta.json", meta)
+    with common.OutputSet() as files:  # (the records and their meta file: both, or neither)
+        with files.open(output) as f:
+            f.writelines(common.dump_jsonl_line(rec) for rec in records)
+        with files.open(output + ".meta.json") as f:
+            f.write(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     print(f"{SOURCE}: {len(items)} items on {len(records) + len(missing)} images; {len(records)} images written "
           f"({sum(written.values())} items) in {t.seconds:.1f} s -> {output}")
     print("  items by type: " + ", ".join(f"{k} {written[k]}" + (f" (of {by_type[k]})" if written[k] != by_type[k] else "")

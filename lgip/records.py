@@ -173,15 +173,15 @@ def iter_json_lines(path):
             yield lineno, value
 
 
-def read_json(path):
+def read_json(path, object_pairs_hook=None):
     """A whole JSON file, parsed; InputError naming the file (and line and column) when it is
-    missing, not UTF-8 or not JSON."""
+    missing, not UTF-8 or not JSON. object_pairs_hook: json.loads's."""
     check_input_file(path, "JSON")
     with open(path, "rb") as f:
         data = f.read()
     text = _decode(data[_start(path, data[:4]):], path)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     except (ValueError, RecursionError) as e:  # (a number of thousands of digits; arrays nested thousands deep)

@@ -127,6 +127,12 @@ def test_sugarcrepe_pp_slots_and_rococo_namings(tmp_path):
     ("rococo", rococo, lambda f: (f / "rand_voca.json").write_text('[{"image": "a.jpg", "caption": ["x", "y"]}]'),
      "rand_voca.json: item 0: field 'caption' must list 10 or 11 texts"),
     ("rococo", rococo, lambda f: (f / "rand_voca.json").write_text('[{"image": "a.jpg"}]'), "rand_voca.json: item 0: missing field 'caption'"),
+    ("sugarcrepe", sugarcrepe, lambda f: (f / "add_obj.json").write_text(
+        '{"5": {"filename": "x.jpg", "caption": "A red \\ud800 bus.", "negative_caption": "A bus."}}'),
+     "add_obj.json: field '5.caption' holds a lone UTF-16 surrogate"),
+    ("sugarcrepe", sugarcrepe, lambda f: [(f / (n + ".json")).write_text("{}") for n in (
+        "add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")],
+     "no item in sugarcrepe's files ("),
 ])
 def test_bad_input_names_file_item_and_field(tmp_path, source, make, breaks, message):
     folder = make(tmp_path / "src")
@@ -134,6 +140,32 @@ def test_bad_input_names_file_item_and_field(tmp_path, source, make, breaks, mes
     out, proc = run_import(source, folder, tmp_path, check=False)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert not out.exists() and not os.path.exists(str(out) + ".meta.json")
+
+
+def test_an_id_written_twice_is_said_and_the_records_and_meta_are_written_together(tmp_path):
+    """An item id written twice in one file: JSON keeps the last (as SugarCrepe's loader reads it),
+    said on the console; OUTPUT_JSONL of the wrong type is a settings error; the JSONL and its meta
+    file are one set: when the meta cannot be written, the earlier pair stays as it was."""
+    folder = sugarcrepe(tmp_path / "src", missing_image=False)
+    text = (folder / "add_att.json").read_text(encoding="utf-8")
+    (folder / "add_att.json").write_text(text[:-1] + ', "0": ' + json.dumps(
+        {"filename": img(2), "caption": "A dog.", "negative_caption": "A cat."}) + "}", encoding="utf-8")
+    out, proc = run_import("sugarcrepe", folder, tmp_path)
+    assert "add_att.json: 1 key(s) written twice in one object ('0'): JSON keeps the last of each" in proc.stderr
+    recs = lines(out)
+    assert any("A dog." in r["orig_captions"] for r in recs)
+    assert not any("A red bus on the street." in r["orig_captions"] and "A red bus on the wet street." in
+                   sum(r.get("diff_caps", {}).values(), []) for r in recs)
+    before = out.read_bytes(), (tmp_path / "out" / "sugarcrepe.jsonl.meta.json").read_bytes()
+    os.remove(str(out) + ".meta.json")
+    os.mkdir(str(out) + ".meta.json")  # (a folder where the meta file goes: it cannot be written)
+    proc = run_script("import_benchmark.py", "--SOURCE=sugarcrepe", f"--SOURCE_DIR={sugarcrepe(tmp_path / 'again')}",
+                      f"--IMAGE_DIRS={[IMAGES]!r}", f"--OUTPUT_JSONL={out}", check=False)
+    assert proc.returncode != 0 and "sugarcrepe.jsonl.meta.json" in proc.stderr
+    assert out.read_bytes() == before[0]  # (the records were not replaced without their meta)
+    proc = run_script("import_benchmark.py", "--SOURCE=sugarcrepe", f"--SOURCE_DIR={folder}", "--OUTPUT_JSONL=5",
+                      check=False)
+    assert proc.returncode == 2 and "OUTPUT_JSONL must be None or the path of the JSONL file to write, got 5" in proc.stderr
 
 
 def test_no_image_found_is_an_error(tmp_path):

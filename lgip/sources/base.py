@@ -10,10 +10,11 @@ namings, and the items grouped into LGIP records.
 """
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..records import read_json
+from ..records import _lone_surrogate, read_json
 
 _COCO_ID = re.compile(r"(\d{6,12})\.(?:jpg|jpeg|png)$", re.IGNORECASE)
 
@@ -39,10 +40,27 @@ def read_source_json(folder, name, kind):
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file (SOURCE_DIR must be the benchmark's folder of JSON files, "
                          f"as its repository has them)")
-    data = read_json(path)
+    twice = []
+
+    def pairs(items):  # (json keeps the last of a key written twice, as the benchmarks' own loaders read it: said)
+        seen = set()
+        for k, _ in items:
+            if k in seen:
+                twice.append(k)
+            seen.add(k)
+        return dict(items)
+    data = read_json(path, object_pairs_hook=pairs)
     if not isinstance(data, kind):
         raise InputError(f"{path}: expected a JSON {'object' if kind is dict else 'list'} of items, got "
                          f"{type(data).__name__}")
+    field = _lone_surrogate(data)
+    if field:
+        raise InputError(f"{path}: field {field!r} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without "
+                         f"its pair): not text; fix or remove it")
+    if twice:
+        shown = ", ".join(repr(k) for k in twice[:5]) + (", ..." if len(twice) > 5 else "")
+        print(f"warning: {path}: {len(twice)} key(s) written twice in one object ({shown}): JSON keeps the last of "
+              f"each, as the benchmark's own loader reads it; the earlier ones are left out", file=sys.stderr, flush=True)
     return data, path
 
 
