@@ -368,6 +368,22 @@ def test_a_truncated_score_file_leaves_the_previous_report_whole(reported):
     assert f"{path}:{len(lines)}: invalid JSON" in err
 
 
+def test_a_missing_or_empty_score_file_is_said(reported, tmp_path):
+    """A score file the metrics name that is not there, or empty (its pairs would vanish from the
+    lists without a word), is said under the lists, by name."""
+    folder, _ = reported
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    files = sorted(copy.glob("fixture_with_perturb__LGIP_*.scores.jsonl"))
+    assert len(files) == 2
+    files[0].write_text("")
+    os.remove(files[1])
+    run_script("report.py", f"--JSONL_PATH={copy / 'fixture.jsonl'}")
+    md = (copy / "fixture__LGIP_report.md").read_text(encoding="utf-8")
+    assert f"Score files listed in the metrics but missing: `{files[1].name}`." in md
+    assert f"Score files listed in the metrics but empty (their pairs are in no list): `{files[0].name}`." in md
+
+
 def test_a_score_line_of_the_wrong_shape_is_named_not_listed(reported):
     """A score line whose similarity is NaN, infinite or missing, or whose fields are of the wrong type,
     stops the report with path:line and the field (a NaN was listed as a gap of +nan; a missing sim

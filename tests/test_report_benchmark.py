@@ -227,3 +227,18 @@ def test_rococo_table_says_what_its_columns_are_and_where_its_own_figure_is(tmp_
         for t in types:
             want = retrieval[r["model"]]["by_flip_type"][t]["i2t_flip_top1_rate"]
             assert float(r[f"retrieval_{t}_i2t_flip_top1_rate"]) == pytest.approx(want, abs=1e-12)
+
+
+def test_a_meta_file_of_the_wrong_shape_is_named(sc7, tmp_path):
+    """import_benchmark.py's meta file, read for the benchmark table's counts and notes: a field of
+    the wrong type stops the report with the file and the field (a traceback before)."""
+    folder = tmp_path / "bad"
+    shutil.copytree(os.path.dirname(sc7), folder)
+    meta = folder / (os.path.basename(sc7) + ".meta.json")
+    good = json.loads(meta.read_text(encoding="utf-8"))
+    for change, said in (({"items_by_type": ["add_att"]}, "field 'items_by_type' is ['add_att'] (list), not an object of counts"),
+                         ({"items_written_by_type": {"add_att": "3"}}, "field 'items_written_by_type' is"),
+                         ({"num_images_missing": -1}, "field 'num_images_missing' is -1 (int), not a count")):
+        meta.write_text(json.dumps(dict(good, **change)), encoding="utf-8")
+        proc = run_script("report.py", f"--JSONL_PATH={folder / os.path.basename(sc7)}", "--TOP_K=0", check=False)
+        assert proc.returncode == 2 and f"error: {meta}: {said}" in proc.stderr, proc.stderr

@@ -790,6 +790,17 @@ def _import_meta(path):
     except (InputError, OSError, ValueError):
         return None
     if isinstance(meta, dict) and meta.get("script") == "import_benchmark.py" and isinstance(meta.get("source"), str):
+        for key in ("items_by_type", "items_written_by_type"):  # (what the benchmark table reads of it: checked)
+            v = meta.get(key)
+            if v is not None and (not isinstance(v, dict) or not all(
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v.values())):
+                raise InputError(f"{path}.meta.json: field {key!r} is {_what(v)}, not an object of counts per type"[:300])
+        for key in ("num_images", "num_images_missing"):
+            v = meta.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise InputError(f"{path}.meta.json: field {key!r} is {_what(v)}, not a count (an int >= 0)")
+        if meta.get("source_url") is not None and not isinstance(meta["source_url"], str):
+            raise InputError(f"{path}.meta.json: field 'source_url' is {_what(meta['source_url'])}, not a string")
         return meta
     return None
 

@@ -337,11 +337,14 @@ def frontier_note(front):
 
 
 def missing_note(missing):
-    """The score files the metrics list but that are not there, or None."""
+    """The score files the metrics list but that are not there, or empty, or None."""
     if not missing:
         return None
-    return ("Score files listed in the metrics but missing: "
-            + ", ".join(dict.fromkeys(f"`{os.path.basename(p)}`" for _, _, p in missing)) + ".")
+    absent = list(dict.fromkeys(f"`{os.path.basename(p)}`" for _, _, p in missing if not os.path.isfile(p)))
+    empty = list(dict.fromkeys(f"`{os.path.basename(p)}`" for _, _, p in missing if os.path.isfile(p)))
+    return " ".join(([f"Score files listed in the metrics but missing: {', '.join(absent)}."] if absent else [])
+                    + ([f"Score files listed in the metrics but empty (their pairs are in no list): {', '.join(empty)}."]
+                       if empty else []))
 
 
 def made_by(prov):

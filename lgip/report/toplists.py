@@ -126,7 +126,7 @@ def scan_scores(files, k):
 
 
 def score_files(metrics, paths, sources=None, evaluations=None):
-    """[(evaluation, model, score file)] that exist, and the missing ones; `sources`: the
+    """[(evaluation, model, score file)] that exist, and the missing (or empty) ones; `sources`: the
     evaluations to read (None: all), in the order of `evaluations` (keys)."""
     files, missing = [], []
     for key in evaluations or list(metrics):
@@ -137,5 +137,6 @@ def score_files(metrics, paths, sources=None, evaluations=None):
             if not m.get("scores_file"):
                 continue
             path = os.path.join(folder, m["scores_file"])
-            (files if os.path.isfile(path) else missing).append((key, m["model_tag"], path))
+            # (an empty one is as good as missing: a run writes a line per record and caption)
+            (files if os.path.isfile(path) and os.path.getsize(path) else missing).append((key, m["model_tag"], path))
     return files, missing
