@@ -60,6 +60,9 @@ def explain_all(config):
     check_config(config)
     records = common.load_records(JSONL_PATH, ("diff_caps", "diff_caps_*"))
     flips = explain.all_flips(records)
+    if not flips:  # (before any model is loaded: all-n/a metrics with exit status 0 would pass for a result)
+        raise common.InputError(f"no flip to explain: {len(records)} records in {JSONL_PATH}, none with a flip "
+                                f"(diff_caps); no metrics were written")
     loop = common.ModelLoop(config, MODELS)  # (models that cannot be had: before the first model's work)
     common.say_demo(MODELS, JSONL_PATH, records)
     n = len(flips) if N_FLIPS is None else min(N_FLIPS, len(flips))

@@ -70,11 +70,17 @@ def main():
     image_root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
     rng = random.Random(SEED)
     selected = select(records, rng)
+    if not selected:  # (before any model is loaded)
+        raise common.InputError(f"no record with a flip (diff_caps) in {JSONL_PATH}: nothing to check; nothing written")
     encoders = {p: common.load_model(MODEL, p, DEVICE, DTYPE) for p in common.PROTOCOLS}
     # images encoded by each protocol's model (an open_clip model trained with QuickGELU is built with it
     # only when corrected, both towers), before the draws that depend on which images read
     imgs = {p: common.encode_record_images(enc, selected, image_root, 16, 0) for p, enc in encoders.items()}
     _, readable, report = imgs["corrected"]
+    if not readable:
+        first = (report.get("failed_images") or [{}])[0]
+        raise common.InputError(f"none of the {len(selected)} drawn records' images could be read (IMAGE_ROOT "
+                                f"{image_root}; first: {first.get('path')}: {first.get('error')}); nothing written")
     picks = draw(selected, set(readable), rng)
     results = {p: similarities(enc, imgs[p][0], selected, picks) for p, enc in encoders.items()}
     rows = []

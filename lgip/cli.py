@@ -43,7 +43,7 @@ def parse_value(text):
     """
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # ({[]: 1}; 100,000 "-"s: a string)
         return text
 
 

@@ -17,10 +17,17 @@ from .cache import image_cache_keys
 from .pixel_memory import PixelMemory, pixel_memory, resolve_pixel_memory
 
 
+MIN_SIDE = 8  # px: a smaller image is unreadable (a preprocessor takes a side of 1 or 3 px for the channels)
+
+
 def open_rgb(path):
-    """Decode an image fully and convert it to RGB (grayscale, CMYK, palette, alpha)."""
+    """Decode an image fully and convert it to RGB (grayscale, CMYK, palette, alpha); OSError for
+    one under MIN_SIDE px a side (transformers' processors read a 50x1 image's side as its channels
+    and stop a batch, a 100x3 one's and give a wrong embedding)."""
     from PIL import Image
     with Image.open(path) as img:
+        if min(img.size) < MIN_SIDE:
+            raise OSError(f"image too small ({img.size[0]}x{img.size[1]} px; at least {MIN_SIDE} px a side)")
         img.load()  # truncated files fail here, not later in a worker's transform
         if img.mode == "P" and "transparency" in img.info:
             img = img.convert("RGBA")

@@ -232,3 +232,40 @@ def test_a_tie_is_not_positive(tmp_path):
         for m in typed:
             assert m["global_sensitivity"]["pos_rate"] == 0.0 and m["global_sensitivity"]["gap_mean"] == 0.0, protocol
             assert m["by_flip_type"]["color"]["pos_rate"] == 0.0 and m["by_flip_type"]["color"]["count"] == 3, protocol
+
+
+def test_images_too_small_and_inputs_with_nothing_to_do_are_said(tmp_path):
+    """An image of a side under 8 px is unreadable, skipped and counted, for SigLIP too (its processor
+    took a 1-px side for the channels: a traceback for 50x1, a wrong embedding for 100x3); explain_flips
+    and siglip_sanity_check on an input without flips stop before any model (they wrote all-n/a outputs
+    with exit status 0); a model spec whose model_name is not a string is named."""
+    from PIL import Image
+    from conftest import FIXTURES, OPENCLIP_TINY, SIGLIP_TINY
+    from lgip.errors import InputError, ModelError
+    from lgip.models import load_model
+    records = [json.loads(line) for line in _fixture_lines("fixture_with_perturb.jsonl")[:4]]
+    for k, size in ((1, (50, 1)), (2, (100, 3))):
+        Image.new("RGB", size, (200, 10, 10)).save(tmp_path / f"small{k}.png")
+        records[k]["image_path"] = str(tmp_path / f"small{k}.png")
+    src = tmp_path / "small_with_perturb.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    rows, out, err = run_here("run_lgip_multi.py", **eval_settings(src, "corrected", [SIGLIP_TINY, OPENCLIP_TINY],
+                                                                    BOOTSTRAP=0, CACHE_DIR=None, WRITE_SCORES=False))
+    for m in rows:
+        assert m["num_samples"] == 2 and m["run"]["num_failed_images"] == 2, m["model_tag"]
+    assert "image too small (50x1 px; at least 8 px a side)" in err
+    flat = tmp_path / "flat_with_fliptypes.jsonl"
+    recs = [json.loads(line) for line in _fixture_lines("fixture_with_fliptypes.jsonl")[:2]]
+    for r in recs:
+        for key in [k for k in r if k.startswith("diff_caps")]:
+            r[key] = {}
+    flat.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    with pytest.raises(InputError, match="no flip to explain: 2 records in"):
+        run_here("explain_flips.py", JSONL_PATH=str(flat), IMAGE_ROOT=FIXTURES, MODELS=[OPENCLIP_TINY], DEVICE="cpu")
+    proc = run_script("siglip_sanity_check.py", f"--JSONL_PATH={flat}", f"--IMAGE_ROOT={FIXTURES}",
+                      f"--MODEL={SIGLIP_TINY!r}", "--DEVICE=cpu", check=False)
+    assert proc.returncode == 2 and "no record with a flip (diff_caps)" in proc.stderr, proc.stderr
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("flat") and p.endswith((".metrics.json", ".json"))
+                and not p.endswith(".jsonl")]
+    with pytest.raises(ModelError, match="model 't': 'model_name' must be a non-empty string, got 5"):
+        load_model({"name": "t", "type": "openclip", "model_name": 5}, "corrected", "cpu")

@@ -195,3 +195,11 @@ def test_a_dry_run_may_plan_for_a_gpu_elsewhere():
     check_settings({"DEVICE": "cuda:1", "DRY_RUN": True})  # (a login node's plan of a GPU job)
     with pytest.raises(ConfigError, match="DEVICE must be"):
         check_settings({"DEVICE": "tpu", "DRY_RUN": True})
+
+
+def test_a_value_that_is_no_literal_is_taken_as_a_string():
+    """--NAME=value: what ast.literal_eval cannot make (an unhashable key, a value too deeply nested
+    to evaluate) is the string, then checked as any value, never a traceback."""
+    from lgip.cli import parse_value
+    assert parse_value("{[]: 1}") == "{[]: 1}" and parse_value("{{}}") == "{{}}"
+    assert parse_value("-" * 100000 + "1") == "-" * 100000 + "1"

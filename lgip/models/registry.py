@@ -114,6 +114,8 @@ def _check_spec(spec, protocol):
     required = MODEL_FIELDS[spec["type"]]
     if required not in spec:
         raise ModelError(f"model {spec['name']!r}: type {spec['type']!r} needs {required!r}")
+    if required != "loader" and (not isinstance(spec[required], str) or not spec[required].strip()):
+        raise ModelError(f"model {spec['name']!r}: {required!r} must be a non-empty string, got {spec[required]!r}")
     if protocol not in PROTOCOLS:
         raise ModelError(f"unknown PROTOCOL {protocol!r}; valid: {', '.join(PROTOCOLS)}")
 
