@@ -91,6 +91,11 @@ def main():
         by_image, dropped = coco.group_captions(data["annotations"], files, ANNOTATIONS_JSON, stats)
         del data
         chosen = coco.select(files, by_image, stats, skipped, CONFIG)
+        if not chosen:  # (an empty base would pass for one: said before anything is written)
+            raise common.InputError(
+                f"no image of {ANNOTATIONS_JSON} can be written: {len(skipped['image_missing'])} not found in IMAGE_DIR "
+                f"{IMAGE_DIR}{_examples(skipped['image_missing'])}, {len(skipped['too_few_captions'])} with fewer than "
+                f"{CAPTIONS_PER_IMAGE} captions; nothing was written")
         relative = coco.relative_path_fn(IMAGE_DIR, os.path.dirname(os.path.abspath(OUTPUT_JSONL)))
         with common.atomic_open(OUTPUT_JSONL) as out:
             for image_id in chosen:

@@ -236,3 +236,13 @@ def test_output_equal_to_the_annotations_file_is_refused(coco, tmp_path):
 def test_annotations_path_that_is_a_folder_is_said(coco):
     proc = coco.run(f"--ANNOTATIONS_JSON={coco.annotations.parent}", check=False)
     assert proc.returncode == 2 and f"{coco.annotations.parent}: is a directory, expected a JSON file" in proc.stderr
+
+
+def test_no_image_to_write_is_an_error_and_writes_nothing(coco, tmp_path):
+    """Every image missing from IMAGE_DIR: an empty base would pass for one (it was written, exit 0)."""
+    empty = tmp_path / "empty_images"
+    empty.mkdir()
+    proc = run_script(SCRIPT, f"--ANNOTATIONS_JSON={coco.annotations}", f"--IMAGE_DIR={empty}",
+                      f"--OUTPUT_JSONL={coco.output}", check=False)
+    assert proc.returncode == 2 and "no image of" in proc.stderr and "not found in IMAGE_DIR" in proc.stderr, proc.stderr
+    assert "nothing was written" in proc.stderr and not coco.output.exists()
