@@ -79,8 +79,8 @@ def explain_all(config):
                     enc.release()  # (a caller's model in memory: back in the mode it came in)
         if not ok:
             continue
-        for compared in m.pop("_compared", ()):
-            paired.add(enc.name, compared[0], None, *compared[1:])  # (paired model comparisons, LGIP_SPEC.md 9 and 12)
+        for figure, rec, values in m.pop("_compared", ()):
+            paired.add(enc.name, figure, None, rec, values)  # (paired model comparisons, LGIP_SPEC.md 9 and 12)
         m["model_card"] = common.model_card(spec, enc)
         m["run"] = dict(common.eval_run_info(__file__, config, enc, m.pop("image_report"), len(records), records=records),
                         seconds=round(t.seconds, 3), family=m.pop("family"))

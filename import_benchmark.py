@@ -12,7 +12,6 @@ controls, the report. Images found in no folder are not written: counted, said, 
   python run_all.py --BENCHMARK_JSONL=sugar-crepe/data/lgip_sugarcrepe.jsonl      # evaluations and report
 """
 import collections
-import json
 import os
 
 import common
@@ -77,8 +76,7 @@ def main():
     with common.OutputSet() as files:  # (the records and their meta file: both, or neither)
         with files.open(output) as f:
             f.writelines(common.dump_jsonl_line(rec) for rec in records)
-        with files.open(output + ".meta.json") as f:
-            f.write(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+        common.write_json(output + ".meta.json", meta, files=files)
     print(f"{SOURCE}: {len(items)} items on {len(records) + len(missing)} images; {len(records)} images written "
           f"({sum(written.values())} items) in {t.seconds:.1f} s -> {output}")
     print("  items by type: " + ", ".join(f"{k} {written[k]}" + (f" (of {by_type[k]})" if written[k] != by_type[k] else "")

@@ -8,14 +8,13 @@ column at a time; its text less the numbers is made once per run (accelerations.
 """
 import itertools
 import json
-import math
 import operator
 import os
 import sys
 
 from . import accelerations
 from .errors import InputError, OutputError
-from .util import atomic_open
+from .util import atomic_open, finite_number
 
 
 def _json_values(values):
@@ -238,16 +237,6 @@ class ScoreSidecar:
             return None
 
 
-def _number(v):
-    """A finite number (not a bool; NaN, infinity and a float too large are not)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:  # (an int too large for a float)
-        return False
-
-
 def iter_score_lines(path, numbers=("caption_index",)):
     """(line number, line) of a score file, each checked: an object whose fields `numbers` are
     numbers, whose `sim` is a number or null (a caption without a score) and whose `paraphrases` /
@@ -259,11 +248,11 @@ def iter_score_lines(path, numbers=("caption_index",)):
         if not isinstance(row, dict):
             raise InputError(f"{where}: not a *.scores.jsonl line (a JSON object)")
         for field in numbers:
-            if not _number(row.get(field)):
+            if not finite_number(row.get(field)):
                 raise InputError(f"{where}: field {field!r} missing or not a number (not a *.scores.jsonl line)")
         if "sim" not in row:
             raise InputError(f"{where}: field 'sim' missing (the caption's similarity, or null: not a *.scores.jsonl line)")
-        if row["sim"] is not None and not _number(row["sim"]):
+        if row["sim"] is not None and not finite_number(row["sim"]):
             raise InputError(f"{where}: field 'sim' is {row['sim']!r}, not a finite number or null")
         for field in ("caption", "image_path"):
             if field in row and not isinstance(row[field], str):
@@ -272,7 +261,7 @@ def iter_score_lines(path, numbers=("caption_index",)):
             if row.get(field) is not None and not isinstance(row[field], list):
                 raise InputError(f"{where}: field {field!r} is {type(row[field]).__name__}, not a list of objects")
             for j, item in enumerate(row.get(field) or []):
-                if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not _number(item.get("sim")):
+                if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not finite_number(item.get("sim")):
                     raise InputError(f"{where}: field '{field}[{j}]' is not an object with 'text' and a finite 'sim'")
         yield lineno, row
 

@@ -10,6 +10,7 @@ its output folders take a file, provenance blocks and output names.
 """
 import errno
 import json
+import math
 import os
 import platform
 import tempfile
@@ -281,11 +282,26 @@ def _failed(path, e, output):
     return error
 
 
-def write_json(path, obj, output=True):
-    with atomic_open(path, output=output) as f:
+def write_json(path, obj, output=True, files=None):
+    """`obj` as indented JSON at `path`, whole or not at all; files: the OutputSet it belongs to
+    (written with the set's other files, or none of them)."""
+    with (files.open(path) if files is not None else atomic_open(path, output=output)) as f:
         json.dump(obj, f, indent=2, ensure_ascii=False)
         f.write("\n")
     return path
+
+
+def finite_number(v):
+    """A finite number: not a bool, NaN, infinity, nor an int too large for a float.
+    >>> finite_number(0.5), finite_number(True), finite_number(float("nan")), finite_number(10 ** 400)
+    (True, False, False, False)
+    """
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def package_versions(names=("torch", "torchvision", "open_clip_torch", "transformers", "numpy", "pillow")):

@@ -30,6 +30,7 @@ import os
 
 from ..errors import InputError
 from ..records import iter_json_lines
+from ..util import finite_number
 
 
 def word_marks(caption, text):
@@ -155,9 +156,9 @@ def _check(line):
     if not isinstance(line["hit"], bool):
         return f"field 'hit' is {line['hit']!r}, not true or false"
     for key in ("sim_caption", "sim_flip", "gap"):
-        if not _finite(line[key]):
+        if not finite_number(line[key]):
             return f"field {key!r} is {line[key]!r}, not a finite number"[:200]
-    if not all(v is None or _finite(v) for v in line["word_scores"]):
+    if not all(v is None or finite_number(v) for v in line["word_scores"]):
         return "field 'word_scores' holds a value that is not a finite number or null"
     n = len(line["words"])
     if line["words"] != line["flip"].split() or len(line["word_scores"]) != n:
@@ -165,11 +166,6 @@ def _check(line):
     if not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < n for k in [line["blamed"], *line["changed"]]):
         return f"blamed {line['blamed']!r} or changed {line['changed']!r} is not a word index"
     return None
-
-
-def _finite(v):
-    from ..scorefile import _number
-    return _number(v)
 
 
 def _attach(item, line):

@@ -25,7 +25,6 @@ that differ between the runs that made its rows (`mixed_settings`; `_mixed` for 
 settings in IGNORED_SETTINGS left out.
 """
 import json
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from ..records import read_json
 from ..retrieval import KS
 from ..scoring import spearman
 from ..method import FLIP_TYPES
-from ..util import default_output, metrics_path
+from ..util import default_output, finite_number, metrics_path
 
 FIGURES = ("invariance_error", "gap", "pos_rate")  # the headline figures, each with a CI
 # LGIP_SPEC.md sections 9 and 10, in run_lgip_multi.py's and run_lgip_by_fliptype.py's rows: (key in
@@ -87,11 +86,7 @@ def _value(field, v, name):
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise BadField(field, f"is {_what(v)}, not a number")
-    try:
-        finite = math.isfinite(v)
-    except OverflowError:  # (an int too large for a float)
-        finite = False
-    if not finite:
+    if not finite_number(v):  # (an int too large for a float too)
         raise BadField(field, f"is {v!r}, not a finite number"[:200])
     if RATE.search(name) and not 0.0 <= v <= 1.0:
         raise BadField(field, f"is {v!r}, not a rate within [0, 1]")
