@@ -166,26 +166,34 @@ def iter_json_lines(path):
             except (ValueError, RecursionError) as e:  # (a number of thousands of digits; nested thousands deep)
                 raise InputError(f"{path}:{lineno}: JSON this program does not read ({_unreadable(e)})") from None
             if b"\\ud" in raw or b"\\uD" in raw:  # a surrogate escape: paired (an emoji) or lone?
-                field = _lone_surrogate(value)
-                if field:
-                    raise InputError(f"{path}:{lineno}: field {field!r} holds a lone UTF-16 surrogate (a \\ud800-\\udfff "
-                                     f"escape without its pair): not text; fix or remove it")
+                _refuse_lone_surrogates(value, f"{path}:{lineno}")
             yield lineno, value
+
+
+def _refuse_lone_surrogates(value, where):
+    field = _lone_surrogate(value)
+    if field:
+        raise InputError(f"{where}: field {field!r} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without "
+                         f"its pair): not text; fix or remove it")
 
 
 def read_json(path, object_pairs_hook=None):
     """A whole JSON file, parsed; InputError naming the file (and line and column) when it is
-    missing, not UTF-8 or not JSON. object_pairs_hook: json.loads's."""
+    missing, not UTF-8 or not JSON, and the file and field when a string holds a lone surrogate
+    (valid JSON, not text: it could not be written out again). object_pairs_hook: json.loads's."""
     check_input_file(path, "JSON")
     with open(path, "rb") as f:
         data = f.read()
     text = _decode(data[_start(path, data[:4]):], path)
     try:
-        return json.loads(text, object_pairs_hook=object_pairs_hook)
+        value = json.loads(text, object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     except (ValueError, RecursionError) as e:  # (a number of thousands of digits; arrays nested thousands deep)
         raise InputError(f"{path}: JSON this program does not read ({_unreadable(e)})") from None
+    if "\\ud" in text or "\\uD" in text:  # a surrogate escape: paired (an emoji) or lone?
+        _refuse_lone_surrogates(value, path)
+    return value
 
 
 def _unreadable(e):

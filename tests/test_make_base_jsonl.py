@@ -166,6 +166,7 @@ def _edit_annotation(field, value):
     (_edit_annotation("caption", _DELETE), "annotations[2] (id {id}): missing field 'caption'"),
     (_edit_annotation("caption", 7), "annotations[2] (id {id}): field 'caption' is int, expected a string"),
     (_edit_annotation("caption", ["A bus."]), "annotations[2] (id {id}): field 'caption' is list"),
+    (_edit_annotation("caption", "A \ud800 bus."), "field 'annotations[2].caption' holds a lone UTF-16 surrogate"),
 ])
 def test_malformed_annotations_stop_with_file_and_field(coco, edit, expected):
     data = coco_dict()

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ..errors import InputError
-from ..records import _lone_surrogate, read_json
+from ..records import read_json
 
 _COCO_ID = re.compile(r"(\d{6,12})\.(?:jpg|jpeg|png)$", re.IGNORECASE)
 
@@ -53,10 +53,6 @@ def read_source_json(folder, name, kind):
     if not isinstance(data, kind):
         raise InputError(f"{path}: expected a JSON {'object' if kind is dict else 'list'} of items, got "
                          f"{type(data).__name__}")
-    field = _lone_surrogate(data)
-    if field:
-        raise InputError(f"{path}: field {field!r} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without "
-                         f"its pair): not text; fix or remove it")
     if twice:
         shown = ", ".join(repr(k) for k in twice[:5]) + (", ..." if len(twice) > 5 else "")
         print(f"warning: {path}: {len(twice)} key(s) written twice in one object ({shown}): JSON keeps the last of "
