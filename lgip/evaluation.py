@@ -105,6 +105,10 @@ def distributed():
         # exit, where a rank aborted now and then ("terminate called without an active exception").
         import torch.distributed.nn  # noqa: F401
         backend = "nccl" if torch.cuda.is_available() and os.environ.get("LGIP_DIST_BACKEND") != "gloo" else "gloo"
+        if backend == "nccl":
+            # NCCL's collectives (all_gather_object's tensors too) run on the current device, cuda:0
+            # unless set: every rank on one GPU is refused ("Duplicate GPU detected") or hangs.
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend)
     return dist.get_rank(), dist.get_world_size()
 
