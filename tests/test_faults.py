@@ -113,14 +113,31 @@ def test_a_full_disk_stops_a_script_before_its_work(tmp_path):
     assert os.listdir(out / "eval") == ["in.jsonl"]  # no model was loaded, no cache made
 
 
+def outputs_room(out, cache, args):
+    """Room for run_lgip_multi's metrics files but not for a score file, measured by running `args`
+    once with no limit in these very folders (the metrics hold the absolute paths of the checkout,
+    the input and the cache, so their size grows with the folders' names), whose outputs and cache
+    are then removed. A score file is written in one piece: it fails whole and takes none of the room."""
+    proc = run_on_small_disk("run_lgip_multi.py", {}, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sizes = {f: os.path.getsize(out / f) for f in os.listdir(out) if f != "in.jsonl"}
+    for f in sizes:
+        os.remove(out / f)
+    shutil.rmtree(cache)
+    metrics = sum(n for f, n in sizes.items() if f.endswith(".metrics.json"))
+    room = metrics + 1_000 + metrics // 20  # the output folders' check, and the full-disk fields the first run lacks
+    assert room < min(n for f, n in sizes.items() if f.endswith(".scores.jsonl")), sizes  # the case under test
+    return room
+
+
 def test_a_full_disk_keeps_the_metrics_and_a_full_cache_costs_nothing(tmp_path):
     """Outputs on a disk with room for the metrics but not the score files, the cache on one with
     room for a chunk or two: the run says so once for the cache and once per score file, writes
     its metrics (the published numbers), leaves the cache whole, and ends with exit status 4."""
     out, cache = tmp_path / "out", tmp_path / "cache"
     src = copy_input(out)
-    proc = run_on_small_disk("run_lgip_multi.py", {out: 24_000, cache: 10_000},
-                             *eval_args(src, CACHE_DIR=str(cache), CACHE_FLUSH_S=0, TEXT_BATCH_SIZE=16))
+    args = eval_args(src, CACHE_DIR=str(cache), CACHE_FLUSH_S=0, TEXT_BATCH_SIZE=16)
+    proc = run_on_small_disk("run_lgip_multi.py", {out: outputs_room(out, cache, args), cache: 10_000}, *args)
     err = proc.stderr
     assert proc.returncode == 4 and "Traceback" not in err, err
     assert err.count("warning: the embedding cache cannot be written (") == 1
@@ -298,3 +315,27 @@ def test_two_evaluations_at_once_on_one_cache_folder(tmp_path):
     reference = json.load(open(os.path.join(REFERENCE, "fixture_with_perturb__LGIP_tiny_siglip.metrics.json")))
     for name in "ab":
         assert_matches(json.load(open(tmp_path / name / "in__LGIP_tiny_siglip.metrics.json")), reference)
+
+
+def test_the_path_sensitive_cases_pass_from_a_long_folder(tmp_path):
+    """The cases whose outputs hold absolute paths (a full disk's room for the metrics, the help's
+    wrapping of a default path) run from a checkout in a folder of over 120 characters, their
+    temporary folders there too: a fixed byte budget or width that only a short path meets fails here."""
+    home = tmp_path / ("a_checkout_in_a_folder_with_a_long_name_" * 3)[:110]
+    keep = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", ".lgip_cache", "*.tmp")
+    home.mkdir()
+    for name in os.listdir(ROOT):
+        src = os.path.join(ROOT, name)
+        if name in ("lgip", "tests", "demo", "benchmarks"):
+            shutil.copytree(src, home / name, ignore=keep)
+        elif name.endswith(".py") or name == "requirements.txt":
+            shutil.copy(src, home / name)
+    assert len(str(home)) > 120
+    cases = ["tests/test_faults.py::test_a_full_disk_keeps_the_metrics_and_a_full_cache_costs_nothing",
+             "tests/test_faults.py::test_a_full_disk_stops_a_script_before_its_work",
+             "tests/test_faults.py::test_an_output_that_cannot_be_written_says_which_why_and_what_to_do",
+             "tests/test_settings.py::test_help_wraps_long_defaults"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                           f"--basetemp={home / 'pytest_tmp'}", *cases], cwd=home, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]
