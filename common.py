@@ -82,7 +82,7 @@ from lgip.models import PUBLISHED_MODELS, load_model
 from lgip.models.zoo import shard
 from lgip.models.cards import model_card
 from lgip.model_loop import ModelLoop
-from lgip.pipeline import Step, blockers, check_step_settings, reason_to_run, run_step, say_report, script_settings, select_steps, show
+from lgip.pipeline import Step, blockers, check_step_settings, reason_to_run, run_step, say_report, script_settings, select_steps, show, step_setting_hint
 from lgip.pixel_memory import forget_pixels
 from lgip.records import caption_texts, dump_jsonl_line, flip_types, iter_records, load_records, read_json
 from lgip.results import write_rows
@@ -106,6 +106,6 @@ __all__ = ["ACCELERATIONS", "COLORS", "Comparisons", "ConfigError", "DEMO_ABOUT"
            "package_versions", "parse_value", "prior_figures", "prior_values", "provenance", "read_json", "reason_to_run", "refuse_overwriting_input",
            "remove_stale_temps", "require_int", "require_models", "resolve_device", "resolve_dtype",
            "retrieval_compared", "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step", "save_examples", "say_demo", "say_report",
-           "script_call", "script_settings", "search_galleries", "select_steps", "shard", "show", "simple_paraphrases",
+           "script_call", "script_settings", "search_galleries", "select_steps", "shard", "show", "step_setting_hint", "simple_paraphrases",
            "swap_process_state", "typed_flips",
            "write_comparisons", "write_json", "write_rows"]

@@ -52,21 +52,23 @@ SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAM
 STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption, make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype, run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
-CONFIG = common.configure(globals())
-
 # step name -> its script, in the order they run
-SCRIPTS = {"make_base": "make_base_jsonl.py", "diff_gen_caption": "diff_gen_caption.py",
-           "make_perturb_with_fliptypes": "make_perturb_with_fliptypes.py",
-           "rebuttal_enhanced_perturb": "rebuttal_enhanced_perturb_with_fliptypes.py",
-           "run_lgip_multi": "run_lgip_multi.py", "run_lgip_by_fliptype": "run_lgip_by_fliptype.py",
-           "run_lgip_retrieval": "run_lgip_retrieval.py", "explain_flips": "explain_flips.py",
-           "rebuttal_enhanced_lgip": "rebuttal_enhanced_lgip_by_transformation.py",
-           "run_lgip_images": "run_lgip_images.py", "report": "report.py"}
-DEMO_MODEL = "openclip_ViT-B-16_openai"  # the smallest published model: the demo's default
+_SCRIPTS = {"make_base": "make_base_jsonl.py", "diff_gen_caption": "diff_gen_caption.py",
+            "make_perturb_with_fliptypes": "make_perturb_with_fliptypes.py",
+            "rebuttal_enhanced_perturb": "rebuttal_enhanced_perturb_with_fliptypes.py",
+            "run_lgip_multi": "run_lgip_multi.py", "run_lgip_by_fliptype": "run_lgip_by_fliptype.py",
+            "run_lgip_retrieval": "run_lgip_retrieval.py", "explain_flips": "explain_flips.py",
+            "rebuttal_enhanced_lgip": "rebuttal_enhanced_lgip_by_transformation.py",
+            "run_lgip_images": "run_lgip_images.py", "report": "report.py"}
 # Settings run_all sets itself (SETTINGS may not).
 _OWN = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "OUTPUT_PREFIX", "ANNOTATIONS_JSON", "IMAGE_DIR", "MODELS",
         "PROTOCOL", "DEVICE", "DTYPE", "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "UNSUPPORTED", "SHARD",
         "ON_MODEL_ERROR"}
+CONFIG = common.configure(globals(), unknown_hint=lambda key, value: common.step_setting_hint(
+    key, value, [os.path.join(_HERE, s) for s in _SCRIPTS.values()], _OWN))
+SCRIPTS = _SCRIPTS
+
+DEMO_MODEL = "openclip_ViT-B-16_openai"  # the smallest published model: the demo's default
 
 
 def choose_data():

@@ -34,9 +34,33 @@ NAMES = ["PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZ
          "SHARED_BOOTSTRAP_DRAWS"]
 
 
+# the switches that act inside a model's encoders: on, they apply only to the towers and preprocessing that admit
+# them (an Encoder's `accelerations` says which of the first five; PIXELS_ON_DEVICE and PIXEL_MEMORY need its pixels)
+PER_MODEL = ("PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "BUILD_ON_DEVICE",
+             "PIXELS_ON_DEVICE", "PIXEL_MEMORY")
+
+
 def state():
-    """{name: on} of every switch (recorded in each metrics file's run block)."""
+    """{name: on} of every switch."""
     return {name: globals()[name] for name in NAMES}
+
+
+def applied(enc):
+    """({name: on and it ran for this model}, {name: why not, for a switch that is on but did not}):
+    the run block's record, so that no row claims an acceleration its model did not get."""
+    ran = set(getattr(enc, "accelerations", ()) or ())
+    if getattr(enc, "pixels", None) is not None:
+        ran |= {"PIXELS_ON_DEVICE", "PIXEL_MEMORY"}
+    why = ("the model's weights were not loaded: every embedding came from the cache"
+           if not getattr(enc, "weights_loaded", True) else
+           "a model of one's own: its encode_text and encode_image run as given"
+           if getattr(enc, "type", None) == "python" and not getattr(enc, "accelerations", ()) else
+           "not for this model's towers or preprocessing (docs/performance.md, Accelerations)")
+    on_cpu = str(getattr(enc, "device", "cpu")).startswith("cpu")
+    on = state()
+    record = {n: v and (n not in PER_MODEL or n in ran) for n, v in on.items()}
+    return record, {n: "the model runs on the CPU" if n == "BUILD_ON_DEVICE" and on_cpu else why
+                    for n, v in on.items() if v and not record[n]}
 
 
 def switch_off(names):

@@ -47,11 +47,12 @@ def parse_value(text):
         return text
 
 
-def configure(namespace, argv=None):
+def configure(namespace, argv=None, unknown_hint=None):
     """Apply `--NAME=value` command-line overrides to a script's UPPERCASE constants.
 
     `namespace` is the script's globals(). Unknown names are an error listing the valid
-    ones; `--help` prints every constant with its comment. Returns the dict of constants
+    ones (`unknown_hint(name, value)`: the script's own word on such a name, run_all's for a
+    step's setting); `--help` prints every constant with its comment. Returns the dict of constants
     actually in force (recorded in every output file). The command line belongs to the script
     being run: a script imported by another (bench_host imports bench) keeps its defaults.
     """
@@ -72,9 +73,10 @@ def configure(namespace, argv=None):
         if not arg.startswith("--") or "=" not in arg:
             _usage_error(f"expected --NAME=value, got {arg!r} (see --help)")
         key, text = arg[2:].split("=", 1)
-        if key not in names:
-            _usage_error(f"unknown setting {key!r}{closest(key, names)}; valid settings: {', '.join(names)}")
         value = parse_value(text)
+        if key not in names:
+            hint = unknown_hint(key, value) if unknown_hint is not None else ""
+            _usage_error(f"unknown setting {key!r}{closest(key, names)}; {hint}valid settings: {', '.join(names)}")
         print(f"override: {key} = {value!r}")
         namespace[key] = value
     return {k: namespace[k] for k in names}

@@ -408,7 +408,8 @@ class ModelRun:
         info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank,
                              self.records)
         info["num_processes"] = self.world
-        info["accelerations"] = accelerations.state()  # which of lgip/accelerations.py's switches were on
+        # which of lgip/accelerations.py's switches were on and ran for this model; why not, for one on that did not
+        info["accelerations"], info["accelerations_not_applied"] = accelerations.applied(self.enc)
         info["seconds_by_phase"] = self.seconds  # in order: loading the model; building the pairs; waiting for work done ahead for this model; cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after; similarities (and gathering them from other processes); a script's own phases (phase_done: run_lgip_retrieval's "retrieval"); confidence intervals and score file
         info["lookahead"] = getattr(self, "ahead", None)  # jobs done ahead for this model while earlier ones ran (None: no Lookahead)
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)

@@ -377,3 +377,41 @@ def test_embeddings_that_are_not_finite_stop_the_model_with_what_and_where(tmp_p
     assert [r["model_tag"] for r in rows] == ["good"]
     skipped = rows[0]["run"]["skipped_models"]
     assert [s["name"] for s in skipped] == ["nan_texts"] and "not finite" in skipped[0]["error"]
+
+
+def test_an_open_clip_model_in_memory_gets_its_spec_twins_accelerations(tmp_path):
+    """A training loop's open_clip model (the objects open_clip built) runs the accelerations of the
+    same model named by a spec (trimmed texts, prefix packs, the pooled last block, the fast tokenizer):
+    the same numbers as the plain path of a model of one's own (a wrapper open_clip does not know), and
+    rows that say what ran; the wrapper's row says which switches did not run for it, and why."""
+    import run_lgip_multi
+    jsonl = copy_input(str(tmp_path), "run_lgip_multi.py")
+    model, preprocess, tokenizer = user_loaders.openclip_tiny()
+
+    class Wrapped(torch.nn.Module):  # (not an open_clip class: its own encode_* run as given)
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def encode_image(self, x):
+            return self.inner.encode_image(x)
+
+        def encode_text(self, ids):
+            return self.inner.encode_text(ids)
+
+    rows = run_lgip_multi.run(**settings(jsonl, [{"name": "epoch", "type": "python", "loader": (model, preprocess, tokenizer)},
+                                                 {"name": "wrapped", "type": "python",
+                                                  "loader": (Wrapped(model), preprocess, tokenizer)}]))
+    fast, plain = rows
+    for key in HEADLINE["run_lgip_multi.py"]:
+        assert fast[key] == pytest.approx(plain[key], abs=1e-6)
+    info = fast["run"]["model"]
+    assert info["open_clip_model"] and info["text_trimmed"] and info["text_prefix_sharing"] and info["in_memory"]
+    assert info["image_last_block_class_token_only"]
+    assert all(fast["run"]["accelerations"][n] for n in ("PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT",
+                                                         "FAST_CLIP_TOKENIZER", "PIXELS_ON_DEVICE"))
+    assert fast["run"]["accelerations_not_applied"] == {"BUILD_ON_DEVICE": "the model runs on the CPU"}
+    assert "text_trimmed" not in plain["run"]["model"] and not plain["run"]["accelerations"]["PREFIX_PACKS"]
+    assert plain["run"]["accelerations_not_applied"]["TRIMMED_TEXT"] == (
+        "a model of one's own: its encode_text and encode_image run as given")
+    assert fast["run"]["text_positions"]["computed"] < plain["run"]["text_positions"]["computed"]

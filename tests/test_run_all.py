@@ -310,3 +310,19 @@ def test_without_the_default_weights_the_demo_runs_with_the_demo_model_and_says_
     assert "2 of 2 models cannot be had" in named.stderr and named.stderr.count("huggingface-cli download") == 1
     assert "demo instead" not in named.stdout and "demo_tiny_random" not in named.stdout + named.stderr
     assert not list(folder.glob("*_with_*"))  # not even the generators ran
+
+
+def test_a_steps_setting_on_run_alls_command_line_says_where_it_goes():
+    """--BOOTSTRAPS=100 (a typo of a step's setting) and --BOOTSTRAP=100 (a step's setting given to
+    run_all itself): exit status 2, the closest step setting named, and the command line that works."""
+    proc = run_script("run_all.py", "--BOOTSTRAPS=100", check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        "error: unknown setting 'BOOTSTRAPS'; did you mean BOOTSTRAP, a step's setting? A step's setting goes in "
+        "SETTINGS: --SETTINGS=\"{'BOOTSTRAP': 100}\"; run_all's own valid settings: ANNOTATIONS_JSON, "), proc.stderr
+    proc = run_script("run_all.py", "--BOOTSTRAP=100", check=False)
+    assert proc.returncode == 2 and "unknown setting 'BOOTSTRAP'; BOOTSTRAP is a step's setting. A step's setting " \
+        "goes in SETTINGS: --SETTINGS=\"{'BOOTSTRAP': 100}\"" in proc.stderr, proc.stderr
+    proc = run_script("run_all.py", "--DRY_RUNN=True", check=False)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: unknown setting 'DRY_RUNN' (did you mean DRY_RUN?); "
+                                                           "valid settings: "), proc.stderr
+    assert "SETTINGS" not in proc.stderr.split("valid settings:")[0]

@@ -9,13 +9,13 @@ import shutil
 
 import pytest
 
-from conftest import BASE_JSONL, FIXTURES, OPENCLIP_TINY, ROOT, eval_args, run_script
+from conftest import BASE_JSONL, FIXTURES, OPENCLIP_TINY, ROOT, eval_args, eval_settings, run_script
 from lgip.cli import check_config, configure
 from lgip.errors import ConfigError
 from lgip.models import PUBLISHED_MODELS
 from lgip.settings import RULES, check_models, check_settings
 
-SCRIPTS = ["bench", "bench_host", "bench_images", "bench_lookahead", "bench_retrieval", "diff_gen_caption", "explain_flips", "import_benchmark",
+SCRIPTS = ["bench", "bench_host", "bench_images", "bench_in_memory", "bench_lookahead", "bench_retrieval", "diff_gen_caption", "explain_flips", "import_benchmark",
            "make_base_jsonl", "make_perturb_with_fliptypes", "rebuttal_enhanced_lgip_by_transformation",
            "rebuttal_enhanced_perturb_with_fliptypes", "report", "run_all", "run_lgip_by_fliptype", "run_lgip_multi",
            "run_lgip_images", "run_lgip_retrieval", "siglip_sanity_check"]
@@ -224,3 +224,57 @@ def test_a_value_that_is_no_literal_is_taken_as_a_string():
     from lgip.cli import parse_value
     assert parse_value("{[]: 1}") == "{[]: 1}" and parse_value("{{}}") == "{{}}"
     assert parse_value("-" * 100000 + "1") == "-" * 100000 + "1"
+
+
+TYPO = [{"name": "b32", "type": "openclip", "model_name": "ViT-B-32", "pretraind": "openai"}]
+TYPO_ERROR = ("error: MODELS: model 'b32' (type 'openclip'): unknown key 'pretraind'; did you mean 'pretrained'? "
+              "valid keys: name, type, model_name, pretrained, card, demo\n")
+
+
+def test_a_misspelled_spec_key_stops_before_any_work(perturbed):
+    """'pretraind' would have meant random weights: the command line, the dry run of run_all and a
+    script's run() all stop at once, naming the key, the closest valid one and them all; nothing is written."""
+    before = sorted(os.listdir(perturbed.parent))
+    proc = run_script("run_lgip_multi.py", f"--JSONL_PATH={perturbed}", f"--MODELS={TYPO!r}", check=False)
+    assert proc.returncode == 2 and proc.stderr == TYPO_ERROR, proc.stderr
+    proc = run_script("run_all.py", f"--MODELS={TYPO!r}", "--DRY_RUN=True", check=False)
+    assert proc.returncode == 2 and proc.stderr.endswith(TYPO_ERROR), proc.stderr
+    import run_lgip_multi
+    with pytest.raises(ConfigError, match="unknown key 'pretraind'; did you mean 'pretrained'"):
+        run_lgip_multi.run(JSONL_PATH=str(perturbed), MODELS=TYPO)
+    assert sorted(os.listdir(perturbed.parent)) == before
+    for spec, key, close in (({"name": "s", "type": "siglip", "model_id": "x", "lower_case": True}, "lower_case", "lowercase"),
+                             ({"name": "p", "type": "python", "loader": "m.py:f", "kwarg": {}}, "kwarg", "kwargs"),
+                             ({"type": "openclip_zoo", "match": "ViT-B-16", "tag": "laion*"}, "tag", "tags")):
+        with pytest.raises(ConfigError, match=f"unknown key '{key}'; did you mean '{close}'\\?"):
+            check_settings({"MODELS": [spec]} if spec["type"] != "openclip_zoo" else {"MODELS": expand(spec)})
+    with pytest.raises(ConfigError, match=r"unknown key 'weights'; valid keys: name, type, model_id, lowercase, card, demo$"):
+        check_settings({"MODELS": [{"name": "s", "type": "siglip", "model_id": "x", "weights": 1}]})
+
+
+def expand(spec):
+    from lgip.models.registry import expand_models
+    try:
+        return expand_models([spec])
+    except Exception as e:
+        raise ConfigError(str(e)) from None
+
+
+def test_a_random_init_model_is_named_as_such(perturbed, capsys):
+    """An open_clip architecture without a pretrained tag runs (a benchmark's random init is legitimate),
+    but the console says what it is and the row carries random_init; a trained or local model does not."""
+    import run_lgip_multi
+    from lgip.models.registry import random_init
+    spec = {"name": "rand", "type": "openclip", "model_name": "ViT-B-32", "pretrained": None}
+    assert random_init(spec) and not random_init(dict(spec, pretrained="openai")) and not random_init(OPENCLIP_TINY)
+    assert not random_init({"name": "d", "type": "openclip", "model_name": "ViT-B-32", "demo": True})
+    from lgip.models.registry import key_encoder, load_model
+    assert key_encoder(spec).info["random_init"] is True and "random_init" not in key_encoder(OPENCLIP_TINY).info
+    enc = load_model(spec, "corrected", "cpu", "fp32")
+    assert enc.info["random_init"] is True and enc.info["weights_loaded"] is True
+    assert ("warning: model 'rand' has no pretrained weights (open_clip ViT-B-32 with pretrained None): a random-init "
+            "model, whose figures say nothing of a trained one; give \"pretrained\" a tag (openai, ") in capsys.readouterr().err
+    run_lgip_multi.run(**{k: v for k, v in eval_settings(perturbed, "corrected", [OPENCLIP_TINY]).items()},
+                       BOOTSTRAP=0, WRITE_SCORES=False)
+    row = json.load(open(perturbed.parent / "base_with_perturb__LGIP_ALL.metrics.json"))[0]
+    assert row["run"]["model"]["weights_loaded"] is True and "random_init" not in row["run"]["model"]

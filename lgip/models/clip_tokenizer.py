@@ -73,6 +73,7 @@ def _openclip_tokenize_fn(tokenizer, context, trimmable):
         # Up to EOT (the argmax id, where the tower pools), not "ids != 0": id 0 is "!" and
         # occurs inside texts such as 'he said "stop!"'.
         return [row[:n].tolist() for row, n in zip(ids, (ids.argmax(dim=1) + 1).tolist())]
+    tokenize.fast = encode is not None and encode is fast  # (FAST_CLIP_TOKENIZER applies: the run block says so)
     return tokenize
 
 

@@ -45,6 +45,7 @@ class Encoder:
     text_key_tag = ""  # prefix of this family's text cache keys: bumped when its tokenization changes
     info = {}
     release = None  # called once a run is done with the model (a caller's model in memory: its mode restored)
+    accelerations = frozenset()  # the per-model switches (lgip.accelerations.PER_MODEL) its loader applied
     tokenizer = None  # the tokenizer the model was loaded with (its token names, for word attribution)
 
     @property

@@ -86,7 +86,6 @@ def _create_openclip_on(device, name, pretrained, kwargs):
 
 def load_openclip(spec, protocol, device, dtype):
     import open_clip
-    import torch
     _check_openclip_name(spec["model_name"])
     name, pretrained, kwargs = openclip_create_kwargs(spec, protocol)
     if name.startswith(("hf-hub:", "local-dir:")):
@@ -105,7 +104,23 @@ def load_openclip(spec, protocol, device, dtype):
             raise _download_hint(spec, e) from e
         raise
     model = model.eval().to(device=device, dtype=dtype)
-    tokenizer = open_clip.get_tokenizer(name)
+    return openclip_encoder(model, preprocess, open_clip.get_tokenizer(name), device, dtype, built_on)
+
+
+def is_openclip(model, tokenizer):
+    """An open_clip model and tokenizer, as open_clip builds them (a training loop's model in memory):
+    openclip_encoder then gives it the accelerations of its spec twin."""
+    import open_clip
+    return (isinstance(model, (open_clip.CLIP, open_clip.CustomTextCLIP))
+            and type(tokenizer).__module__ == open_clip.tokenizer.__name__)
+
+
+def openclip_encoder(model, preprocess, tokenizer, device, dtype, built_on=None):
+    """The Encoder of a built open_clip model (in eval mode, on `device` in `dtype`), with every
+    acceleration its tower admits: load_openclip's, and a model of one's own held in memory
+    (lgip.models.python), whose weights it neither moves nor casts. `enc.accelerations`: the
+    switches of lgip.accelerations.PER_MODEL that apply to this model (the run block records no other as on)."""
+    import torch
     enc = Encoder()
     enc.model, enc.device, enc.dtype, enc.tokenizer = model, device, dtype, tokenizer
     enc.image_transform = preprocess
@@ -133,8 +148,8 @@ def load_openclip(spec, protocol, device, dtype):
     visual_blocks = _class_token_blocks(model.visual) if pooled else None
 
     @torch.no_grad()
-    def encode_images(pixels):
-        pixels = pixels.to(device=device, dtype=dtype, non_blocking=True)
+    def encode_images(pixels):  # (in the Encoder's dtype of the moment: word attribution runs the model in fp32)
+        pixels = pixels.to(device=device, dtype=enc.dtype, non_blocking=True)
         if visual_blocks is not None:
             return _normalise(_openclip_image_pooled(model.visual, visual_blocks, pixels))
         return _normalise(model.encode_image(pixels))
@@ -153,10 +168,14 @@ def load_openclip(spec, protocol, device, dtype):
     # every batch is cut to its longest member (tests/test_towers.py proves it).
     enc.pad_length = lambda call_lengths: None if trimmable else enc.context_length
     enc.info = {"quick_gelu": _uses_quick_gelu(model),
-                "built_on": built_on,
+                **({"built_on": built_on} if built_on is not None else {}),
                 "text_trimmed": trimmable,
                 "text_prefix_sharing": enc.encode_packs is not None,
                 "image_last_block_class_token_only": visual_blocks is not None}
+    enc.accelerations = frozenset(name for name, on in (
+        ("PREFIX_PACKS", enc.encode_packs is not None), ("POOLED_LAST_BLOCK", visual_blocks is not None or trimmable and pooled),
+        ("TRIMMED_TEXT", trimmable), ("FAST_CLIP_TOKENIZER", tokenize.fast),
+        ("BUILD_ON_DEVICE", built_on is not None and built_on != "cpu")) if on)
     return enc
 
 

@@ -27,6 +27,7 @@ import traceback
 
 from ..errors import ModelError
 from .encoder import Encoder, _normalise
+from .openclip import is_openclip, openclip_encoder
 from ..util import jsonable
 
 
@@ -177,9 +178,15 @@ def load_python(spec, protocol, device, dtype):
     from PIL import Image
     model, preprocess, tokenizer, given = _triple(spec, device, dtype)
     device, dtype = _where(model, device, dtype)
+    was_training = bool(getattr(model, "training", False))
+    if is_openclip(model, tokenizer):  # a training loop's open_clip model: the accelerations of its spec twin
+        enc = openclip_encoder(model.eval(), preprocess, tokenizer, device, dtype)
+        enc.info = {"loader": loader_name(spec), "in_memory": in_memory(spec), "open_clip_model": True, **enc.info}
+        if given:
+            enc.release = lambda: model.train(was_training)
+        return enc
     enc = Encoder()
     enc.model, enc.device, enc.dtype, enc.tokenizer = model, device, dtype, tokenizer
-    was_training = bool(getattr(model, "training", False))
     if isinstance(model, torch.nn.Module):
         model.eval()
 

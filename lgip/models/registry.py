@@ -13,6 +13,8 @@ Encoder, registered in the four dicts below (preparer and key encoder may be Non
     >>> enc = load_model({"name": "b16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "openai"})
     >>> enc.encode_images(pixels), enc.encode_tokens(ids)
 """
+import sys
+
 from .. import accelerations
 from ..demo import DEMO_MODEL, DEMO_NAME
 from ..errors import ModelError, WrongModelType
@@ -103,6 +105,26 @@ MODEL_KEYS = {"openclip": openclip_key_encoder, "transformers": transformers_key
               "siglip": transformers_key_encoder, "python": python_key_encoder}
 # same keys: the field a spec of the type must have
 MODEL_FIELDS = {"openclip": "model_name", "transformers": "model_id", "siglip": "model_id", "python": "loader"}
+# same keys: the fields a spec of the type may have besides its required one and SPEC_COMMON's
+MODEL_OPTIONS = {"openclip": ("pretrained",), "transformers": ("lowercase",), "siglip": ("lowercase",),
+                 "python": ("kwargs",)}
+SPEC_COMMON = ("name", "type", "card", "demo")  # every type's: its name, type, own card fields, demo marker
+
+
+def spec_keys(model_type):
+    """The keys a spec of `model_type` may have, in the order the error lists them."""
+    return SPEC_COMMON[:2] + (MODEL_FIELDS[model_type],) + MODEL_OPTIONS[model_type] + SPEC_COMMON[2:]
+
+
+def check_keys(spec, valid, what):
+    """A key the spec's type does not read is a typo until proven otherwise ('pretraind' would mean
+    random weights): ModelError naming it, the closest valid key and them all."""
+    import difflib
+    for key in spec:
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ModelError(f"{what}: unknown key {key!r}; {hint}valid keys: {', '.join(valid)}")
 
 
 def _check_spec(spec, protocol):
@@ -111,6 +133,7 @@ def _check_spec(spec, protocol):
                          f"'model_id' for transformers and siglip, 'loader' for python), got {spec!r}")
     if spec["type"] not in MODEL_LOADERS:
         raise ModelError(f"model {spec['name']!r}: unknown type {spec['type']!r}; valid: {', '.join(MODEL_LOADERS)}")
+    check_keys(spec, spec_keys(spec["type"]), f"model {spec['name']!r} (type {spec['type']!r})")
     required = MODEL_FIELDS[spec["type"]]
     if required not in spec:
         raise ModelError(f"model {spec['name']!r}: type {spec['type']!r} needs {required!r}")
@@ -143,7 +166,26 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
     enc.tokenizer_key = tokenizer_key(enc.type, enc.tokenizer_identity, enc.tokenize)
     enc.pixels = check_pixel_split(enc, enc.pixels) if accelerations.PIXELS_ON_DEVICE else None
     enc.info = dict(enc.info, pixels_on_device=enc.pixels is not None, weights_loaded=True)
+    if random_init(spec):
+        enc.info["random_init"] = True
+        print(f"warning: model {spec['name']!r} has no pretrained weights (open_clip {spec['model_name']} with "
+              f"pretrained None): a random-init model, whose figures say nothing of a trained one; give "
+              f"\"pretrained\" a tag ({', '.join(_tags(spec['model_name'])) or 'none for this architecture'}) "
+              f"or a checkpoint file", file=sys.stderr, flush=True)
     return enc
+
+
+def random_init(spec):
+    """True for an open_clip architecture named without weights (no "pretrained", not hf-hub: or
+    local-dir:): open_clip builds it with random weights; the demo model is random by design and says so."""
+    name = spec.get("model_name")
+    return (spec.get("type") == "openclip" and not spec.get("pretrained") and not spec.get("demo")
+            and isinstance(name, str) and not name.startswith(("hf-hub:", "local-dir:")))
+
+
+def _tags(name):
+    import open_clip
+    return open_clip.list_pretrained_tags_by_model(name)[:4]
 
 
 def key_encoder(spec, protocol="corrected", device="cpu", dtype=None):
@@ -159,4 +201,6 @@ def key_encoder(spec, protocol="corrected", device="cpu", dtype=None):
     enc.device = resolve_device(device)
     enc.dtype = resolve_dtype(dtype, enc.device)
     enc.weights_loaded, enc.info = False, {"weights_loaded": False}
+    if random_init(spec):
+        enc.info["random_init"] = True
     return enc

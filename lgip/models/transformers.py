@@ -173,6 +173,7 @@ def load_transformers(spec, protocol, device, dtype):
     enc.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     siglip = rules.family in SIGLIP_FAMILY
     tower = _siglip_text_tower(model) if siglip and accelerations.POOLED_LAST_BLOCK else None
+    enc.accelerations = frozenset(["POOLED_LAST_BLOCK"] if tower is not None else [])
 
     @torch.no_grad()
     def encode_tokens(ids, exact_length=False, last_only=True):

@@ -26,6 +26,8 @@ def expand_zoo(spec):
     """The openclip specs of one zoo entry, in list_pretrained()'s order, each named
     `<architecture>__<tag>` (made file-safe); ModelError naming the pattern when nothing matches."""
     import open_clip
+    from .registry import check_keys
+    check_keys(spec, ("type", "match", "tags", "card"), f"an {ZOO_TYPE} entry")
     match, tags = spec.get("match"), spec.get("tags", "*")
     if not isinstance(match, str) or not match or not isinstance(tags, str) or not tags:
         raise ModelError(f"a {ZOO_TYPE} entry needs \"match\" (a pattern of open_clip architectures, e.g. \"ViT-B-*\") "
