@@ -52,7 +52,7 @@ from lgip.report import (OutputSet, Report, add_benchmark_means, altered_items, 
                          build_rows, comparison_files, compute_factors, csv_columns, demo_note, explain_files, find_metrics,
                          fliptype_figures, gallery_items, image_roots, image_score_files, load_comparisons, load_metrics,
                          model_colors_hex, page_context, plot_factors, plot_fliptypes, plot_frontier, plot_image_side,
-                         plot_prior, plot_retrieval, render_page, report_types, results_table, scan_altered, scan_scores,
+                         plot_prior, plot_retrieval, render_page, report_types, console_table, scan_altered, scan_scores,
                          score_files, seeds, subtitle, unmeasured_notes, write_csv, write_factors, write_markdown, write_page)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -212,7 +212,8 @@ def main():
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(errors="replace")  # the table has arrows and dashes
     demo = demo_note(metrics)
-    print(("**" + demo.replace("`", "") + "**\n\n" if demo else "") + results_table(rows))
+    # (the headline columns: the full table is in the .md and the page)
+    print(("**" + demo.replace("`", "") + "**\n\n" if demo else "") + console_table(rows))
     print()
     for note in unmeasured_notes(rows, found):
         print("note: " + note.replace("`", ""))
@@ -224,7 +225,7 @@ def main():
             print(f"-> {out[name]}")
     unreadable = len({i["path"] for items in (gallery or {}).values() for i in items if "error" in i["thumb"]})
     print(f"-> {out['report.html']} ({os.path.getsize(out['report.html']) / 1e6:.2f} MB"
-          + (f"; {unreadable} gallery image(s) missing or unreadable, shown as placeholders" if unreadable else "")
+          + (f"; {unreadable} gallery image{'' if unreadable == 1 else 's'} missing or unreadable, shown as placeholders" if unreadable else "")
           + "): open it in a browser")
 
 

@@ -81,7 +81,7 @@ def summary(m):
     f = lambda key: common.fmt(m[key], ".3f")
     return (f"i2t R@1 {f('i2t_recall@1')}, with flips {f('i2t_flip_recall@1')}, top-1 a flip "
             f"{f('i2t_flip_top1_rate')}, own flip preferred {f('own_flip_preferred_rate')}, t2i R@1 {f('t2i_recall@1')} "
-            f"({m['num_blocks']} galleries of {m['gallery_size']})")
+            f"({m['num_blocks']} galler{'y' if m['num_blocks'] == 1 else 'ies'} of {m['gallery_size']})")
 
 
 def run(**constants):

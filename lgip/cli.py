@@ -77,9 +77,19 @@ def configure(namespace, argv=None, unknown_hint=None):
         if key not in names:
             hint = unknown_hint(key, value) if unknown_hint is not None else ""
             _usage_error(f"unknown setting {key!r}{closest(key, names)}; {hint}valid settings: {', '.join(names)}")
-        print(f"override: {key} = {value!r}")
+        print(f"override: {key} = {_said(value)}")
         namespace[key] = value
     return {k: namespace[k] for k in names}
+
+
+def _said(value, width=100):
+    """An override as the console says it: its repr, but for a list of model specs longer than a line,
+    their names (the specs in full are in every output's run.config and in run_all's command)."""
+    text = repr(value)
+    if len(text) <= width or not isinstance(value, (list, tuple)) or not all(isinstance(v, (dict, str)) for v in value):
+        return text
+    names = [v.get("name", v.get("type")) if isinstance(v, dict) else v for v in value]
+    return f"[{', '.join(map(str, names))}] ({len(value)} model spec{'s' if len(value) != 1 else ''}; in full in run.config)"
 
 
 def _help_entry(name, value, comment, width=100):

@@ -139,8 +139,8 @@ def write_rows(path, rows, timeout_s=LOCK_TIMEOUT_S):
     kept = [_tag(r) for r in old if _tag(r) not in mine]
     if kept:
         shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-        print(f"{os.path.basename(path)}: {len(rows)} model(s) written, {len(kept)} kept from earlier runs ({shown})",
-              flush=True)
+        print(f"{os.path.basename(path)}: {len(rows)} model{'' if len(rows) == 1 else 's'} written, "
+              f"{len(kept)} kept from earlier runs ({shown})", flush=True)
     return path
 
 
@@ -325,7 +325,7 @@ def main(argv):
                 raise InputError(f"{source}: every row needs its own model_tag") from None
             if write_rows(target, rows) != target:
                 return 4
-            print(f"{source}: {len(rows)} row(s) merged into {target}")
+            print(f"{source}: {len(rows)} row{'' if len(rows) == 1 else 's'} merged into {target}")
     except (InputError, OutputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2 if isinstance(e, InputError) else 4

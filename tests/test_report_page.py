@@ -338,7 +338,7 @@ def test_page_is_small_self_contained_and_names_unreadable_images(nine):
     page = folder / "nine__LGIP_report.html"
     html = page.read_text(encoding="utf-8")
     assert page.stat().st_size <= MAX_PAGE_BYTES, page.stat().st_size
-    assert f"-> {page} (" in proc.stdout and "2 gallery image(s) missing or unreadable" in proc.stdout
+    assert f"-> {page} (" in proc.stdout and "2 gallery images missing or unreadable" in proc.stdout
     assert "http://" not in html and "https://" not in html and "<link" not in html
     assert html.count('<table id="results">') == 1 and html.count("<tr data-model=") == len(MODELS)
     assert html.count('<article class="card"') == 2 * 10 * len(MODELS)  # top K per model; those over all are among them

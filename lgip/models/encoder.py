@@ -120,3 +120,14 @@ class Prepared:
 
     def __init__(self, name, key, tokenize, pixels):
         self.name, self.tokenizer_key, self.tokenize, self.pixels = name, key, tokenize, pixels
+
+
+def check_keys(spec, valid, what):
+    """A key the spec's type does not read is a typo until proven otherwise ('pretraind' would mean
+    random weights): ModelError naming it, the closest valid key and them all."""
+    import difflib
+    for key in spec:
+        if key not in valid:
+            close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ModelError(f"{what}: unknown key {key!r}; {hint}valid keys: {', '.join(valid)}")

@@ -19,7 +19,7 @@ from .. import accelerations
 from ..demo import DEMO_MODEL, DEMO_NAME
 from ..errors import ModelError, WrongModelType
 from .zoo import expand_zoo, is_zoo
-from .encoder import PROTOCOLS, resolve_device, resolve_dtype, tokenizer_key
+from .encoder import PROTOCOLS, check_keys, resolve_device, resolve_dtype, tokenizer_key
 from .pixels import check_pixel_split
 from .hub import check_model
 from .openclip import load_openclip, openclip_key_encoder, prepare_openclip
@@ -114,17 +114,6 @@ SPEC_COMMON = ("name", "type", "card", "demo")  # every type's: its name, type, 
 def spec_keys(model_type):
     """The keys a spec of `model_type` may have, in the order the error lists them."""
     return SPEC_COMMON[:2] + (MODEL_FIELDS[model_type],) + MODEL_OPTIONS[model_type] + SPEC_COMMON[2:]
-
-
-def check_keys(spec, valid, what):
-    """A key the spec's type does not read is a typo until proven otherwise ('pretraind' would mean
-    random weights): ModelError naming it, the closest valid key and them all."""
-    import difflib
-    for key in spec:
-        if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ModelError(f"{what}: unknown key {key!r}; {hint}valid keys: {', '.join(valid)}")
 
 
 def _check_spec(spec, protocol):

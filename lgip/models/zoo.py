@@ -13,6 +13,7 @@ import os
 import re
 
 from ..errors import ConfigError, ModelError
+from .encoder import check_keys
 
 ZOO_TYPE = "openclip_zoo"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+@-]")
@@ -26,7 +27,6 @@ def expand_zoo(spec):
     """The openclip specs of one zoo entry, in list_pretrained()'s order, each named
     `<architecture>__<tag>` (made file-safe); ModelError naming the pattern when nothing matches."""
     import open_clip
-    from .registry import check_keys
     check_keys(spec, ("type", "match", "tags", "card"), f"an {ZOO_TYPE} entry")
     match, tags = spec.get("match"), spec.get("tags", "*")
     if not isinstance(match, str) or not match or not isinstance(tags, str) or not tags:

@@ -37,7 +37,7 @@ from .plots import (FACTOR_FIGURES, FLIPTYPE_FIGURES, FRONTIER_FIGURES, IMAGE_SI
 from .overview import Report, demo_note, unmeasured_notes
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .image_side import altered_items, image_score_files, image_side_lines, scan_altered, seeds
-from .markdown import results_table, write_markdown
+from .markdown import console_table, results_table, write_markdown
 from .page import page_context, render_page, write_page
 from ..util import OutputSet
 
@@ -49,6 +49,6 @@ __all__ = ["COLUMNS", "EVALUATIONS", "FACTOR_FIGURES", "FLIPTYPE_FIGURES", "FRON
            "compute_factors", "csv_columns", "demo_note", "explain_files", "find_metrics", "fliptype_figures", "gallery_items",
            "image_roots", "load_comparisons", "load_metrics", "model_colors_hex", "page_context", "pareto_front",
            "plot_factors", "plot_fliptypes", "plot_frontier", "plot_prior", "plot_retrieval", "render_page", "report_types",
-           "result_columns_for", "results_table", "row_types", "scan_scores", "score_files", "short_label", "short_labels",
+           "result_columns_for", "results_table", "console_table", "row_types", "scan_scores", "score_files", "short_label", "short_labels",
            "subtitle", "thumbnail", "unmeasured_notes", "word_marks", "write_csv", "write_factors", "write_markdown",
            "write_page"]

@@ -22,6 +22,18 @@ def results_table(rows):
     return md_table(*main_table(rows))
 
 
+CONSOLE_COLUMNS = ("Model", "Records", "Inv. error ↓", "Pos. rate ↑", "Grounded pos. ↑", "I2T R@1 ↑", "Img. inv. ↓",
+                   "Img. pos. ↑")
+
+
+def console_table(rows):
+    """The main table's headline columns (CONSOLE_COLUMNS, those some row has), to fit a terminal: the
+    report's .md and page have them all."""
+    header, cells, align = main_table(rows)
+    keep = [i for i, h in enumerate(header) if h in CONSOLE_COLUMNS]
+    return md_table([header[i] for i in keep], [[c[i] for i in keep] for c in cells], [align[i] for i in keep])
+
+
 def _runs_summary(report):
     header, cells, versions = runs_table(report.metrics, report.paths)
     lines = [md_table(header, cells)]
