@@ -12,7 +12,7 @@ USER_SCRIPTS = {"common.py", "diff_gen_caption.py", "explain_flips.py", "make_ba
                 "rebuttal_enhanced_perturb_with_fliptypes.py", "report.py", "run_all.py", "run_lgip_by_fliptype.py",
                 "run_lgip_multi.py", "run_lgip_retrieval.py", "siglip_sanity_check.py", "import_benchmark.py",
                 "run_lgip_images.py"}
-OTHER_FILES = {"README.md", "requirements.txt", "LICENSE", ".gitignore"}
+OTHER_FILES = {"README.md", "requirements.txt", "LICENSE", ".gitignore", "pyproject.toml"}  # (pyproject: the editable install)
 RECIPE_LINES = 150  # a script that is a recipe over the package fits in about this many lines
 RECIPES = ["explain_flips.py", "make_base_jsonl.py", "run_lgip_images.py"]
 

@@ -1,0 +1,72 @@
+"""The checkout installed editable and used from a project of one's own (a training loop): the
+scripts are importable through lgip.scripts without editing sys.path, and none of our top-level
+names (common, report, ...) replaces the project's own modules of the same names."""
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import FIXTURES, REFERENCE, ROOT
+
+TRAINING_LOOP = '''
+import json, os, sys
+import common, report                      # the project's own modules of those names
+import open_clip
+from lgip.scripts import run_lgip_multi    # no sys.path edit: the editable install's lgip
+here = os.path.dirname(os.path.abspath(__file__))
+model, _, preprocess = open_clip.create_model_and_transforms("local-dir:" + sys.argv[1])
+tokenizer = open_clip.get_tokenizer("local-dir:" + sys.argv[1])
+for epoch in range(2):
+    spec = {"name": f"epoch{epoch}", "type": "python", "loader": (model, preprocess, tokenizer)}
+    rows = run_lgip_multi.run(JSONL_PATH=os.path.join(here, "data", "in_with_perturb.jsonl"), IMAGE_ROOT=sys.argv[2],
+                              DEVICE="cpu", NUM_WORKERS=0, BOOTSTRAP=0, CACHE_DIR=None, WRITE_SCORES=False,
+                              MODELS=[spec])
+    print(epoch, rows[0]["sensitivity_pos_rate"])
+assert common.MINE and report.MINE and "run_lgip_multi" not in sys.modules
+assert run_lgip_multi.common is not common
+print("ours:", run_lgip_multi.__file__)
+'''
+
+
+def test_an_editable_install_serves_a_training_loop_in_another_folder(tmp_path):
+    checkout, project = tmp_path / "checkout", tmp_path / "project"
+    keep = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", ".lgip_cache", "*.tmp", "*.egg-info")
+    checkout.mkdir()
+    for name in os.listdir(ROOT):
+        src = os.path.join(ROOT, name)
+        if name in ("lgip", "demo"):
+            shutil.copytree(src, checkout / name, ignore=keep)
+        elif name.endswith((".py", ".toml", ".txt", ".md")) or name == "LICENSE":
+            shutil.copy(src, checkout / name)
+    before = sorted(os.listdir(checkout))
+    venv = tmp_path / "venv"
+    # (pip and setuptools: the installed ones, which build an editable wheel offline)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    proc = subprocess.run([python, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index",
+                           "-e", str(checkout)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (project / "data").mkdir(parents=True)
+    shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), project / "data" / "in_with_perturb.jsonl")
+    (project / "common.py").write_text("MINE = True\n")
+    (project / "report.py").write_text("MINE = True\n")
+    (project / "train.py").write_text(TRAINING_LOOP)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([python, "train.py", os.path.join(FIXTURES, "models", "openclip-tiny"), FIXTURES],
+                          cwd=project, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"ours: {checkout / 'run_lgip_multi.py'}" in proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines() if line[:2] in ("0 ", "1 ")]
+    assert len(rows) == 2 and rows[0][1] == rows[1][1]  # (the same model twice: the same figure)
+    assert (project / "data" / "in_with_perturb__LGIP_ALL.metrics.json").is_file()
+    assert sorted(n for n in os.listdir(checkout) if not n.endswith(".egg-info")) == before  # nothing new there
+
+
+def test_lgip_scripts_knows_every_script_and_names_a_mistyped_one():
+    import pytest
+    import lgip.scripts
+    from lgip.errors import ConfigError
+    root = {f[:-3] for f in os.listdir(ROOT) if f.endswith(".py") and f != "common.py"}
+    assert set(lgip.scripts.SCRIPTS) == root
+    with pytest.raises(ConfigError, match=r"no script 'run_lgip_mult' in lgip.scripts \(did you mean 'run_lgip_multi'\?\)"):
+        lgip.scripts.load("run_lgip_mult")
