@@ -57,7 +57,8 @@ from lgip.report import (OutputSet, Report, add_benchmark_means, altered_items, 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
-OUTPUT_PREFIX = None  # str: outputs are <OUTPUT_PREFIX>report.md, ...frontier.png, ...; None = "<JSONL folder>/<JSONL stem>__LGIP_"
+OUTPUT_PREFIX = None  # str: outputs are <OUTPUT_PREFIX>report.md, ...frontier.png, ...; None = "<JSONL folder>/<JSONL stem>__LGIP_" (with MODELS: "...__LGIP_<MODELS>_")
+MODELS = None  # None = every model in the metrics; or a list of model names or fnmatch patterns (or one string "a,b"), e.g. ["epoch*", "openclip_ViT-B-16_openai"]: the report of those alone
 HEADLINE = "auto"  # evaluation giving the table's and frontier's invariance error, gap, positive rate: "auto" (multi, else fliptypes, else enhanced, per model), "multi", "fliptypes", "enhanced"
 TOP_K = 10  # int >= 0: rows in each top list; 0 = no lists (score files not read)
 TOP_K_PER_MODEL = False  # True: the markdown lists the top K of each model; False: the top K over all models (the page has both)
@@ -69,6 +70,7 @@ IMAGE_ROOT = None  # folder the score files' image paths are relative to, for th
 THUMB_PX = 200  # int > 0: the page's thumbnails fit in THUMB_PX x THUMB_PX pixels (JPEG inside the page)
 BOOTSTRAP = 1000  # int >= 0: resamples of the models for the 95% intervals of the factors' rank correlations (<stem>__LGIP_factors.metrics.json); 0 = none
 BOOTSTRAP_SEED = 0  # int: seed of those resamples
+_OWN_RULES = ("MODELS",)  # (checked here: names or patterns of the metrics' models, not the shared rule's specs)
 CONFIG = common.configure(globals())
 from lgip.report import (FACTOR_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, IMAGE_SIDE_FIGURES, PRIOR_FIGURES,  # noqa: E402
                          RETRIEVAL_FIGURES, SCORE_KEYS)  # (after CONFIG: not settings)
@@ -79,6 +81,14 @@ NOT_WRITTEN = {"frontier.png": "no headline metrics", "prior.png": "no text-prio
                "fliptypes.png": "no per-type metrics", "retrieval.png": "no run_lgip_retrieval.py metrics",
                "image_side.png": "no model with both run_lgip_images.py's figures and the text side's",
                "factors.png": "fewer than two models with a parameter count (model_card) and a positive rate"}
+
+
+def chosen_tag():
+    """'' for a report of every model; else MODELS made file-safe, so that a report of some models
+    never replaces the report of all (e.g. 'epoch-_' for ['epoch*'])."""
+    import re
+    patterns = model_patterns()
+    return "" if patterns is None else re.sub(r"[^A-Za-z0-9._-]", "-", "+".join(patterns))[:80] + "_"
 
 
 def check_config(config):
@@ -103,6 +113,11 @@ def check_config(config):
     sources = config["SCORE_SOURCES"]
     if sources is not None and not (isinstance(sources, (list, tuple)) and set(sources) <= set(SCORE_KEYS)):
         raise common.ConfigError(f"SCORE_SOURCES must be None or a list of {', '.join(map(repr, SCORE_KEYS))}, got {sources!r}")
+    models = config["MODELS"]
+    if not (models is None or (isinstance(models, str) and models.strip(",").strip())
+            or (isinstance(models, (list, tuple)) and models and all(isinstance(m, str) and m for m in models))):
+        raise common.ConfigError(f"MODELS must be None, a list of model names or patterns, or one string \"a,b\", "
+                                 f"got {models!r}")
     for name, may_be_none in (("JSONL_PATH", False), ("OUTPUT_PREFIX", True), ("IMAGE_ROOT", True)):
         value = config[name]
         if not ((value is None and may_be_none) or (isinstance(value, str) and value)):
@@ -117,14 +132,37 @@ def find_inputs():
         raise common.InputError(f"no LGIP metrics found for {JSONL_PATH}; looked for:\n  " + "\n  ".join(looked)
                                 + "\n(run run_lgip_multi.py, run_lgip_by_fliptype.py or "
                                   "rebuttal_enhanced_lgip_by_transformation.py first)")
-    return found, {k: load_metrics(p, k) for k, p in found.items()}
+    metrics = {k: load_metrics(p, k) for k, p in found.items()}
+    chosen = chosen_models(metrics)
+    return found, {k: [m for m in rows if m["model_tag"] in chosen] for k, rows in metrics.items()}
 
 
-def comparisons(found):
+def model_patterns():
+    """MODELS as a list of names or patterns (None: every model)."""
+    return [p.strip() for p in MODELS.split(",") if p.strip()] if isinstance(MODELS, str) else MODELS
+
+
+def chosen_models(metrics):
+    """The model tags the report is about: every one, or those MODELS names or matches (fnmatch,
+    case-sensitive); a name or pattern that matches none is an error naming the models there are."""
+    import fnmatch
+    tags = list(dict.fromkeys(m["model_tag"] for rows in metrics.values() for m in rows))
+    patterns = model_patterns()
+    if patterns is None:
+        return set(tags)
+    unmatched = [p for p in patterns if not fnmatch.filter(tags, p)]
+    if unmatched:
+        raise common.ConfigError(f"MODELS: {', '.join(map(repr, unmatched))} matches no model of the metrics; "
+                                 f"their models: {', '.join(tags)}")
+    return {t for t in tags if any(fnmatch.fnmatchcase(t, p) for p in patterns)}
+
+
+def comparisons(found, chosen):
     """The paired model comparisons beside the metrics found, each file checked (a missing one is
-    fine: an earlier run, or models evaluated apart)."""
+    fine: an earlier run, or models evaluated apart), of two `chosen` models."""
     files, _ = comparison_files(found)
-    return [c for key, path in files for c in load_comparisons(path, key)]
+    rows = [c for key, path in files for c in load_comparisons(path, key)]
+    return [c for c in rows if c["a"] in chosen and c["b"] in chosen]
 
 
 def provenance():
@@ -145,10 +183,11 @@ def main():
     types = report_types(metrics)  # (LGIP's three flip types, or an imported benchmark's own, in its order)
     bench = benchmark_source(JSONL_PATH, metrics, types)
     extra = add_benchmark_means(rows) if bench else []  # (its mean over the types, as the benchmark reports it)
-    prefix = OUTPUT_PREFIX or common.metrics_path(JSONL_PATH, "LGIP_")
+    chosen = {m["model_tag"] for rows_ in metrics.values() for m in rows_}
+    prefix = OUTPUT_PREFIX or common.metrics_path(JSONL_PATH, "LGIP_" + chosen_tag())
     out = {name: prefix + name for name in OUTPUTS}
     report = Report(JSONL_PATH, rows, metrics, found, provenance(), top_k_per_model=TOP_K_PER_MODEL,
-                    max_text_chars=MAX_TEXT_CHARS, comparisons=comparisons(found), benchmark=bench)
+                    max_text_chars=MAX_TEXT_CHARS, comparisons=comparisons(found, chosen), benchmark=bench)
     # what predicts robustness, across the models (LGIP_SPEC.md 12): their cards against their figures
     found_factors = compute_factors(rows, metrics, report.comparisons, BOOTSTRAP, BOOTSTRAP_SEED)
     factors_file = dict({"input": os.path.abspath(JSONL_PATH)}, **found_factors, run=report.prov)

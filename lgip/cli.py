@@ -117,7 +117,11 @@ def check_config(config, script, namespace=None):
     """The shared settings' rules (lgip.settings) over a script's constants in force, before any work;
     a constant whose default in the script's source is None may be None (its comment says what that means).
     First MODELS' names become their specs (lgip.models.registry.expand_models: "demo", a published
-    model's name), in `config` and in the script's `namespace`, so the run and its records see specs."""
+    model's name), in `config` and in the script's `namespace`, so the run and its records see specs.
+    A script's `_OWN_RULES` (names) are its own to check: report.py's MODELS are names of models, not specs."""
+    own = set(namespace.get("_OWN_RULES", ())) if namespace is not None else set()
+    if own and isinstance(config, dict):
+        config = {k: v for k, v in config.items() if k not in own}
     sharded = isinstance(config, dict) and isinstance(config.get("MODELS"), ShardOfModels) \
         and config["MODELS"].shard == config.get("SHARD")  # (run_main checked them, and run() checks again)
     if isinstance(config, dict) and "MODELS" in config and not sharded and (

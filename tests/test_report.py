@@ -913,3 +913,24 @@ def test_a_flips_prior_gap_is_read_from_its_score_file_and_checked(tmp_path):
         path.write_text(json.dumps(dict(line, flips=line["flips"][:1])) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
         with pytest.raises(InputError, match=re.escape(f"{path}:2: field 'flips[1].prior_gap' is {bad!r}, not a finite number")):
             scan_scores([("multi", "m", str(path))], 5)
+
+
+def test_models_chooses_the_reports_models(evaluated, tmp_path):
+    """MODELS (names or fnmatch patterns): the report of those models alone (table, CSV, top lists,
+    comparisons), under its own names so that the report of every model stays; a name that matches
+    none is an error naming the models there are, before any output."""
+    for path in evaluated.iterdir():
+        if path.name.startswith("fixture") or path.name.startswith("rebuttal_enhanced_fixture"):
+            shutil.copy(path, tmp_path / path.name)
+    proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--MODELS=['tiny_open*']")
+    rows = read_csv(tmp_path / "fixture__LGIP_tiny_open-_report.csv")
+    assert [r["model"] for r in rows] == ["tiny_openclip"] and "tiny_siglip" not in proc.stdout
+    md = (tmp_path / "fixture__LGIP_tiny_open-_report.md").read_text(encoding="utf-8")
+    assert "tiny_siglip" not in md and not (tmp_path / "fixture__LGIP_report.md").exists()
+    proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--MODELS=tiny_siglip,nope*",
+                      check=False)
+    assert proc.returncode == 2 and proc.stderr == (
+        "error: MODELS: 'nope*' matches no model of the metrics; their models: tiny_openclip, tiny_siglip\n"
+        "  no output was written (the previous report, if any, is as it was)\n"), proc.stderr
+    proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--MODELS=[1]", check=False)
+    assert proc.returncode == 2 and "MODELS must be None, a list of model names or patterns" in proc.stderr
