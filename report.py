@@ -264,7 +264,8 @@ def main():
             print(f"-> {out[name]}")
     unreadable = len({i["path"] for items in (gallery or {}).values() for i in items if "error" in i["thumb"]})
     print(f"-> {out['report.html']} ({os.path.getsize(out['report.html']) / 1e6:.2f} MB"
-          + (f"; {unreadable} gallery image{'' if unreadable == 1 else 's'} missing or unreadable, shown as placeholders" if unreadable else "")
+          + (f"; {unreadable} gallery image{'' if unreadable == 1 else 's'} missing or unreadable, "
+             "shown as placeholders" if unreadable else "")
           + "): open it in a browser")
 
 

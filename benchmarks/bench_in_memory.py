@@ -1,12 +1,11 @@
 """bench_in_memory: a model held in memory (a training loop's) against the same model named by a spec.
 
 run_lgip_multi.run(...) twice on the same records, alternating, REPEATS times: MODELS = one open_clip spec
-({"type": "openclip", "model_name": ARCH}), then the same architecture built by open_clip in this process
-and handed over as {"type": "python", "loader": (model, preprocess, tokenizer)}, with the spec model's
-weights saved to a checkpoint file the spec loads (so both compute the same function). Prints each run's seconds, the ratio of the
-fastest of each, the metrics of both and their largest difference, and the accelerations each row
-says ran. The model's build is outside the timing for the in-memory one (a training loop has it)
-and inside for the spec one (a fresh script loads it): printed apart.
+({"type": "openclip", "model_name": ARCH, "pretrained": <checkpoint>}), then the same model as a training
+loop hands it over ({"type": "python", "loader": (model, preprocess, tokenizer)}), the checkpoint being
+the in-memory model's weights (one function, two paths). Prints each run's seconds, the ratio of the
+fastest of each, the metrics of both, and the accelerations each row says ran. The in-memory model's
+build is outside its timing (a training loop has it); the spec's load is inside (a script loads it).
   python benchmarks/bench_in_memory.py                      # ViT-B-16, the demo's 12 records, CPU
   python benchmarks/bench_in_memory.py --JSONL_PATH=lgip_coco_native5_train2017_with_perturb.jsonl --REPEATS=1
 """

@@ -89,7 +89,8 @@ def _said(value, width=100):
     if len(text) <= width or not isinstance(value, (list, tuple)) or not all(isinstance(v, (dict, str)) for v in value):
         return text
     names = [v.get("name", v.get("type")) if isinstance(v, dict) else v for v in value]
-    return f"[{', '.join(map(str, names))}] ({len(value)} model spec{'s' if len(value) != 1 else ''}; in full in run.config)"
+    specs = f"{len(value)} model spec{'s' if len(value) != 1 else ''}"
+    return f"[{', '.join(map(str, names))}] ({specs}; in full in run.config)"
 
 
 def _help_entry(name, value, comment, width=100):

@@ -919,8 +919,8 @@ def test_models_chooses_the_reports_models(evaluated, tmp_path):
     """MODELS (names or fnmatch patterns): the report of those models alone (table, CSV, top lists,
     comparisons), under its own names so that the report of every model stays; a name that matches
     none is an error naming the models there are, before any output."""
-    for path in evaluated.iterdir():
-        if path.name.startswith("fixture") or path.name.startswith("rebuttal_enhanced_fixture"):
+    for path in evaluated.iterdir():  # (the inputs and the evaluations' outputs: not a report other tests made)
+        if path.name.startswith(("fixture", "rebuttal_enhanced_fixture")) and not path.name.startswith("fixture__LGIP_"):
             shutil.copy(path, tmp_path / path.name)
     proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--MODELS=['tiny_open*']")
     rows = read_csv(tmp_path / "fixture__LGIP_tiny_open-_report.csv")

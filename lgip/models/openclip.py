@@ -173,7 +173,8 @@ def openclip_encoder(model, preprocess, tokenizer, device, dtype, built_on=None)
                 "text_prefix_sharing": enc.encode_packs is not None,
                 "image_last_block_class_token_only": visual_blocks is not None}
     enc.accelerations = frozenset(name for name, on in (
-        ("PREFIX_PACKS", enc.encode_packs is not None), ("POOLED_LAST_BLOCK", visual_blocks is not None or trimmable and pooled),
+        ("PREFIX_PACKS", enc.encode_packs is not None),
+        ("POOLED_LAST_BLOCK", visual_blocks is not None or trimmable and pooled),
         ("TRIMMED_TEXT", trimmable), ("FAST_CLIP_TOKENIZER", tokenize.fast),
         ("BUILD_ON_DEVICE", built_on is not None and built_on != "cpu")) if on)
     return enc

@@ -182,7 +182,7 @@ def load_python(spec, protocol, device, dtype):
     if is_openclip(model, tokenizer):  # a training loop's open_clip model: the accelerations of its spec twin
         enc = openclip_encoder(model.eval(), preprocess, tokenizer, device, dtype)
         enc.info = {"loader": loader_name(spec), "in_memory": in_memory(spec), "open_clip_model": True, **enc.info}
-        enc.text_key_tag = TEXT_KEY_TAG  # (its texts' cache keys as python_key_encoder makes them: a re-run needs no weights)
+        enc.text_key_tag = TEXT_KEY_TAG  # (cache keys as python_key_encoder makes them: a re-run needs no weights)
         if given:
             enc.release = lambda: model.train(was_training)
         return enc
