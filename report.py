@@ -57,6 +57,7 @@ from lgip.report import (OutputSet, Report, add_benchmark_means, altered_items, 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
+OUTPUT_DIR = None  # folder the evaluations wrote their metrics to (their OUTPUT_DIR), and the report's folder; None = beside JSONL_PATH
 OUTPUT_PREFIX = None  # str: outputs are <OUTPUT_PREFIX>report.md, ...frontier.png, ...; None = "<JSONL folder>/<JSONL stem>__LGIP_" (with MODELS: "...__LGIP_<MODELS>_")
 MODELS = None  # None = every model in the metrics; or a list of model names or fnmatch patterns (or one string "a,b"), e.g. ["epoch*", "openclip_ViT-B-16_openai"]: the report of those alone
 HEADLINE = "auto"  # evaluation giving the table's and frontier's invariance error, gap, positive rate: "auto" (multi, else fliptypes, else enhanced, per model), "multi", "fliptypes", "enhanced"

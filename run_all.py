@@ -48,6 +48,7 @@ DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = None  # int: images per forward pass in the evaluations; None = their default
 TEXT_BATCH_SIZE = None  # int: texts per forward pass in the evaluations; None = their default
 NUM_WORKERS = None  # int: image-decoding workers in the evaluations; None = their default (from the CPU count)
+OUTPUT_DIR = None  # folder for every evaluation's outputs and the report (a training run's own), created when missing; None = beside their inputs (the generators' outputs stay beside the base JSONL)
 SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAME, e.g. {"BOOTSTRAP": 0, "N_IMAGES": 1000, "CACHE_DIR": None}; a NAME no step has is an error
 STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption, make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype, run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report
 FORCE = False  # True: re-run the chosen steps even when they are up to date
@@ -63,7 +64,7 @@ _SCRIPTS = {"make_base": "make_base_jsonl.py", "diff_gen_caption": "diff_gen_cap
 # Settings run_all sets itself (SETTINGS may not).
 _OWN = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "OUTPUT_PREFIX", "ANNOTATIONS_JSON", "IMAGE_DIR", "MODELS",
         "PROTOCOL", "DEVICE", "DTYPE", "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "UNSUPPORTED", "SHARD",
-        "ON_MODEL_ERROR"}
+        "ON_MODEL_ERROR", "OUTPUT_DIR"}
 CONFIG = common.configure(globals(), unknown_hint=lambda key, value: common.step_setting_hint(
     key, value, [os.path.join(_HERE, s) for s in _SCRIPTS.values()], _OWN))
 SCRIPTS = _SCRIPTS
@@ -142,6 +143,8 @@ def plan(mode, base, models):
     evaluation = {"MODELS": models, "PROTOCOL": PROTOCOL, "DEVICE": DEVICE, "DTYPE": DTYPE, "ON_MODEL_ERROR": ON_MODEL_ERROR}
     evaluation.update({k: v for k, v in (("IMAGE_BATCH_SIZE", IMAGE_BATCH_SIZE), ("TEXT_BATCH_SIZE", TEXT_BATCH_SIZE),
                                          ("NUM_WORKERS", NUM_WORKERS)) if v is not None})
+    out_dir = {"OUTPUT_DIR": os.path.abspath(OUTPUT_DIR)} if OUTPUT_DIR is not None else {}
+    evaluation.update(out_dir)
     steps = []
     if mode == "coco":
         note = None
@@ -172,7 +175,7 @@ def plan(mode, base, models):
     # as it is), so its galleries hold the same records, and its captions and original images are in the cache
     steps.append(step("run_lgip_images", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [images]))
     steps += [
-        step("report", {"JSONL_PATH": base}, metrics + [explained, images],  # the page colours explained flips
+        step("report", dict({"JSONL_PATH": base}, **out_dir), metrics + [explained, images],  # the page colours explained flips
              [common.metrics_path(base, "LGIP_report.md"), common.metrics_path(base, "LGIP_report.csv"),
               common.metrics_path(base, "LGIP_report.html"), common.metrics_path(base, "LGIP_factors.metrics.json")], needs=[]),
     ]

@@ -15,7 +15,7 @@ import sys
 
 from .errors import ConfigError, InputError, Interrupted, ModelError, NothingToDo, OutputError, Terminated
 from .settings import check_settings
-from .util import OUTPUTS, check_writable
+from .util import OUTPUTS, check_writable, set_output_dir
 
 
 _CONST_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)\s*=\s*(.*?)\s*(?:#\s*(.*))?$")
@@ -183,7 +183,9 @@ def output_folders(config):
     each OUTPUT_* path (a file or a prefix) that is set, else the folder of its JSONL_PATH or
     INPUT_JSONL, beside which its outputs go. ([], None) for a script with neither."""
     config = config if isinstance(config, dict) else {}
-    named = [k for k in config if k.startswith("OUTPUT_")]
+    if isinstance(config.get("OUTPUT_DIR"), str) and config["OUTPUT_DIR"]:  # (a folder: every output goes there)
+        return [os.path.abspath(config["OUTPUT_DIR"])], "pass --OUTPUT_DIR=<a writable folder with room>"
+    named = [k for k in config if k.startswith("OUTPUT_") and k != "OUTPUT_DIR"]
     chosen = [config[k] for k in named if isinstance(config[k], str) and config[k]]
     source = next((k for k in ("JSONL_PATH", "INPUT_JSONL") if isinstance(config.get(k), str)), None)
     if chosen:
@@ -243,12 +245,14 @@ def run_main(main):
     and how to resume (exit status 130), SIGTERM likewise (exit status 143). No partial output:
     every output file is written whole or not at all."""
     namespace = getattr(main, "__globals__", {})
-    folders, elsewhere = output_folders(namespace.get("CONFIG"))
+    config = namespace.get("CONFIG") if isinstance(namespace.get("CONFIG"), dict) else {}
+    folders, elsewhere = output_folders(config)
     OUTPUTS.reset(elsewhere)
     restore = _handle_sigterm()
     started = False
     try:
         check_config(namespace.get("CONFIG"), namespace.get("__file__", ""), namespace)  # bad settings: before any work
+        set_output_dir(config.get("OUTPUT_DIR"), create=config.get("DRY_RUN") is not True)
         check_writable(folders)  # before any work: not after an hour
         OUTPUTS.checked = folders  # (a script's run() then checks them no more)
         started = True

@@ -14,7 +14,7 @@ from .models import prefix_packs
 from .errors import InputError, Interrupted, ModelError
 from .model_loop import ModelLoop
 from .models.cards import model_card
-from .util import OUTPUTS, Timer, metrics_path, provenance
+from .util import OUTPUT_DIR, OUTPUTS, Timer, metrics_path, provenance
 from .records import load_records
 from .models.encoder import resolve_device
 from .models import cacheable, key_encoder, load_model
@@ -49,8 +49,11 @@ def swap_process_state(state=None):
     could not write), taken out and replaced by `state` (None: empty, a fresh process's):
     bench.py runs passes of one simulated run between passes that must start fresh."""
     old = {"token_tables": dict(_TOKEN_TABLES), "plan": list(_LAST_PLAN), "calls": list(_LAST_CALLS),
-           "pixels": list(_PIXEL_MEMORY), "score_layout": list(_SCORE_LAYOUT), "unwritable": dict(_UNWRITABLE)}
-    state = state or {"token_tables": {}, "plan": [], "calls": [], "pixels": [], "score_layout": [], "unwritable": {}}
+           "pixels": list(_PIXEL_MEMORY), "score_layout": list(_SCORE_LAYOUT), "unwritable": dict(_UNWRITABLE),
+           "output_dir": list(OUTPUT_DIR)}
+    state = state or {"token_tables": {}, "plan": [], "calls": [], "pixels": [], "score_layout": [], "unwritable": {},
+                      "output_dir": []}
+    OUTPUT_DIR[:] = state.get("output_dir", [])
     _TOKEN_TABLES.clear()
     _TOKEN_TABLES.update(state["token_tables"])
     _LAST_PLAN[:] = state["plan"]
@@ -143,8 +146,9 @@ class ModelRun:
             device = f"cuda:{int(os.environ.get('LOCAL_RANK', self.rank))}"
         self.config, self.records, self.spec, self.device = config, records, spec, device
         cache_dir = config.get("CACHE_DIR") if cacheable(spec) else None  # (a model in memory: never cached)
-        if cache_dir == "auto":
-            cache_dir = os.path.join(os.path.dirname(os.path.abspath(config["JSONL_PATH"])), ".lgip_cache")
+        if cache_dir == "auto":  # beside the input, or in OUTPUT_DIR: nothing of a run's lands beside its input then
+            cache_dir = os.path.join(config.get("OUTPUT_DIR") or os.path.dirname(os.path.abspath(config["JSONL_PATH"])),
+                                     ".lgip_cache")
         flush_s = config.get("CACHE_FLUSH_S", 60)
         # A re-run may find every text and image in the cache: it starts with an Encoder that makes
         # the cache keys only, and loads the weights in score() if anything is missing. (The cache
@@ -436,7 +440,8 @@ def _interrupted(config, models, finished, per_model_files):
     cache = config.get("CACHE_DIR")
     held = ("their embeddings, and the texts and images the interrupted one had encoded, are" if finished else
             "the texts and images it had encoded are")
-    resume = (f"{held} in the cache ({'.lgip_cache beside the input' if cache == 'auto' else cache}): the same "
+    where = ".lgip_cache " + (f"in {config['OUTPUT_DIR']}" if config.get("OUTPUT_DIR") else "beside the input")
+    resume = (f"{held} in the cache ({where if cache == 'auto' else cache}): the same "
               f"command resumes there (a finished model is read from the cache, without loading its weights)" if cache else
               "CACHE_DIR is None, so a re-run starts from the beginning")
     return f"during model {current}; {done}; {written}{resume}."

@@ -411,6 +411,22 @@ def fmt(value, spec=".4f"):
     return "n/a" if value is None else format(value, spec)
 
 
+OUTPUT_DIR = []  # [folder] while a script's OUTPUT_DIR is set (lgip.cli, lgip.entry): its outputs go there
+
+
+def set_output_dir(folder, create=True):
+    """Send every `metrics_path` (a script's outputs, and where report.py and run_all look for them) to
+    `folder`, created when missing unless not `create` (a dry run); None: beside the input. Returns the
+    folder in force before."""
+    before = OUTPUT_DIR[0] if OUTPUT_DIR else None
+    if folder is not None and create:
+        os.makedirs(folder, exist_ok=True)
+    OUTPUT_DIR[:] = [os.path.abspath(folder)] if folder is not None else []
+    return before
+
+
 def metrics_path(jsonl_path, suffix):
-    """`<input stem>__<suffix>` next to the input."""
+    """`<input stem>__<suffix>` next to the input, or in the OUTPUT_DIR in force."""
+    if OUTPUT_DIR:
+        return os.path.join(OUTPUT_DIR[0], os.path.splitext(os.path.basename(jsonl_path))[0] + "__" + suffix)
     return default_output(jsonl_path, "__" + suffix)

@@ -20,7 +20,7 @@ for epoch in range(2):
     spec = {"name": f"epoch{epoch}", "type": "python", "loader": (model, preprocess, tokenizer)}
     rows = run_lgip_multi.run(JSONL_PATH=os.path.join(here, "data", "in_with_perturb.jsonl"), IMAGE_ROOT=sys.argv[2],
                               DEVICE="cpu", NUM_WORKERS=0, BOOTSTRAP=0, CACHE_DIR=None, WRITE_SCORES=False,
-                              MODELS=[spec])
+                              OUTPUT_DIR=os.path.join(here, "runs"), MODELS=[spec])
     print(epoch, rows[0]["sensitivity_pos_rate"])
 assert common.MINE and report.MINE and "run_lgip_multi" not in sys.modules
 assert run_lgip_multi.common is not common
@@ -58,7 +58,8 @@ def test_an_editable_install_serves_a_training_loop_in_another_folder(tmp_path):
     assert f"ours: {checkout / 'run_lgip_multi.py'}" in proc.stdout
     rows = [line.split() for line in proc.stdout.splitlines() if line[:2] in ("0 ", "1 ")]
     assert len(rows) == 2 and rows[0][1] == rows[1][1]  # (the same model twice: the same figure)
-    assert (project / "data" / "in_with_perturb__LGIP_ALL.metrics.json").is_file()
+    assert (project / "runs" / "in_with_perturb__LGIP_ALL.metrics.json").is_file()  # its OUTPUT_DIR
+    assert os.listdir(project / "data") == ["in_with_perturb.jsonl"]  # nothing beside the input
     assert sorted(n for n in os.listdir(checkout) if not n.endswith(".egg-info")) == before  # nothing new there
 
 

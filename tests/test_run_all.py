@@ -326,3 +326,26 @@ def test_a_steps_setting_on_run_alls_command_line_says_where_it_goes():
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown setting 'DRY_RUNN' (did you mean DRY_RUN?); "
                                                            "valid settings: "), proc.stderr
     assert "SETTINGS" not in proc.stderr.split("valid settings:")[0]
+
+
+def test_output_dir_takes_every_evaluations_outputs_and_the_report(tmp_path):
+    """OUTPUT_DIR (a training run's own folder): the evaluations write there, report.py reads and
+    writes there, nothing of theirs lands beside the inputs, and a second run finds it all up to date."""
+    folder, out = demo_inputs(tmp_path / "demo"), tmp_path / "runs" / "epoch3"
+    steps = ["diff_gen_caption", "make_perturb_with_fliptypes", "run_lgip_multi", "run_lgip_by_fliptype"]
+    steps += ["report"] if HAVE_REPORT else []
+    args = [f"--OUTPUT_DIR={out}", f"--STEPS={steps!r}", "--SETTINGS={'BOOTSTRAP': 0}"]
+    proc = run_all(folder, *args)
+    assert all(ran(proc, s) for s in steps), proc.stdout
+    beside = sorted(os.listdir(folder))  # the inputs, the generators' outputs (the evaluations' inputs), their stamps
+    assert beside == ["images", "lgip_demo.jsonl"] + [f"lgip_demo_with_{k}.jsonl{m}" for k in ("fliptypes", "perturb")
+                                                       for m in ("", ".meta.json", ".run_all.meta.json")], beside
+    made = set(os.listdir(out))
+    assert {"lgip_demo_with_perturb__LGIP_ALL.metrics.json", "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
+            "lgip_demo_with_perturb__LGIP_tiny_openclip.scores.jsonl"} <= made, made
+    rows = json.load(open(out / "lgip_demo_with_perturb__LGIP_ALL.metrics.json"))
+    assert rows[0]["run"]["config"]["OUTPUT_DIR"] == str(out)
+    if HAVE_REPORT:
+        assert "lgip_demo__LGIP_report.html" in made and f"report: open {out / 'lgip_demo__LGIP_report.html'}" in proc.stdout
+    again = run_all(folder, *args)
+    assert all(skipped(again, s) for s in steps[2:]), again.stdout
