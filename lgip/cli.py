@@ -170,11 +170,16 @@ def _say_expansion(given, models, shown=12):
               + ", ".join(names[:shown]) + (f", ... (+{len(names) - shown})" if len(names) > shown else ""), flush=True)
 
 
-def closest(name, valid):
-    """' (did you mean X?)' for the closest valid names to a mistyped one, '' when none is close."""
+def close_names(name, valid):
+    """The valid names closest to a mistyped one, best first ([] when none is close)."""
     import difflib
     close = difflib.get_close_matches(name, list(valid), n=3, cutoff=0.6)
-    close = close or [v for v in valid if name.lower() == v.lower()]
+    return close or [v for v in valid if name.lower() == v.lower()]
+
+
+def closest(name, valid):
+    """' (did you mean X?)' for the closest valid names to a mistyped one, '' when none is close."""
+    close = close_names(name, valid)
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
@@ -252,7 +257,7 @@ def run_main(main):
     started = False
     try:
         check_config(namespace.get("CONFIG"), namespace.get("__file__", ""), namespace)  # bad settings: before any work
-        set_output_dir(config.get("OUTPUT_DIR"), create=config.get("DRY_RUN") is not True)
+        set_output_dir(config)
         check_writable(folders)  # before any work: not after an hour
         OUTPUTS.checked = folders  # (a script's run() then checks them no more)
         started = True

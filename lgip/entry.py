@@ -41,7 +41,7 @@ def script_call(namespace, constants):
     try:
         config = {k: namespace[k] for k in names}
         check_config(config, namespace.get("__file__", ""), namespace)  # bad settings: before any work
-        set_output_dir(config.get("OUTPUT_DIR"))
+        set_output_dir(config)
         folders, elsewhere = output_folders(config)
         if OUTPUTS.checked != folders:  # (the command line's run_main checked them already)
             OUTPUTS.reset(elsewhere)  # what this call writes, and could not (a score file: None in its metrics)

@@ -53,7 +53,7 @@ def swap_process_state(state=None):
            "output_dir": list(OUTPUT_DIR)}
     state = state or {"token_tables": {}, "plan": [], "calls": [], "pixels": [], "score_layout": [], "unwritable": {},
                       "output_dir": []}
-    OUTPUT_DIR[:] = state.get("output_dir", [])
+    OUTPUT_DIR[:] = state["output_dir"]
     _TOKEN_TABLES.clear()
     _TOKEN_TABLES.update(state["token_tables"])
     _LAST_PLAN[:] = state["plan"]

@@ -152,15 +152,15 @@ def reason_to_run(step, pending, force=False, dry_run=False):
 def step_setting_hint(key, value, scripts, own):
     """run_all's word on an unknown --NAME that is a step's setting, or close to one: where it goes
     (SETTINGS), as a command line that works; '' when no step has anything like it."""
-    from .cli import closest
+    from .cli import close_names
     known = set().union(*(script_settings(s) for s in scripts)) - set(own)
     if key in known:
         name, said = key, f"{key} is a step's setting."
     else:
-        near = closest(key, sorted(known))
+        near = close_names(key, sorted(known))
         if not near:
             return ""
-        name = near[len(" (did you mean "):-2].split(" or ")[0]
+        name = near[0]
         said = f"did you mean {name}, a step's setting?"
     example = {name: value}
     return f"{said} A step's setting goes in SETTINGS: --SETTINGS=\"{example!r}\"; run_all's own "

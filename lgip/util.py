@@ -414,15 +414,13 @@ def fmt(value, spec=".4f"):
 OUTPUT_DIR = []  # [folder] while a script's OUTPUT_DIR is set (lgip.cli, lgip.entry): its outputs go there
 
 
-def set_output_dir(folder, create=True):
+def set_output_dir(config):
     """Send every `metrics_path` (a script's outputs, and where report.py and run_all look for them) to
-    `folder`, created when missing unless not `create` (a dry run); None: beside the input. Returns the
-    folder in force before."""
-    before = OUTPUT_DIR[0] if OUTPUT_DIR else None
-    if folder is not None and create:
+    the script's OUTPUT_DIR, created when missing (not by a dry run); none set: beside the input."""
+    folder = config.get("OUTPUT_DIR")
+    if folder is not None and config.get("DRY_RUN") is not True:
         os.makedirs(folder, exist_ok=True)
     OUTPUT_DIR[:] = [os.path.abspath(folder)] if folder is not None else []
-    return before
 
 
 def metrics_path(jsonl_path, suffix):

@@ -388,20 +388,9 @@ def test_an_open_clip_model_in_memory_gets_its_spec_twins_accelerations(tmp_path
     jsonl = copy_input(str(tmp_path), "run_lgip_multi.py")
     model, preprocess, tokenizer = user_loaders.openclip_tiny()
 
-    class Wrapped(torch.nn.Module):  # (not an open_clip class: its own encode_* run as given)
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def encode_image(self, x):
-            return self.inner.encode_image(x)
-
-        def encode_text(self, ids):
-            return self.inner.encode_text(ids)
-
     rows = run_lgip_multi.run(**settings(jsonl, [{"name": "epoch", "type": "python", "loader": (model, preprocess, tokenizer)},
                                                  {"name": "wrapped", "type": "python",
-                                                  "loader": (Wrapped(model), preprocess, tokenizer)}]))
+                                                  "loader": (user_loaders.Wrapped(model), preprocess, tokenizer)}]))
     fast, plain = rows
     for key in HEADLINE["run_lgip_multi.py"]:
         assert fast[key] == pytest.approx(plain[key], abs=1e-6)
