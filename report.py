@@ -48,12 +48,13 @@ import os
 import sys
 
 import common
-from lgip.report import (OutputSet, Report, add_benchmark_means, altered_items, attach_attributions, benchmark_source,
-                         build_rows, comparison_files, compute_factors, csv_columns, demo_note, explain_files, find_metrics,
-                         fliptype_figures, gallery_items, image_roots, image_score_files, load_comparisons, load_metrics,
-                         model_colors_hex, page_context, plot_factors, plot_fliptypes, plot_frontier, plot_image_side,
-                         plot_prior, plot_retrieval, render_page, report_types, console_table, scan_altered, scan_scores,
-                         score_files, seeds, subtitle, unmeasured_notes, write_csv, write_factors, write_markdown, write_page)
+from lgip.report import (OutputSet, Report, add_benchmark_means, altered_items, attach_attributions,
+                         benchmark_source, build_rows, comparison_files, compute_factors, console_table, csv_columns,
+                         demo_note, explain_files, find_metrics, fliptype_figures, gallery_items, image_roots,
+                         image_score_files, load_comparisons, load_metrics, model_colors_hex, page_context,
+                         plot_factors, plot_fliptypes, plot_frontier, plot_image_side, plot_prior, plot_retrieval,
+                         random_init_note, render_page, report_types, scan_altered, scan_scores, score_files, seeds,
+                         subtitle, unmeasured_notes, write_csv, write_factors, write_markdown, write_page)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
@@ -255,7 +256,8 @@ def main():
     # (the headline columns: the full table is in the .md and the page)
     print(("**" + demo.replace("`", "") + "**\n\n" if demo else "") + console_table(rows))
     print()
-    for note in unmeasured_notes(rows, found):
+    random = random_init_note(metrics)  # (a model without its weights: said on every output)
+    for note in ([random] if random else []) + unmeasured_notes(rows, found):
         print("note: " + note.replace("`", ""))
     for name in OUTPUTS[1:]:
         if name in pngs and pngs[name] is None:

@@ -55,10 +55,14 @@ class Step:
     def command(self):
         return [sys.executable, self.script] + [f"--{k}={v!r}" for k, v in self.args.items()]
 
-    def shown(self):
-        """The command as one can paste it into a shell (strings bare where that means the same)."""
+    def shown(self, models_as=None):
+        """The command as one can paste it into a shell (strings bare where that means the same).
+        models_as: what to print for MODELS instead of its specs (a later step's "as above")."""
         words = ["python", shlex.quote(show(self.script))]
         for k, v in self.args.items():
+            if k == "MODELS" and models_as is not None:
+                words.append(f"--MODELS=<{models_as}>")
+                continue
             arg = f"--{k}={v}" if isinstance(v, str) and parse_value(v) == v else f"--{k}={v!r}"
             if shlex.quote(arg) != arg:  # double quotes read better around Python's single-quoted reprs
                 arg = shlex.quote(arg) if any(c in arg for c in '"$`\\!') else f'"{arg}"'
@@ -259,14 +263,22 @@ def stopped_by(proc, sigterm, grace=25):
     return proc.wait()
 
 
+_MODELS_SHOWN = {}  # repr(MODELS) -> the step that printed those specs in full (later steps point to it)
+
+
 def run_step(step, k, n, reason, dry_run=False):
     """Run step k of n (print its command, stream its output, stamp its outputs); in a dry run only
-    say it would. A failing step exits with its status, a stopped one with 130 (Ctrl-C) or 143 (SIGTERM)."""
+    say it would. A failing step exits with its status, a stopped one with 130 (Ctrl-C) or 143 (SIGTERM).
+    The model specs are printed in full by the first step that takes them; a later step with the same
+    specs says whose (a failing step's error gives its whole command)."""
     tag = f"[{k}/{n}] {step.name}"
     if not os.path.isfile(step.script):
         raise SystemExit(f"error: step {step.name}: {step.script} not found")
     shown = step.shown()
-    print(f"{tag}: {'would run' if dry_run else 'run'} ({reason})\n  $ {shown}", flush=True)
+    models = repr(step.args.get("MODELS")) if "MODELS" in step.args else None
+    first = _MODELS_SHOWN.setdefault(models, f"[{k}/{n}] {step.name}") if models else None
+    said = shown if first in (None, tag) else step.shown(models_as=f"the model specs of {first}")
+    print(f"{tag}: {'would run' if dry_run else 'run'} ({reason})\n  $ {said}", flush=True)
     if dry_run:
         return
     t0 = time.perf_counter()

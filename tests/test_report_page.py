@@ -868,10 +868,11 @@ def test_a_score_file_of_the_wrong_kind_is_named_not_a_traceback(tmp_path):
 
 # --- the page's layout in a real browser: 1, 2 and 9 models at 1400 and 1920 px ---
 
-def few_models(folder, dest, n, demo=None):
+def few_models(folder, dest, n, demo=None, random_init=()):
     """`dest`/few.jsonl's evaluations: the nine's metrics of its first n models only (score and
     explain files shared), plus an enhanced analysis, so that the results table has every column
-    (the widest it gets); each metrics row's run block carries `demo` when given."""
+    (the widest it gets); each metrics row's run block carries `demo` when given, and the models
+    in `random_init` say they ran without pretrained weights (run.model.random_init)."""
     dest.mkdir()
     shutil.copy(folder / "nine.jsonl", dest / "few.jsonl")
     for name in os.listdir(folder):
@@ -887,6 +888,8 @@ def few_models(folder, dest, n, demo=None):
         for m in ms:
             if demo is not None and "model_tag" in m:
                 m["run"]["demo"] = demo
+            if m.get("model_tag") in random_init and "model" in m.get("run", {}):
+                m["run"]["model"]["random_init"] = True
         (dest / name.replace("nine", "few")).write_text(json.dumps(ms), encoding="utf-8")
     enhanced = []
     for i, model in enumerate(MODELS[:n]):
@@ -898,7 +901,9 @@ def few_models(folder, dest, n, demo=None):
                          "corrected": {"num_records": 180, "global_sensitivity": fig, "combined": {"global_sensitivity": fig}},
                          "run": dict({"model": {"protocol": "corrected"}}, **({"demo": demo} if demo is not None else {}))})
     (dest / "rebuttal_enhanced_few_with_fliptypes__ENHANCED_LGIP_analysis.json").write_text(json.dumps(enhanced), encoding="utf-8")
-    run_script("report.py", f"--JSONL_PATH={dest / 'few.jsonl'}")
+    proc = run_script("report.py", f"--JSONL_PATH={dest / 'few.jsonl'}")
+    if random_init:  # (said on the console too, once)
+        assert proc.stdout.count("note: Random init: " + ", ".join(random_init)) == 1, proc.stdout
     return dest / "few__LGIP_report.html"
 
 
@@ -963,3 +968,60 @@ def test_page_layout_fits_the_window_with_one_two_and_nine_models(request, tmp_p
             assert m["boxScroll"][0] <= m["boxScroll"][1], (where, m["boxScroll"])  # it fits: nothing to scroll
     assert seen[1, 1000]["boxScroll"][0] > seen[1, 1000]["boxScroll"][1]  # too narrow: it scrolls in its box
 
+
+
+ONE_MODEL = """() => {
+  const shown = e => !!e && e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
+  const results = document.getElementById('results-section').innerText;
+  return {filter: shown(document.getElementById('model-filter')),
+          single: [...document.querySelectorAll('.single-model')].filter(shown).map(e => e.textContent),
+          figures: [...document.querySelectorAll('#figures figcaption .file')].map(e => e.textContent),
+          frontier: results.includes('Pareto frontier ('), retrieval: results.includes('LGIP beside retrieval: across'),
+          rho: document.body.innerText.includes('undefined (1 model'),
+          galleries: [...document.querySelectorAll('section.gallery')].map(s =>
+            [s.id, [...s.querySelectorAll('.demo-note')].filter(shown).map(e => e.textContent)]),
+          warn: [...document.querySelectorAll('#results-section .warn')].filter(shown).map(e => e.textContent),
+          status: document.querySelector('#flips .status').textContent};
+}"""
+
+
+def test_a_one_model_page_leaves_out_what_compares_models_and_says_so_once(request, tmp_path):
+    """In Chromium: a one-model page shows no model filter, no Pareto frontier or rank-correlation
+    text and no retrieval figure (each means nothing with one model), and says so once; the demo
+    notice stands beside each gallery as well as at the top. A two-model page shows them all, and
+    names a model run without pretrained weights above its results."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -r requirements.txt)")
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("no Chromium installed (apt-get install -y chromium; .ci/run installs it when missing)")
+    folder, _, _ = request.getfixturevalue("nine")
+    demo = {"model": True, "input": True, "message": "the bundled demo"}
+    one = few_models(folder, tmp_path / "one", 1, demo)
+    two = few_models(folder, tmp_path / "two", 2, random_init=(MODELS[1],))
+    seen = {}
+    with sync_api.sync_playwright() as p:
+        browser = _launch(p, tmp_path / "profile")
+        try:
+            page = browser.new_page()
+            for n, path in ((1, one), (2, two)):
+                page.goto(path.as_uri(), wait_until="load")
+                seen[n] = page.evaluate(ONE_MODEL)
+        finally:
+            browser.close()
+    single = seen[1]
+    assert not single["filter"] and not single["frontier"] and not single["retrieval"] and not single["rho"], single
+    assert len(single["single"]) == 1 and "One model" in single["single"][0], single["single"]
+    assert "few__LGIP_frontier.png" in " ".join(single["figures"])
+    assert not any("retrieval" in f for f in single["figures"]), single["figures"]
+    assert {g for g, _ in single["galleries"]} >= {"flips", "paraphrases"}, single["galleries"]
+    assert all(notes == [DEMO] for _, notes in single["galleries"]), single["galleries"]
+    assert single["warn"] == [], single["warn"]
+    assert "shown: " in single["status"] and "model" not in single["status"], single["status"]  # (no "over all models")
+    assert "over all models" in seen[2]["status"], seen[2]["status"]
+    pair = seen[2]
+    assert pair["filter"] and pair["frontier"] and pair["retrieval"] and pair["single"] == [], pair
+    assert any("retrieval" in f for f in pair["figures"]), pair["figures"]
+    assert all(notes == [] for _, notes in pair["galleries"]), pair["galleries"]
+    assert len(pair["warn"]) == 1 and pair["warn"][0].startswith(f"Random init: {MODELS[1]} ran without pretrained "
+                                                                  "weights"), pair["warn"]
+    md = (tmp_path / "two" / "few__LGIP_report.md").read_text(encoding="utf-8")
+    assert md.count(f"**Random init: `{MODELS[1]}` ran without pretrained weights") == 1

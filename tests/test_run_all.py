@@ -51,8 +51,13 @@ def would_run(proc, step, reason=""):
 
 
 def commands(proc):
-    """{step: the command line run_all shows for it}."""
-    return dict(re.findall(r"^\[\d+/\d+\] (\w+): (?:would )?run .*\n  \$ (.*)$", proc.stdout, re.M))
+    """{step: the command line run_all shows for it}, a later step's "--MODELS=<the model specs of
+    [k/n] step>" read as that step's specs (printed in full once)."""
+    found = dict(re.findall(r"^\[\d+/\d+\] (\w+): (?:would )?run .*\n  \$ (.*)$", proc.stdout, re.M))
+
+    def specs(m):
+        return re.search(r'"--MODELS=\[.*?\]"(?= --)', found[m.group(1)]).group(0)
+    return {step: re.sub(r"--MODELS=<the model specs of \[\d+/\d+\] (\w+)>", specs, cmd) for step, cmd in found.items()}
 
 
 def mtimes(folder):
@@ -129,6 +134,10 @@ def test_second_run_skips_every_step(demo_copy):
     assert mtimes(demo_copy) == before
     forced = run_all(demo_copy, "--FORCE=True", "--DRY_RUN=True")
     assert all(would_run(forced, step, "FORCE=True") for step in STEPS)
+    # the model specs in full once, by the first step that takes them; the later steps point to it
+    evaluations = sum(would_run(forced, step, "FORCE=True") for step in STEPS if step not in GENERATORS + ["report"])
+    assert forced.stdout.count('"--MODELS=[') == 1, forced.stdout
+    assert len(re.findall(r"--MODELS=<the model specs of \[4/\d+\] run_lgip_multi>", forced.stdout)) == evaluations - 1
 
 
 def test_newer_input_reruns_the_steps(demo_copy):

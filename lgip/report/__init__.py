@@ -34,7 +34,7 @@ from .factors import compute_factors, write_factors
 from .plots import (FACTOR_FIGURES, FLIPTYPE_FIGURES, FRONTIER_FIGURES, IMAGE_SIDE_FIGURES, PRIOR_FIGURES, RETRIEVAL_FIGURES,
                     fliptype_figures, model_colors_hex, pareto_front, plot_factors, plot_fliptypes, plot_frontier,
                     plot_image_side, plot_prior, plot_retrieval, subtitle)
-from .overview import Report, demo_note, unmeasured_notes
+from .overview import Report, demo_note, random_init_note, unmeasured_notes
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .image_side import altered_items, image_score_files, image_side_lines, scan_altered, seeds
 from .markdown import console_table, results_table, write_markdown
@@ -48,7 +48,7 @@ __all__ = ["COLUMNS", "EVALUATIONS", "FACTOR_FIGURES", "FLIPTYPE_FIGURES", "FRON
            "add_benchmark_means", "attach_attributions", "benchmark_source", "build_rows", "columns", "comparison_files",
            "compute_factors", "csv_columns", "demo_note", "explain_files", "find_metrics", "fliptype_figures", "gallery_items",
            "image_roots", "load_comparisons", "load_metrics", "model_colors_hex", "page_context", "pareto_front",
-           "plot_factors", "plot_fliptypes", "plot_frontier", "plot_prior", "plot_retrieval", "render_page", "report_types",
+           "plot_factors", "plot_fliptypes", "plot_frontier", "plot_prior", "plot_retrieval", "random_init_note", "render_page", "report_types",
            "result_columns_for", "results_table", "console_table", "row_types", "scan_scores", "score_files", "short_label", "short_labels",
            "subtitle", "thumbnail", "unmeasured_notes", "word_marks", "write_csv", "write_factors", "write_markdown",
            "write_page"]

@@ -13,7 +13,7 @@ import os
 from ..util import atomic_open
 from .overview import (COMPARISONS_LEAD, attribution_lines, benchmark_lines, comparison_rows, comparison_text,
                        comparisons_notes, demo_note, factor_lines, frontier_note, made_by, missing_note, prior_lines,
-                       retrieval_note, runs_table, source_notes, sources_table)
+                       random_init_note, retrieval_note, runs_table, source_notes, sources_table)
 from .image_side import image_side_lines, markdown_rows as altered_rows
 from .tables import main_table, md_table, md_text
 
@@ -203,7 +203,9 @@ def markdown(report, md_path):
     rows = report.rows
     md_dir = os.path.dirname(os.path.abspath(md_path))
     demo = demo_note(report.metrics)
+    random = random_init_note(report.metrics)
     md = [f"# LGIP report: {report.stem}", "", *([f"**{demo}**", ""] if demo else []),
+          *([f"**{random}**", ""] if random else []),
           f"Input: `{os.path.abspath(report.jsonl_path)}`  ",
           "Models: " + ", ".join(f"`{r['model']}`" for r in rows) + "  ",
           "Protocol: " + ", ".join(report.protocols), "",

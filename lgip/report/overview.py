@@ -92,6 +92,25 @@ def demo_note(metrics):
                            "behave on COCO.")
 
 
+def random_init_note(metrics):
+    """A warning when a model of the metrics ran without pretrained weights (its run block's
+    `model.random_init`: an open_clip architecture named with no "pretrained"), else None. The demo
+    model is random by design: the demo banner names it instead."""
+    tags = list(dict.fromkeys(m.get("model_tag") for ms in metrics.values() for m in ms
+                              if ((m.get("run") or {}).get("model") or {}).get("random_init")))
+    if not tags:
+        return None
+    one = len(tags) == 1
+    return (f"Random init: {', '.join(f'`{t}`' for t in tags)} ran without pretrained weights (no \"pretrained\" in "
+            f"{'its spec' if one else 'their specs'}: open_clip built {'it' if one else 'them'} with random weights); "
+            f"{'its' if one else 'their'} figures say nothing of a trained model.")
+
+
+SINGLE_MODEL_NOTE = ("One model: what compares models (the Pareto frontier, LGIP beside retrieval and its figure, the "
+                     "paired comparisons, what predicts robustness, the galleries' model filter) needs two or more, "
+                     "so this page leaves it out; evaluate two or more models in one run to see it.")
+
+
 def runs_table(metrics, paths):
     """(header, cells, versions) describing each evaluation found; versions: [(which, {package:
     version})], `which` naming the evaluations when they ran with different versions, else ''."""

@@ -19,13 +19,15 @@ import re
 
 from ..method import FLIP_TYPES
 from ..util import atomic_open
-from .overview import (COMPARISONS_LEAD, attribution_lines, benchmark_lines, comparison_rows, comparison_text,
-                       comparisons_notes, demo_note, factor_lines, frontier_note, made_by, missing_note, prior_lines,
-                       retrieval_note, runs_table, source_notes, sources_table, word_scores_note)
+from .overview import (COMPARISONS_LEAD, SINGLE_MODEL_NOTE, attribution_lines, benchmark_lines, comparison_rows,
+                       comparison_text, comparisons_notes, demo_note, factor_lines, frontier_note, made_by, missing_note,
+                       prior_lines, random_init_note, retrieval_note, runs_table, source_notes, sources_table,
+                       word_scores_note)
 from .image_side import KIND_NAMES, image_side_lines
 from .tables import interval, num, result_columns, row_types
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+COMPARING_FIGURES = ("retrieval.png",)  # (figures across models alone: left off a one-model page)
 
 
 def inline_markdown(text):
@@ -124,14 +126,19 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
     colors = colors or {}
     attributed = sum("attribution" in i for i in gallery["flips"]) if gallery else 0
     models = [{"tag": r["model"], "label": r["label"], "color": colors.get(r["model"], "#777")} for r in report.rows]
+    # one model: what compares models means nothing (a rank correlation over one point, a frontier of
+    # one) and is left out of the page, which says so once; the markdown keeps its full text
+    several = len(report.rows) > 1
     figures = [dict(figure_size(staged(png)), src=data_uri(staged(png), "image/png"), alt=alt, name=os.path.basename(png))
-               for png, alt in report.figures]
+               for png, alt in report.figures if several or not png.endswith(COMPARING_FIGURES)]
 
     def embedded(png):  # a figure shown in its own section (None: not written)
         return dict(figure_size(staged(png)), src=data_uri(staged(png), "image/png"), name=os.path.basename(png)) if png else None
     return {
         "stem": report.stem,
         "demo": demo_note(report.metrics),
+        "random_init": random_init_note(report.metrics),
+        "single": None if several else SINGLE_MODEL_NOTE,
         "input": os.path.abspath(report.jsonl_path),
         "models": models,
         "color": {m["tag"]: m["color"] for m in models},
@@ -142,8 +149,8 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "benchmark": benchmark_lines(report.rows, report.benchmark, report.paths),  # None for LGIP's own data
         "notes": source_notes(report.rows, report.metrics, report.paths),
         "sources": dict(zip(("header", "cells"), sources_table(report.rows))),  # per model: its figures' files, when made
-        "frontier": frontier_note(report.front) if report.front else None,
-        "retrieval": retrieval_note(report.rows),
+        "frontier": frontier_note(report.front) if report.front and several else None,
+        "retrieval": retrieval_note(report.rows) if several else None,
         "figures": figures,
         "top_k": report.tops.k if report.tops is not None else 0,
         "prior": prior_lines(report.rows, report.paths),  # None without the text-prior controls

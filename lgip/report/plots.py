@@ -156,8 +156,9 @@ def plot_frontier(rows, path, title_note="", dpi=150, files=None):
         handles.append(Line2D([], [], color="0.55", linestyle=":", label="chance (0.5)"))
     if len(front) > 1:
         ax.plot([xy[i][0] for i in front], [xy[i][1] for i in front], "--", color="0.25", linewidth=1.6, zorder=2)
-    handles.append(Line2D([], [], color="0.25", linestyle="--", marker="o", markerfacecolor="white",
-                          markeredgecolor="0.1", markeredgewidth=1.6, label="Pareto frontier"))
+    if len(pts) > 1:  # (a frontier of one model says nothing)
+        handles.append(Line2D([], [], color="0.25", linestyle="--", marker="o", markerfacecolor="white",
+                              markeredgecolor="0.1", markeredgewidth=1.6, label="Pareto frontier"))
     families = {}
     for i, r in enumerate(pts):
         c = colors[r["model"]]

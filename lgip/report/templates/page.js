@@ -67,17 +67,18 @@
       // of them carry explain_flips.py's word scores
       var what = sec.dataset.what;  // "flips", "paraphrases", "altered images"
       var k = +sec.dataset.topK;
-      var scope = model ? "of " + modelLabel : "over all models";
+      // (one model: no model filter, and "over all models" would say more than there is)
+      var scope = model ? " of " + modelLabel : document.getElementById("model-filter") ? " over all models" : "";
       var unit = function (n, plural) { return n + " " + (n === 1 ? plural.slice(0, -1) : plural); };
       sec.querySelector(".status").textContent = unit(shown, what) + " shown: "
-        + (type ? "the " + type + " " + what + " among the top " + k + " " + scope
-           : listed < k ? "every " + what.slice(0, -1) + " " + scope + sec.dataset.every
-             + " (fewer than " + k + ")" : "the top " + k + " " + scope)
+        + (type ? "the " + type + " " + what + " among the top " + k + scope
+           : listed < k ? "every " + what.slice(0, -1) + scope + sec.dataset.every
+             + " (fewer than " + k + ")" : "the top " + k + scope)
         + (sec.querySelector(".legend") ? "; " + scored + " of them with word scores" : "") + ".";
       var empty = sec.querySelector(".empty");
       empty.hidden = shown > 0;
       if (!shown) empty.textContent = "Nothing to show: no " + (type ? type + " " : "") + what.slice(0, -1) + " in the top "
-        + sec.dataset.topK + " " + scope + ".";
+        + sec.dataset.topK + scope + ".";
     });
   };
   var press = function (buttons, pressed) {
