@@ -36,6 +36,8 @@ above it in this list, so it can be read, and changed, knowing only those:
                         the image side (LGIP_SPEC.md 11): images altered in the loader's workers (paraphrases
                         jpeg, downscale, crop, hflip; flips mix, patch), their pairs, text-to-image search
                         with the altered images in the gallery (run_lgip_images.py)
+  scorer                the seam: what scores one model's pairs (`PairScorer`; today's `EmbeddingScorer`:
+                        embeddings and cosines) and what it gives back (`Scored`)
   evaluation            ModelRun (one model over one JSONL, torchrun sharding) and run_evaluation
   entry                 a script's run(**constants): its command line's run, callable from Python
   attribution, explain  word attribution of a text's similarity (LGIP_SPEC.md 8): plain tower forwards
@@ -47,20 +49,26 @@ above it in this list, so it can be read, and changed, knowing only those:
 Where a record goes, in an evaluation: `records.load_records` reads and validates it;
 `evaluation.run_evaluation` runs each model of MODELS through the script's `evaluate(run)`; its
 `published_calls` registers the record's texts as the published calls (`texts.TextBank.add_call`)
-and its pairs (`scoring.Pairs`); `ModelRun.score` has the TextBank tokenize (`tokens`), batch or
-pack (`prefix_packs`) and encode them through the model's Encoder (`models`), cached (`cache`),
-while `images.RecordImages` decodes and encodes the record's image beside them; the pairs get
-their cosines (`device.cosines`); `evaluate` turns them into metrics with intervals (`scoring`)
+and its pairs (`scoring.Pairs`); `ModelRun.score` hands them to the model's scorer (`scorer`: the
+seam; today's `EmbeddingScorer`), which has the TextBank tokenize (`tokens`), batch or pack
+(`prefix_packs`) and encode them through the model's Encoder (`models`), cached (`cache`), while
+`images.RecordImages` decodes and encodes the record's image beside them; the pairs get their
+cosines (`device.cosines`) and come back in a `scorer.Scored`; `evaluate` turns them into metrics with intervals (`scoring`)
 and writes the score file (`scorefile`); run_evaluation adds the run block and the script writes
-the metrics JSON (`util.write_json`; the list of all models merged into the one there by
+the metrics JSON (`lgip.outputs.write_json`; the list of all models merged into the one there by
 `results.write_rows`).
 
 Example (an evaluation script):
     CONFIG = common.configure(globals())   # applies --NAME=value from sys.argv
+    def published_calls(records, ks, calls) -> the pairs    # the texts to score, as data
+    def evaluate(run):                     # one model: its scored pairs -> its figures
+        inv, sens = run.score(*run.pairs(published_calls)).pairs
     def run(**constants):                  # the command line's run, and a call from Python
         with common.script_call(globals(), constants) as config:
             return common.run_evaluation(__file__, config, ("same_caps", "diff_caps"), evaluate, summary)
 """
+from contextlib import closing
+
 from lgip.accelerations import NAMES as ACCELERATIONS
 from lgip.cli import configure, parse_value, run_main
 from lgip.controls import Comparisons, hard_positive_figures, prior_figures, prior_values
@@ -68,8 +76,8 @@ from lgip.demo import ABOUT_MODEL as DEMO_ABOUT, DEMO_JSONL, DEMO_MODEL, demo_bl
 from lgip.entry import script_call
 from lgip.models.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
 from lgip.errors import ConfigError, InputError, ModelError, Terminated
-from lgip.evaluation import (ModelRun, eval_run_info, forget_token_tables, run_evaluation, swap_process_state,
-                             write_comparisons)
+from lgip.evaluation import (ModelRun, eval_run_info, evaluate_models, forget_token_tables, is_main_process,
+                             run_evaluation, swap_process_state, write_comparisons)
 from lgip.generate import SkipRecord, run_generator
 from lgip.models.hub import check_models, require_models
 from lgip.models.hub import describe as describe_model_problems
@@ -92,8 +100,9 @@ from lgip.scoring import Pairs, add_ci, mean_or_none
 from lgip.settings import check_settings, require_int
 from lgip.device import cosines
 from lgip.texts import TextBank
-from lgip.util import (OutputSet, Timer, atomic_open, default_num_workers, default_output, fmt, metrics_path, package_versions,
-                       provenance, refuse_overwriting_input, remove_stale_temps, write_json)
+from lgip.util import Timer, default_num_workers, fmt, package_versions, provenance
+from lgip.outputs import OutputSet, atomic_open, refuse_overwriting_input, remove_stale_temps, write_json
+from lgip.filenames import default_output, metrics_path
 
 __all__ = ["ACCELERATIONS", "COLORS", "Comparisons", "ConfigError", "DEMO_ABOUT", "DEMO_JSONL", "DEMO_MODEL", "FLIP_TYPES", "Gallery",
            "ImageSide", "InputError", "Lookahead", "ModelError", "ModelLoop", "ModelRun", "NUMBER_WORDS", "OBJECTS", "OutputSet", "PROTOCOLS",
@@ -101,7 +110,7 @@ __all__ = ["ACCELERATIONS", "COLORS", "Comparisons", "ConfigError", "DEMO_ABOUT"
            "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
            "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_kinds", "check_models", "check_seed", "check_settings", "check_step_settings",
            "configure", "cosines", "default_num_workers", "default_output", "demo_block", "demo_message", "describe_model_problems",
-           "dump_jsonl_line", "encode_record_images", "eval_run_info", "flip_types", "fmt", "hard_positive_figures", "forget_pixels", "forget_token_tables",
+           "closing", "dump_jsonl_line", "encode_record_images", "eval_run_info", "evaluate_models", "is_main_process", "flip_types", "fmt", "hard_positive_figures", "forget_pixels", "forget_token_tables",
            "image_flip_positives", "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "model_card", "open_rgb",
            "package_versions", "parse_value", "prior_figures", "prior_values", "provenance", "read_json", "reason_to_run", "refuse_overwriting_input",
            "remove_stale_temps", "require_int", "require_models", "resolve_device", "resolve_dtype",

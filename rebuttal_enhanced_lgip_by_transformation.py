@@ -96,31 +96,32 @@ def flip_type(field):
     return "all" if field == "diff_caps" else t
 
 
-def published_calls(run):
-    bank = run.bank
+def published_calls(records, ks, calls):
+    """The published script's encode_text calls over records ks, as data (lgip.texts.TextCalls), then
+    the combined flips' own calls, and the pairs they make: (paraphrases, flips, combined)."""
     para, flips, combined = common.Pairs(), common.Pairs(), common.Pairs()
     orig_of = {}
-    for k in run.ok:
-        rec = run.records[k][1]
-        orig = orig_of[k] = bank.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)
+    for k in ks:
+        rec = records[k][1]
+        orig = orig_of[k] = calls.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)
         flip_fields = ["diff_caps"] + [f for f in rec if f.startswith("diff_caps_")]
         for i in range(len(rec["orig_captions"])):
             texts = common.caption_texts(rec, "same_caps", i)
             simple = [p for p in texts if any(m in p.lower() for m in SIMPLE_MARKERS)]
             advanced = [p for p in texts if not any(m in p.lower() for m in SIMPLE_MARKERS)]
             # published calls: simple and advanced paraphrases apart, then ONE call of all flip items
-            para.add(k, i, orig[i], bank.add_call(simple, PUBLISHED_TEXT_BATCH), simple, "simple")
-            para.add(k, i, orig[i], bank.add_call(advanced, PUBLISHED_TEXT_BATCH), advanced, "advanced")
+            para.add(k, i, orig[i], calls.add_call(simple, PUBLISHED_TEXT_BATCH), simple, "simple")
+            para.add(k, i, orig[i], calls.add_call(advanced, PUBLISHED_TEXT_BATCH), advanced, "advanced")
             lists = [(flip_type(f), common.caption_texts(rec, f, i)) for f in flip_fields]  # "all" first, then typed
-            slots = bank.add_call([t for _, texts in lists for t in texts], PUBLISHED_TEXT_BATCH)
+            slots = calls.add_call([t for _, texts in lists for t in texts], PUBLISHED_TEXT_BATCH)
             for ftype, texts in lists:
                 flips.add(k, i, orig[i], slots[:len(texts)], texts, ftype)
                 slots = slots[len(texts):]
-    for k in run.ok:  # never encoded by the published script: calls of their own, after all the published ones
-        rec = run.records[k][1]
+    for k in ks:  # never encoded by the published script: calls of their own, after all the published ones
+        rec = records[k][1]
         for i in range(len(rec["orig_captions"])):
             for item in rec.get("combined_caps", {}).get(str(i), []):
-                combined.add(k, i, orig_of[k][i], bank.add_call([item["text"]]), [item["text"]], item["combined_type"])
+                combined.add(k, i, orig_of[k][i], calls.add_call([item["text"]]), [item["text"]], item["combined_type"])
     return para, flips, combined
 
 
@@ -154,14 +155,15 @@ def flips_once(flips):
 
 
 def evaluate(run):
-    para, flips, combined = run.score(*run.pairs(published_calls), text_cos=True)  # (the pairs are built once per run)
+    scored = run.score(*run.pairs(published_calls), text_cos=True)
+    para, flips, combined = scored.pairs  # (the pairs are built once per run)
     if not run.is_main:
         return None
     gaps, types = flips.base_sim - flips.sim, flips.labels
     s = strength(types, flips.text_cos)
     rec_of = np.asarray(flips.rec)
     # published: an unreadable image drops its whole batch of 32 records, and num_samples counts batches
-    dropped = sorted({k // PUBLISHED_BATCH for k in run.failed})
+    dropped = sorted({k // PUBLISHED_BATCH for k in scored.failed})
 
     def kept(rec):  # positions of the pairs whose record's batch the published script kept
         return np.flatnonzero(~np.isin(np.asarray(rec) // PUBLISHED_BATCH, dropped)) if dropped else slice(None)
@@ -174,7 +176,7 @@ def evaluate(run):
     once = flips_once(flips)
     c_gaps, c_types = combined.base_sim - combined.sim, combined.labels
     c_prior = np.array([t.split("+", 1)[-1] for t in c_types], dtype=object)
-    m["corrected"] = {"num_records": run.n_samples,
+    m["corrected"] = {"num_records": scored.n_samples,
                       **corrected_inv,
                       **strength_analysis(types[once], gaps[once], s[once], rec_of[once]),
                       "combined": strength_analysis(c_types, c_gaps, strength(c_prior, combined.text_cos), combined.rec),

@@ -61,30 +61,33 @@ def compare(run, flip_type, pairs, inv=None):
         run.compare("invariance_error_mean", flip_type, inv.rec, abs(inv.base_sim - inv.sim))
 
 
-def published_calls(run):
+def published_calls(records, ks, calls):
+    """The published script's encode_text calls over records ks, as data (lgip.texts.TextCalls), and
+    the pairs they make: (paraphrases, flips, typed flips)."""
     inv, flips, typed = common.Pairs(), common.Pairs(), common.Pairs()
-    fields = ["same_caps", "diff_caps"] + ["diff_caps_" + t for t in common.flip_types(run.records)]
-    for k in run.ok:
-        rec = run.records[k][1]
-        orig = run.bank.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)  # the published calls: 5 originals, then each list per caption
+    fields = ["same_caps", "diff_caps"] + ["diff_caps_" + t for t in common.flip_types(records)]
+    for k in ks:
+        rec = records[k][1]
+        orig = calls.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)  # the published calls: 5 originals, then each list per caption
         for i in range(len(rec["orig_captions"])):
             for field in fields:  # diff_caps is its own call (the global figures), then each typed list
                 texts = common.caption_texts(rec, field, i)
                 pairs = inv if field == "same_caps" else flips if field == "diff_caps" else typed
-                pairs.add(k, i, orig[i], run.bank.add_call(texts, PUBLISHED_TEXT_BATCH), texts, field[len("diff_caps_"):])
+                pairs.add(k, i, orig[i], calls.add_call(texts, PUBLISHED_TEXT_BATCH), texts, field[len("diff_caps_"):])
     return inv, flips, typed
 
 
 def evaluate(run):
     # (the pairs are built once per run; controls and hard positives as in run_lgip_multi.py)
-    inv, flips, typed = run.score(*run.pairs(published_calls), controls=True, hard_positives=[(1, 0), (2, 0)])
+    scored = run.score(*run.pairs(published_calls), controls=True, hard_positives=[(1, 0), (2, 0)])
+    inv, flips, typed = scored.pairs
     if not run.is_main:
         return None
     err = abs(inv.base_sim - inv.sim)
     by_type = {t: typed.subset(np.flatnonzero(typed.labels == t)) for t in common.flip_types(run.records)}
     m = {
         "model_tag": run.enc.name,
-        "num_samples": run.n_samples,  # published: records with a readable image and a caption
+        "num_samples": scored.n_samples,  # published: records with a readable image and a caption
         "invariance_error_mean": common.mean_or_none(err),
         "global_sensitivity": sensitivity(flips),
         "by_flip_type": {t: controls(sensitivity(pairs), pairs) for t, pairs in by_type.items()},

@@ -48,24 +48,24 @@ PUBLISHED_TEXT_BATCH = 64  # the captions as run_lgip_multi.py and run_lgip_by_f
 _EXAMPLES = []  # the examples' folder, once written in this call (the pixels are every model's)
 
 
-def caption_calls(run):
+def caption_calls(records, ks, calls):
     """Each record's captions as the text evaluations' first published call: their embeddings (and
     the original images') are then in the cache after those, and nothing else is encoded."""
     captions = common.Pairs()
-    for k in run.ok:
-        texts = run.records[k][1]["orig_captions"]
-        for i, slot in enumerate(run.bank.add_call(texts, PUBLISHED_TEXT_BATCH)):
+    for k in ks:
+        texts = records[k][1]["orig_captions"]
+        for i, slot in enumerate(calls.add_call(texts, PUBLISHED_TEXT_BATCH)):
             captions.add(k, i, slot, [slot], [texts[i]], "caption")
     return (captions,)
 
 
 def evaluate(run):
     (captions,) = run.pairs(caption_calls)
-    run.score(keep_embeddings=True)  # captions and original images, encoded or read from the cache
-    side = common.ImageSide(run, captions, common.check_kinds(KINDS), SEED).encode()  # every process agrees on N
+    scored = run.score(keep_embeddings=True)  # captions and original images, encoded or read from the cache
+    side = common.ImageSide(run, scored, captions, common.check_kinds(KINDS), SEED).encode()  # every process agrees on N
     run.phase_done("altered_images")
     mine = side.part()
-    run.text_embeddings = None
+    scored.text_embeddings = None  # (the galleries have what they need: the text table's memory back)
     parts = run.gathered(mine) if run.world > 1 else [mine]  # galleries need every record
     if not run.is_main:
         return None
@@ -107,7 +107,7 @@ def run(**constants):
         common.check_kinds(config["KINDS"]), common.check_seed(config["SEED"])  # before any model's work
         common.check_gallery_size(config["GALLERY_SIZE"]), common.require_int(config, "SAVE_EXAMPLES", 0)
         _EXAMPLES.clear()
-        results = common.run_evaluation(__file__, config, (), evaluate, summary)
+        results = common.run_evaluation(__file__, config, (), evaluate, summary, needs=("embeddings",))
         if results is not None:
             print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_images.metrics.json'), results)}")
         return results

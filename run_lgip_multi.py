@@ -35,15 +35,17 @@ CONFIG = common.configure(globals())
 PUBLISHED_TEXT_BATCH = 64  # the published encode_text's batch: a longer call is padded per 64 texts
 
 
-def published_calls(run):
+def published_calls(records, ks, calls):
+    """The published script's encode_text calls over records ks, as data (lgip.texts.TextCalls), and
+    the pairs they make: (paraphrases, flips)."""
     inv, sens = common.Pairs(), common.Pairs()
-    for k in run.ok:
-        rec = run.records[k][1]
-        orig = run.bank.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)  # the published calls: 5 originals, then per caption
+    for k in ks:
+        rec = records[k][1]
+        orig = calls.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)  # the published calls: 5 originals, then per caption
         for i in range(len(rec["orig_captions"])):
             for field, pairs in (("same_caps", inv), ("diff_caps", sens)):
                 texts = common.caption_texts(rec, field, i)
-                pairs.add(k, i, orig[i], run.bank.add_call(texts, PUBLISHED_TEXT_BATCH), texts, field)
+                pairs.add(k, i, orig[i], calls.add_call(texts, PUBLISHED_TEXT_BATCH), texts, field)
     return inv, sens
 
 
@@ -51,13 +53,14 @@ def evaluate(run):
     records = run.records
     # (the pairs are built once per run; controls: their mean cosines with the other images, LGIP_SPEC.md 9;
     # hard positives: each flip against every paraphrase of its caption, section 10)
-    inv, sens = run.score(*run.pairs(published_calls), controls=True, hard_positives=[(1, 0)])
+    scored = run.score(*run.pairs(published_calls), controls=True, hard_positives=[(1, 0)])
+    inv, sens = scored.pairs
     if not run.is_main:
         return None
     err, gaps = abs(inv.base_sim - inv.sim), sens.base_sim - sens.sim
     m = {
         "model_tag": run.enc.name,
-        "num_samples": run.n_samples,  # published: records with a readable image and a caption
+        "num_samples": scored.n_samples,  # published: records with a readable image and a caption
         "num_invariance_pairs": len(inv),
         "num_sensitivity_pairs": len(sens),
         "invariance_error_mean": common.mean_or_none(err),
@@ -102,9 +105,16 @@ def run(**constants):
     (`run(JSONL_PATH=..., MODELS=[...], WRITE_SCORES=False)`), in force for this call only; returns
     the list of per-model metrics dicts it writes (None on torchrun's other ranks)."""
     with common.script_call(globals(), constants) as config:
-        results = common.run_evaluation(__file__, config, ("same_caps", "diff_caps"), evaluate, summary, write_model)
-        if results is not None:
-            print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_ALL.metrics.json'), results)}")
+        main, results = common.is_main_process(), []
+        rows = common.evaluate_models(__file__, config, ("same_caps", "diff_caps"), evaluate, summary,
+                                      per_model_files=True)
+        with common.closing(rows):
+            for m in rows:  # each model's whole row, as it finishes: its own file at once
+                write_model(m)
+                results.append(m)
+        if not main:
+            return None
+        print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_ALL.metrics.json'), results)}")
         return results
 
 

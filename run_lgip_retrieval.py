@@ -39,15 +39,15 @@ CONFIG = common.configure(globals())
 FIELDS = ("same_caps", "diff_caps", "diff_caps_*")  # the typed lists are optional (a _with_perturb file has none)
 
 
-def retrieval_calls(run):
+def retrieval_calls(records, ks, calls):
     """run_lgip_by_fliptype's published calls (paraphrases, flips, typed flips), then each record's
     captions once more as the same call: the same keys, so nothing more to encode, and a slot for
     every caption, also one that no pair names."""
-    paras, flips, typed = by_fliptype.published_calls(run)
+    paras, flips, typed = by_fliptype.published_calls(records, ks, calls)
     captions = common.Pairs()
-    for k in run.ok:
-        texts = run.records[k][1]["orig_captions"]
-        for i, slot in enumerate(run.bank.add_call(texts, by_fliptype.PUBLISHED_TEXT_BATCH)):
+    for k in ks:
+        texts = records[k][1]["orig_captions"]
+        for i, slot in enumerate(calls.add_call(texts, by_fliptype.PUBLISHED_TEXT_BATCH)):
             captions.add(k, i, slot, [slot], [texts[i]], "caption")
     return captions, flips, typed, paras
 
@@ -61,10 +61,10 @@ def flip_types(records):
 
 def evaluate(run):
     captions, flips, typed, paras = run.pairs(retrieval_calls)  # (built once per run)
-    run.score(keep_embeddings=True)  # every text and image encoded, or read from the cache; no pair to score
-    mine = common.Gallery.from_pairs(run.ok, run.img_emb, *run.text_embeddings, captions, flips, typed, paras,
+    scored = run.score(keep_embeddings=True)  # every text and image encoded, or read from the cache; no pair to score
+    mine = common.Gallery.from_pairs(scored.ok, scored.image_embeddings, *scored.text_embeddings, captions, flips, typed, paras,
                                      flip_types(run.records))
-    run.text_embeddings = None
+    scored.text_embeddings = None  # (the gallery has what it needs: the text table's memory back)
     parts = run.gathered(mine.to_host()) if run.world > 1 else [mine]  # galleries need every record
     if not run.is_main:
         return None
@@ -91,7 +91,7 @@ def run(**constants):
     the list of per-model metrics dicts it writes (None on torchrun's other ranks)."""
     with common.script_call(globals(), constants) as config:
         common.check_gallery_size(config["GALLERY_SIZE"])  # before any model's work
-        results = common.run_evaluation(__file__, config, FIELDS, evaluate, summary)
+        results = common.run_evaluation(__file__, config, FIELDS, evaluate, summary, needs=("embeddings",))
         if results is not None:
             print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_retrieval.metrics.json'), results)}")
         return results

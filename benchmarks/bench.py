@@ -319,8 +319,8 @@ def project_pass(enc, spec, records, config, fresh=True, lookahead=None):
         m = run_lgip_multi.evaluate(run)
         run.finished()
         sync(enc.device)
-    out = {"total_s": t.seconds, "unique_texts_encoded": run.bank.n_encoded, "seconds_by_phase": run.seconds,
-           "image_sources": run.image_sources, "lookahead": run.ahead,
+    out = {"total_s": t.seconds, "unique_texts_encoded": run.scored.texts["encoded"], "seconds_by_phase": run.seconds,
+           "image_sources": run.scored.image_sources, "lookahead": run.ahead,
            "metrics": {k: m[k] for k in ("num_invariance_pairs", "num_sensitivity_pairs", "invariance_error_mean",
                                          "sensitivity_gap_mean", "sensitivity_pos_rate")}}
     if run.cache is not None:

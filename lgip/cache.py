@@ -1,5 +1,7 @@
 """lgip.cache: the on-disk embedding cache, per model, protocol and dtype: images keyed by
-path, size and mtime, texts by text and padding; chunks written whole by a thread of their own,
+path, size and mtime, texts by text and padding, and (for a model that scores a pair jointly,
+LGIP_SPEC.md 13) a score per (image, text) pair keyed by both (`pair_cache_key`: its own chunks,
+`pair-*.npz`, beside the others'); chunks written whole by a thread of their own,
 a corrupt one reported and rebuilt. A cache that cannot be written (a full disk, a quota, a
 read-only folder) never costs the run: said once, the run goes on without caching the rest, and
 what is on disk stays usable.
@@ -15,7 +17,9 @@ import time
 
 from .alterations import AlteredImage
 from .errors import CacheError, OutputError
-from .util import atomic_open, package_versions, write_json
+from .models.registry import MODEL_CACHE_FILES
+from .util import package_versions
+from .outputs import atomic_open, write_json
 
 _UNWRITABLE = {}  # cache root -> why its chunks could not be written: said once, and this process writes there no more
 _SAYING = threading.Lock()  # (the text and image writers' threads may fail at once)
@@ -42,6 +46,15 @@ def image_cache_keys(paths):
     return keys
 
 
+def pair_cache_key(image_key, text_key):
+    """A pair entry's key: its image's key (image_cache_key) and its text's (the bank's), joined by a
+    separator that neither holds (a path joins size and mtime with "|"; JSON escapes control characters)."""
+    return f"{image_key}\x1f{text_key}"
+
+
+KINDS = ("image", "text", "pair")  # the entries a cache holds; each kind's chunks are `<kind>-*.npz`
+
+
 class EmbeddingCache:
     """Embeddings already computed, on disk, per model, protocol and dtype.
 
@@ -62,11 +75,9 @@ class EmbeddingCache:
             path = str(spec.get(key, "")).replace("local-dir:", "")
             if path and os.path.exists(path):
                 ident[f"{key}_stat"] = _tree_stat(path)
-        if spec.get("type") == "python":  # a loader of one's own: its code, and the files its kwargs name
-            from .models.python import loader_file
-            files = [loader_file(str(spec.get("loader", "")))] + [v for v in (spec.get("kwargs") or {}).values()
-                                                                  if isinstance(v, str)]
-            ident["loader_stat"] = [_tree_stat(f) for f in files if f and os.path.exists(f)]
+        files = MODEL_CACHE_FILES.get(spec.get("type"))  # (a loader of one's own: its code, its kwargs' files)
+        if files is not None:
+            ident["loader_stat"] = [_tree_stat(f) for f in files(spec) if f and os.path.exists(f)]
         digest = hashlib.sha1(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.get("name", "model"))[:80]
         self.root, self.dir = os.path.abspath(root), os.path.join(root, f"{slug}-{digest}")
@@ -143,7 +154,7 @@ class EmbeddingCache:
         return self._index[kind]
 
     def index(self, kind):
-        """{key: where} of every entry of one kind ("image", "text") on disk."""
+        """{key: where} of every entry of one kind (KINDS: "image", "text", "pair") on disk."""
         return self._load(kind)[0]
 
     def has_entries(self, kind):
@@ -152,7 +163,7 @@ class EmbeddingCache:
                                                for n in os.listdir(self.dir))
 
     def lookup(self, kind, keys):
-        """(positions of keys found, their embeddings as a float32 tensor)."""
+        """(positions of keys found, their rows as a float32 tensor: embeddings, or a pair's scores)."""
         import numpy as np
         import torch
         index, arrays = self._load(kind)
@@ -160,7 +171,9 @@ class EmbeddingCache:
         if not pos:
             return [], None
         rows = np.stack([arrays[index[keys[p]][0]][index[keys[p]][1]] for p in pos])
-        self.stats[kind + "_hits"] += len(pos)
+        # (a pair entry's hits are counted only where pairs are looked up: the run blocks of today's
+        # dual encoders keep their keys)
+        self.stats[kind + "_hits"] = self.stats.get(kind + "_hits", 0) + len(pos)
         return pos, torch.from_numpy(rows.astype(np.float32))
 
     def writer(self, kind):
@@ -225,7 +238,7 @@ class _ChunkWriter:
         import torch
         if not self.cache.writable:
             return
-        if self.cache.fp16:
+        if self.cache.fp16 and self.kind != "pair":  # (a pair's score is kept as it was computed)
             emb = emb.to(torch.float16)  # lossless: its values were rounded to fp16 already (storage_dtype)
         emb = emb.cpu().numpy()
         keys = np.frombuffer(json.dumps(keys, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)

@@ -15,7 +15,8 @@ import sys
 
 from .errors import ConfigError, InputError, Interrupted, ModelError, NothingToDo, OutputError, Terminated
 from .settings import check_settings
-from .util import OUTPUTS, check_writable, set_output_dir
+from .outputs import OUTPUTS, check_writable
+from .filenames import set_output_dir
 
 
 _CONST_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)\s*=\s*(.*?)\s*(?:#\s*(.*))?$")

@@ -20,7 +20,8 @@ import os
 from .cli import check_config, closest, output_folders
 from .errors import ConfigError
 from .evaluation import swap_process_state
-from .util import OUTPUTS, check_writable, set_output_dir
+from .outputs import OUTPUTS, check_writable
+from .filenames import set_output_dir
 
 
 @contextlib.contextmanager

@@ -1,12 +1,15 @@
 """lgip.evaluation: one evaluation over the models of MODELS: `ModelRun` (one model over
 one JSONL: its Encoder, cache, images and texts; records sharded across torchrun processes and
-the scored pairs gathered on rank 0), `run_evaluation` (the loop the three evaluation scripts
-share), and what one process keeps across its models.
+the scored pairs gathered on rank 0), `evaluate_models` (the loop the evaluation scripts share:
+each model's whole row yielded for the caller to write; `run_evaluation`: all of them as a list),
+and what one process keeps across its models.
 
     >>> results = run_evaluation(__file__, CONFIG, ("same_caps", "diff_caps"), evaluate, summary)
 """
 import os
 import time
+from contextlib import closing
+from dataclasses import replace
 
 from . import accelerations
 from .demo import demo_block, say_demo
@@ -14,20 +17,20 @@ from .models import prefix_packs
 from .errors import InputError, Interrupted, ModelError
 from .model_loop import ModelLoop
 from .models.cards import model_card
-from .util import OUTPUT_DIR, OUTPUTS, Timer, metrics_path, provenance
+from .util import Timer, provenance
+from .outputs import OUTPUTS
+from .filenames import OUTPUT_DIR, metrics_path
 from .records import load_records
 from .models.encoder import resolve_device
 from .models import cacheable, key_encoder, load_model
 from .tokens import _TOKEN_TABLES
-from .cache import _UNWRITABLE, EmbeddingCache, image_cache_keys
+from .cache import _UNWRITABLE, EmbeddingCache
 from .pixel_memory import _PIXEL_MEMORY
-from .images import RecordImages
-from .texts import RunCalls, TextBank, _LAST_PLAN, resolve_text_batch_size
+from .texts import RunCalls, TextBank, TextCalls, _LAST_PLAN, resolve_text_batch_size
 from .lookahead import Lookahead
-from .scoring import Pairs
-from .controls import Comparisons, mark_hard_positives
+from .scorer import check_needs, for_gathering, merged, scorer_for
+from .controls import Comparisons
 from .results import write_rows
-from .device import row_dots
 from .scorefile import _SCORE_LAYOUT
 
 
@@ -65,8 +68,9 @@ def swap_process_state(state=None):
     return old
 
 
-def eval_run_info(script, config, enc, image_report, n_records, bank=None, records=None):
-    """Provenance block stored in each model's metrics: settings, model details, bad inputs."""
+def eval_run_info(script, config, enc, image_report, n_records, scored=None, records=None):
+    """Provenance block stored in each model's metrics: settings, model details, bad inputs (and, given
+    the model's lgip.scorer.Scored, how many unique texts it scored)."""
     info = provenance(script, config)
     info.update(model={"name": enc.name, "type": enc.type, "protocol": enc.protocol, "device": str(enc.device),
                        "dtype": str(enc.dtype).replace("torch.", ""), **enc.info},
@@ -75,8 +79,8 @@ def eval_run_info(script, config, enc, image_report, n_records, bank=None, recor
     if demo is not None:  # (absent for an ordinary run)
         info["demo"] = demo
 
-    if bank is not None:
-        info["num_unique_texts_encoded"] = getattr(bank, "n_unique", None)
+    if scored is not None:
+        info["num_unique_texts_encoded"] = scored.texts["unique"]
     return info
 
 
@@ -162,10 +166,14 @@ class ModelRun:
             self.cache = EmbeddingCache(cache_dir, self.enc, spec, flush_s=flush_s)
         self.image_root = config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config["JSONL_PATH"]))
         self.mine = range(self.rank, len(records), self.world)
-        # Images are encoded in score(), beside the texts; a record whose image cannot be read
-        # is dropped there, with all its pairs.
+        # The records the pairs are built over (the published calls: `pairs`). Images are read in
+        # score(), beside the texts; a record whose image cannot be read is dropped there, with all
+        # its pairs (the Scored's `ok` and `failed`).
         self.ok = list(self.mine)
         self.bank = TextBank(self.enc, config["NUM_WORKERS"])
+        self.scorer = scorer_for(spec)  # what scores this model's pairs (lgip.scorer; by its type: the registry)
+        self.scored = None  # the Scored of score(), for the run block (info) and the model card
+        self.ahead = None  # what the Lookahead did ahead for this model (score(): its scorer settles it)
         self.compared = []  # (figure, flip type, rec, values) for the paired comparisons (compare)
         self._mark = time.perf_counter()
         self.seconds = {"load": round(self._mark - t0, 3)}  # where the model's time went (see info)
@@ -175,137 +183,66 @@ class ModelRun:
         return self.rank == 0
 
     def pairs(self, build):
-        """build(run) -> Pairs: the evaluation's published calls, registered through
-        run.bank.add_call. Built by a run's first model and adopted by the next ones of the same
-        process, records and shard (the calls depend on the records alone); each model gets
-        its own copies of the Pairs to score.
-        >>> inv, sens = run.score(*run.pairs(published_calls))
+        """The Pairs of `build(records, ks, calls)`: the evaluation's published calls as data, a
+        function of the records alone (ks: this process's record indices; calls: a TextCalls whose
+        add_call gives a slot per text), which this model's text bank then encodes. Built by a run's
+        first model and adopted by the next ones of the same process, records and shard; each model
+        gets its own copies of the Pairs to score.
+        >>> inv, sens = run.score(*run.pairs(published_calls)).pairs
         """
         import copy
         if not accelerations.SHARED_CALLS:
-            return build(self)
+            calls = TextCalls()
+            pairs = build(self.records, self.ok, calls)
+            self.bank.calls = calls
+            return pairs
         last = _LAST_CALLS[0] if _LAST_CALLS else None
         if last is not None and last[0] is build and last[1] is self.records and last[2:] == (self.rank, self.world):
             self.bank.adopt(_LAST_CALLS[1])
         else:
-            pairs = build(self)
-            self.bank.run_calls = RunCalls(self.bank.calls.copy(), pairs)
+            calls = TextCalls()
+            pairs = build(self.records, self.ok, calls)
+            self.bank.calls, self.bank.run_calls = calls, RunCalls(calls.copy(), pairs)
             _LAST_CALLS[:] = [(build, self.records, self.rank, self.world), self.bank.run_calls]
         return [copy.copy(p) for p in self.bank.run_calls.pairs]
 
     def score(self, *pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=()):
-        """Encode the bank's texts, score each Pairs; on rank 0 return them merged over processes.
-        keep_embeddings: also keep this process's text table and slot -> row map as
-        `text_embeddings` (images: `img_emb`, by record), for figures made from the embeddings.
-        controls: also each pair's mean cosines with the other images (LGIP_SPEC.md section 9),
-        from the sum of every process's image embeddings. hard_positives: (flips, paraphrases)
-        positions in pairs_list whose flips are marked as section 10 says (lgip.controls)."""
+        """Score each Pairs with this model (its scorer: lgip.scorer) and return the Scored, on rank 0
+        every process's merged (None on the others, where its pairs are None).
+        keep_embeddings: also keep this process's text table and slot -> row map (`text_embeddings`;
+        images: `image_embeddings`, by record), for figures made from the embeddings.
+        controls: also each pair's mean score with the other images (LGIP_SPEC.md section 9).
+        hard_positives: (flips, paraphrases) positions in pairs_list whose flips are marked as
+        section 10 says (lgip.controls)."""
         self.seconds["pairs"] = round(time.perf_counter() - self._mark, 3)
-        ahead = self.lookahead
-        waited, self.ahead = ahead.settle(self.enc) if ahead is not None else (0.0, None)
-        if not self.enc.weights_loaded and not self._all_in_cache():
-            self._load_weights()
-            more, self.ahead = ahead.settle(self.enc) if ahead is not None else (0.0, None)
-            waited += more
-        images = RecordImages(self.enc, self.records, self.image_root, self.config["IMAGE_BATCH_SIZE"],
-                              self.config["NUM_WORKERS"], self.mine, self.cache,
-                              pixel_memory_gb=self.config.get("PIXEL_MEMORY_GB", "auto"))
-        batch = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
-        # The later models' tokenizing and decoding begin once this model's own are done.
-        then = (lambda: ahead.start(self.enc, self.bank.calls, images.paths)) if ahead is not None else None
-        try:
-            txt_emb, rows = self.bank.encode(batch, cache=self.cache, beside=images, then=then)
-        except BaseException as e:  # Ctrl-C, SIGTERM: the images encoded so far go to the cache too
-            images.close(keep=isinstance(e, KeyboardInterrupt))
-            raise
-        with Timer() as t_images:
-            self.img_emb, self.ok, self.image_report = images.finish()
-        self.text_embeddings = (txt_emb, rows) if keep_embeddings else None
-        self._report_resumed(len(images.paths))
-        self.seconds.update(lookahead_wait=waited, **self.bank.seconds, images_after_texts=round(t_images.seconds, 3))
-        t_scoring = time.perf_counter()
-        self.image_sources = {"decoded": images.n_decoded, "from_pixel_memory": images.n_remembered,
-                              "from_cache": images.n_cached}
-        good = set(self.ok)
-        self.failed = [k for k in self.mine if k not in good]  # records whose image could not be read
-        nonfinite = self._nonfinite(txt_emb, rows)
+        local = self.scorer.score(self, list(pairs_list), text_cos=text_cos, keep_embeddings=keep_embeddings,
+                                  controls=controls, hard_positives=hard_positives)
         if self.world == 1:
-            self._check_finite([nonfinite])
-        if self.failed:
-            pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]
-        image_sum = self._image_sum(txt_emb) if controls else None
-        for pairs in pairs_list:
-            pairs.score(self.img_emb, txt_emb, rows, text_cos=text_cos, image_sum=image_sum)
-        for f, p in hard_positives:  # (here: each process has its own texts' embeddings)
-            mark_hard_positives(pairs_list[f], pairs_list[p], txt_emb, rows)
-        self.n_ok = len(self.ok)
-        # the published scripts count a record once its image and captions encode: not one without captions
-        self.n_samples = sum(1 for k in self.ok if self.records[k][1]["orig_captions"])
-        if self.world == 1:
-            self._check_usable(self.n_samples, self.image_report)
-            self._scored(t_scoring)
-            return pairs_list
-        gathered = _gather(([p.state() for p in pairs_list], len(self.ok), self.image_report,
-                            self.bank.n_unique, self.bank.n_encoded, self.bank.positions, self.n_samples,
-                            self.failed, nonfinite), self.world)
-        self._check_finite([g[8] for g in gathered])  # (on every rank: all stop together, or none)
+            self._check_finite([local.nonfinite])
+            self._check_usable(local.n_samples, local.image_report)
+            return self._scored(local)
+        gathered = _gather(for_gathering(local), self.world)
+        self._check_finite([g.nonfinite for g in gathered])  # (on every rank: all stop together, or none)
         # every rank has every rank's counts (all_gather): all stop together, or none
-        self._check_usable(sum(g[6] for g in gathered),
-                           {"num_failed_images": sum(g[2]["num_failed_images"] for g in gathered),
-                            "failed_images": [f for g in gathered for f in g[2]["failed_images"]]})
+        self._check_usable(sum(g.n_samples for g in gathered),
+                           {"num_failed_images": sum(g.image_report["num_failed_images"] for g in gathered),
+                            "failed_images": [f for g in gathered for f in g.image_report["failed_images"]]})
         if not self.is_main:
-            return [None] * len(pairs_list)
-        self.n_ok = sum(g[1] for g in gathered)
-        self.n_samples = sum(g[6] for g in gathered)
-        self.failed = sorted(k for g in gathered for k in g[7])
-        reports = [g[2] for g in gathered]
-        self.image_report = {"num_failed_images": sum(r["num_failed_images"] for r in reports),
-                             "failed_images": [f for r in reports for f in r["failed_images"]][:20]}
-        self.bank.n_unique, self.bank.n_encoded = sum(g[3] for g in gathered), sum(g[4] for g in gathered)
-        self.bank.positions = {k: sum(g[5].get(k, 0) for g in gathered) for k in ("tokens", "computed")}
-        merged = [Pairs.merged([g[0][j] for g in gathered]) for j in range(len(pairs_list))]
-        self._scored(t_scoring)
-        return merged
+            self._scored(local)
+            return replace(local, pairs=[None] * len(local.pairs))
+        return self._scored(merged(local, gathered))
+
+    def _scored(self, scored):
+        """The run's own record of its scoring (its run block reads it: `info`); `scored` returned."""
+        self.scored = scored
+        self._mark = time.perf_counter()
+        self.seconds["scoring"] = round(self._mark - scored.scoring_started, 3)
+        return scored
 
     def compare(self, figure, flip_type, rec, values):
         """Keep a figure's per-pair values (by image) for the paired comparisons of the run's models
         (lgip.controls.Comparisons; written by run_evaluation once two models are done)."""
         self.compared.append((figure, flip_type, rec, values))
-
-    def _image_sum(self, txt_emb):
-        """(every text row's dot with S, N): S the sum of the embeddings of the N images evaluated
-        (readable, their record with captions), over every process: section 9's one vector per model."""
-        import torch
-        idx = [k for k in self.ok if self.records[k][1]["orig_captions"]]
-        # (no image here: the text table's width, the image table's being unknown)
-        total = (self.img_emb[idx].double().sum(0) if idx else
-                 torch.zeros(txt_emb.shape[1], dtype=torch.float64, device=txt_emb.device))
-        n = torch.tensor([float(len(idx))], dtype=torch.float64, device=total.device)
-        if self.world > 1:
-            import torch.distributed as dist
-            dist.all_reduce(total)
-            dist.all_reduce(n)
-        return row_dots(txt_emb, total), int(n.item())
-
-    def _nonfinite(self, txt_emb, rows):
-        """This process's embeddings that are NaN or infinite (a model that overflowed in fp16 or bf16,
-        say): {"images": count, "texts": count, "first_image": (line, path), "first_text": text}.
-        An unreadable image's row is NaN by design and not counted."""
-        import numpy as np
-        import torch
-        out = {"images": 0, "texts": 0, "first_image": None, "first_text": None}
-        if self.ok:
-            ok = torch.as_tensor(self.ok, dtype=torch.long, device=self.img_emb.device)
-            bad = (~torch.isfinite(self.img_emb[ok]).all(dim=1)).nonzero().flatten().tolist()
-            if bad:
-                line, rec = self.records[self.ok[bad[0]]]
-                out.update(images=len(bad), first_image=(line, rec["image_path"]))
-        if len(txt_emb):
-            bad_rows = (~torch.isfinite(txt_emb).all(dim=1)).nonzero().flatten().cpu().numpy()
-            if len(bad_rows):
-                slots = np.flatnonzero(np.isin(np.asarray(rows), bad_rows))
-                out.update(texts=len(bad_rows), first_text=self.bank.calls.texts[int(slots[0])] if len(slots) else None)
-        return out
 
     def _check_finite(self, reports):
         """ModelError (before any metrics or score file is written) when an embedding of the model is
@@ -357,41 +294,14 @@ class ModelRun:
 
     def load_weights(self):
         """Load the weights of a run that began without them (every text and image of `score` was
-        cached) when the script needs more than the cache holds (run_lgip_images.py's altered
-        images: the cache is asked for them before); nothing when they are loaded."""
-        if not self.enc.weights_loaded:
-            self._load_weights()
-
-    def _all_in_cache(self):
-        """True when every text of the calls and every image file of this process's records has
-        its embedding in the cache (a file that is not there needs no model: it is reported)."""
-        hits, n = self.bank.in_cache(self.cache)
-        if hits < n:
-            return False
-        paths = dict.fromkeys(os.path.join(self.image_root, self.records[k][1]["image_path"]) for k in self.mine)
-        index = self.cache.index("image")
-        return all(key in index for key in image_cache_keys(list(paths)).values())
-
-    def _load_weights(self):
-        """The model itself, for a run that began without it (see __init__)."""
+        cached: see __init__) when the scorer or the script needs more than the cache holds
+        (run_lgip_images.py's altered images: the cache is asked for them before); nothing when they
+        are loaded."""
+        if self.enc.weights_loaded:
+            return
         t0 = time.perf_counter()
         self.enc = self.bank.enc = load_model(self.spec, self.config["PROTOCOL"], self.device, self.config["DTYPE"])
         self.seconds["load"] = round(self.seconds["load"] + time.perf_counter() - t0, 3)
-
-    def _report_resumed(self, n_images):
-        """Say what came from the cache (a re-run resumes where the last one stopped)."""
-        if self.cache is None:
-            return
-        stats = self.cache.stats
-        self.resumed = {"texts": [stats["text_hits"], self.bank.n_unique], "images": [stats["image_hits"], n_images]}
-        if stats["text_hits"] or stats["image_hits"]:
-            print(f"{self.enc.name}: from the cache: {stats['text_hits']:,} of {self.bank.n_unique:,} texts, "
-                  f"{stats['image_hits']:,} of {n_images:,} images"
-                  + ("" if self.enc.weights_loaded else " (all of them: the model's weights were not loaded)"), flush=True)
-
-    def _scored(self, since):
-        self._mark = time.perf_counter()
-        self.seconds["scoring"] = round(self._mark - since, 3)
 
     def release(self):
         """The model is done with: a caller's model in memory goes back in the mode it came in."""
@@ -409,21 +319,22 @@ class ModelRun:
         self.seconds["metrics_and_scores_file"] = round(time.perf_counter() - self._mark, 3)
 
     def info(self, script):
-        info = eval_run_info(script, self.config, self.enc, self.image_report, len(self.records), self.bank,
+        scored = self.scored
+        info = eval_run_info(script, self.config, self.enc, scored.image_report, len(self.records), scored,
                              self.records)
         info["num_processes"] = self.world
         # which of lgip/accelerations.py's switches were on and ran for this model; why not, for one on that did not
         info["accelerations"], info["accelerations_not_applied"] = accelerations.applied(self.enc)
         info["seconds_by_phase"] = self.seconds  # in order: loading the model; building the pairs; waiting for work done ahead for this model; cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after; similarities (and gathering them from other processes); a script's own phases (phase_done: run_lgip_retrieval's "retrieval"); confidence intervals and score file
-        info["lookahead"] = getattr(self, "ahead", None)  # jobs done ahead for this model while earlier ones ran (None: no Lookahead)
+        info["lookahead"] = self.ahead  # jobs done ahead for this model while earlier ones ran (None: no Lookahead)
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         # token positions of the encoded texts; computed: fewer when prefixes are shared (pack_nodes 0: no prefix packs)
         packs = self.enc.encode_packs is not None and accelerations.PREFIX_PACKS
-        info["text_positions"] = dict(self.bank.positions, pack_nodes=prefix_packs.PACK_NODES if packs else 0)
-        info["image_sources"] = getattr(self, "image_sources", {})  # unique images: decoded here, from an earlier model's pixels, cached embeddings
+        info["text_positions"] = dict(scored.texts["positions"], pack_nodes=prefix_packs.PACK_NODES if packs else 0)
+        info["image_sources"] = scored.image_sources  # unique images: decoded here, from an earlier model's pixels, cached embeddings
         if self.cache is not None:
             # resumed: [from the cache, in all] of this process's unique texts and images
-            info["cache"] = {"dir": self.cache.dir, **self.cache.stats, "resumed": getattr(self, "resumed", None)}
+            info["cache"] = {"dir": self.cache.dir, **self.cache.stats, "resumed": scored.resumed}
         elif not cacheable(self.spec):
             info["cache"] = {"dir": None, "why": "a model in memory is never cached (nothing on disk names its weights)"}
         return info
@@ -473,11 +384,20 @@ def check_records(path, records):
             "num_duplicate_image_paths": len(dup_lines), "duplicate_image_path_lines": dup_lines[:20]}
 
 
-def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_model=None):
-    """The evaluation scripts' loop: each model of MODELS through `evaluate(run) -> metrics`.
+def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs=(), per_model_files=False):
+    """The evaluation scripts' loop, as a generator: each model of MODELS through the script's
+    `evaluate(run) -> its figures` (the pairs it scores and what it makes of them), yielded on rank 0
+    as a whole row (the model's card and the run block added here) for the caller to write, its
+    `summary(row)` printed once the caller has it. Then every row's run block gets the models the
+    run skipped (ON_MODEL_ERROR "skip": lgip.model_loop), and the paired comparisons are written.
+    needs: what the evaluation takes from a model's scorer beyond its scores (lgip.scorer.PROVIDES:
+    "embeddings" for retrieval and the image side), checked for every model before any work.
+    per_model_files: the caller writes each row as it comes (an interruption says they are written).
 
-    Prints `summary(metrics)` per model; returns the list of metrics on rank 0, None elsewhere.
+        >>> with closing(evaluate_models(__file__, CONFIG, FIELDS, evaluate, summary)) as rows:
+        ...     for row in rows: write_model(row)
     """
+    check_needs([m for m in config["MODELS"] if isinstance(m, dict)], needs, os.path.basename(script))
     records = load_records(config["JSONL_PATH"], per_caption_fields)
     input_report = check_records(config["JSONL_PATH"], records)
     if config.get("CACHE_DIR"):  # said should an output not be written: the work is not lost
@@ -502,23 +422,19 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
                 run.finished()
             if not ok or not run.is_main:
                 continue
-            metrics["model_card"] = model_card(spec, run.enc, run.img_emb)  # (what the model is, before what made the row)
-            metrics["run"] = run.info(script)
-            metrics["run"].update(input_report)
-            metrics["run"]["seconds"] = round(t.seconds, 3)
+            row = whole_row(metrics, spec, run, script, input_report, t.seconds)
             for compared in run.compared:
                 paired.add(run.enc.name, *compared)
-            if on_model:
-                on_model(metrics)
-            results.append(metrics)
+            results.append(row)
             finished.append(run.enc.name)
+            yield row  # (the caller writes it: a per-model file at once)
             no_caps = input_report["num_records_without_captions"]
-            print(f"{run.enc.name}: {summary(metrics)} ({run.n_samples} records, "
-                  f"{run.image_report['num_failed_images']} unreadable images, "
+            print(f"{run.enc.name}: {summary(row)} ({run.scored.n_samples} records, "
+                  f"{run.scored.image_report['num_failed_images']} unreadable images, "
                   + (f"{no_caps} without captions (skipped), " if no_caps else "") + f"{t.seconds:.1f} s)"
                   + loop.progress(), flush=True)
     except KeyboardInterrupt:
-        raise Interrupted(_interrupted(config, models, finished, on_model is not None)) from None
+        raise Interrupted(_interrupted(config, models, finished, per_model_files)) from None
     finally:
         if ahead is not None:
             ahead.close()
@@ -527,8 +443,7 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
         loop.finish(results)
     if len(paired.models) >= 2:
         write_comparisons(script, config, paired)
-    rank, world = distributed()
-    if world > 1:
+    if distributed()[1] > 1:
         # Every rank ends here together, then leaves the group, which stops its threads (nothing
         # else holds it: see distributed()): a rank that exited with the group's threads still
         # running aborted at interpreter exit now and then ("terminate called without an active
@@ -536,4 +451,30 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, on_mod
         import torch.distributed as dist
         dist.barrier()
         dist.destroy_process_group()
-    return results if rank == 0 else None
+
+
+def whole_row(figures, spec, run, script, input_report, seconds):
+    """One model's metrics row: the script's figures (model_tag first), then what the model is
+    (`model_card`, LGIP_SPEC.md 12) and what made the row (`run`: settings, versions, the model's
+    details, bad inputs, timings)."""
+    figures["model_card"] = model_card(spec, run.enc, run.scored.image_embeddings)
+    figures["run"] = dict(run.info(script), **input_report, seconds=round(seconds, 3))
+    return figures
+
+
+def run_evaluation(script, config, per_caption_fields, evaluate, summary, needs=()):
+    """evaluate_models' rows as a list on rank 0 (None on the other ranks), for a script that writes
+    them once all are done (the list file).
+
+        >>> results = run_evaluation(__file__, CONFIG, ("same_caps", "diff_caps"), evaluate, summary)
+    """
+    main = is_main_process()  # (asked before the loop: its end leaves torchrun's process group)
+    with closing(evaluate_models(script, config, per_caption_fields, evaluate, summary, needs)) as rows:
+        results = list(rows)
+    return results if main else None
+
+
+def is_main_process():
+    """True on rank 0 (and in a run of one process): where the rows are and the outputs are written.
+    Ask before evaluate_models ends (under torchrun it then leaves the process group)."""
+    return distributed()[0] == 0

@@ -26,7 +26,8 @@ from .method import FLIP_TYPES, infer_flip_type
 from .records import caption_texts, dump_jsonl_line, flip_types, read_json
 from .scorefile import read_flip_gaps
 from .scoring import add_ci, mean_or_none
-from .util import atomic_open, metrics_path
+from .outputs import atomic_open
+from .filenames import metrics_path
 
 
 def all_flips(records):

@@ -4,7 +4,8 @@ import os
 import random
 
 from .errors import InputError, Interrupted
-from .util import Timer, atomic_open, count_lines, progress, provenance, refuse_overwriting_input, remove_stale_temps, write_json
+from .util import Timer, count_lines, progress, provenance
+from .outputs import atomic_open, refuse_overwriting_input, remove_stale_temps, write_json
 from .records import check_input_file, dump_jsonl_line, iter_records
 from .method import FLIP_TYPES
 

@@ -3,7 +3,7 @@ the altered images of its records made and encoded (lgip.alterations' pixels, ma
 loader's workers, cached), the image pairs scored, RoCOCO's text-to-image search with the altered
 images in the gallery, and the figures with their intervals.
 
-`ImageSide(run, captions, kinds, seed)`, after `run.score(keep_embeddings=True)`: the records whose
+`ImageSide(run, scored, captions, kinds, seed)`, with `scored = run.score(keep_embeddings=True)`: the records whose
 image reads, every process's, in file order (so pi(r) is the same on every torchrun process), this
 process's altered images (one per kind and record: paraphrase kinds for records with a caption
 they can pair with, flip kinds for every readable record, so the galleries hold them all)
@@ -69,15 +69,15 @@ def check_seed(seed):
 class ImageSide:
     """One model's image side over a ModelRun (see the module docstring)."""
 
-    def __init__(self, run, captions, kinds, seed):
+    def __init__(self, run, scored, captions, kinds, seed):
         import numpy as np
-        self.run, self.kinds, self.seed = run, list(kinds), seed
+        self.run, self.scored, self.kinds, self.seed = run, scored, list(kinds), seed
         # every process's readable records: N and each record's r agree everywhere
-        self.readable = sorted(k for part in run.all_gathered(sorted(run.ok)) for k in part)
+        self.readable = sorted(k for part in run.all_gathered(sorted(scored.ok)) for k in part)
         self.n = len(self.readable)
         self.offset = flip_offset(self.n, seed) if any(k in FLIP_KINDS for k in self.kinds) else None
         self.position = {k: r for r, k in enumerate(self.readable)}
-        self.mine = sorted(run.ok)
+        self.mine = sorted(scored.ok)
         keep = np.isin(np.asarray(captions.rec, dtype=np.int64), np.asarray(self.mine, dtype=np.int64))
         take = np.flatnonzero(keep)
         self.cap_rec = np.asarray(captions.rec, dtype=np.int64)[take]
@@ -156,11 +156,12 @@ class ImageSide:
         import numpy as np
         import torch
         run = self.run
-        txt_emb, rows = run.text_embeddings
+        txt_emb, rows = self.scored.text_embeddings
+        img_emb = self.scored.image_embeddings
         rows = np.asarray(rows)
         failed = np.zeros(len(self.items), dtype=bool)
         failed[list(self.failed)] = True
-        base = cosines(run.img_emb, txt_emb, self.cap_rec, rows[self.cap_slot])
+        base = cosines(img_emb, txt_emb, self.cap_rec, rows[self.cap_slot])
         where, kind_no, sims = [], [], []
         for n, kind in enumerate(self.kinds):
             alt = np.array([self.row.get((k, kind), -1) for k in self.cap_rec.tolist()], dtype=np.int64)
@@ -184,13 +185,13 @@ class ImageSide:
         host = (lambda x: x.cpu()) if run.world > 1 else (lambda x: x)
         gallery = None
         if flip_kinds:
-            mine = torch.as_tensor(self.mine, dtype=torch.long, device=run.img_emb.device)
+            mine = torch.as_tensor(self.mine, dtype=torch.long, device=img_emb.device)
             altered = {}
             for kind in flip_kinds:
                 at = torch.as_tensor([self.row[k, kind] for k in self.mine], dtype=torch.long, device=self.emb.device)
                 altered[kind] = host(self.emb[at])  # (NaN rows: not made)
             caps = torch.as_tensor(rows[self.cap_slot], dtype=torch.long, device=txt_emb.device)
-            gallery = {"records": np.asarray(self.mine, dtype=np.int64), "images": host(run.img_emb[mine]),
+            gallery = {"records": np.asarray(self.mine, dtype=np.int64), "images": host(img_emb[mine]),
                        "altered": altered, "cap_rec": self.cap_rec, "captions": host(txt_emb[caps])}
         failures = [{"image": self.items[j].source, "kind": self.items[j].kind, "error": e}
                     for j, e in list(self.failed.items())[:MAX_LISTED]]
@@ -204,7 +205,7 @@ class ImageSide:
         pairs = Pairs.merged([p["pairs"] for p in parts])
         rec, labels = np.asarray(pairs.rec, dtype=np.int64), np.asarray(pairs.label, dtype=object)
         base, sim = np.asarray(pairs.base_sim), np.asarray(pairs.sim)
-        m = {"num_samples": self.run.n_samples}
+        m = {"num_samples": self.scored.n_samples}
         side = {"para": np.isin(labels, PARAPHRASE_KINDS), "flip": np.isin(labels, FLIP_KINDS)}
         err, gap = np.abs(sim - base), base - sim
         headline = (("image_invariance_error_mean", "para", err), ("image_sensitivity_gap_mean", "flip", gap),
@@ -244,7 +245,7 @@ class ImageSide:
         galleries = [g for g in galleries if g is not None]
         if not galleries:
             return {}
-        device = self.run.img_emb.device
+        device = self.scored.image_embeddings.device
         records = np.concatenate([g["records"] for g in galleries])
         order = np.argsort(records, kind="stable")
         cap_rec = np.concatenate([g["cap_rec"] for g in galleries])
@@ -336,7 +337,7 @@ def flip_search(images, altered, cap_pos, cap_emb, size=5000, chunk_elements=Non
 def save_examples(folder, records, readable, image_root, kinds, seed, count):
     """The first `count` readable records' altered images (and each original), as PNG files in
     `folder` for looking at: `<line>_<kind>.png`, `<line>_original.png`. Returns the folder."""
-    from .util import atomic_open
+    from .outputs import atomic_open
     os.makedirs(folder, exist_ok=True)
     n, offset = len(readable), flip_offset(len(readable), seed)
     path = lambda k: os.path.join(image_root, records[k][1]["image_path"])  # noqa: E731

@@ -25,7 +25,7 @@ import time
 from .cli import parse_value
 from .errors import Terminated
 from .records import read_json
-from .util import write_json
+from .outputs import write_json
 
 # Settings that never change a step's results: left out of the recorded settings, so that
 # changing them re-runs nothing.
@@ -211,7 +211,7 @@ def select_steps(steps, names, valid, absent_why=None):
 
 def say_report(base):
     """Where the report of a base JSONL is: the page to open, and the other files written."""
-    from .util import metrics_path
+    from .filenames import metrics_path
     page = metrics_path(base, "LGIP_report.html")
     others = [show(p) for p in (metrics_path(base, name) for name in (
         "LGIP_report.md", "LGIP_report.csv", "LGIP_frontier.png", "LGIP_prior.png", "LGIP_fliptypes.png", "LGIP_retrieval.png", "LGIP_image_side.png",

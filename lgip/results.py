@@ -10,7 +10,7 @@ job of a cluster's array loses no other model's result.
   the row; a row given without one gets the time it is written.
 - The read, merge and write are done under an advisory lock, `<file>.lock` beside the file
   (fcntl.flock; where there is no fcntl, or the file system refuses it, a lock file created
-  exclusively), and the file is replaced atomically (lgip.util.write_json: a temp file renamed
+  exclusively), and the file is replaced atomically (lgip.outputs.write_json: a temp file renamed
   into place). So runs of one input at once, each its own process (a job array, one model each),
   all keep their rows. The lock file is removed by its holder when done.
 - The file stays a plain JSON list of per-model dicts (the published format).
@@ -42,7 +42,7 @@ from contextlib import contextmanager
 
 from .errors import InputError, OutputError
 from .records import read_json
-from .util import OUTPUTS, output_error, write_json
+from .outputs import OUTPUTS, output_error, write_json
 
 try:
     import fcntl

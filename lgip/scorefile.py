@@ -14,7 +14,8 @@ import sys
 
 from . import accelerations
 from .errors import InputError, OutputError
-from .util import atomic_open, finite_number
+from .util import finite_number
+from .outputs import atomic_open
 
 
 def _json_values(values):

@@ -1,21 +1,22 @@
-"""lgip.scoring: the method's numbers (LGIP_SPEC.md section 4): (record, caption, text) pairs
-scored against their image and caption (`Pairs`), means, and seeded bootstrap intervals over
-images. The room for a new metric.
+"""lgip.scoring: the method's numbers (LGIP_SPEC.md section 4): the (record, caption, text) pairs an
+evaluation scores (`Pairs`: plain data; what scores them is lgip.scorer), means, and seeded bootstrap
+intervals over images. The room for a new metric.
 
-    >>> inv.score(img_emb, txt_emb, rows); err = abs(inv.base_sim - inv.sim)
+    >>> inv, sens = run.score(inv, sens).pairs; err = abs(inv.base_sim - inv.sim)
     >>> add_ci(m, "invariance_error_mean", inv.rec, err, resamples=1000, seed=0)
 """
 import itertools
 
 from . import accelerations
-from .device import cosines
 
 
 class Pairs:
-    """(record, caption, text) pairs, each scored against its record's image and caption.
+    """(record, caption, text) pairs, each to be scored against its record's image and caption: plain
+    data, the scores filled in by the model's scorer (lgip.scorer: base_sim, sim, labels; text_cos,
+    prior_base and prior, the hard positives' fields when asked for).
 
     >>> pairs = Pairs(); pairs.add(k, i, orig[i], bank.add_call(texts), texts, "para")
-    >>> pairs.score(img_emb, txt_emb, rows)   # sets .base_sim, .sim (and .text_cos)
+    >>> inv, = run.score(pairs).pairs         # inv.base_sim, inv.sim
     """
 
     def __init__(self):
@@ -75,28 +76,6 @@ class Pairs:
             if hasattr(self, name):
                 setattr(out, name, getattr(self, name)[idx])
         return out
-
-    def score(self, img_emb, txt_emb, rows, text_cos=False, image_sum=None):
-        """The pairs' cosines with their image (base_sim: the caption's, sim: the text's); with
-        text_cos their texts' cosine; with image_sum = (S, N), the sum S of the N evaluated images'
-        embeddings and its dots with every text row (`text_dots`, lgip.device.row_dots), the mean
-        cosine of the caption and of the text with the N - 1 OTHER images (prior_base, prior:
-        LGIP_SPEC.md section 9; NaN when N < 2)."""
-        import numpy as np
-        base, other = rows[np.asarray(self.base_slot, dtype=np.int64)], rows[np.asarray(self.slot, dtype=np.int64)]
-        self.base_sim = cosines(img_emb, txt_emb, self.rec, base)
-        self.sim = cosines(img_emb, txt_emb, self.rec, other)
-        self.labels = np.array(self.label, dtype=object)
-        if text_cos:
-            self.text_cos = cosines(txt_emb, txt_emb, base, other)
-        if image_sum is not None:
-            text_dots, n = image_sum
-            if n < 2:
-                self.prior_base = self.prior = np.full(len(self.rec), np.nan)
-            else:  # m_r . t = (S . t - v_r . t) / (N - 1): the other images' mean, v_r left out
-                self.prior_base = (text_dots[base] - self.base_sim) / (n - 1)
-                self.prior = (text_dots[other] - self.sim) / (n - 1)
-        return self
 
 
 def mean_or_none(values):

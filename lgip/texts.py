@@ -45,6 +45,19 @@ class TextCalls:
         self.starts.append(len(self.texts))
         self.texts.extend(texts)
 
+    def add_call(self, texts, batch=None):
+        """Register one published `encode_text` call; returns a slot per text. An empty list
+        makes no call (as published). batch: the published script's text batch inside a call
+        (64, or 512 in the rebuttal): each batch of the call is padded on its own.
+        >>> calls = TextCalls(); calls.add_call(["a", "b", "c"], batch=2), len(calls)
+        ([0, 1, 2], 2)
+        """
+        first = len(self.texts)
+        step = batch or len(texts)
+        for b in range(0, len(texts), max(step, 1)):
+            self.add(texts[b:b + step])
+        return list(range(first, len(self.texts)))
+
     def __iter__(self):
         """(first slot, texts) per call."""
         for n, first in enumerate(self.starts):
@@ -96,14 +109,8 @@ class TextBank:
         return len(self.calls.texts)
 
     def add_call(self, texts, batch=None):
-        """Register one published `encode_text` call; returns a slot per text. An empty list
-        makes no call (as published). batch: the published script's text batch inside a call
-        (64, or 512 in the rebuttal): each batch of the call is padded on its own."""
-        first = self.n_slots
-        step = batch or len(texts)
-        for b in range(0, len(texts), max(step, 1)):
-            self.calls.add(texts[b:b + step])
-        return list(range(first, self.n_slots))
+        """Register one published `encode_text` call (TextCalls.add_call); returns a slot per text."""
+        return self.calls.add_call(texts, batch)
 
     def _tokenize(self, texts, tokens, chunk=2048):
         """Add the texts not yet in `tokens` (a TokenTable); large jobs in DataLoader worker

@@ -36,10 +36,13 @@ def _tiny_transformers_clip(enc, name):
                      vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                         image_size=32, patch_size=16), projection_dim=16)
     torch.manual_seed(0)
-    out = Encoder()
-    out.model = model._from_config(cfg, attn_implementation="eager").eval()
-    out.tokenize, out.pad_id, out.pad_length = enc.tokenize, 0, lambda lengths: None
-    return out
+    return _encoder(model._from_config(cfg, attn_implementation="eager").eval(), enc.tokenize, 0, lambda lengths: None)
+
+
+def _encoder(model, tokenize, pad_id, pad_length):
+    """A tiny model wrapped as an Encoder as a loader would, for what attribution reads of it."""
+    return Encoder(model=model, device="cpu", dtype=None, tokenizer=None, image_transform=None, tokenize=tokenize,
+                   encode_tokens=None, encode_images=None, pad_id=pad_id, pad_length=pad_length, text_key_tag="")
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +64,8 @@ def siglip2(siglip):
                         vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                            patch_size=16, num_patches=4))
     torch.manual_seed(0)
-    out = Encoder()
-    out.model = Siglip2Model._from_config(cfg, attn_implementation="eager").eval()
-    out.tokenize, out.pad_id, out.pad_length = siglip.tokenize, siglip.pad_id, siglip.pad_length
-    return out
+    return _encoder(Siglip2Model._from_config(cfg, attn_implementation="eager").eval(), siglip.tokenize,
+                    siglip.pad_id, siglip.pad_length)
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +73,9 @@ def custom_text(enc):
     """A tiny random-init open_clip CustomTextCLIP (EVA02's kind: the text tower in model.text)."""
     import open_clip
     torch.manual_seed(0)
-    out = Encoder()
-    out.model = open_clip.CustomTextCLIP(16, dict(layers=1, width=32, patch_size=16, image_size=32, head_width=16),
-                                         dict(context_length=77, vocab_size=49408, width=32, heads=2, layers=2)).eval()
-    out.tokenize, out.pad_id, out.pad_length = enc.tokenize, 0, lambda lengths: None
-    return out
+    model = open_clip.CustomTextCLIP(16, dict(layers=1, width=32, patch_size=16, image_size=32, head_width=16),
+                                     dict(context_length=77, vocab_size=49408, width=32, heads=2, layers=2)).eval()
+    return _encoder(model, enc.tokenize, 0, lambda lengths: None)
 
 
 def _image(dim, seed=1):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lgip.cache import EmbeddingCache, image_cache_key
+from lgip.cache import EmbeddingCache, image_cache_key, pair_cache_key
 from lgip.images import embed_images
 from lgip.models import load_model
 from lgip.texts import TextBank
@@ -181,6 +181,31 @@ def test_reduced_precision_cache_chunks_are_fp16_and_exact(tmp_path):
     cache2 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
     again, _ = embed_images(enc, image_paths(), 4, 0, cache=cache2)
     assert cache2.stats["image_hits"] == len(image_paths()) and torch.equal(first, again)
+
+
+def test_pair_scores_have_their_own_entries_beside_the_embeddings(tmp_path):
+    """A score per (image, text) pair (LGIP_SPEC.md 13's scorers) is a third kind of entry: its own
+    chunks, read back exactly in float32 (even in a reduced-precision cache), keyed by both image and
+    text; today's text and image entries, and the stats a dual encoder's run block shows, unchanged."""
+    enc = load_model(OPENCLIP_TINY, "corrected", "cpu", "bf16")
+    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    txt, img, _ = encode_all(enc, cache)
+    before = {kind: sorted(glob.glob(os.path.join(cache.dir, f"{kind}-*.npz"))) for kind in ("text", "image")}
+    stats = dict(cache.stats)
+    images = [image_cache_key(p) for p in image_paths()[:2]]
+    keys = [pair_cache_key(i, t) for i in images for t in TEXTS]
+    scores = torch.tensor([[-1.0 / 3 - j] for j in range(len(keys))])  # (not fp16 values)
+    writer = cache.writer("pair")
+    writer.add(keys, scores)
+    writer.close()
+    assert len(set(keys)) == len(keys) and cache.stats == stats  # (no pair was looked up: no pair_hits key)
+    again = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    pos, found = again.lookup("pair", keys[::-1] + ["not a pair"])
+    assert pos == list(range(len(keys))) and torch.equal(found, scores.flip(0))
+    assert again.stats["pair_hits"] == len(keys) and "pair" not in again.index("text")
+    assert {kind: sorted(glob.glob(os.path.join(cache.dir, f"{kind}-*.npz"))) for kind in ("text", "image")} == before
+    txt2, img2, bank = encode_all(enc, again)  # the embeddings: all still served from their own entries
+    assert bank.n_encoded == 0 and torch.equal(txt, txt2) and torch.equal(img, img2)
 
 
 def test_a_cache_that_cannot_be_written_is_said_once_and_left_whole(tmp_path, monkeypatch, capsys):

@@ -9,7 +9,7 @@ import pytest
 from lgip.cli import configure, run_main
 from lgip.errors import InputError
 from lgip.records import iter_records
-from lgip.util import atomic_open
+from lgip.outputs import atomic_open
 from conftest import BASE_JSONL, OPENCLIP_TINY, REFERENCE, eval_args, run_script
 
 

@@ -64,7 +64,7 @@ def test_embeddings_stay_on_the_gpu_and_score_as_on_the_cpu(tmp_path):
                       "CACHE_DIR": cache}
             run = ModelRun(spec, records, config)
             m = run_lgip_multi.evaluate(run)
-            assert run.img_emb.device.type == device
+            assert run.scored.image_embeddings.device.type == device
             out.setdefault(spec["name"], []).append(m)
     for cpu, gpu, cached in out.values():
         for key in ("invariance_error_mean", "sensitivity_gap_mean"):

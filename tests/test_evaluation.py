@@ -269,3 +269,35 @@ def test_images_too_small_and_inputs_with_nothing_to_do_are_said(tmp_path):
                 and not p.endswith(".jsonl")]
     with pytest.raises(ModelError, match="model 't': 'model_name' must be a non-empty string, got 5"):
         load_model({"name": "t", "type": "openclip", "model_name": 5}, "corrected", "cpu")
+
+
+def test_score_returns_what_it_scored_and_an_evaluation_names_what_it_needs(tmp_path, monkeypatch):
+    """The seam (lgip.scorer): ModelRun.score hands back a Scored (the pairs with their scores, the
+    records read, the counts), which the run block is made from; an evaluation that needs what a
+    model's scorer does not give (retrieval: the embeddings) stops before any data work, naming it."""
+    import common
+    import run_lgip_multi
+    from conftest import FIXTURES, OPENCLIP_TINY
+    from lgip import scorer
+    from lgip.models import registry
+    src = tmp_path / "seam_with_perturb.jsonl"
+    src.write_text("".join(line + "\n" for line in _fixture_lines("fixture_with_perturb.jsonl")[:4]), encoding="utf-8")
+    config = {"JSONL_PATH": str(src), "IMAGE_ROOT": FIXTURES, "PROTOCOL": "corrected", "DEVICE": "cpu",
+              "DTYPE": "fp32", "IMAGE_BATCH_SIZE": 4, "TEXT_BATCH_SIZE": 16, "NUM_WORKERS": 0, "CACHE_DIR": None}
+    records = common.load_records(str(src), ("same_caps", "diff_caps"))
+    run = common.ModelRun(OPENCLIP_TINY, records, config)
+    scored = run.score(*run.pairs(run_lgip_multi.published_calls), controls=True)
+    inv, sens = scored.pairs
+    assert isinstance(scored, scorer.Scored) and run.scored is scored and scored.provides == frozenset(scorer.PROVIDES)
+    assert scored.n_samples == scored.n_ok == len(scored.ok) == 4 and scored.failed == []
+    assert len(inv.base_sim) == len(inv) > 0 and len(sens.prior) == len(sens) > 0
+    assert scored.image_embeddings.shape[0] == 4 and scored.text_embeddings is None  # (not asked for)
+    assert scored.texts["unique"] == run.info("x")["num_unique_texts_encoded"] > 0
+
+    class ScoresOnly(scorer.PairScorer):  # (a joint scorer, LGIP_SPEC.md 13: no embeddings)
+        pass
+    monkeypatch.setitem(scorer.SCORERS, "joint", ScoresOnly)
+    monkeypatch.setitem(registry.MODEL_SCORERS, "openclip", "joint")
+    with pytest.raises(common.ConfigError, match=r"model 'tiny_openclip' .*gives no embeddings, which "
+                                                  r"run_lgip_retrieval.py needs"):
+        run_here("run_lgip_retrieval.py", **eval_settings(tmp_path / "absent.jsonl", "corrected", [OPENCLIP_TINY]))

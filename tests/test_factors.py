@@ -13,7 +13,7 @@ from conftest import run_script
 from lgip.report import factors as F
 
 def card(**fields):
-    from lgip.report.metrics import CARD_FIELDS
+    from lgip.report.fields import CARD_FIELDS
     return dict(dict.fromkeys(CARD_FIELDS), **fields)
 
 

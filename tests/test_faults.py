@@ -69,7 +69,7 @@ def disk():
 
 def test_an_output_that_cannot_be_written_says_which_why_and_what_to_do(tmp_path, disk):
     from lgip.errors import OutputError
-    from lgip.util import OUTPUTS, atomic_open, check_writable
+    from lgip.outputs import OUTPUTS, atomic_open, check_writable
     full, empty, a_file = tmp_path / "full", tmp_path / "empty", tmp_path / "a_file"
     full.mkdir(), empty.mkdir(), a_file.write_text("")
     disk.install({full: 10, empty: 0})

@@ -169,3 +169,18 @@ def test_siglip2_texts_are_lowercased_when_corrected_only(tmp_path):
         enc = load_model({"name": "s2", "type": "siglip", "model_id": str(copy)}, protocol, "cpu")
         assert enc.info["lowercase"] is lowered, protocol
     assert load_model(SIGLIP_TINY, "corrected", "cpu").info["lowercase"] is False
+
+
+def test_a_loaded_model_and_a_weightless_one_are_their_declared_types(siglip_tiny):
+    """Every loader returns an Encoder built from its declared keywords (what a loader fills in), named
+    by the registry; a model without weights is a KeyEncoder: it makes the cache keys and encodes nothing."""
+    from lgip.models import key_encoder
+    from lgip.models.encoder import Encoder, KeyEncoder
+    for spec, enc in ((SIGLIP_TINY, siglip_tiny), (OPENCLIP_TINY, load_model(OPENCLIP_TINY, "corrected", "cpu"))):
+        assert type(enc) is Encoder and enc.weights_loaded and (enc.name, enc.type) == (spec["name"], spec["type"])
+        for field in ("model", "tokenize", "encode_tokens", "encode_images", "image_transform", "pad_length"):
+            assert getattr(enc, field) is not None, (spec["name"], field)
+        keys = key_encoder(spec, "corrected", "cpu")
+        assert type(keys) is KeyEncoder and not keys.weights_loaded and keys.info == {"weights_loaded": False}
+        assert keys.encode_tokens is keys.encode_images is keys.model is None and keys.name == spec["name"]
+        assert keys.text_key_tag == enc.text_key_tag and keys.pad_length([3, 5]) == enc.pad_length([3, 5])

@@ -5,12 +5,11 @@ numbers of all three evaluations."""
 import importlib
 import json
 import os
-import types
 
 import pytest
 
 from lgip.records import dump_jsonl_line, load_records
-from lgip.texts import TextBank
+from lgip.texts import TextBank, TextCalls
 from conftest import CASES, REFERENCE
 from test_evaluation import assert_matches
 
@@ -20,10 +19,9 @@ PIECES = os.path.join(REFERENCE, "siglip-tiny-pieces")
 def calls_of(script, records, ok=None, with_pairs=False):
     """The calls the script's published_calls registers for records[ok], as lists of texts."""
     mod = importlib.import_module(script[:-3])
-    run = types.SimpleNamespace(records=records, ok=range(len(records)) if ok is None else ok,
-                                bank=TextBank(None, 0))
-    pairs = mod.published_calls(run)
-    calls = [texts for _, texts in run.bank.calls]
+    registered = TextCalls()  # (the builder is a function of the records alone: no model, no run)
+    pairs = mod.published_calls(records, range(len(records)) if ok is None else ok, registered)
+    calls = [texts for _, texts in registered]
     return (calls, pairs) if with_pairs else calls
 
 

@@ -464,7 +464,7 @@ def test_retrieval_and_explain_metrics_are_checked_too(tmp_path):
 
 def test_an_output_set_is_renamed_whole_or_not_at_all(tmp_path):
     from lgip.errors import OutputError
-    from lgip.util import OutputSet
+    from lgip.outputs import OutputSet
     (tmp_path / "a.md").write_text("old a")
     with pytest.raises(RuntimeError):
         with OutputSet() as out:
@@ -490,7 +490,7 @@ def test_an_output_set_is_renamed_whole_or_not_at_all(tmp_path):
 # --- the figures' axes: a rate's axis never runs past [0, 1] ---
 
 def _rate_rows(values):
-    """Rows as lgip.report.metrics.build_rows makes them, every rate of a model at `value` with an
+    """Rows as lgip.report.build_rows makes them, every rate of a model at `value` with an
     interval reaching the rate's end (0 or 1) where it lies there."""
     from lgip.report import COLUMNS
     rows = []
@@ -593,7 +593,7 @@ def test_a_demo_run_has_a_banner_on_the_page_and_a_bold_line_in_the_markdown(eva
 def test_the_word_scores_note_counts_cards_and_explained_flips():
     """The flip gallery's sentence: how many of its cards have word scores, out of how many, and how
     many flips explain_flips.py explained (of which model, on which input)."""
-    from lgip.report.overview import word_scores_note
+    from lgip.report.attribution_text import word_scores_note
     run = {"config": {"JSONL_PATH": "/data/x_with_fliptypes.jsonl"}}
     metrics = {"explain": [{"model_tag": "a", "num_flips": 77, "run": run}]}
     rows = [{"model": "a", "localization_num_flips": 77}, {"model": "b", "localization_num_flips": None}]
@@ -729,14 +729,14 @@ def _prior_row(pos=0.568, prior=0.568, grounded=0.5, ci=(0.45, 0.55), controls=T
      "`run_lgip_multi.py` or `run_lgip_by_fliptype.py`)."),
 ])
 def test_the_line_in_plain_words(row, says):
-    from lgip.report.overview import prior_line
+    from lgip.report.controls_text import prior_line
     assert prior_line(row, "x.json") == says
 
 
 def test_the_markdown_and_page_say_it_per_model_and_list_the_paired_comparisons(full_report):
     """A line per model, then the comparisons of both evaluations (overall; by flip type apart), each with
     its difference and interval and "interval excludes 0" or "—"; the word "significant" nowhere."""
-    from lgip.report.overview import prior_line
+    from lgip.report.controls_text import prior_line
     folder, _ = full_report
     md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
     html = (folder / "fixture__LGIP_report.html").read_text(encoding="utf-8")
@@ -778,7 +778,7 @@ def test_the_markdown_and_page_say_it_per_model_and_list_the_paired_comparisons(
 def test_a_comparison_without_an_interval_or_from_an_earlier_run():
     """No interval (BOOTSTRAP=0): '— (no interval)'; a model's value that is not its table figure: marked †."""
     from lgip.report.markdown import comparisons_table
-    from lgip.report.overview import comparison_rows, comparisons_notes
+    from lgip.report.controls_text import comparison_rows, comparisons_notes
     rows = [{"model": "a", "label": "A", "multi_pos_rate": 0.6}, {"model": "b", "label": "B", "multi_pos_rate": 0.5}]
     base = {"script": "run_lgip_multi.py", "a": "a", "b": "b", "figure": "sensitivity_pos_rate", "flip_type": None,
             "diff": 0.1, "lo": None, "hi": None, "a_value": 0.6, "b_value": 0.5, "num_images": 12, "excludes_zero": None,
@@ -798,8 +798,8 @@ def test_both_evaluations_on_one_input_share_a_comparisons_file_and_each_row_kee
     """On an imported benchmark run_lgip_multi and run_lgip_by_fliptype read one input, so both write
     `<stem>__LGIP_comparisons.metrics.json`: each row is its own script's, and is checked against that
     script's figures (by flip type too), not run_lgip_multi's."""
-    from lgip.report.metrics import comparison_files, load_comparisons
-    from lgip.report.overview import _stale
+    from lgip.report.comparisons import comparison_files, load_comparisons
+    from lgip.report.controls_text import _stale
     found = {}
     for key, suffix in (("multi", "LGIP_ALL.metrics.json"), ("fliptypes", "LGIP_fliptypes.metrics.json")):
         found[key] = str(tmp_path / f"bench__{suffix}")

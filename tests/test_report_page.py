@@ -479,7 +479,7 @@ def check_controls(folder, headers, priors, summaries, overall, cards):
     """The results table's Prior pos. and Grounded pos. right after Pos. rate; a line per model; the
     paired comparisons, each with "interval excludes 0", "—" or "— (no interval)"; each flip card whose
     score file has its prior gap says whether the model prefers the flip on the average other image too."""
-    from lgip.report.overview import prior_line
+    from lgip.report.controls_text import prior_line
     at = headers.index("Pos. rate ↑")
     assert headers[at:at + 3] == ["Pos. rate ↑", "Prior pos.", "Grounded pos. ↑"], headers
     rows = {r["model"]: r for r in csv.DictReader(open(folder / "nine__LGIP_report.csv", newline="", encoding="utf-8"))}

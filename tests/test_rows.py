@@ -168,7 +168,7 @@ def test_a_file_that_cannot_be_merged_is_kept_and_the_rows_written_beside(tmp_pa
     """Nothing dropped: the file is left byte for byte, the run's rows go to a file beside it, the
     console names both and why, and the output counts as not written (exit status 4 in a script)."""
     from lgip.results import write_rows
-    from lgip.util import OUTPUTS
+    from lgip.outputs import OUTPUTS
     OUTPUTS.reset()
     text, why = BROKEN[case]
     path = tmp_path / "x__LGIP_ALL.metrics.json"
@@ -217,7 +217,7 @@ def test_the_portable_lock_removes_a_stale_lock_file_and_waits_for_a_live_one(tm
     beside = results.write_rows(path, [{"model_tag": "b"}], timeout_s=0.3)
     assert beside != path and rows(beside)[0]["model_tag"] == "b" and [m["model_tag"] for m in rows(path)] == ["a"]
     assert "its lock" in capsys.readouterr().err
-    from lgip.util import OUTPUTS
+    from lgip.outputs import OUTPUTS
     OUTPUTS.reset()
 
 
@@ -300,7 +300,7 @@ def test_report_names_the_file_of_each_row_and_notes_mixed_settings(tmp_path):
 def test_mixed_settings_compare_the_models_own_spec_and_its_resolved_dtype():
     """Another model beside it in MODELS is no difference; its own spec and the dtype it ran in are
     (but explain_flips' dtype, fixed at fp32); a setting a run does not record is not compared."""
-    from lgip.report.metrics import IGNORED_SETTINGS, mixed_settings
+    from lgip.report.evaluations import IGNORED_SETTINGS, mixed_settings
     assert {"NUM_WORKERS", "LOOKAHEAD", "CACHE_DIR", "WRITE_SCORES", "JSONL_PATH", "TEXT_BATCH_SIZE"} <= IGNORED_SETTINGS
 
     def row(models, dtype="float32", **config):

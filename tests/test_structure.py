@@ -91,3 +91,15 @@ def test_the_root_lists_the_users_pipeline_only():
 def test_scripts_read_as_recipes():
     long = {s: n for s in RECIPES if (n := len(open(os.path.join(ROOT, s), encoding="utf-8").readlines())) > RECIPE_LINES}
     assert not long, f"scripts over {RECIPE_LINES} lines (machinery belongs in lgip/): {long}"
+
+
+MODULE_LINES = 600  # a module of lgip/ holds one concern: about this many lines at most (open_clip's house)
+
+
+def test_no_module_of_the_package_passes_600_lines():
+    """Each module of lgip/ fits its concern in about MODULE_LINES lines; one that grows past is two
+    concerns (split it by what it holds, as lgip/report's modules are)."""
+    long = {os.path.relpath(p, ROOT): n for p in project_modules().values()
+            if (n := len(open(p, encoding="utf-8").readlines())) > MODULE_LINES}
+    assert not long, f"modules of lgip/ over {MODULE_LINES} lines: {long}"
+    assert len(project_modules()) > 40  # (the walk saw the package)

@@ -251,7 +251,7 @@ def test_models_of_a_run_share_its_calls_and_what_derives_from_them(tmp_path, mo
     twin = dict(spec, name="twin")
     built, tokenized = [], []
     real_build, real_tokenize = run_lgip_multi.published_calls, TextBank._tokenize
-    monkeypatch.setattr(run_lgip_multi, "published_calls", lambda run: built.append(1) or real_build(run))
+    monkeypatch.setattr(run_lgip_multi, "published_calls", lambda *data: built.append(1) or real_build(*data))
     monkeypatch.setattr(TextBank, "_tokenize", lambda self, *a: tokenized.append(1) or real_tokenize(self, *a))
     first = ModelRun(spec, records, config)
     m1 = run_lgip_multi.evaluate(first)

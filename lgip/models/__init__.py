@@ -12,7 +12,8 @@ each importing only those above it (and lgip's own lower floor: errors, util, ac
   openclip        loader of type "openclip" (CLIP, OpenCLIP, EVA02-CLIP)
   transformers    loader of types "transformers" and "siglip" (any transformers dual encoder)
   python          loader of type "python" (a loader of one's own returning (model, preprocess, tokenizer))
-  registry        spec "type" -> loader, preparer, key encoder; the published nine (PUBLISHED_MODELS)
+  registry        spec "type" -> loader, preparer, key encoder, cache files, scorer kind; the published nine
+                  (PUBLISHED_MODELS)
 
 The room for a new model family: a module here with its loader `(spec, protocol, device, dtype) ->
 Encoder`, and a line in each of registry's dicts. A loader that finds a model its type cannot
@@ -22,8 +23,8 @@ evaluate raises lgip.errors.WrongModelType; the registry adds the valid types to
     >>> enc = load_model({"name": "b16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "openai"})
     >>> enc.encode_images(pixels), enc.encode_tokens(ids)
 """
-from .registry import (MODEL_FIELDS, MODEL_KEYS, MODEL_LOADERS, MODEL_PREPARERS, PUBLISHED_MODELS,
+from .registry import (MODEL_FIELDS, MODEL_KEYS, MODEL_LOADERS, MODEL_PREPARERS, MODEL_SCORERS, PUBLISHED_MODELS,
                        cacheable, key_encoder, load_model)
 
-__all__ = ["MODEL_FIELDS", "MODEL_KEYS", "MODEL_LOADERS", "MODEL_PREPARERS", "PUBLISHED_MODELS", "cacheable",
-           "key_encoder", "load_model"]
+__all__ = ["MODEL_FIELDS", "MODEL_KEYS", "MODEL_LOADERS", "MODEL_PREPARERS", "MODEL_SCORERS", "PUBLISHED_MODELS",
+           "cacheable", "key_encoder", "load_model"]

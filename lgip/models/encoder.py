@@ -1,5 +1,6 @@
-"""lgip.models.encoder: the one small interface every model loader returns (`Encoder`), what a
-later model's tokenizer and pixels need before its weights (`Prepared`), and what they share:
+"""lgip.models.encoder: the one small interface every model loader returns (`Encoder`), a model
+without its weights that makes its cache keys (`KeyEncoder`), what a later model's tokenizer and
+pixels need before its weights (`Prepared`), and what they share:
 protocols, dtype and device resolution, normalising, the tokenizer key.
 
 An Encoder turns token ids and pixels into L2-normalised float32 embeddings; the scripts never
@@ -13,40 +14,27 @@ PROTOCOLS = ("corrected", "reference")
 SIGLIP_TEXT_LENGTH = 64  # SigLIP/SigLIP2 were trained on text padded to 64 tokens
 
 
-class Encoder:
-    """The interface every loader returns; scripts never branch on model family.
-
-    image_transform(PIL RGB image) -> inputs for one image (tensor or dict of tensors);
-        picklable, so it runs in DataLoader workers.
-    pixels: a PixelSplit of image_transform (uint8 geometry in the workers, arithmetic on the
-        device, bit-identical) or None; the loader sets a candidate, load_model keeps it only
-        once check_pixel_split has proven it on the device.
-    encode_images(batched inputs) -> [N, D] float32, L2-normalised.
-    tokenize(texts) -> list of token-id lists (truncated, not padded).
-    pad_length(call_lengths) -> the length a published call pads its texts to (None: the
-        batch may be cut to its longest member without changing any embedding).
-    encode_tokens(LongTensor [N, L], exact_length=False) -> [N, D] float32, L2-normalised
-        (exact_length: every text ends at the last column, which a causal tower may exploit).
-    encode_packs(*PrefixPacks arrays) -> [T, D] float32, L2-normalised, or None: causal towers
-        whose texts may share their common prefixes' computation (TextBank then packs them).
-    """
-    encode_packs = None
-    encode_tokens = encode_images = None  # (None in an Encoder without weights: see lgip.models.key_encoder)
-    weights_loaded = True
+class _Model:
+    """What every model object of a run has, with or without weights: its name in MODELS, type,
+    protocol and demo flag (`named`, by the registry), device and dtype, the cache keys' parts
+    (text_key_tag, pad_length, tokenizer_key) and what the run block says of it (`info`)."""
     name = type = protocol = None
     demo = False  # True for the bundled demo model (lgip.demo): its outputs say so
     device = "cpu"
     dtype = None
-    pad_id = 0
-    pad_needs_lengths = False  # True when a call's padding depends on its texts' lengths
-    tokenizer_key = None  # set by load_model: equal keys tokenize alike (see shared_token_table); None: not shared
-    pixels = None  # PixelSplit of image_transform, or None (see above)
-    image_transform = None
-    text_key_tag = ""  # prefix of this family's text cache keys: bumped when its tokenization changes
     info = {}
-    release = None  # called once a run is done with the model (a caller's model in memory: its mode restored)
-    accelerations = frozenset()  # the per-model switches (lgip.accelerations.PER_MODEL) its loader applied
-    tokenizer = None  # the tokenizer the model was loaded with (its token names, for word attribution)
+    tokenizer_key = None  # set by load_model: equal keys tokenize alike (see shared_token_table); None: not shared
+    # (absent without weights: lgip.models.key_encoder's KeyEncoder)
+    model = tokenizer = image_transform = pixels = release = context_length = tokenizer_identity = None
+    encode_packs = encode_tokens = encode_images = tokenize = None
+    accelerations = frozenset()
+    pad_id = 0
+    pad_needs_lengths = False
+
+    def named(self, spec, protocol):
+        """This model as MODELS names it: its spec's name, type and demo flag, and the protocol."""
+        self.name, self.type, self.protocol, self.demo = spec["name"], spec["type"], protocol, bool(spec.get("demo"))
+        return self
 
     @property
     def rounds_to_fp16(self):
@@ -61,6 +49,61 @@ class Encoder:
         are computed in float32 from them."""
         import torch
         return torch.float16 if self.rounds_to_fp16 else torch.float32
+
+
+class Encoder(_Model):
+    """The interface every loader returns; scripts never branch on model family. A loader fills in:
+
+    model, tokenizer: the model and the tokenizer it was loaded with (its token names, for word
+        attribution); device, dtype: where and in what it runs.
+    image_transform(PIL RGB image) -> inputs for one image (tensor or dict of tensors);
+        picklable, so it runs in DataLoader workers.
+    pixels: a PixelSplit of image_transform (uint8 geometry in the workers, arithmetic on the
+        device, bit-identical) or None; the loader gives a candidate, load_model keeps it only
+        once check_pixel_split has proven it on the device.
+    encode_images(batched inputs) -> [N, D] float32, L2-normalised.
+    tokenize(texts) -> list of token-id lists (truncated, not padded); tokenizer_identity: what
+        makes two tokenizers tokenize alike (lgip.models.encoder.tokenizer_key).
+    pad_length(call_lengths) -> the length a published call pads its texts to (None: the
+        batch may be cut to its longest member without changing any embedding); pad_needs_lengths:
+        True when a call's padding depends on its texts' lengths; pad_id: the padding token.
+    encode_tokens(LongTensor [N, L], exact_length=False) -> [N, D] float32, L2-normalised
+        (exact_length: every text ends at the last column, which a causal tower may exploit).
+    encode_packs(*PrefixPacks arrays) -> [T, D] float32, L2-normalised, or None: causal towers
+        whose texts may share their common prefixes' computation (TextBank then packs them).
+    text_key_tag: the prefix of this family's text cache keys (bumped when its tokenization changes).
+    info: what the run block says of the model (lgip.evaluation: run.model).
+    accelerations: the per-model switches (lgip.accelerations.PER_MODEL) its loader applied.
+    release(): called once a run is done with the model (a caller's model in memory: its mode
+        restored), or None. context_length: the text tower's longest text (open_clip), or None.
+    """
+    weights_loaded = True
+
+    def __init__(self, *, model, device, dtype, tokenizer, image_transform, tokenize, encode_tokens, encode_images,
+                 pad_length, text_key_tag, tokenizer_identity=None, info=None, pad_id=0, pad_needs_lengths=False,
+                 pixels=None, encode_packs=None, accelerations=frozenset(), release=None, context_length=None):
+        self.model, self.device, self.dtype, self.tokenizer = model, device, dtype, tokenizer
+        self.image_transform, self.pixels, self.encode_images = image_transform, pixels, encode_images
+        self.tokenize, self.tokenizer_identity = tokenize, tokenizer_identity
+        self.pad_length, self.pad_needs_lengths, self.pad_id = pad_length, pad_needs_lengths, pad_id
+        self.encode_tokens, self.encode_packs, self.context_length = encode_tokens, encode_packs, context_length
+        self.text_key_tag, self.info, self.accelerations, self.release = (text_key_tag, dict(info or {}),
+                                                                           frozenset(accelerations), release)
+
+
+class KeyEncoder(_Model):
+    """A model without its weights (lgip.models.key_encoder): it makes the cache keys the loaded model
+    makes (text_key_tag, pad_length; tokenize and tokenizer_key where the padding needs the texts'
+    lengths), so a re-run whose embeddings are all in the cache needs no more. It encodes nothing
+    (encode_* None); the run loads the weights (lgip.evaluation.ModelRun.load_weights) once
+    something is not in the cache."""
+    weights_loaded = False
+
+    def __init__(self, *, text_key_tag, pad_length, tokenize=None, tokenizer_identity=None, pad_id=0,
+                 pad_needs_lengths=False):
+        self.text_key_tag, self.pad_length, self.pad_needs_lengths = text_key_tag, pad_length, pad_needs_lengths
+        self.tokenize, self.tokenizer_identity, self.pad_id = tokenize, tokenizer_identity, pad_id
+        self.info = {"weights_loaded": False}
 
 
 def _as_features(out):

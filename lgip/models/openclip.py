@@ -9,7 +9,7 @@ import os
 
 from .. import accelerations
 from ..errors import ModelError
-from .encoder import Encoder, Prepared, _download_hint, _normalise, tokenizer_key
+from .encoder import Encoder, KeyEncoder, Prepared, _download_hint, _normalise, tokenizer_key
 from .towers import _class_token_blocks, _openclip_causal_text_tower, _openclip_image_pooled, _openclip_text_packed, _openclip_text_trimmed, _plain_blocks
 from .clip_tokenizer import _openclip_tokenize_fn, _openclip_tokenizer_identity
 from .pixels import pixel_split_openclip
@@ -121,18 +121,13 @@ def openclip_encoder(model, preprocess, tokenizer, device, dtype, built_on=None)
     (lgip.models.python), whose weights it neither moves nor casts. `enc.accelerations`: the
     switches of lgip.accelerations.PER_MODEL that apply to this model (the run block records no other as on)."""
     import torch
-    enc = Encoder()
-    enc.model, enc.device, enc.dtype, enc.tokenizer = model, device, dtype, tokenizer
-    enc.image_transform = preprocess
-    enc.pixels = pixel_split_openclip(preprocess)
-    enc.context_length = getattr(model, "context_length", None) or tokenizer.context_length
+    context_length = getattr(model, "context_length", None) or tokenizer.context_length
     tower = _openclip_causal_text_tower(model) if accelerations.TRIMMED_TEXT else None
     trimmable = tower is not None
     pooled = accelerations.POOLED_LAST_BLOCK
     blocks = _plain_blocks(tower.transformer) if trimmable else None
-    enc.pad_id = 0
 
-    tokenize = _openclip_tokenize_fn(tokenizer, enc.context_length, trimmable)
+    tokenize = _openclip_tokenize_fn(tokenizer, context_length, trimmable)
 
     @torch.no_grad()
     def encode_tokens(ids, exact_length=False):
@@ -140,7 +135,7 @@ def openclip_encoder(model, preprocess, tokenizer, device, dtype, built_on=None)
         if trimmable:
             x = _openclip_text_trimmed(tower, blocks, ids, exact_length and pooled)
         else:
-            full = torch.zeros(ids.shape[0], enc.context_length, dtype=ids.dtype, device=device)
+            full = torch.zeros(ids.shape[0], context_length, dtype=ids.dtype, device=device)
             full[:, :ids.shape[1]] = ids
             x = model.encode_text(full)
         return _normalise(x)
@@ -159,24 +154,23 @@ def openclip_encoder(model, preprocess, tokenizer, device, dtype, built_on=None)
         return _normalise(_openclip_text_packed(tower, blocks, *(a.to(device, non_blocking=True) for a in arrays),
                                                 pooled=pooled))
 
-    enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
-    if blocks is not None:  # (only for a trimmable tower)
-        enc.encode_packs = encode_packs
-    enc.tokenizer_identity = _openclip_tokenizer_identity(tokenizer, enc.context_length)
-    enc.text_key_tag = TEXT_KEY_TAG
+    packs = encode_packs if blocks is not None else None  # (only for a trimmable tower)
     # Causal mask + EOT pooling: positions after a text's EOT never reach its embedding, so
     # every batch is cut to its longest member (tests/test_towers.py proves it).
-    enc.pad_length = lambda call_lengths: None if trimmable else enc.context_length
-    enc.info = {"quick_gelu": _uses_quick_gelu(model),
-                **({"built_on": built_on} if built_on is not None else {}),
-                "text_trimmed": trimmable,
-                "text_prefix_sharing": enc.encode_packs is not None,
-                "image_last_block_class_token_only": visual_blocks is not None}
-    enc.accelerations = frozenset(name for name, on in (
-        ("PREFIX_PACKS", enc.encode_packs is not None),
-        ("POOLED_LAST_BLOCK", visual_blocks is not None or trimmable and pooled),
-        ("TRIMMED_TEXT", trimmable), ("FAST_CLIP_TOKENIZER", tokenize.fast),
-        ("BUILD_ON_DEVICE", built_on is not None and built_on != "cpu")) if on)
+    enc = Encoder(
+        model=model, device=device, dtype=dtype, tokenizer=tokenizer, image_transform=preprocess,
+        pixels=pixel_split_openclip(preprocess), tokenize=tokenize, encode_tokens=encode_tokens,
+        encode_images=encode_images, encode_packs=packs, context_length=context_length,
+        tokenizer_identity=_openclip_tokenizer_identity(tokenizer, context_length), text_key_tag=TEXT_KEY_TAG,
+        pad_length=lambda call_lengths: None if trimmable else context_length,
+        info={"quick_gelu": _uses_quick_gelu(model), **({"built_on": built_on} if built_on is not None else {}),
+              "text_trimmed": trimmable, "text_prefix_sharing": packs is not None,
+              "image_last_block_class_token_only": visual_blocks is not None},
+        accelerations=(name for name, on in (
+            ("PREFIX_PACKS", packs is not None),
+            ("POOLED_LAST_BLOCK", visual_blocks is not None or trimmable and pooled),
+            ("TRIMMED_TEXT", trimmable), ("FAST_CLIP_TOKENIZER", tokenize.fast),
+            ("BUILD_ON_DEVICE", built_on is not None and built_on != "cpu")) if on))
     return enc
 
 
@@ -187,9 +181,7 @@ def openclip_key_encoder(spec, protocol):
     A model whose tower turns out not causal has other keys: they miss, and it loads."""
     if not accelerations.TRIMMED_TEXT:
         return None
-    enc = Encoder()
-    enc.text_key_tag, enc.pad_length = TEXT_KEY_TAG, lambda call_lengths: None
-    return enc
+    return KeyEncoder(text_key_tag=TEXT_KEY_TAG, pad_length=lambda call_lengths: None)
 
 
 def _uses_quick_gelu(model):

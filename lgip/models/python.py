@@ -26,7 +26,7 @@ import sys
 import traceback
 
 from ..errors import ModelError
-from .encoder import Encoder, _normalise
+from .encoder import Encoder, KeyEncoder, _normalise
 from .openclip import is_openclip, openclip_encoder
 from ..util import jsonable
 
@@ -86,6 +86,13 @@ def loader_file(loader):
     except (ImportError, ValueError):
         return None
     return getattr(found, "origin", None)
+
+
+def loader_files(spec):
+    """The files a string loader's cache identity covers: its code, and the files its kwargs name
+    (lgip.cache: an edited loader or checkpoint never reuses stale entries)."""
+    return [loader_file(str(spec.get("loader", "")))] + [v for v in (spec.get("kwargs") or {}).values()
+                                                         if isinstance(v, str)]
 
 
 def _import_loader(spec):
@@ -186,8 +193,6 @@ def load_python(spec, protocol, device, dtype):
         if given:
             enc.release = lambda: model.train(was_training)
         return enc
-    enc = Encoder()
-    enc.model, enc.device, enc.dtype, enc.tokenizer = model, device, dtype, tokenizer
     if isinstance(model, torch.nn.Module):
         model.eval()
 
@@ -224,6 +229,18 @@ def load_python(spec, protocol, device, dtype):
         return _normalise(_expect(spec, "model.encode_image(pixels)", call("model.encode_image(pixels)",
                                                                             model.encode_image, pixels), 2))
 
+    # texts batched with texts of their token length: pad_length None (padded back above)
+    enc = Encoder(
+        model=model, device=device, dtype=dtype, tokenizer=tokenizer, image_transform=preprocess, tokenize=tokenize,
+        encode_tokens=encode_tokens, encode_images=encode_images, pad_id=pad if pad is not None else 0,
+        pad_length=lambda call_lengths: None, text_key_tag=TEXT_KEY_TAG,
+        tokenizer_identity=(type(tokenizer).__module__, type(tokenizer).__qualname__, fixed),
+        info={"loader": loader_name(spec), "in_memory": in_memory(spec),
+              "tokenizer_rows": (f"{length} ids, padded with {pad}" if pad is not None else
+                                 f"{length} ids" if fixed else "one text at a time")},
+        # the caller's model back in the mode it came in
+        release=(lambda: model.train(was_training)) if given and isinstance(model, torch.nn.Module) else None)
+    # the probes, through the Encoder (its encode_images runs in the Encoder's dtype of the moment)
     image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (97, 131, 3), dtype=np.uint8))
     pixels = _expect(spec, "preprocess(PIL image)", call("preprocess(PIL image)", preprocess, image), 3)
     d_image = encode_images(pixels[None]).shape
@@ -232,17 +249,6 @@ def load_python(spec, protocol, device, dtype):
         raise ModelError(f"model {spec.get('name')!r}: encode_image gave {tuple(d_image)} for 1 image and encode_text "
                          f"{tuple(d_text)} for {len(_PROBE_TEXTS)} texts; expected [N, D] with one D for both "
                          f"(loader {loader_name(spec)})")
-    enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
-    enc.image_transform = preprocess
-    enc.pad_id = pad if pad is not None else 0
-    enc.pad_length = lambda call_lengths: None  # texts batched with texts of their token length (padded back above)
-    enc.text_key_tag = TEXT_KEY_TAG
-    enc.tokenizer_identity = (type(tokenizer).__module__, type(tokenizer).__qualname__, fixed)
-    enc.info = {"loader": loader_name(spec), "in_memory": in_memory(spec),
-                "tokenizer_rows": (f"{length} ids, padded with {pad}" if pad is not None else
-                                   f"{length} ids" if fixed else "one text at a time")}
-    if given and isinstance(model, torch.nn.Module):
-        enc.release = lambda: model.train(was_training)  # the caller's model back in the mode it came in
     return enc
 
 
@@ -274,6 +280,4 @@ def python_key_encoder(spec, protocol):
     None for a model in memory, which has no cache."""
     if in_memory(spec):
         return None
-    enc = Encoder()
-    enc.text_key_tag, enc.pad_length = TEXT_KEY_TAG, lambda call_lengths: None
-    return enc
+    return KeyEncoder(text_key_tag=TEXT_KEY_TAG, pad_length=lambda call_lengths: None)

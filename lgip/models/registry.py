@@ -23,7 +23,7 @@ from .encoder import PROTOCOLS, check_keys, resolve_device, resolve_dtype, token
 from .pixels import check_pixel_split
 from .hub import check_model
 from .openclip import load_openclip, openclip_key_encoder, prepare_openclip
-from .python import in_memory, load_python, python_key_encoder
+from .python import in_memory, load_python, loader_files, python_key_encoder
 from .transformers import load_transformers, prepare_transformers, transformers_key_encoder
 
 
@@ -109,6 +109,12 @@ MODEL_FIELDS = {"openclip": "model_name", "transformers": "model_id", "siglip": 
 MODEL_OPTIONS = {"openclip": ("pretrained",), "transformers": ("lowercase",), "siglip": ("lowercase",),
                  "python": ("kwargs",)}
 SPEC_COMMON = ("name", "type", "card", "demo")  # every type's: its name, type, own card fields, demo marker
+# same keys: spec -> the files beyond its checkpoint whose size and mtime its cache's identity covers
+# (a loader of one's own: its code and its kwargs' files), or None (lgip.cache)
+MODEL_CACHE_FILES = {"openclip": None, "transformers": None, "siglip": None, "python": loader_files}
+# same keys: how a model of the type scores a pair (lgip.scorer.SCORERS): "embeddings", a dual encoder's
+# image and text embedded apart and scored by cosine (a joint scorer, LGIP_SPEC.md 13, is another)
+MODEL_SCORERS = {"openclip": "embeddings", "transformers": "embeddings", "siglip": "embeddings", "python": "embeddings"}
 
 
 def spec_keys(model_type):
@@ -151,7 +157,7 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
     except WrongModelType as e:
         raise ModelError(f"{e} Valid types: {', '.join(MODEL_LOADERS)} (type 'python' takes a loader of your own "
                          f"returning (model, preprocess, tokenizer))") from e
-    enc.name, enc.type, enc.protocol, enc.demo = spec["name"], spec["type"], protocol, bool(spec.get("demo"))
+    enc.named(spec, protocol)
     enc.tokenizer_key = tokenizer_key(enc.type, enc.tokenizer_identity, enc.tokenize)
     enc.pixels = check_pixel_split(enc, enc.pixels) if accelerations.PIXELS_ON_DEVICE else None
     enc.info = dict(enc.info, pixels_on_device=enc.pixels is not None, weights_loaded=True)
@@ -178,18 +184,17 @@ def _tags(name):
 
 
 def key_encoder(spec, protocol="corrected", device="cpu", dtype=None):
-    """An Encoder without weights (`weights_loaded` False, no encode_* functions) that makes the
-    cache keys the loaded model makes (MODEL_KEYS), cheaply: a re-run whose texts and images are
-    all in the cache needs no more. None when the family cannot tell its keys without the model.
-    Keys it gets wrong only miss: the run then loads the model."""
+    """A KeyEncoder (lgip.models.encoder: no weights, no encode_* functions) that makes the cache keys
+    the loaded model makes (MODEL_KEYS), cheaply: a re-run whose texts and images are all in the cache
+    needs no more. None when the family cannot tell its keys without the model. Keys it gets wrong
+    only miss: the run then loads the model."""
     _check_spec(spec, protocol)
     enc = MODEL_KEYS[spec["type"]](spec, protocol) if MODEL_KEYS[spec["type"]] is not None else None
     if enc is None:
         return None
-    enc.name, enc.type, enc.protocol, enc.demo = spec["name"], spec["type"], protocol, bool(spec.get("demo"))
+    enc.named(spec, protocol)
     enc.device = resolve_device(device)
     enc.dtype = resolve_dtype(dtype, enc.device)
-    enc.weights_loaded, enc.info = False, {"weights_loaded": False}
     if random_init(spec):
         enc.info["random_init"] = True
     return enc

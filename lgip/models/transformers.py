@@ -21,7 +21,7 @@ import os
 
 from .. import accelerations
 from ..errors import ModelError, WrongModelType
-from .encoder import Encoder, Prepared, SIGLIP_TEXT_LENGTH, _as_features, _download_hint, _normalise, tokenizer_key
+from .encoder import Encoder, KeyEncoder, Prepared, SIGLIP_TEXT_LENGTH, _as_features, _download_hint, _normalise, tokenizer_key
 from .towers import _siglip_text_last, _siglip_text_tower
 from .pixels import pixel_split_siglip
 
@@ -56,14 +56,13 @@ class TextRules:
         self.family, self.max_len, self.lowercase, self.mask, self.pad, self.length = (
             family, max_len, lowercase, mask, pad, length)
 
-    def set_padding(self, enc):
+    def padding(self):
+        """{"pad_length", "pad_needs_lengths"} of an Encoder of this family (see lgip.models.encoder.Encoder)."""
         if self.pad == "call":
-            enc.pad_length = lambda call_lengths: max(call_lengths)
-            enc.pad_needs_lengths = True
-        elif self.pad == "fixed":
-            enc.pad_length = lambda call_lengths: self.length
-        else:
-            enc.pad_length = lambda call_lengths: None
+            return {"pad_length": lambda call_lengths: max(call_lengths), "pad_needs_lengths": True}
+        if self.pad == "fixed":
+            return {"pad_length": lambda call_lengths: self.length}
+        return {"pad_length": lambda call_lengths: None}
 
     def info(self):
         return {"family": self.family, "text_length": {"call": "longest in call", "fixed": self.length}.get(
@@ -168,12 +167,9 @@ def load_transformers(spec, protocol, device, dtype):
     model = model.eval().to(device=device)
     rules = text_rules(spec, protocol, config, processor, tok)
     tokenize, identity = _tokenize_fn(tok, rules)
-    enc = Encoder()
-    enc.model, enc.device, enc.dtype, enc.tokenizer = model, device, dtype, tok
-    enc.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     siglip = rules.family in SIGLIP_FAMILY
     tower = _siglip_text_tower(model) if siglip and accelerations.POOLED_LAST_BLOCK else None
-    enc.accelerations = frozenset(["POOLED_LAST_BLOCK"] if tower is not None else [])
 
     @torch.no_grad()
     def encode_tokens(ids, exact_length=False, last_only=True):
@@ -190,7 +186,7 @@ def load_transformers(spec, protocol, device, dtype):
         return _normalise(_as_features(model.get_text_features(**inputs)))
 
     if tower is not None:  # proven on this model and device in fp32 (before the cast), else the full forward
-        probe = torch.full((3, rules.max_len), enc.pad_id, dtype=torch.long)
+        probe = torch.full((3, rules.max_len), pad_id, dtype=torch.long)
         for r, ids in enumerate(tokenize(["a photo of a dog", "two red buses parked on a street.", "A cat!"])):
             probe[r, :len(ids)] = torch.tensor(ids)
         for ids in (probe, probe[:, :8]):  # padded as trained, and cut short (the reference protocol)
@@ -205,15 +201,13 @@ def load_transformers(spec, protocol, device, dtype):
                  for k, v in batch.items()}
         return _normalise(_as_features(model.get_image_features(**batch)))
 
-    enc.tokenize, enc.encode_tokens, enc.encode_images = tokenize, encode_tokens, encode_images
-    enc.tokenizer_identity = identity
-    enc.image_transform = ProcessorImageTransform(image_processor)
-    enc.pixels = pixel_split_siglip(image_processor)
-    enc.text_key_tag = "" if siglip else TEXT_KEY_TAG
-    rules.set_padding(enc)
-    enc.info = dict(rules.info(), model_class=type(model).__name__,
-                    text_last_layer_pooled_position_only=tower is not None)
-    return enc
+    return Encoder(model=model, device=device, dtype=dtype, tokenizer=tok, tokenize=tokenize, encode_tokens=encode_tokens,
+                   encode_images=encode_images, tokenizer_identity=identity, pad_id=pad_id,
+                   image_transform=ProcessorImageTransform(image_processor), pixels=pixel_split_siglip(image_processor),
+                   text_key_tag="" if siglip else TEXT_KEY_TAG, **rules.padding(),
+                   info=dict(rules.info(), model_class=type(model).__name__,
+                             text_last_layer_pooled_position_only=tower is not None),
+                   accelerations=["POOLED_LAST_BLOCK"] if tower is not None else [])
 
 
 def _rules_without_weights(spec, protocol):
@@ -233,14 +227,12 @@ def transformers_key_encoder(spec, protocol):
     only where the padding needs the texts' lengths (the published SigLIP padding), its config
     and processor files otherwise. (A tokenizer with a shorter limit than SigLIP's 64: its keys
     miss, and the model loads.)"""
-    enc = Encoder()
     rules, tok = _rules_without_weights(spec, protocol)
-    enc.text_key_tag = "" if rules.family in SIGLIP_FAMILY else TEXT_KEY_TAG
+    enc = KeyEncoder(text_key_tag="" if rules.family in SIGLIP_FAMILY else TEXT_KEY_TAG, **rules.padding())
     if rules.pad == "call":
         enc.tokenize, enc.tokenizer_identity = _tokenize_fn(tok, rules)
         enc.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
         enc.tokenizer_key = tokenizer_key(spec["type"], enc.tokenizer_identity, enc.tokenize)
-    rules.set_padding(enc)
     return enc
 
 

@@ -1,9 +1,15 @@
 """lgip.report: the machinery of report.py, one module per concern; each imports only those above it.
 
-  metrics    which evaluations ran on a JSONL (`EVALUATIONS`, one entry each: a new evaluation goes
-             here), their metrics files read, one flat row per model (the CSV's columns; per flip type:
-             LGIP's, or an imported benchmark's own types), labels, model cards; the paired model
-             comparisons beside them read and checked; whether the input is an imported benchmark
+  fields      one model's metrics read safely: each field checked (a rate in [0, 1], an interval), a bad
+              one named by its dotted path; the figures' names, the model card's fields
+  extract     one model's metrics of each evaluation as flat columns (`extract_<key>`)
+  evaluations which evaluations ran on a JSONL (`EVALUATIONS`, one entry each, declaring its columns and
+              per-type blocks: a new evaluation goes here), their metrics files found, read and checked,
+              the CSV's columns (per flip type: LGIP's, or an imported benchmark's own types)
+  rows        one flat row per model (by lookup of the columns), labels, model cards, image folders, the
+              rank correlations across models
+  comparisons the paired model comparisons beside the metrics, read and checked
+  benchmarks  whether the input is an imported benchmark, and the means it reports
   tables     the results table's columns (`RESULT_COLUMNS`: a new column goes here), numbers as
              printed, markdown tables, the CSV
   toplists   the score files streamed into the top K paraphrase moves and preferred flips, per model
@@ -11,7 +17,8 @@
   factors    what predicts robustness (LGIP_SPEC.md 12): the models' cards against their figures, rank
              correlations with intervals over models, levels, controlled pairs; the factors file
   plots      the frontier, text-prior, flip-type, retrieval, image-side and factors figures (matplotlib, PNG); a new figure goes here
-  overview   `Report` (what the markdown and the page say) and the texts around the figures
+  overview   `Report` (what the markdown and the page say) and the texts around the figures; beside it
+             each section's own: attribution_text, controls_text, benchmark_text, factors_text
   gallery    gallery items: thumbnails as data: URIs (placeholders when unreadable), words marked,
              a flip's word scores from explain_flips.py's lines
   image_side the image side (run_lgip_images.py): a line per model beside its text figures, the altered
@@ -19,15 +26,17 @@
   markdown   the markdown report
   page       the self-contained HTML page, rendered with Jinja2 from templates/page.html.j2
 
-Every writer takes `files`, the lgip.util.OutputSet (re-exported here) that report.py writes all
+Every writer takes `files`, the lgip.outputs.OutputSet (re-exported here) that report.py writes all
 its outputs through, so that they are renamed into place together or not at all.
 
     >>> found, looked = find_metrics("x.jsonl")
     >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()})
 """
-from .metrics import (COLUMNS, EVALUATIONS, HEADLINE_KEYS, SCORE_KEYS, SCRIPTS, add_benchmark_means, benchmark_source,
-                      build_rows, columns, comparison_files, csv_columns, find_metrics, image_roots, load_comparisons,
-                      load_metrics, report_types, short_label, short_labels)
+from .evaluations import (COLUMNS, EVALUATIONS, HEADLINE_KEYS, SCORE_KEYS, SCRIPTS, columns, csv_columns,
+                          find_metrics, load_metrics, report_types)
+from .rows import build_rows, image_roots, short_label, short_labels
+from .comparisons import comparison_files, load_comparisons
+from .benchmarks import add_benchmark_means, benchmark_source
 from .tables import RESULT_COLUMNS, result_columns_for, row_types, write_csv
 from .toplists import TopK, TopLists, scan_scores, score_files
 from .factors import compute_factors, write_factors
@@ -39,7 +48,7 @@ from .gallery import attach_attributions, explain_files, gallery_items, thumbnai
 from .image_side import altered_items, image_score_files, image_side_lines, scan_altered, seeds
 from .markdown import console_table, results_table, write_markdown
 from .page import page_context, render_page, write_page
-from ..util import OutputSet
+from ..outputs import OutputSet
 
 __all__ = ["COLUMNS", "EVALUATIONS", "FACTOR_FIGURES", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "HEADLINE_KEYS",
            "IMAGE_SIDE_FIGURES", "OutputSet", "altered_items", "image_score_files", "image_side_lines", "plot_image_side",

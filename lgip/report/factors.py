@@ -28,8 +28,8 @@ import math
 
 from ..errors import InputError
 from ..scoring import spearman
-from ..util import atomic_open
-from .metrics import EVALUATIONS, SCRIPTS
+from ..outputs import atomic_open
+from .evaluations import EVALUATIONS, SCRIPTS
 
 OUTCOMES = (  # (name in the metrics, key in a report row, header, digits, better)
     ("sensitivity_pos_rate", "pos_rate", "Pos. rate ↑", 3, "high"),
@@ -239,6 +239,6 @@ def compute_factors(rows, metrics, comparisons, resamples=1000, seed=0):
 
 def write_factors(path, data, files=None):
     """The factors file: `data` as JSON (a dict: "input", what `factors` returns, "run" = report.py's
-    provenance); files: the lgip.util.OutputSet it belongs to (None: written at once)."""
+    provenance); files: the lgip.outputs.OutputSet it belongs to (None: written at once)."""
     with (files.open if files else atomic_open)(path) as f:
         f.write(json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")

@@ -112,7 +112,7 @@ def _items(lists, kind, labels, roots):
 
 def gallery_items(tops, roots, labels, thumb_px=200):
     """{"flips": [...], "paraphrases": [...]} from a TopLists; roots: {(evaluation, model): image
-    folders} (lgip.report.metrics.image_roots); labels: model tag -> label. Each image is read
+    folders} (lgip.report.image_roots); labels: model tag -> label. Each image is read
     and encoded once, however many items show it."""
     out = {"flips": _items(tops.flips, "flip", labels, roots),
            "paraphrases": _items(tops.paraphrases, "paraphrase", labels, roots)}

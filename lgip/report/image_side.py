@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..scorefile import iter_score_lines
 from .gallery import image_thumbnail, resolve_image, thumbnail
-from .metrics import IMAGE_FLIP_KINDS, IMAGE_PARAPHRASE_KINDS, SCRIPTS
+from .extract import IMAGE_FLIP_KINDS, IMAGE_PARAPHRASE_KINDS
+from .evaluations import SCRIPTS
 from .tables import interval, num
 from .toplists import TopK, image_label, score_files
 
-KEY = "images"  # the evaluation's key in lgip.report.metrics.EVALUATIONS
+KEY = "images"  # the evaluation's key in lgip.report.EVALUATIONS
 KIND_NAMES = {"mix": "another image blended in (10%)", "patch": "a patch of another image pasted in"}
 
 

@@ -10,10 +10,13 @@ attribution's line per model (when explain_flips.py ran), the top lists, and wha
 """
 import os
 
-from ..util import atomic_open
-from .overview import (COMPARISONS_LEAD, attribution_lines, benchmark_lines, comparison_rows, comparison_text,
-                       comparisons_notes, demo_note, factor_lines, frontier_note, made_by, missing_note, prior_lines,
-                       random_init_note, retrieval_note, runs_table, source_notes, sources_table)
+from ..outputs import atomic_open
+from .overview import (demo_note, frontier_note, made_by, missing_note, random_init_note, retrieval_note, runs_table,
+                       source_notes, sources_table)
+from .attribution_text import attribution_lines
+from .controls_text import COMPARISONS_LEAD, comparison_rows, comparison_text, comparisons_notes, prior_lines
+from .benchmark_text import benchmark_lines
+from .factors_text import factor_lines
 from .image_side import image_side_lines, markdown_rows as altered_rows
 from .tables import main_table, md_table, md_text
 

@@ -18,11 +18,13 @@ import os
 import re
 
 from ..method import FLIP_TYPES
-from ..util import atomic_open
-from .overview import (COMPARISONS_LEAD, SINGLE_MODEL_NOTE, attribution_lines, benchmark_lines, comparison_rows,
-                       comparison_text, comparisons_notes, demo_note, factor_lines, frontier_note, made_by, missing_note,
-                       prior_lines, random_init_note, retrieval_note, runs_table, source_notes, sources_table,
-                       word_scores_note)
+from ..outputs import atomic_open
+from .overview import (SINGLE_MODEL_NOTE, demo_note, frontier_note, made_by, missing_note, random_init_note,
+                       retrieval_note, runs_table, source_notes, sources_table)
+from .attribution_text import attribution_lines, word_scores_note
+from .controls_text import COMPARISONS_LEAD, comparison_rows, comparison_text, comparisons_notes, prior_lines
+from .benchmark_text import benchmark_lines
+from .factors_text import factor_lines
 from .image_side import KIND_NAMES, image_side_lines
 from .tables import interval, num, result_columns, row_types
 
@@ -118,7 +120,7 @@ def share_thumbnails(gallery):
 def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
     """The template's variables. gallery: lgip.report.gallery.gallery_items (None: no lists);
     colors: model tag -> '#rrggbb' as in the figures; csv_path: the CSV, offered as a download;
-    files: the lgip.util.OutputSet the figures and the CSV were written to (read before its commit)."""
+    files: the lgip.outputs.OutputSet the figures and the CSV were written to (read before its commit)."""
     staged = files.staged if files else (lambda path: path)
     share_thumbnails(gallery)
     header, cells, versions = runs_table(report.metrics, report.paths)

@@ -13,8 +13,9 @@ when no row has its figures.
 import textwrap
 
 from ..method import FLIP_TYPES
-from ..util import atomic_open
-from .metrics import EVALUATIONS, RETRIEVAL_AXES, rank_correlations
+from ..outputs import atomic_open
+from .evaluations import EVALUATIONS
+from .rows import RETRIEVAL_AXES, rank_correlations
 from .tables import row_types
 
 FRONTIER_FIGURES = ["invariance_error", "pos_rate"]
@@ -132,7 +133,7 @@ def _place_labels(fig, ax, items, obstacles=(), leader=False):
 
 def plot_frontier(rows, path, title_note="", dpi=150, files=None):
     """Invariance error (x) against positive rate (y), CI whiskers, Pareto frontier; None if no data.
-    files: the lgip.util.OutputSet the PNG belongs to (None: written at once), as for every figure."""
+    files: the lgip.outputs.OutputSet the PNG belongs to (None: written at once), as for every figure."""
     pts = [r for r in rows if r["invariance_error"] is not None and r["pos_rate"] is not None]
     if not pts:
         return None
@@ -218,7 +219,7 @@ def fliptype_figures(rows):
 def plot_fliptypes(rows, path, title_note="", dpi=150, files=None, benchmark=None):
     """Grouped bars: per model, the positive rate of each flip type with CI whiskers (the types of
     the rows' per-type columns, in their order: LGIP's three, or an imported benchmark's own);
-    `benchmark`: lgip.report.metrics.benchmark_source's dict (the title names it, and says the
+    `benchmark`: lgip.report.benchmark_source's dict (the title names it, and says the
     positive rate is its accuracy where it is); None if no data."""
     types = row_types(rows)
     pts = [r for r in rows if any(r.get(f"{t}_pos_rate") is not None for t in types)]

@@ -17,8 +17,8 @@ import io
 from dataclasses import dataclass
 
 from ..method import FLIP_TYPES
-from ..util import atomic_open
-from .metrics import COLUMNS
+from ..outputs import atomic_open
+from .evaluations import COLUMNS
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ RESULT_COLUMNS = result_columns_for(FLIP_TYPES)
 
 
 def row_types(rows):
-    """The flip types of the rows' per-type columns (lgip.report.metrics.build_rows' `_types`; LGIP's
+    """The flip types of the rows' per-type columns (lgip.report.build_rows' `_types`; LGIP's
     when the rows do not say)."""
     return next((r["_types"] for r in rows if r.get("_types") is not None), list(FLIP_TYPES))
 
@@ -143,7 +143,7 @@ def _fmt_csv(v):
 
 def write_csv(path, rows, columns=COLUMNS, files=None):
     """One line per row, every column; floats written exactly (repr), None as empty. files: the
-    lgip.util.OutputSet it belongs to (None: written at once)."""
+    lgip.outputs.OutputSet it belongs to (None: written at once)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(columns)

@@ -1,0 +1,33 @@
+"""lgip.filenames: the output-name contract. Every evaluation writes `<input stem>__<suffix>` beside
+its input, or in the OUTPUT_DIR in force; report.py and run_all.py find the outputs by the same
+names (`metrics_path`), so a script and its readers never disagree on where a file is.
+
+    >>> metrics_path("data/x_with_perturb.jsonl", "LGIP_ALL.metrics.json")
+    'data/x_with_perturb__LGIP_ALL.metrics.json'
+"""
+import os
+
+
+def default_output(input_path, suffix, prefix=""):
+    """`<prefix><input stem><suffix>` next to the input."""
+    folder, name = os.path.split(input_path)
+    return os.path.join(folder, prefix + os.path.splitext(name)[0] + suffix)
+
+
+OUTPUT_DIR = []  # [folder] while a script's OUTPUT_DIR is set (lgip.cli, lgip.entry): its outputs go there
+
+
+def set_output_dir(config):
+    """Send every `metrics_path` (a script's outputs, and where report.py and run_all look for them) to
+    the script's OUTPUT_DIR, created when missing (not by a dry run); none set: beside the input."""
+    folder = config.get("OUTPUT_DIR")
+    if folder is not None and config.get("DRY_RUN") is not True:
+        os.makedirs(folder, exist_ok=True)
+    OUTPUT_DIR[:] = [os.path.abspath(folder)] if folder is not None else []
+
+
+def metrics_path(jsonl_path, suffix):
+    """`<input stem>__<suffix>` next to the input, or in the OUTPUT_DIR in force."""
+    if OUTPUT_DIR:
+        return os.path.join(OUTPUT_DIR[0], os.path.splitext(os.path.basename(jsonl_path))[0] + "__" + suffix)
+    return default_output(jsonl_path, "__" + suffix)
