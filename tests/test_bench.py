@@ -134,8 +134,11 @@ def test_at_scale_passes_run_as_one_process(tmp_path, monkeypatch):
     assert second["lookahead"] == []
     assert first["metrics"] == second["metrics"]
     jobs = third["lookahead"]
-    assert [j["kind"] for j in jobs] == ["tokens", "pixels"] and {j["state"] for j in jobs} <= {"done", "dropped"}
-    if jobs[1]["state"] == "done":
-        assert third["image_sources"]["from_pixel_memory"] == 3
+    if not jobs:  # (the helper thread was still preparing SigLIP when it started, on a busy machine: it did it itself)
+        assert third["image_sources"]["decoded"] == 3, third
+    else:
+        assert [j["kind"] for j in jobs] == ["tokens", "pixels"] and {j["state"] for j in jobs} <= {"done", "dropped"}
+        if jobs[1]["state"] == "done":
+            assert third["image_sources"]["from_pixel_memory"] == 3
     assert all(r["speedup_at_scale"] > 0 for r in done)
     assert _TOKEN_TABLES == {("marker",): marker}  # the state from before the sequence
