@@ -20,6 +20,7 @@ What a scorer provides (`provides`; an evaluation names what it needs: lgip.eval
     >>> scored.n_samples, scored.image_report["num_failed_images"]
 """
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
@@ -53,13 +54,17 @@ class Scored:
     scoring_started: float = 0.0  # time.perf_counter() when the scoring itself began (its phase in the run block)
 
 
-class PairScorer:
+class PairScorer(ABC):
     """What scores the pairs of one model: `score(run, pairs_list, ...) -> Scored` for this process's
-    records. `provides` names what its Scored can hold beyond the scores (PROVIDES)."""
+    records. `provides` (a class attribute: known before any model loads) names what its Scored can
+    hold beyond the scores (PROVIDES)."""
     provides = frozenset({"scores"})
 
+    @abstractmethod
     def score(self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=()):
-        raise NotImplementedError
+        """Score each Pairs of `pairs_list` over `run`'s records on this process (lgip.evaluation.ModelRun:
+        its records, text bank, cache, config); text_cos, keep_embeddings, controls and hard_positives as
+        ModelRun.score says. Returns this process's Scored (ModelRun.score gathers them)."""
 
 
 def score_by_cosine(pairs, img_emb, txt_emb, rows, text_cos=False, image_sum=None):
@@ -221,9 +226,14 @@ def merged(local, parts):
 SCORERS = {"embeddings": EmbeddingScorer}  # lgip.models.registry.MODEL_SCORERS' kinds -> their PairScorer
 
 
+def scorer_class(spec):
+    """The PairScorer class for a model spec, by its type (lgip.models.registry.MODEL_SCORERS)."""
+    return SCORERS[MODEL_SCORERS.get(spec.get("type"), "embeddings")]
+
+
 def scorer_for(spec):
-    """The PairScorer for a model spec, by its type (lgip.models.registry.MODEL_SCORERS)."""
-    return SCORERS[MODEL_SCORERS.get(spec.get("type"), "embeddings")]()
+    """A PairScorer for a model spec (scorer_class's)."""
+    return scorer_class(spec)()
 
 
 def check_needs(specs, needs, script):
@@ -231,7 +241,7 @@ def check_needs(specs, needs, script):
     (`needs`: names in PROVIDES; retrieval and the image side need "embeddings")."""
     from .errors import ConfigError
     for spec in specs:
-        missing = [n for n in needs if n not in scorer_for(spec).provides]
+        missing = [n for n in needs if n not in scorer_class(spec).provides]
         if missing:
             raise ConfigError(f"model {spec.get('name')!r} (type {spec.get('type')!r}) gives no {', '.join(missing)}, "
                               f"which {script} needs; leave it out of MODELS for this script")
