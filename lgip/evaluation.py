@@ -130,15 +130,15 @@ def _gather(obj, world):
 
 
 class ModelRun:
-    """One model over one JSONL: its Encoder, embedding cache, image embeddings and text bank.
+    """One model over one JSONL: its Encoder, cache, text bank and scorer (lgip.scorer).
 
     Under torchrun each process takes every world-th record; `score` gathers the scored pairs
     on rank 0 in record order, so the metrics equal a single process's. A re-run (its model's
-    cache holds texts) starts with an Encoder that only makes cache keys; `score` loads the
+    cache holds texts) starts with a KeyEncoder that only makes cache keys; the scorer loads the
     weights only when a text or an image is not in the cache.
     >>> run = ModelRun(spec, records, CONFIG)       # loads the model (or, on a re-run, its cache keys)
-    >>> inv, sens = run.pairs(published_calls)      # pairs.add(k, i, orig[i], run.bank.add_call(texts), ...) for k in run.ok
-    >>> inv, sens = run.score(inv, sens)            # encodes images and texts; None on ranks other than 0
+    >>> inv, sens = run.pairs(published_calls)      # published_calls(records, ks, calls): the pairs, as data
+    >>> scored = run.score(inv, sens)               # a Scored; on ranks other than 0 its pairs are None
     """
 
     def __init__(self, spec, records, config, enc=None, lookahead=None):

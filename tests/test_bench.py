@@ -142,3 +142,27 @@ def test_at_scale_passes_run_as_one_process(tmp_path, monkeypatch):
             assert third["image_sources"]["from_pixel_memory"] == 3
     assert all(r["speedup_at_scale"] > 0 for r in done)
     assert _TOKEN_TABLES == {("marker",): marker}  # the state from before the sequence
+
+
+def test_compare_outputs_tells_a_second_runs_times_from_a_changed_figure(tmp_path):
+    """benchmarks/compare_outputs.py: a second run's times (created, seconds, an ISO timestamp in the
+    markdown) are not a difference; a changed figure, or a file only one folder has, is (exit 1)."""
+    import subprocess
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir(), after.mkdir()
+    row = {"model_tag": "m", "invariance_error_mean": 0.25, "run": {"created": "2026-11-26T10:00:00+0000",
+                                                                      "seconds": 1.5}}
+    for folder, created, seconds in ((before, "2026-11-26T10:00:00+0000", 1.5), (after, "2026-11-27T11:00:00+0000", 2.0)):
+        (folder / "x.metrics.json").write_text(json.dumps([dict(row, run={"created": created, "seconds": seconds})]))
+        (folder / "x.md").write_text(f"made on {created} in {seconds} s\n")
+        (folder / "x.png").write_bytes(b"\x89PNG same")
+
+    def compare():
+        return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "compare_outputs.py"), str(before),
+                               str(after)], capture_output=True, text=True)
+    same = compare()
+    assert same.returncode == 0 and "1 byte-identical, 2 identical but for times, 0 differ" in same.stdout, same.stdout
+    (after / "x.metrics.json").write_text(json.dumps([dict(row, invariance_error_mean=0.26)]))
+    (after / "extra.json").write_text("{}")
+    changed = compare()
+    assert changed.returncode == 1 and "DIFFERS: x.metrics.json" in changed.stdout and "ONLY IN" in changed.stdout
