@@ -166,3 +166,14 @@ def test_compare_outputs_tells_a_second_runs_times_from_a_changed_figure(tmp_pat
     (after / "extra.json").write_text("{}")
     changed = compare()
     assert changed.returncode == 1 and "DIFFERS: x.metrics.json" in changed.stdout and "ONLY IN" in changed.stdout
+
+
+def test_the_generative_benchmark_prints_both_paths_and_their_agreement():
+    """benchmarks/bench_generative.py on the tiny LLaVA: both paths timed, LM tokens per text, and the
+    scores of the image's prefix run once within 1e-4 of the plain forwards'."""
+    import re
+    proc = run_script(os.path.join("benchmarks", "bench_generative.py"), "--N_IMAGES=1", "--PRIOR_IMAGES=1")
+    assert re.search(r"^  plain .* texts/s .* LM tokens per text$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^  prefix .* texts/s .* LM tokens per text$", proc.stdout, re.M), proc.stdout
+    ratio, diff = re.search(r"LM tokens, plain / prefix: ([\d.]+)x; .* max \|score difference\|: (\S+)", proc.stdout).groups()
+    assert float(ratio) > 1 and float(diff) < 1e-4
