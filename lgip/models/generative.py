@@ -48,8 +48,10 @@ def tokenized(processor, image, prompt, answer):
     span_end = end_char - tail
     span_start = span_end - len(answer)
     positions = [j for j, (a, b) in enumerate(offsets) if span_start < b <= span_end and b > a]
-    if not positions:
-        raise ModelError(f"no token of {answer!r} found in the rendered conversation")
+    found = processor.tokenizer.decode(inputs["input_ids"][0][positions]) if positions else ""
+    if " ".join(found.split()) != " ".join(answer.split()):  # (offsets that do not cover the text as assumed)
+        raise ModelError(f"the tokens found for {answer!r} in the rendered conversation read {found!r}: this "
+                         f"tokenizer's offsets do not place the text; it cannot be scored as section 13 says")
     return inputs, positions
 
 
