@@ -71,7 +71,8 @@ from contextlib import closing
 
 from lgip.accelerations import NAMES as ACCELERATIONS
 from lgip.cli import configure, parse_value, run_main
-from lgip.controls import Comparisons, hard_positive_figures, prior_figures, prior_values
+from lgip.scorer import leave_out
+from lgip.controls import Comparisons, hard_positive_figures, prior_figures, prior_values, relative_figures, relative_terms
 from lgip.demo import ABOUT_MODEL as DEMO_ABOUT, DEMO_JSONL, DEMO_MODEL, demo_block, demo_message, say_demo
 from lgip.entry import script_call
 from lgip.models.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
@@ -110,9 +111,9 @@ __all__ = ["ACCELERATIONS", "COLORS", "Comparisons", "ConfigError", "DEMO_ABOUT"
            "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
            "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_kinds", "check_models", "check_seed", "check_settings", "check_step_settings",
            "configure", "cosines", "default_num_workers", "default_output", "demo_block", "demo_message", "describe_model_problems",
-           "closing", "dump_jsonl_line", "encode_record_images", "eval_run_info", "evaluate_models", "is_main_process", "flip_types", "fmt", "hard_positive_figures", "forget_pixels", "forget_token_tables",
+           "closing", "dump_jsonl_line", "encode_record_images", "eval_run_info", "evaluate_models", "is_main_process", "leave_out", "flip_types", "fmt", "hard_positive_figures", "forget_pixels", "forget_token_tables",
            "image_flip_positives", "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "model_card", "open_rgb",
-           "package_versions", "parse_value", "prior_figures", "prior_values", "provenance", "read_json", "reason_to_run", "refuse_overwriting_input",
+           "package_versions", "parse_value", "prior_figures", "prior_values", "relative_figures", "relative_terms", "provenance", "read_json", "reason_to_run", "refuse_overwriting_input",
            "remove_stale_temps", "require_int", "require_models", "resolve_device", "resolve_dtype",
            "retrieval_compared", "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step", "save_examples", "say_demo", "say_report",
            "script_call", "script_settings", "search_galleries", "select_steps", "shard", "show", "step_setting_hint", "simple_paraphrases",

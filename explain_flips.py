@@ -64,8 +64,11 @@ def explain_all(config):
     if not flips:  # (before any model is loaded: all-n/a metrics with exit status 0 would pass for a result)
         raise common.InputError(f"no flip to explain: {len(records)} records in {JSONL_PATH}, none with a flip "
                                 f"(diff_caps); no metrics were written")
-    loop = common.ModelLoop(config, MODELS)  # (models that cannot be had: before the first model's work)
-    common.say_demo(MODELS, JSONL_PATH, records)
+    models = common.leave_out(MODELS, ("embeddings",), "explain_flips.py")  # (word attribution needs text embeddings)
+    if not models:
+        return []
+    loop = common.ModelLoop(config, models)  # (models that cannot be had: before the first model's work)
+    common.say_demo(models, JSONL_PATH, records)
     n = len(flips) if N_FLIPS is None else min(N_FLIPS, len(flips))
     sample = set(random.Random(SEED).sample(range(len(flips)), n))
     print(f"{len(records)} records, {len(flips)} flips; explaining {n} drawn with seed {SEED} (+ TOP_K {TOP_K} per model)")

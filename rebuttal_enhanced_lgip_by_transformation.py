@@ -45,8 +45,12 @@ PUBLISHED_TEXT_BATCH = 512  # the published encode_text's batch: a longer call i
 
 
 def strength(ftype, text_cos):
-    d = np.clip(1.0 - text_cos, 0.0, 1.0)
+    """A flip's strength from its type's prior and its text distance; text_cos None (a joint scorer has
+    no text embeddings, LGIP_SPEC.md 13): from the prior alone, s = clip01(prior[type])."""
     prior = np.array([PRIORS.get(t, PRIORS["all"]) for t in ftype])
+    if text_cos is None:
+        return np.clip(prior, 0.0, 1.0)
+    d = np.clip(1.0 - text_cos, 0.0, 1.0)
     return np.clip(0.5 * prior + 0.5 * d, 0.0, 1.0)
 
 
@@ -103,7 +107,7 @@ def published_calls(records, ks, calls):
     orig_of = {}
     for k in ks:
         rec = records[k][1]
-        orig = orig_of[k] = calls.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)
+        orig = orig_of[k] = calls.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH, captions_of=k)
         flip_fields = ["diff_caps"] + [f for f in rec if f.startswith("diff_caps_")]
         for i in range(len(rec["orig_captions"])):
             texts = common.caption_texts(rec, "same_caps", i)
@@ -125,8 +129,9 @@ def published_calls(records, ks, calls):
     return para, flips, combined
 
 
-def invariance(para):
-    """The paraphrase figures: all, simple and advanced."""
+def invariance(para, terms=None):
+    """The paraphrase figures: all, simple and advanced (and each kind's relative invariance error over
+    the denominator `terms`, LGIP_SPEC.md 13)."""
     inv, kinds, rec_of = np.abs(para.base_sim - para.sim), para.labels, np.asarray(para.rec)
     m = {"global_invariance_error_mean": common.mean_or_none(inv),
          "paraphrase_simple_inv_error_mean": common.mean_or_none(inv[kinds == "simple"]),
@@ -137,6 +142,9 @@ def invariance(para):
     for kind in ("simple", "advanced"):
         common.add_ci(m, f"paraphrase_{kind}_inv_error_mean", rec_of[kinds == kind], inv[kinds == kind],
                       BOOTSTRAP, BOOTSTRAP_SEED)
+    for kind in ("simple", "advanced"):
+        common.relative_figures(m, f"paraphrase_{kind}_inv_error_rel", rec_of[kinds == kind], inv[kinds == kind],
+                                terms, BOOTSTRAP, BOOTSTRAP_SEED)
     return m
 
 
@@ -155,12 +163,14 @@ def flips_once(flips):
 
 
 def evaluate(run):
-    scored = run.score(*run.pairs(published_calls), text_cos=True)
+    scored = run.score(*run.pairs(published_calls), text_cos=True, relative=True)
     para, flips, combined = scored.pairs  # (the pairs are built once per run)
     if not run.is_main:
         return None
     gaps, types = flips.base_sim - flips.sim, flips.labels
-    s = strength(types, flips.text_cos)
+    text_cos = "text_cos" in scored.provides  # (a joint scorer has no text embeddings: strength from the prior)
+    s = strength(types, flips.text_cos if text_cos else None)
+    terms = common.relative_terms(scored.relative)
     rec_of = np.asarray(flips.rec)
     # published: an unreadable image drops its whole batch of 32 records, and num_samples counts batches
     dropped = sorted({k // PUBLISHED_BATCH for k in scored.failed})
@@ -168,10 +178,10 @@ def evaluate(run):
     def kept(rec):  # positions of the pairs whose record's batch the published script kept
         return np.flatnonzero(~np.isin(np.asarray(rec) // PUBLISHED_BATCH, dropped)) if dropped else slice(None)
     kept_flips = kept(rec_of)
-    corrected_inv = invariance(para)
+    corrected_inv = invariance(para, terms)
     m = {"model_tag": run.enc.name,
          "num_samples": -(-len(run.records) // PUBLISHED_BATCH) - len(dropped),  # batches of 32 records (see corrected)
-         **(invariance(para.subset(kept(para.rec))) if dropped else corrected_inv),
+         **(invariance(para.subset(kept(para.rec)), terms) if dropped else corrected_inv),
          **strength_analysis(types[kept_flips], gaps[kept_flips], s[kept_flips], rec_of[kept_flips], published=True)}
     once = flips_once(flips)
     c_gaps, c_types = combined.base_sim - combined.sim, combined.labels
@@ -179,10 +189,12 @@ def evaluate(run):
     m["corrected"] = {"num_records": scored.n_samples,
                       **corrected_inv,
                       **strength_analysis(types[once], gaps[once], s[once], rec_of[once]),
-                      "combined": strength_analysis(c_types, c_gaps, strength(c_prior, combined.text_cos), combined.rec),
+                      "combined": strength_analysis(c_types, c_gaps, strength(c_prior, combined.text_cos if text_cos
+                                                                              else None), combined.rec),
                       "published_batches_dropped": len(dropped)}
+    m["strength_from"] = "text_distance" if text_cos else "prior"  # (LGIP_SPEC.md 13)
     if WRITE_SCORES:
-        sidecar = common.ScoreSidecar(run.records)
+        sidecar = common.ScoreSidecar(run.records, run.enc.score_kind)
         sidecar.add("paraphrases", para, kind=para.label)
         typed = np.flatnonzero(once)
         sidecar.add("flips", flips.subset(typed), type=types[typed], strength=common.PerModel(np.round(s[typed], 6)))

@@ -31,6 +31,7 @@ CACHE_FLUSH_S = 60  # float >= 0: cache chunks are also written after this many 
 PIXEL_MEMORY_GB = "auto"  # float >= 0: host memory for decoded pixels kept for the next model with the same preprocessing (each image decoded once per geometry); "auto" = a quarter of the memory this process may use (per torchrun process on a node), 0 = off
 LOOKAHEAD = True  # True: while a model runs, the later models' tokenizing and image decoding are done in low-priority background workers (their GPU then never waits for them); False: each model does its own
 ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off, or "all": the plain computation (slower; the same numbers to float rounding)
+PRIOR_IMAGES = 3  # int >= 1: a joint scorer's (type generative or itm) text-prior controls score each text with this many other images (LGIP_SPEC.md 13); dual encoders use every other image
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_fliptypes_<model>.scores.jsonl
@@ -68,7 +69,7 @@ def published_calls(records, ks, calls):
     fields = ["same_caps", "diff_caps"] + ["diff_caps_" + t for t in common.flip_types(records)]
     for k in ks:
         rec = records[k][1]
-        orig = calls.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)  # the published calls: 5 originals, then each list per caption
+        orig = calls.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH, captions_of=k)  # the published calls: 5 originals, then each list per caption
         for i in range(len(rec["orig_captions"])):
             for field in fields:  # diff_caps is its own call (the global figures), then each typed list
                 texts = common.caption_texts(rec, field, i)
@@ -79,7 +80,7 @@ def published_calls(records, ks, calls):
 
 def evaluate(run):
     # (the pairs are built once per run; controls and hard positives as in run_lgip_multi.py)
-    scored = run.score(*run.pairs(published_calls), controls=True, hard_positives=[(1, 0), (2, 0)])
+    scored = run.score(*run.pairs(published_calls), controls=True, hard_positives=[(1, 0), (2, 0)], relative=True)
     inv, flips, typed = scored.pairs
     if not run.is_main:
         return None
@@ -94,11 +95,15 @@ def evaluate(run):
     }
     common.add_ci(m, "invariance_error_mean", inv.rec, err, BOOTSTRAP, BOOTSTRAP_SEED)
     controls(m, flips, inv)  # (the row's own keys, beside the published ones)
+    terms = common.relative_terms(scored.relative)  # (LGIP_SPEC.md 13: comparable across score kinds)
+    common.relative_figures(m, "invariance_error_rel", inv.rec, err, terms, BOOTSTRAP, BOOTSTRAP_SEED)
     compare(run, None, flips, inv)
+    if terms is not None:
+        run.compare("invariance_error_rel", None, inv.rec, err, denominator=terms)
     for t, pairs in by_type.items():
         compare(run, t, pairs)
     if WRITE_SCORES:
-        sidecar = common.ScoreSidecar(run.records)
+        sidecar = common.ScoreSidecar(run.records, run.enc.score_kind)
         sidecar.add("paraphrases", inv)
         prior = common.prior_values(typed)[0]  # (None with fewer than 2 images: no prior_gap written)
         sidecar.add("flips", typed, type=typed.label,

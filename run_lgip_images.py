@@ -82,7 +82,7 @@ def evaluate(run):
                                               SAVE_EXAMPLES))
         print(f"-> {folder}: the altered images of {min(SAVE_EXAMPLES, side.n)} record(s), to look at", flush=True)
     if WRITE_SCORES:
-        sidecar = common.ScoreSidecar(run.records)
+        sidecar = common.ScoreSidecar(run.records, run.enc.score_kind)
         for group, group_pairs, labels in side.score_groups(pairs):
             sidecar.add(group, group_pairs, **labels)
         m["scores_file"] = sidecar.save(common.metrics_path(JSONL_PATH, f"LGIP_images_{run.enc.name}.scores.jsonl"))

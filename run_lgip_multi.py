@@ -28,6 +28,7 @@ CACHE_FLUSH_S = 60  # float >= 0: cache chunks are also written after this many 
 PIXEL_MEMORY_GB = "auto"  # float >= 0: host memory for decoded pixels kept for the next model with the same preprocessing (each image decoded once per geometry); "auto" = a quarter of the memory this process may use (per torchrun process on a node), 0 = off
 LOOKAHEAD = True  # True: while a model runs, the later models' tokenizing and image decoding are done in low-priority background workers (their GPU then never waits for them); False: each model does its own
 ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off, or "all": the plain computation (slower; the same numbers to float rounding)
+PRIOR_IMAGES = 3  # int >= 1: a joint scorer's (type generative or itm) text-prior controls score each text with this many other images (LGIP_SPEC.md 13); dual encoders use every other image
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_<model>.scores.jsonl
@@ -41,7 +42,7 @@ def published_calls(records, ks, calls):
     inv, sens = common.Pairs(), common.Pairs()
     for k in ks:
         rec = records[k][1]
-        orig = calls.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH)  # the published calls: 5 originals, then per caption
+        orig = calls.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH, captions_of=k)  # the published calls: 5 originals, then per caption
         for i in range(len(rec["orig_captions"])):
             for field, pairs in (("same_caps", inv), ("diff_caps", sens)):
                 texts = common.caption_texts(rec, field, i)
@@ -53,7 +54,7 @@ def evaluate(run):
     records = run.records
     # (the pairs are built once per run; controls: their mean cosines with the other images, LGIP_SPEC.md 9;
     # hard positives: each flip against every paraphrase of its caption, section 10)
-    scored = run.score(*run.pairs(published_calls), controls=True, hard_positives=[(1, 0)])
+    scored = run.score(*run.pairs(published_calls), controls=True, hard_positives=[(1, 0)], relative=True)
     inv, sens = scored.pairs
     if not run.is_main:
         return None
@@ -72,13 +73,18 @@ def evaluate(run):
         common.add_ci(m, key, pairs.rec, values, BOOTSTRAP, BOOTSTRAP_SEED)
     common.prior_figures(m, sens, inv, BOOTSTRAP, BOOTSTRAP_SEED)  # (beside the published fields)
     common.hard_positive_figures(m, sens, BOOTSTRAP, BOOTSTRAP_SEED)
+    # the invariance error in units of how far another image's caption moves the score (LGIP_SPEC.md 13)
+    terms = common.relative_terms(scored.relative)
+    common.relative_figures(m, "invariance_error_rel", inv.rec, err, terms, BOOTSTRAP, BOOTSTRAP_SEED)
     grounded = common.prior_values(sens)[1]  # (None with fewer than 2 images)
     for figure, pairs, values in (("sensitivity_pos_rate", sens, gaps > 0),  # (in section 9's order)
                                   ("grounded_pos_rate", sens, None if grounded is None else grounded > 0),
                                   ("invariance_error_mean", inv, err)):
         run.compare(figure, None, pairs.rec, values)  # (paired model comparisons, LGIP_SPEC.md 9)
+    if terms is not None:  # (comparable across score kinds, LGIP_SPEC.md 13)
+        run.compare("invariance_error_rel", None, inv.rec, err, denominator=terms)
     if WRITE_SCORES:
-        sidecar = common.ScoreSidecar(records)
+        sidecar = common.ScoreSidecar(records, run.enc.score_kind)
         sidecar.add("paraphrases", inv)
         types = [common.infer_flip_type(records[k][1]["orig_captions"][i], t)
                  for k, i, t in zip(sens.rec, sens.cap, sens.text)]

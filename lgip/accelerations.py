@@ -27,17 +27,18 @@ SHARED_CALLS = True  # the published calls, pairs, keys and token-table rows bui
 SHARED_SCORE_LAYOUT = True  # a score file's text less its numbers made once per run (lgip/scorefile.py); False: per model
 DEVICE_TABLES = True  # embeddings kept and scored on the model's device, uploads pinned and non-blocking (lgip/device.py); False: tables and scoring on the host
 BUILD_ON_DEVICE = True  # open_clip models built directly on the GPU, not initialised on the CPU (lgip/models/openclip.py); False: built on the CPU, then moved
+PREFIX_REUSE = True  # a joint scorer's shared start run once per image (LGIP_SPEC.md 13: a generative model's image and prompt tokens, their key-value cache reused for every text; BLIP's vision tower), texts in batches (lgip/models/generative.py, itm.py); False: the whole model per (image, text)
 SHARED_BOOTSTRAP_DRAWS = True  # bootstrap resamples drawn once per (images, resamples, seed), shared by every interval (lgip/scoring.py); False: drawn per interval
 
 NAMES = ["PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "PIXELS_ON_DEVICE", "PIXEL_MEMORY",
          "LOOKAHEAD", "SHARED_TOKENS", "SHARED_CALLS", "SHARED_SCORE_LAYOUT", "DEVICE_TABLES", "BUILD_ON_DEVICE",
-         "SHARED_BOOTSTRAP_DRAWS"]
+         "SHARED_BOOTSTRAP_DRAWS", "PREFIX_REUSE"]
 
 
 # the switches that act inside a model's encoders: on, they apply only to the towers and preprocessing that admit
 # them (an Encoder's `accelerations` says which of the first five; PIXELS_ON_DEVICE and PIXEL_MEMORY need its pixels)
 PER_MODEL = ("PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "BUILD_ON_DEVICE",
-             "PIXELS_ON_DEVICE", "PIXEL_MEMORY")
+             "PIXELS_ON_DEVICE", "PIXEL_MEMORY", "PREFIX_REUSE")
 
 
 def state():
@@ -59,7 +60,9 @@ def applied(enc):
     on_cpu = str(getattr(enc, "device", "cpu")).startswith("cpu")
     on = state()
     record = {n: v and (n not in PER_MODEL or n in ran) for n, v in on.items()}
-    return record, {n: "the model runs on the CPU" if n == "BUILD_ON_DEVICE" and on_cpu else why
+    joint = "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"
+    return record, {n: "the model runs on the CPU" if n == "BUILD_ON_DEVICE" and on_cpu else
+                    joint if n == "PREFIX_REUSE" and getattr(enc, "entries", "text") != "pair" else why
                     for n, v in on.items() if v and not record[n]}
 
 

@@ -75,6 +75,8 @@ class EmbeddingCache:
             path = str(spec.get(key, "")).replace("local-dir:", "")
             if path and os.path.exists(path):
                 ident[f"{key}_stat"] = _tree_stat(path)
+        if getattr(enc, "entries", "text") == "pair":  # (a joint scorer's score, prompt and question, defaults filled)
+            ident["settings"] = getattr(enc, "settings", {})
         files = MODEL_CACHE_FILES.get(spec.get("type"))  # (a loader of one's own: its code, its kwargs' files)
         if files is not None:
             ident["loader_stat"] = [_tree_stat(f) for f in files(spec) if f and os.path.exists(f)]

@@ -28,7 +28,7 @@ from .cache import _UNWRITABLE, EmbeddingCache
 from .pixel_memory import _PIXEL_MEMORY
 from .texts import RunCalls, TextBank, TextCalls, _LAST_PLAN, resolve_text_batch_size
 from .lookahead import Lookahead
-from .scorer import check_needs, for_gathering, merged, scorer_for
+from .scorer import for_gathering, leave_out, merged, scorer_class, scorer_for
 from .controls import Comparisons
 from .results import write_rows
 from .scorefile import _SCORE_LAYOUT
@@ -159,7 +159,7 @@ class ModelRun:
         # is the model's either way: its folder depends on the spec, protocol and dtype alone.)
         light = key_encoder(spec, config["PROTOCOL"], device, config["DTYPE"]) if enc is None and cache_dir else None
         self.cache = EmbeddingCache(cache_dir, light, spec, flush_s=flush_s) if light is not None else None
-        if light is not None and self.cache.has_entries("text"):
+        if light is not None and self.cache.has_entries(light.entries):
             enc = light
         self.enc = enc or load_model(spec, config["PROTOCOL"], device, config["DTYPE"])
         if cache_dir and self.cache is None:
@@ -206,17 +206,19 @@ class ModelRun:
             _LAST_CALLS[:] = [(build, self.records, self.rank, self.world), self.bank.run_calls]
         return [copy.copy(p) for p in self.bank.run_calls.pairs]
 
-    def score(self, *pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=()):
+    def score(self, *pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(),
+              relative=False):
         """Score each Pairs with this model (its scorer: lgip.scorer) and return the Scored, on rank 0
         every process's merged (None on the others, where its pairs are None).
         keep_embeddings: also keep this process's text table and slot -> row map (`text_embeddings`;
         images: `image_embeddings`, by record), for figures made from the embeddings.
         controls: also each pair's mean score with the other images (LGIP_SPEC.md section 9).
         hard_positives: (flips, paraphrases) positions in pairs_list whose flips are marked as
-        section 10 says (lgip.controls)."""
+        section 10 says (lgip.controls).
+        relative: also the relative invariance error's denominator terms (LGIP_SPEC.md 13: `relative`)."""
         self.seconds["pairs"] = round(time.perf_counter() - self._mark, 3)
         local = self.scorer.score(self, list(pairs_list), text_cos=text_cos, keep_embeddings=keep_embeddings,
-                                  controls=controls, hard_positives=hard_positives)
+                                  controls=controls, hard_positives=hard_positives, relative=relative)
         if self.world == 1:
             self._check_finite([local.nonfinite])
             self._check_usable(local.n_samples, local.image_report)
@@ -239,10 +241,11 @@ class ModelRun:
         self.seconds["scoring"] = round(self._mark - scored.scoring_started, 3)
         return scored
 
-    def compare(self, figure, flip_type, rec, values):
+    def compare(self, figure, flip_type, rec, values, denominator=None):
         """Keep a figure's per-pair values (by image) for the paired comparisons of the run's models
-        (lgip.controls.Comparisons; written by run_evaluation once two models are done)."""
-        self.compared.append((figure, flip_type, rec, values))
+        (lgip.controls.Comparisons; written by run_evaluation once two models are done); denominator:
+        (rec, values) of a ratio's divisor (invariance_error_rel)."""
+        self.compared.append((figure, flip_type, rec, values, denominator))
 
     def _check_finite(self, reports):
         """ModelError (before any metrics or score file is written) when an embedding of the model is
@@ -391,13 +394,17 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
     `summary(row)` printed once the caller has it. Then every row's run block gets the models the
     run skipped (ON_MODEL_ERROR "skip": lgip.model_loop), and the paired comparisons are written.
     needs: what the evaluation takes from a model's scorer beyond its scores (lgip.scorer.PROVIDES:
-    "embeddings" for retrieval and the image side), checked for every model before any work.
+    "embeddings" for retrieval and the image side): a model whose scorer does not give it is left out
+    before any work, with a line saying why (lgip.scorer.leave_out); with none left, nothing is done.
     per_model_files: the caller writes each row as it comes (an interruption says they are written).
 
         >>> with closing(evaluate_models(__file__, CONFIG, FIELDS, evaluate, summary)) as rows:
         ...     for row in rows: write_model(row)
     """
-    check_needs([m for m in config["MODELS"] if isinstance(m, dict)], needs, os.path.basename(script))
+    if needs:
+        config = dict(config, MODELS=leave_out(config["MODELS"], needs, os.path.basename(script)))
+        if not config["MODELS"]:
+            return
     records = load_records(config["JSONL_PATH"], per_caption_fields)
     input_report = check_records(config["JSONL_PATH"], records)
     if config.get("CACHE_DIR"):  # said should an output not be written: the work is not lost
@@ -424,7 +431,7 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
                 continue
             row = whole_row(metrics, spec, run, script, input_report, t.seconds)
             for compared in run.compared:
-                paired.add(run.enc.name, *compared)
+                paired.add(run.enc.name, *compared, score_kind=run.enc.score_kind)
             results.append(row)
             finished.append(run.enc.name)
             yield row  # (the caller writes it: a per-model file at once)
@@ -457,6 +464,9 @@ def whole_row(figures, spec, run, script, input_report, seconds):
     """One model's metrics row: the script's figures (model_tag first), then what the model is
     (`model_card`, LGIP_SPEC.md 12) and what made the row (`run`: settings, versions, the model's
     details, bad inputs, timings)."""
+    figures["score_kind"] = run.enc.score_kind  # what s is (LGIP_SPEC.md 13): its units are the row's figures'
+    if run.scored.prior_images is not None:  # the other images a text's prior score is a mean over
+        figures["prior_images"] = run.scored.prior_images
     figures["model_card"] = model_card(spec, run.enc, run.scored.image_embeddings)
     figures["run"] = dict(run.info(script), **input_report, seconds=round(seconds, 3))
     return figures
@@ -471,6 +481,9 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, needs=
     main = is_main_process()  # (asked before the loop: its end leaves torchrun's process group)
     with closing(evaluate_models(script, config, per_caption_fields, evaluate, summary, needs)) as rows:
         results = list(rows)
+    if needs and not any(all(n in scorer_class(m).provides for n in needs) for m in config["MODELS"]
+                         if isinstance(m, dict)):
+        return None  # (every model was left out, and said so: nothing to write)
     return results if main else None
 
 

@@ -170,7 +170,8 @@ class ScoreSidecar:
     combined text's) similarity, written as one JSON line per caption next to the metrics.
 
     Line format: {"line", "image_id", "image_path", "caption_index", "caption", "sim",
-                  "paraphrases": [{"text", "sim", ...}], "flips": [{"text", "sim", "type"}], ...}
+                  "paraphrases": [{"text", "sim", ...}], "flips": [{"text", "sim", "type"}], ..., "score_kind"}
+    ("sim" holds the model's score s: a cosine, or a joint scorer's, LGIP_SPEC.md 13, as score_kind says)
     Similarities are rounded to 6 decimals; lines are in (record, caption) order, a line's
     groups in the order they were added, each group's items in pair order. The text is made a
     column at a time (~1.4M pairs at 40,000 images: a dict per pair, dumped line by line, took
@@ -179,8 +180,8 @@ class ScoreSidecar:
     >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.save(path)
     """
 
-    def __init__(self, records):
-        self.records = records
+    def __init__(self, records, score_kind=None):
+        self.records, self.score_kind = records, score_kind  # score_kind: what "sim" holds (LGIP_SPEC.md 13), each line's
         self.groups = []  # (group name, Pairs, labels), in the order added
 
     def add(self, group, pairs, **labels):
@@ -212,7 +213,11 @@ class ScoreSidecar:
     def text(self):
         """The file's text."""
         groups = [(g, p, labels) for g, p, labels in self.groups if len(p)]
-        return self._layout(groups).text(groups) if groups else ""
+        text = self._layout(groups).text(groups) if groups else ""
+        if self.score_kind is not None:  # (the layout is the run's models' own: the model's kind ends each line;
+            # a line's last "}" is followed by its newline, which JSON escapes inside a string)
+            text = text.replace("}\n", ', "score_kind": ' + json.dumps(self.score_kind) + "}\n")
+        return text
 
     def lines(self):
         """The file's lines, in order (JSON escapes a newline inside a string: each ends one)."""

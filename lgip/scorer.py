@@ -20,51 +20,18 @@ What a scorer provides (`provides`; an evaluation names what it needs: lgip.eval
     >>> scored.n_samples, scored.image_report["num_failed_images"]
 """
 import time
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from dataclasses import replace
 
 from .cache import image_cache_keys
 from .controls import mark_hard_positives
 from .device import cosines, row_dots
 from .images import RecordImages
+from .joint_scorer import JointScorer
 from .models import MODEL_SCORERS
 from .texts import resolve_text_batch_size
 from .util import Timer
 
-PROVIDES = ("scores", "prior", "text_cos", "embeddings")
-
-
-@dataclass
-class Scored:
-    """What scoring one model's pairs gave (on rank 0, every process's merged: `merged`)."""
-    pairs: list  # the Pairs given, each with base_sim, sim, labels (and what was asked: text_cos, prior_*, ...)
-    ok: list  # this process's records whose image was read
-    failed: list  # records whose image could not be read (merged: every process's, sorted)
-    n_ok: int  # records read, every process
-    n_samples: int  # records read that have a caption (the published count)
-    image_report: dict  # {"num_failed_images", "failed_images": [{"line", "path", "error"}]}
-    texts: dict  # {"unique": texts to score, "encoded": not from the cache, "positions": {"tokens", "computed"}}
-    nonfinite: dict  # this process's scores or embeddings that are NaN or inf (lgip.evaluation checks them)
-    provides: frozenset  # what this scorer gives (PROVIDES)
-    image_sources: dict = field(default_factory=dict)  # unique images: decoded, from pixel memory, from the cache
-    image_embeddings: Any = None  # [records, dim] by record index (this process's; rows of unread records NaN)
-    text_embeddings: Optional[tuple] = None  # (table, slot -> row) when asked for (keep_embeddings)
-    resumed: Optional[dict] = None  # {"texts": [from the cache, in all], "images": [...]}; None without a cache
-    scoring_started: float = 0.0  # time.perf_counter() when the scoring itself began (its phase in the run block)
-
-
-class PairScorer(ABC):
-    """What scores the pairs of one model: `score(run, pairs_list, ...) -> Scored` for this process's
-    records. `provides` (a class attribute: known before any model loads) names what its Scored can
-    hold beyond the scores (PROVIDES)."""
-    provides = frozenset({"scores"})
-
-    @abstractmethod
-    def score(self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=()):
-        """Score each Pairs of `pairs_list` over `run`'s records on this process (lgip.evaluation.ModelRun:
-        its records, text bank, cache, config); text_cos, keep_embeddings, controls and hard_positives as
-        ModelRun.score says. Returns this process's Scored (ModelRun.score gathers them)."""
+from .scored import PROVIDES, PairScorer, Scored  # noqa: F401 (the seam's types: lgip.scored)
 
 
 def score_by_cosine(pairs, img_emb, txt_emb, rows, text_cos=False, image_sum=None):
@@ -96,7 +63,8 @@ class EmbeddingScorer(PairScorer):
     work starts once this one's own is done (lgip.lookahead)."""
     provides = frozenset(PROVIDES)
 
-    def score(self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=()):
+    def score(self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(),
+              relative=False):
         ahead = run.lookahead
         waited, run.ahead = ahead.settle(run.enc) if ahead is not None else (0.0, None)
         if not run.enc.weights_loaded and not self.all_in_cache(run):
@@ -138,7 +106,44 @@ class EmbeddingScorer(PairScorer):
                       image_sources={"decoded": images.n_decoded, "from_pixel_memory": images.n_remembered,
                                      "from_cache": images.n_cached},
                       image_embeddings=img_emb, text_embeddings=(txt_emb, rows) if keep_embeddings else None,
-                      resumed=resumed, scoring_started=scoring_started)
+                      resumed=resumed, scoring_started=scoring_started, prior_images="all" if controls else None,
+                      relative=self.relative(run, ok, img_emb, txt_emb, rows) if relative else None)
+
+    @staticmethod
+    def relative(run, ok, img_emb, txt_emb, rows):
+        """LGIP_SPEC.md 13's denominator terms (lgip.joint_scorer's form): each readable record's captions
+        with its own image ("own") and the captions of the readable record before it with the next
+        record's image ("other"), from the captions' slots (TextCalls.captions). Under torchrun the next
+        record's image lies on another process: every process's readable image embeddings are gathered
+        (in their stored dtype: the same cosines as one process's). None for builders that register no
+        captions."""
+        import numpy as np
+        import torch
+        records, captions = run.records, run.bank.calls.captions
+        mine = [k for k in ok if records[k][1]["orig_captions"]]
+        if any(k not in captions for k in mine):
+            return None
+        if run.world > 1:
+            every = run.all_gathered({k: img_emb[k].cpu() for k in mine})
+            vectors = {k: v for part in every for k, v in part.items()}
+            readable = sorted(vectors)
+            table = torch.stack([vectors[k] for k in readable]).to(img_emb.device) if readable else img_emb[:0]
+            at = {k: j for j, k in enumerate(readable)}
+        else:
+            readable, table, at = mine, img_emb, {k: k for k in mine}
+        if len(readable) < 2:
+            return []
+        place = {k: p for p, k in enumerate(readable)}
+        rec, cap, kind, img, slot = [], [], [], [], []
+        for k in mine:
+            for i, own in enumerate(captions[k]):
+                rec.append(k), cap.append(i), kind.append("own"), img.append(at[k]), slot.append(own)
+            after = readable[(place[k] + 1) % len(readable)]  # (k is the record before it)
+            for i in range(len(records[after][1]["orig_captions"])):
+                rec.append(after), cap.append(i), kind.append("other"), img.append(at[after])
+                slot.append(captions[k][i % len(captions[k])])
+        values = cosines(table, txt_emb, np.asarray(img, dtype=np.int64), rows[np.asarray(slot, dtype=np.int64)])
+        return list(zip(rec, cap, kind, values.tolist()))
 
     @staticmethod
     def all_in_cache(run):
@@ -220,10 +225,11 @@ def merged(local, parts):
         image_report={"num_failed_images": sum(p.image_report["num_failed_images"] for p in parts),
                       "failed_images": [f for p in parts for f in p.image_report["failed_images"]][:20]},
         texts={"unique": sum(p.texts["unique"] for p in parts), "encoded": sum(p.texts["encoded"] for p in parts),
-               "positions": {k: sum(p.texts["positions"].get(k, 0) for p in parts) for k in ("tokens", "computed")}})
+               "positions": {k: sum(p.texts["positions"].get(k, 0) for p in parts) for k in ("tokens", "computed")}},
+        relative=None if any(p.relative is None for p in parts) else [t for p in parts for t in p.relative])
 
 
-SCORERS = {"embeddings": EmbeddingScorer}  # lgip.models.registry.MODEL_SCORERS' kinds -> their PairScorer
+SCORERS = {"embeddings": EmbeddingScorer, "joint": JointScorer}  # lgip.models.registry.MODEL_SCORERS' kinds -> their PairScorer
 
 
 def scorer_class(spec):
@@ -245,3 +251,22 @@ def check_needs(specs, needs, script):
         if missing:
             raise ConfigError(f"model {spec.get('name')!r} (type {spec.get('type')!r}) gives no {', '.join(missing)}, "
                               f"which {script} needs; leave it out of MODELS for this script")
+
+
+def leave_out(models, needs, script):
+    """The models of MODELS whose scorer gives what the step needs (LGIP_SPEC.md 13: a model without
+    embeddings is left out of retrieval, word attribution and the image side's galleries), a line said
+    for each one left out. A step left with none says so in a line of its own (the caller then writes
+    nothing and exits 0)."""
+    kept = []
+    for spec in models:
+        missing = [n for n in needs if isinstance(spec, dict) and n not in scorer_class(spec).provides]
+        if missing:
+            print(f"{script}: model {spec.get('name')!r} (type {spec.get('type')!r}) is left out: it scores a pair "
+                  f"jointly and gives no {', '.join(missing)}, which this step needs", flush=True)
+            continue
+        kept.append(spec)
+    if models and not kept:
+        print(f"{script}: every model of MODELS is left out (none gives {', '.join(needs)}): nothing to do, "
+              f"nothing written", flush=True)
+    return kept

@@ -109,6 +109,8 @@ RULES = {
     "BOOTSTRAP": (_int(0), "an int >= 0 (bootstrap resamples; 0 = no intervals)"),
     "BOOTSTRAP_SEED": (_int(), "an int (the bootstrap's seed)"),
     "SEED": (_int(), "an int (a seed)"),
+    "PRIOR_IMAGES": (_int(1), "an int >= 1 (other images each text of a joint scorer is scored with for the "
+                              "text-prior controls, LGIP_SPEC.md 13)"),
     "IMAGE_BATCH_SIZE": (_int(1), "an int >= 1 (images per forward pass)"),
     "TEXT_BATCH_SIZE": (lambda v: v == "auto" or _int(1)(v), "an int >= 1 or \"auto\" (texts per forward pass)"),
     "NUM_WORKERS": (lambda v: v is None or _int(0)(v), "an int >= 0 or None (image-decoding worker processes; "

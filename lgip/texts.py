@@ -38,17 +38,20 @@ class TextCalls:
     [(0, ['a', 'b']), (2, ['c'])]
     """
 
-    def __init__(self, texts=(), starts=()):
+    def __init__(self, texts=(), starts=(), captions=None):
         self.texts, self.starts = list(texts), list(starts)
+        self.captions = dict(captions or {})  # record index -> its captions' slots (add_call's captions_of)
 
     def add(self, texts):
         self.starts.append(len(self.texts))
         self.texts.extend(texts)
 
-    def add_call(self, texts, batch=None):
+    def add_call(self, texts, batch=None, captions_of=None):
         """Register one published `encode_text` call; returns a slot per text. An empty list
         makes no call (as published). batch: the published script's text batch inside a call
-        (64, or 512 in the rebuttal): each batch of the call is padded on its own.
+        (64, or 512 in the rebuttal): each batch of the call is padded on its own. captions_of:
+        the record index whose captions these texts are (the relative invariance error's
+        denominator scores every caption, LGIP_SPEC.md 13: `captions`).
         >>> calls = TextCalls(); calls.add_call(["a", "b", "c"], batch=2), len(calls)
         ([0, 1, 2], 2)
         """
@@ -56,7 +59,10 @@ class TextCalls:
         step = batch or len(texts)
         for b in range(0, len(texts), max(step, 1)):
             self.add(texts[b:b + step])
-        return list(range(first, len(self.texts)))
+        slots = list(range(first, len(self.texts)))
+        if captions_of is not None:
+            self.captions[captions_of] = slots
+        return slots
 
     def __iter__(self):
         """(first slot, texts) per call."""
@@ -70,7 +76,7 @@ class TextCalls:
         return isinstance(other, TextCalls) and self.starts == other.starts and self.texts == other.texts
 
     def copy(self):
-        return TextCalls(self.texts, self.starts)
+        return TextCalls(self.texts, self.starts, self.captions)
 
 
 class RunCalls:

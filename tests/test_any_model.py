@@ -399,7 +399,7 @@ def test_an_open_clip_model_in_memory_gets_its_spec_twins_accelerations(tmp_path
     assert info["image_last_block_class_token_only"]
     assert all(fast["run"]["accelerations"][n] for n in ("PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT",
                                                          "FAST_CLIP_TOKENIZER", "PIXELS_ON_DEVICE"))
-    assert fast["run"]["accelerations_not_applied"] == {"BUILD_ON_DEVICE": "the model runs on the CPU"}
+    assert fast["run"]["accelerations_not_applied"] == {"BUILD_ON_DEVICE": "the model runs on the CPU", "PREFIX_REUSE": "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"}
     assert "text_trimmed" not in plain["run"]["model"] and not plain["run"]["accelerations"]["PREFIX_PACKS"]
     assert plain["run"]["accelerations_not_applied"]["TRIMMED_TEXT"] == (
         "a model of one's own: its encode_text and encode_image run as given")

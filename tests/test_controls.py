@@ -165,7 +165,8 @@ def test_paired_comparisons_resample_the_same_images_for_both_models(tmp_path):
     run("run_lgip_multi", jsonl, [a, b], BOOTSTRAP=200, BOOTSTRAP_SEED=3)
     rows = json.load(open(tmp_path / "fixture_with_perturb__LGIP_comparisons.metrics.json"))
     assert [(r["a"], r["b"], r["figure"], r["flip_type"]) for r in rows] == [
-        ("a", "b", f, None) for f in ("sensitivity_pos_rate", "grounded_pos_rate", "invariance_error_mean")]
+        ("a", "b", f, None) for f in ("sensitivity_pos_rate", "grounded_pos_rate", "invariance_error_mean",
+                                      "invariance_error_rel")]
     recs = records_of(jsonl)
     per = {}
     for spec in (a, b):  # per image: the pairs' positive outcomes (sensitivity_pos_rate), restated

@@ -328,7 +328,7 @@ def test_figures_equal_the_restatement_and_a_cached_rerun_loads_no_weights(tmp_p
             "model_tag", "num_samples", "image_invariance_error_mean", "image_invariance_error_mean_ci95",
             "image_sensitivity_gap_mean", "image_sensitivity_gap_mean_ci95", "image_sensitivity_pos_rate",
             "image_sensitivity_pos_rate_ci95", "by_kind", "num_images", "flip_offset", "gallery_size", "num_blocks",
-            "altered_images", "scores_file", "model_card", "run"]
+            "altered_images", "scores_file", "score_kind", "model_card", "run"]
         phases = m["run"]["seconds_by_phase"]
         assert "altered_images" in phases and "image_side" in phases
     # the twin's altered pixels came from the first model's (pixel memory), and are the altered ones

@@ -756,16 +756,17 @@ def test_the_markdown_and_page_say_it_per_model_and_list_the_paired_comparisons(
     assert overall[0] == ["Evaluation", "Figure", "A", "B", "A − B [95% CI]", "Images", "Interval excludes 0?"]
     expected = []
     for key in ("multi", "fliptypes"):
-        order = ["sensitivity_pos_rate", "grounded_pos_rate", "invariance_error_mean"]
+        order = ["sensitivity_pos_rate", "grounded_pos_rate", "invariance_error_mean", "invariance_error_rel"]
         for c in sorted((c for c in comparisons(folder, key) if c["flip_type"] is None), key=lambda c: order.index(c["figure"])):
             d = 4 if c["figure"] == "invariance_error_mean" else 3
             lo, hi = c["diff_ci95"]
             expected.append([f"`{EVALS[key][0]}`", {"sensitivity_pos_rate": "Pos. rate", "grounded_pos_rate": "Grounded pos.",
-                                                    "invariance_error_mean": "Inv. error"}[c["figure"]],
+                                                    "invariance_error_mean": "Inv. error",
+                                                    "invariance_error_rel": "Inv. rel."}[c["figure"]],
                              f"tiny_openclip ({c['a_value']:.{d}f})", f"tiny_siglip ({c['b_value']:.{d}f})",
                              f"{c['diff']:+.{d}f} [{lo:.{d}f}, {hi:.{d}f}]", str(c["num_images"]),
                              "interval excludes 0" if c["excludes_zero"] else "—"])
-    assert overall[2:] == expected and len(expected) == 6
+    assert overall[2:] == expected and len(expected) == 8
     assert {c[-1] for c in expected} == {"interval excludes 0", "—"}  # (the tiny models: both kinds)
     by_type = md_table_rows(section, "By flip type:")
     assert len(by_type) - 2 == sum(c["flip_type"] is not None for c in comparisons(folder, "fliptypes")) == 6

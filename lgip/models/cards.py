@@ -11,11 +11,14 @@ under a second) and counted there; a model of one's own (type python) is counted
     >>> model_card({"name": "b16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "laion2b_s34b_b88k"})
     {'source': 'openclip', 'architecture': 'ViT-B-16', 'pretrained': 'laion2b_s34b_b88k', 'family': 'ViT',
      'params_image': 86192640, 'params_text': 63428096, 'params_total': 149620737, 'embed_dim': 512,
-     'image_size': 224, 'context_length': 77, 'loss': 'softmax', 'training_data': 'LAION-2B', 'samples_seen': 34000000000}
+     'image_size': 224, 'context_length': 77, 'loss': 'softmax', 'training_data': 'LAION-2B', 'samples_seen': 34000000000,
+     'score_kind': 'cosine'}
 """
 import json
 import os
 import re
+
+from .joint import score_kind_of
 
 FIELDS = ("source", "architecture", "pretrained", "family", "params_image", "params_text", "params_total",
           "embed_dim", "image_size", "context_length", "loss", "training_data", "samples_seen")
@@ -173,6 +176,8 @@ def _counted(spec, enc):
             card = _openclip_card(spec, model)
         elif spec.get("type") in ("transformers", "siglip"):
             card = _transformers_card(spec, model)
+        elif spec.get("type") in ("generative", "itm"):  # (LGIP_SPEC.md 13)
+            card = joint_card(spec, model, getattr(enc, "processor", None))
         elif model is not None and hasattr(model, "parameters"):  # a model of one's own: its total only
             card = {"params_total": _numel([model])}
     except Exception:  # (a card is what can be told; a model that cannot be built here says nothing)
@@ -193,11 +198,69 @@ def model_card(spec, enc=None, image_embeddings=None):
         card.update(architecture=name, family=family_of(name))  # (the name says it: known when the model cannot be built here)
     card.update(source=kind, training_data=data, samples_seen=seen,
                 pretrained=(os.path.basename(tag) if isinstance(tag, str) and os.path.isfile(tag) else tag)
-                if kind == "openclip" else spec.get("model_id") if kind in ("transformers", "siglip") else
+                if kind == "openclip" else spec.get("model_id") if kind in ("transformers", "siglip", "generative", "itm") else
                 (spec.get("loader") if isinstance(spec.get("loader"), str) else None))
-    card.update({k: v for k, v in _counted(spec, enc).items() if k in FIELDS})
+    card.update({k: v for k, v in _counted(spec, enc).items() if k in FIELDS or k == "vision_encoder"})
+    card["score_kind"] = score_kind_of(spec)  # what its score is (LGIP_SPEC.md 13): cosine for a dual encoder
     if image_embeddings is not None and getattr(image_embeddings, "ndim", 0) == 2:
         card["embed_dim"] = int(image_embeddings.shape[1])
     if isinstance(spec.get("card"), dict):  # the spec's own card wins, field by field
         card.update({k: v for k, v in spec["card"].items()})
     return card
+
+
+def _part(model, names):
+    """The first of `names` found on the model or its inner `.model`, else None."""
+    for owner in (model, getattr(model, "model", None)):
+        for name in names:
+            part = getattr(owner, name, None) if owner is not None else None
+            if part is not None:
+                return part
+    return None
+
+
+def joint_card(spec, model=None, processor=None):
+    """Section 12's fields for a joint model (LGIP_SPEC.md 13): architecture and family = config.model_type;
+    params_image = the vision tower and its projector; params_text = the language model and its head
+    (generative) or all the rest (the text encoder with the head: itm); embed_dim None; image_size the
+    processor's; context_length the language model's positions; loss; vision_encoder = the vision
+    config's _name_or_path where it names one. model None: built on the meta device from the config."""
+    from .joint import _config
+    if model is None:
+        import torch
+        from transformers import AutoModelForImageTextToText, Blip2ForImageTextRetrieval, BlipForImageTextRetrieval
+        config = _config(spec)
+        with torch.device("meta"):
+            if spec.get("type") == "itm":
+                cls = BlipForImageTextRetrieval if config.model_type == "blip" else Blip2ForImageTextRetrieval
+                model = cls(config)
+            else:
+                model = AutoModelForImageTextToText.from_config(config)
+    config = model.config
+    total = _numel([model])
+    vision = _part(model, ("vision_tower", "visual", "vision_model"))
+    projector = _part(model, ("multi_modal_projector", "connector"))
+    image = _numel([m for m in (vision, projector) if m is not None]) if vision is not None else None
+    if spec.get("type") == "generative":
+        lm = _part(model, ("language_model",))
+        head = getattr(model, "lm_head", None)
+        text = _numel([m for m in (lm, head) if m is not None]) if lm is not None else None
+    else:
+        text = total - image if image is not None else None
+    vconf, tconf = getattr(config, "vision_config", None), getattr(config, "text_config", None)
+    name = getattr(vconf, "_name_or_path", None) or None
+    size = None
+    ip = getattr(processor, "image_processor", None)
+    if ip is not None:
+        crop, sz = getattr(ip, "crop_size", None), getattr(ip, "size", None)
+        for d in (crop, sz):
+            if isinstance(d, dict):
+                size = d.get("height") or d.get("shortest_edge") or size
+                if size:
+                    break
+    if size is None:
+        size = getattr(vconf, "image_size", None)
+    return {"architecture": config.model_type, "family": config.model_type, "params_image": image,
+            "params_text": text, "params_total": total, "embed_dim": None, "image_size": size,
+            "context_length": getattr(tconf, "max_position_embeddings", None),
+            "loss": "next-token" if spec.get("type") == "generative" else "itm", "vision_encoder": name}

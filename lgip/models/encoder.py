@@ -30,6 +30,8 @@ class _Model:
     accelerations = frozenset()
     pad_id = 0
     pad_needs_lengths = False
+    entries = "text"  # what its cache's entries are: "text" (and "image") embeddings, or "pair" scores (lgip.cache)
+    score_kind = "cosine"  # what a pair's score is (LGIP_SPEC.md 13): a dual encoder's cosine
 
     def named(self, spec, protocol):
         """This model as MODELS names it: its spec's name, type and demo flag, and the protocol."""

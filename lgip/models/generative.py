@@ -9,10 +9,11 @@ so a token straddling the span's start is t's and one straddling its end (the en
 
 `plain_scores` runs one forward per text: the definition. `prefix_scores` runs the tokens before the
 texts (the template's opening, the image's tokens, the prompt) once per image and every text's tokens
-on a copy of its key-value cache, in batches; a text whose tokens before its own differ from the
-shared prefix (a tokenizer that merges across the boundary) is scored plainly. The two agree to 1e-4
-in float32 (tests/test_generative.py). Not yet a MODELS type: the evaluation loop's scorer for it is
-the next step (lgip.scorer).
+on a copy of its key-value cache, in batches (the shared prefix: the tokens all the conversations
+share before the first scored token, so a tokenizer that merges across the boundary only shortens
+it). The two agree to 1e-4 in float32 (tests/test_generative.py). `conversation_scores` takes a
+(prompt, answer) per text: `vqascore` asks a question that holds the caption and scores "Yes". The
+MODELS type "generative" (lgip.models.joint) scores with it.
 
     >>> plain_scores(model, processor, image, "Describe the image in one sentence.", ["A red bus."])
     [-42.1]
@@ -62,61 +63,113 @@ def _token_logprobs(logits, ids, positions):
     return torch.stack([logp[p - 1, ids[p]] for p in positions])
 
 
+def _on(inputs, model):
+    """The processor's tensors on the model's device, floating ones (pixels) in its dtype."""
+    device, dtype = model.device, model.dtype
+    return {k: (v.to(device, dtype) if v.is_floating_point() else v.to(device)) if hasattr(v, "to") else v
+            for k, v in inputs.items()}
+
+
+def _check_length(model, ids, answer):
+    limit = getattr(getattr(model.config, "text_config", model.config), "max_position_embeddings", None)
+    if limit is not None and len(ids) > limit:
+        raise ModelError(f"the conversation of {answer[:80]!r} is {len(ids)} tokens, more than the model's context "
+                         f"({limit}): shorten the text or the prompt")
+
+
 def plain_scores(model, processor, image, prompt, answers, mean=False):
     """Section 13's score of each answer against `image`: one forward of its whole conversation each
     (the definition the faster path is checked against). mean: divided by its token count (`logprob_mean`)."""
-    import torch
-    out = []
-    for answer in answers:
-        inputs, positions = tokenized(processor, image, prompt, answer)
-        with torch.no_grad():
-            logits = model(**inputs).logits[0]
-        lp = _token_logprobs(logits, inputs["input_ids"][0], positions)
-        out.append(float(lp.mean() if mean else lp.sum()))
-    return out
+    return conversation_scores(model, processor, image, [(prompt, a) for a in answers], mean, reuse=False)
 
 
 def prefix_scores(model, processor, image, prompt, answers, mean=False, batch=16):
     """plain_scores' numbers with the tokens before the answers (the template's opening, the image's
     tokens, the prompt) run once: their key-value cache is repeated for each batch of answers, whose
-    tokens (right-padded, masked) run on it. An answer whose tokens before its own are not the shared
-    prefix's is scored plainly."""
+    tokens (right-padded, masked) run on it."""
+    return conversation_scores(model, processor, image, [(prompt, a) for a in answers], mean, reuse=True, batch=batch)
+
+
+def conversation_scores(model, processor, image, convs, mean=False, reuse=True, batch=16):
+    """The score of each (prompt, answer) of `convs` against `image`: its answer's log-probability (mean:
+    per token) in [user: image, prompt; assistant: answer]. reuse False: one plain forward per conversation
+    (the definition). reuse True: the tokens all conversations share before the first scored token (the
+    template's opening, the image's tokens, what the prompts share: `vqascore`'s question up to the
+    caption) run once, their key-value cache repeated for each batch of the rest (right-padded, masked).
+    Where they share nothing past the image, every conversation runs plainly."""
     import torch
-    if not answers:
+    if not convs:
         return []
-    items = [tokenized(processor, image, prompt, a) for a in answers]
+    items = [tokenized(processor, image, prompt, answer) for prompt, answer in convs]
+    for (inputs, _), (_, answer) in zip(items, convs):
+        _check_length(model, inputs["input_ids"][0], answer)
+    cut = _shared_length([inp["input_ids"][0] for inp, _ in items], min(pos[0] for _, pos in items))
+    if not reuse or cut <= _last_image_token(model, items[0][0]["input_ids"][0]):
+        return [_plain(model, inputs, positions, mean) for inputs, positions in items]
+    return _on_prefix(model, processor, items, cut, mean, batch)
+
+
+def _plain(model, inputs, positions, mean):
+    import torch
+    with torch.no_grad():
+        logits = model(**_on(inputs, model)).logits[0]
+    lp = _token_logprobs(logits, inputs["input_ids"][0].to(logits.device), positions)
+    return float(lp.mean() if mean else lp.sum())
+
+
+def _shared_length(ids, limit):
+    """How many leading tokens every id list shares, at most `limit`."""
+    import torch
+    first, n = ids[0], limit
+    for t in ids[1:]:
+        m = min(n, len(t))
+        differ = (t[:m] != first[:m]).nonzero()
+        n = int(differ[0]) if len(differ) else m
+    return n
+
+
+def _last_image_token(model, ids):
+    """The position of the last image token in `ids` (-1 when the model names none): the shared
+    prefix must hold the whole image, whose pixels go with it."""
+    token = getattr(model.config, "image_token_id", None)
+    token = getattr(model.config, "image_token_index", None) if token is None else token
+    if token is None:
+        return -1
+    where = (ids == token).nonzero()
+    return int(where[-1]) if len(where) else -1
+
+
+def _on_prefix(model, processor, items, cut, mean, batch):
+    import copy
+    import torch
     ids = [inp["input_ids"][0] for inp, _ in items]
-    cut = min(pos[0] for _, pos in items)  # the shared prefix: every token before the first scored one
     first = items[0][0]
-    shared = [j for j, t in enumerate(ids) if len(t) > cut and torch.equal(t[:cut], ids[0][:cut])]
-    scores = [None] * len(answers)
-    for j in set(range(len(answers))) - set(shared):
-        scores[j] = plain_scores(model, processor, image, prompt, [answers[j]], mean)[0]
     prefix = {k: (v[:, :cut] if k in ("input_ids", "attention_mask", "token_type_ids") else v) for k, v in first.items()}
     with torch.no_grad():
-        out = model(**prefix, use_cache=True)
+        out = model(**_on(prefix, model), use_cache=True)
     cache, last = out.past_key_values, out.logits[0, -1]  # (last: the prefix's prediction of the first token)
     pad = processor.tokenizer.pad_token_id or 0
-    for b in range(0, len(shared), batch):
-        group = shared[b:b + batch]
+    device = last.device
+    scores = []
+    for b in range(0, len(items), batch):
+        group = range(b, min(b + batch, len(items)))
         rest = [ids[j][cut:] for j in group]
         width = max(len(r) for r in rest)
-        x = torch.full((len(group), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(group), cut + width), dtype=torch.long)
+        x = torch.full((len(rest), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rest), cut + width), dtype=torch.long)
         mask[:, :cut] = 1
         for r, t in enumerate(rest):
             x[r, :len(t)] = t
             mask[r, cut:cut + len(t)] = 1
-        import copy
         c = copy.deepcopy(cache)
-        c.batch_repeat_interleave(len(group))
+        c.batch_repeat_interleave(len(rest))
         with torch.no_grad():
-            logits = model(input_ids=x, attention_mask=mask, past_key_values=c, use_cache=True,
-                           cache_position=torch.arange(cut, cut + width)).logits
+            logits = model(input_ids=x.to(device), attention_mask=mask.to(device), past_key_values=c, use_cache=True,
+                           cache_position=torch.arange(cut, cut + width, device=device)).logits
         for r, j in enumerate(group):
             # position p of the whole text is predicted by p - 1: the prefix's last logits for p = cut
             full = torch.cat([last[None], logits[r]], dim=0)  # full[q] predicts token cut + q
             positions = items[j][1]
             lp = torch.stack([torch.log_softmax(full[p - cut].float(), -1)[ids[j][p]] for p in positions])
-            scores[j] = float(lp.mean() if mean else lp.sum())
+            scores.append(float(lp.mean() if mean else lp.sum()))
     return scores

@@ -88,7 +88,7 @@ def hub_files(spec):
     (an open_clip tag hosted at a plain URL)."""
     if spec.get("type") == "python":  # a loader of one's own fetches what it needs
         return []
-    if spec.get("type") in ("siglip", "transformers"):
+    if spec.get("type") in ("siglip", "transformers", "generative", "itm"):
         model_id = str(spec.get("model_id", ""))
         if os.path.isdir(model_id) or model_id.startswith((".", "/", "~")):
             return []

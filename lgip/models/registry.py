@@ -5,6 +5,9 @@ key encoder making its cache keys without them. The types:
   transformers  {"model_id"}: any transformers dual encoder (CLIP, MetaCLIP, AltCLIP, ALIGN, ChineseCLIP, SigLIP, ...)
   siglip        {"model_id"}: the same loader, the published specs' name for SigLIP/SigLIP2
   python        {"loader", "kwargs"}: a loader of one's own returning (model, preprocess, tokenizer)
+  generative    {"model_id", "score", "prompt", "question"}: a generative VLM scoring a pair (LGIP_SPEC.md 13:
+                a JointModel, lgip.models.joint)
+  itm           {"model_id"}: a BLIP / BLIP-2 image-text matching head (the same)
 A MODELS entry may also be a name (NAMED_MODELS: the published nine, and "demo", the bundled demo
 model, lgip.demo); `expand_models` turns names into specs before any work.
 The room for a new model family: a module with its loader (spec, protocol, device, dtype) ->
@@ -22,6 +25,7 @@ from .zoo import expand_zoo, is_zoo
 from .encoder import PROTOCOLS, check_keys, resolve_device, resolve_dtype, tokenizer_key
 from .pixels import check_pixel_split
 from .hub import check_model
+from .joint import check_settings, joint_key, load_generative, load_itm
 from .openclip import load_openclip, openclip_key_encoder, prepare_openclip
 from .python import in_memory, load_python, loader_files, python_key_encoder
 from .transformers import load_transformers, prepare_transformers, transformers_key_encoder
@@ -96,25 +100,29 @@ def _pair(spec):
 
 # spec "type" -> (spec, protocol, device, dtype) -> Encoder
 MODEL_LOADERS = {"openclip": load_openclip, "transformers": load_transformers, "siglip": load_transformers,
-                 "python": load_python}
+                 "python": load_python, "generative": load_generative, "itm": load_itm}
 # same keys: (spec, protocol) -> Prepared (tokenizer and pixels, no weights), or None: nothing to do ahead
 MODEL_PREPARERS = {"openclip": prepare_openclip, "transformers": prepare_transformers, "siglip": prepare_transformers,
-                   "python": None}
+                   "python": None, "generative": None, "itm": None}
 # same keys: (spec, protocol) -> Encoder making the cache keys without weights, or None
 MODEL_KEYS = {"openclip": openclip_key_encoder, "transformers": transformers_key_encoder,
-              "siglip": transformers_key_encoder, "python": python_key_encoder}
+              "siglip": transformers_key_encoder, "python": python_key_encoder, "generative": joint_key,
+              "itm": joint_key}
 # same keys: the field a spec of the type must have
-MODEL_FIELDS = {"openclip": "model_name", "transformers": "model_id", "siglip": "model_id", "python": "loader"}
+MODEL_FIELDS = {"openclip": "model_name", "transformers": "model_id", "siglip": "model_id", "python": "loader",
+                "generative": "model_id", "itm": "model_id"}
 # same keys: the fields a spec of the type may have besides its required one and SPEC_COMMON's
 MODEL_OPTIONS = {"openclip": ("pretrained",), "transformers": ("lowercase",), "siglip": ("lowercase",),
-                 "python": ("kwargs",)}
+                 "python": ("kwargs",), "generative": ("score", "prompt", "question"), "itm": ()}
 SPEC_COMMON = ("name", "type", "card", "demo")  # every type's: its name, type, own card fields, demo marker
 # same keys: spec -> the files beyond its checkpoint whose size and mtime its cache's identity covers
 # (a loader of one's own: its code and its kwargs' files), or None (lgip.cache)
-MODEL_CACHE_FILES = {"openclip": None, "transformers": None, "siglip": None, "python": loader_files}
+MODEL_CACHE_FILES = {"openclip": None, "transformers": None, "siglip": None, "python": loader_files,
+                     "generative": None, "itm": None}
 # same keys: how a model of the type scores a pair (lgip.scorer.SCORERS): "embeddings", a dual encoder's
-# image and text embedded apart and scored by cosine (a joint scorer, LGIP_SPEC.md 13, is another)
-MODEL_SCORERS = {"openclip": "embeddings", "transformers": "embeddings", "siglip": "embeddings", "python": "embeddings"}
+# image and text embedded apart and scored by cosine; "joint", a pair scored by one model (LGIP_SPEC.md 13)
+MODEL_SCORERS = {"openclip": "embeddings", "transformers": "embeddings", "siglip": "embeddings", "python": "embeddings",
+                 "generative": "joint", "itm": "joint"}
 
 
 def spec_keys(model_type):
@@ -134,6 +142,7 @@ def _check_spec(spec, protocol):
         raise ModelError(f"model {spec['name']!r}: type {spec['type']!r} needs {required!r}")
     if required != "loader" and (not isinstance(spec[required], str) or not spec[required].strip()):
         raise ModelError(f"model {spec['name']!r}: {required!r} must be a non-empty string, got {spec[required]!r}")
+    check_settings(spec)
     if protocol not in PROTOCOLS:
         raise ModelError(f"unknown PROTOCOL {protocol!r}; valid: {', '.join(PROTOCOLS)}")
 
@@ -158,7 +167,8 @@ def load_model(spec, protocol="corrected", device="cpu", dtype=None):
         raise ModelError(f"{e} Valid types: {', '.join(MODEL_LOADERS)} (type 'python' takes a loader of your own "
                          f"returning (model, preprocess, tokenizer))") from e
     enc.named(spec, protocol)
-    enc.tokenizer_key = tokenizer_key(enc.type, enc.tokenizer_identity, enc.tokenize)
+    if enc.tokenize is not None:  # (a joint scorer, lgip.models.joint, has neither tokens nor pixels of its own)
+        enc.tokenizer_key = tokenizer_key(enc.type, enc.tokenizer_identity, enc.tokenize)
     enc.pixels = check_pixel_split(enc, enc.pixels) if accelerations.PIXELS_ON_DEVICE else None
     enc.info = dict(enc.info, pixels_on_device=enc.pixels is not None, weights_loaded=True)
     if random_init(spec):

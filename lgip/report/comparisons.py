@@ -17,7 +17,7 @@ from .evaluations import EVALUATIONS
 
 COMPARISONS_SUFFIX = "LGIP_comparisons.metrics.json"
 COMPARED = {"sensitivity_pos_rate": "pos_rate", "grounded_pos_rate": "grounded_pos_rate",
-            "invariance_error_mean": "invariance_error"}  # a compared figure -> its name in a row (<evaluation>_<name>)
+            "invariance_error_mean": "invariance_error", "invariance_error_rel": "invariance_error_rel"}  # a compared figure -> its name in a row (<evaluation>_<name>)
 COMPARED_OWN = {"i2t_recall@1": "retrieval_i2t_recall@1", "i2t_flip_top1_rate": "retrieval_i2t_flip_top1_rate",
                 "localization_acc": "localization_acc", "image_sensitivity_pos_rate": "image_pos_rate"}
 # ^ the figures of the evaluations with one figure of a name (section 12's outcomes) -> its key in a row

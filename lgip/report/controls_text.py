@@ -67,7 +67,8 @@ def prior_lines(rows, paths):
 
 
 COMPARED_NAMES = {"sensitivity_pos_rate": ("Pos. rate", 3), "grounded_pos_rate": ("Grounded pos.", 3),
-                  "invariance_error_mean": ("Inv. error", 4), "i2t_recall@1": ("I2T R@1", 3),
+                  "invariance_error_mean": ("Inv. error", 4), "invariance_error_rel": ("Inv. rel.", 3),
+                  "i2t_recall@1": ("I2T R@1", 3),
                   "i2t_flip_top1_rate": ("Flip top-1", 3), "localization_acc": ("Loc. acc.", 3),
                   "image_sensitivity_pos_rate": ("Image pos.", 3)}  # a compared figure: its name in the tables, digits
 EXCLUDES = "interval excludes 0"  # (a difference beyond resampling noise on these images, nothing more)

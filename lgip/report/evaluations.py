@@ -22,7 +22,7 @@ from ..errors import InputError
 from ..filenames import default_output, metrics_path
 from ..method import FLIP_TYPES
 from ..records import read_json
-from .fields import BadField, CONTROL_FIGURES, FIGURES, TYPE_CONTROLS, block, check_card, count, what_is, with_ci
+from .fields import BadField, CONTROL_FIGURES, FIGURES, RELATIVE, TYPE_CONTROLS, block, check_card, count, what_is, with_ci
 from .extract import (extract_enhanced, extract_explain, extract_fliptypes, extract_images, extract_multi,
                       extract_retrieval, enhanced_blocks)
 
@@ -110,9 +110,9 @@ def columns(types=None):
     object; a benchmark's own types otherwise: `report_types`)."""
     def ci(name):
         return with_ci([name])
-    cols = ["model", "label", "protocol", "num_records", "num_failed_images", "headline_source", "headline_file",
+    cols = ["model", "label", "protocol", "score_kind", "num_records", "num_failed_images", "headline_source", "headline_file",
             "headline_created", "mixed_settings"]
-    for f in FIGURES + CONTROL_FIGURES:  # (the controls from the headline's evaluation, as the positive rate)
+    for f in FIGURES + CONTROL_FIGURES + (RELATIVE,):  # (the controls from the headline's evaluation, as the positive rate)
         cols += ci(f)
     cols += ["flip_type_source", "flip_type_file", "flip_type_created"]
     for t in FLIP_TYPES if types is None else types:
@@ -122,7 +122,7 @@ def columns(types=None):
     for name in ("simple_invariance_error", "advanced_invariance_error", "combined_pos_rate", "combined_gap"):
         cols += ci("enhanced_" + name)
     for key in HEADLINE_KEYS:  # each evaluation's own headline figures, whichever heads the table
-        for f in FIGURES + (CONTROL_FIGURES if BY_KEY[key].controls else ()):
+        for f in FIGURES + (CONTROL_FIGURES + (RELATIVE,) if BY_KEY[key].controls else ()):
             cols += ci(f"{key}_{f}")
     for e in EVALUATIONS:
         cols += list(own_columns(e, types))

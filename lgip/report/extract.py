@@ -7,7 +7,7 @@ figures named `<key>_<figure>`, checked by lgip.report.fields). An evaluation's 
 """
 from ..method import FLIP_TYPES
 from ..retrieval import KS
-from .fields import Block, CONTROLS, TYPE_CONTROLS, block, count, fig, number
+from .fields import Block, CONTROLS, RELATIVE, TYPE_CONTROLS, block, count, fig, number
 
 
 def enhanced_blocks(m):
@@ -21,6 +21,7 @@ def enhanced_blocks(m):
 def extract_multi(m, types=None):
     out = {}
     out.update(fig(m, "invariance_error_mean", "multi_invariance_error", required=True))
+    out.update(fig(m, RELATIVE, "multi_" + RELATIVE))
     out.update(fig(m, "sensitivity_gap_mean", "multi_gap", required=True))
     out.update(fig(m, "sensitivity_pos_rate", "multi_pos_rate", required=True))
     out["multi_num_records"] = count(m, "num_samples")
@@ -48,6 +49,7 @@ def extract_fliptypes(m, types=None):
     out = {}
     g = block(m, "global_sensitivity")
     out.update(fig(m, "invariance_error_mean", "fliptypes_invariance_error", required=True))
+    out.update(fig(m, RELATIVE, "fliptypes_" + RELATIVE))
     out.update(fig(g, "gap_mean", "fliptypes_gap", required=True))
     out.update(fig(g, "pos_rate", "fliptypes_pos_rate", required=True))
     out["fliptypes_num_records"] = count(m, "num_samples")

@@ -35,6 +35,7 @@ OUTCOMES = (  # (name in the metrics, key in a report row, header, digits, bette
     ("sensitivity_pos_rate", "pos_rate", "Pos. rate ↑", 3, "high"),
     ("grounded_pos_rate", "grounded_pos_rate", "Grounded pos. ↑", 3, "high"),
     ("invariance_error_mean", "invariance_error", "Inv. error ↓", 4, "low"),
+    ("invariance_error_rel", "invariance_error_rel", "Inv. rel. ↓", 3, "low"),
     ("i2t_recall@1", "retrieval_i2t_recall@1", "I2T R@1 ↑", 3, "high"),
     ("i2t_flip_top1_rate", "retrieval_i2t_flip_top1_rate", "Flip top\u20111 ↓", 3, "low"),
     ("localization_acc", "localization_acc", "Loc. acc. ↑", 3, "high"),
@@ -67,11 +68,16 @@ def _raw_value(metrics, tag, name):
 
 def outcome_values(rows, metrics):
     """{model: {outcome: value}} of the OUTCOMES each model has (the row's figure; where the rows
-    have no such column at all, the metrics' own field)."""
+    have no such column at all, the metrics' own field). Models of several score kinds (LGIP_SPEC.md
+    13): no invariance_error_mean (in each kind's own units), invariance_error_rel compares them."""
+    from .rows import mixed_kinds
+    units = ("invariance_error_mean",) if mixed_kinds(rows) else ()
     out = {}
     for r in rows:
         values = {}
         for name, key, *_ in OUTCOMES:
+            if name in units:
+                continue
             v = r.get(key) if key in r else _raw_value(metrics, r["model"], name)
             if v is not None:
                 values[name] = v

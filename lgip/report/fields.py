@@ -24,6 +24,7 @@ CONTROLS = (("prior_pos_rate", "prior_pos_rate"), ("grounded_pos_rate", "grounde
             ("robust_pos_rate", "robust_pos_rate"), ("text_only_rate", "text_only_rate"))
 CONTROL_FIGURES = tuple(name for _, name in CONTROLS)
 TYPE_CONTROLS = CONTROLS[:4] + CONTROLS[6:]  # a by_flip_type block's (no paraphrase figures)
+RELATIVE = "invariance_error_rel"  # LGIP_SPEC.md 13: the invariance error comparable across score kinds (None in an older file)
 NON_NEGATIVE = re.compile(r"(^|_)(inv_error|invariance_error)(_\w+)?_mean$")  # a metrics key of a mean of |differences|: >= 0
 RATE = re.compile(r"(rate|recall|acc|chance|agreement)(@\d+)?(_detected|_preferred)?$")  # figures in [0, 1]
 

@@ -32,8 +32,10 @@ CONSOLE_COLUMNS = ("Model", "Records", "Inv. error ↓", "Pos. rate ↑", "Groun
 def console_table(rows):
     """The main table's headline columns (CONSOLE_COLUMNS, those some row has), to fit a terminal: the
     report's .md and page have them all."""
+    from .rows import mixed_kinds
     header, cells, align = main_table(rows)
-    keep = [i for i, h in enumerate(header) if h in CONSOLE_COLUMNS]
+    wanted = CONSOLE_COLUMNS + (("Inv. rel. ↓",) if mixed_kinds(rows) else ())  # (several score kinds: what compares them)
+    keep = [i for i, h in enumerate(header) if h in wanted]
     return md_table([header[i] for i in keep], [[c[i] for i in keep] for c in cells], [align[i] for i in keep])
 
 
@@ -218,7 +220,7 @@ def markdown(report, md_path):
           "evaluate; Made: when its row was made):", "", md_table(*sources_table(rows)), ""]
     md += _benchmark_section(report)
     if report.front is not None:
-        md.append(frontier_note(report.front) + "\n")
+        md.append(frontier_note(report.front, report.rows) + "\n")
     note = retrieval_note(rows)
     if note is not None:
         md.append(note + "\n")

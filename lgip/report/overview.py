@@ -151,6 +151,14 @@ def source_notes(rows, metrics, paths):
             for h in heads) + ".")
     else:
         notes.append("Invariance error, gap and positive rate from " + ", ".join(head(h) for h in heads) + ".")
+    kinds = list(dict.fromkeys(r.get("score_kind") or "cosine" for r in rows))
+    if len(kinds) > 1:  # (LGIP_SPEC.md 13)
+        notes.append(f"The models score in {len(kinds)} kinds ({', '.join(kinds)}, beside each name): invariance "
+                     f"error and gap are in each model's own units, comparable only between models of one kind; "
+                     f"Inv. rel. (the invariance error over how far another image's caption moves the score) and "
+                     f"the rates compare across kinds, and the frontier figure is drawn on Inv. rel.")
+    elif kinds and kinds[0] != "cosine":
+        notes.append(f"Scores are {kinds[0]} (LGIP_SPEC.md 13), not cosines: invariance error and gap are in its units.")
     typed = list(dict.fromkeys(r["flip_type_source"] for r in rows if r["flip_type_source"]))
     if typed:
         notes.append("Per-type positive rates from " + ", ".join(f"`{SCRIPTS[t]}`" for t in typed)
@@ -240,9 +248,12 @@ def retrieval_note(rows):
               "paper's claim that flip failures are largely invisible to standard retrieval).")
 
 
-def frontier_note(front):
-    """The Pareto sentence for the models on the frontier (tags, by invariance error)."""
-    return ("Pareto frontier (no other model has both a lower invariance error and a higher positive rate): "
+def frontier_note(front, rows=()):
+    """The Pareto sentence for the models on the frontier (tags, by invariance error: the relative one where
+    the rows' models score in several kinds, as the figure draws it)."""
+    from .rows import mixed_kinds
+    what = "relative invariance error" if mixed_kinds(rows) else "invariance error"
+    return (f"Pareto frontier (no other model has both a lower {what} and a higher positive rate): "
             + ", ".join(f"`{m}`" for m in front) + ".")
 
 

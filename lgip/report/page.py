@@ -26,7 +26,8 @@ from .controls_text import COMPARISONS_LEAD, comparison_rows, comparison_text, c
 from .benchmark_text import benchmark_lines
 from .factors_text import factor_lines
 from .image_side import KIND_NAMES, image_side_lines
-from .tables import interval, num, result_columns, row_types
+from .tables import IN_SCORE_UNITS, interval, num, result_columns, row_types
+from .rows import mixed_kinds
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 COMPARING_FIGURES = ("retrieval.png",)  # (figures across models alone: left off a one-model page)
@@ -67,9 +68,11 @@ def results_table(rows):
               + [{"text": c.header.replace(" ↑", "\u00a0↑").replace(" ↓", "\u00a0↓"), "numeric": True, "better": c.better,
                   "title": c.title or f"{c.name}: {c.better}er is better"} for c in spec])
     best = {}
+    mixed = mixed_kinds(rows)  # (several score kinds: a column in score units has no best model)
     for c in spec:  # (a control's column has none)
         values = [r[c.name] for r in rows if r.get(c.name) is not None]
-        best[c.name] = (min if c.better == "low" else max)(values) if len(values) > 1 and c.better else None
+        best[c.name] = ((min if c.better == "low" else max)(values)
+                        if len(values) > 1 and c.better and not (mixed and c.name in IN_SCORE_UNITS) else None)
     body = []
     for r in rows:
         source = (f" · headline figures from {r['headline_file']}" + (f" (made {r['headline_created']})"
@@ -151,7 +154,7 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "benchmark": benchmark_lines(report.rows, report.benchmark, report.paths),  # None for LGIP's own data
         "notes": source_notes(report.rows, report.metrics, report.paths),
         "sources": dict(zip(("header", "cells"), sources_table(report.rows))),  # per model: its figures' files, when made
-        "frontier": frontier_note(report.front) if report.front and several else None,
+        "frontier": frontier_note(report.front, report.rows) if report.front and several else None,
         "retrieval": retrieval_note(report.rows) if several else None,
         "figures": figures,
         "top_k": report.tops.k if report.tops is not None else 0,

@@ -49,17 +49,19 @@ def _pyplot():
     return plt
 
 
-FAMILY_MARKERS = {"OpenCLIP": "o", "SigLIP": "s"}
+FAMILY_MARKERS = {"OpenCLIP": "o", "SigLIP": "s", "generative VLM": "^", "ITM cross-encoder": "v"}
 
 
 def _family(row):
-    """'OpenCLIP', 'SigLIP' or 'other': the run's model type (a transformers model by its model
-    type: SigLIP/SigLIP2 checkpoints are SigLIP whichever type loaded them), else the tag."""
+    """'OpenCLIP', 'SigLIP', 'generative VLM', 'ITM cross-encoder' (LGIP_SPEC.md 13) or 'other': the run's
+    model type (a transformers model by its model type: SigLIP/SigLIP2 checkpoints are SigLIP whichever
+    type loaded them), else the tag."""
     kind = row.get("_type") or ("siglip" if "siglip" in row["model"].lower() else
                                 "openclip" if "clip" in row["model"].lower() else None)
     if str(row.get("_family") or "").startswith("siglip"):
         kind = "siglip"
-    return {"openclip": "OpenCLIP", "siglip": "SigLIP"}.get(kind, "other")
+    return {"openclip": "OpenCLIP", "siglip": "SigLIP", "generative": "generative VLM",
+            "itm": "ITM cross-encoder"}.get(kind, "other")
 
 
 def _model_colors(tags):
@@ -132,18 +134,21 @@ def _place_labels(fig, ax, items, obstacles=(), leader=False):
 
 
 def plot_frontier(rows, path, title_note="", dpi=150, files=None):
-    """Invariance error (x) against positive rate (y), CI whiskers, Pareto frontier; None if no data.
-    files: the lgip.outputs.OutputSet the PNG belongs to (None: written at once), as for every figure."""
-    pts = [r for r in rows if r["invariance_error"] is not None and r["pos_rate"] is not None]
+    """Invariance error (x) against positive rate (y), CI whiskers, Pareto frontier; None if no data. Models
+    of several score kinds (LGIP_SPEC.md 13): the relative invariance error on x, the one comparable across
+    kinds. files: the lgip.outputs.OutputSet the PNG belongs to (None: written at once), as for every figure."""
+    from .rows import mixed_kinds
+    x_key = "invariance_error_rel" if mixed_kinds(rows) else "invariance_error"
+    pts = [r for r in rows if r.get(x_key) is not None and r["pos_rate"] is not None]
     if not pts:
         return None
     plt = _pyplot()
     from matplotlib.lines import Line2D
     colors = _model_colors([r["model"] for r in rows])
     fig, ax = plt.subplots(figsize=(8, 6))
-    xy = [(r["invariance_error"], r["pos_rate"]) for r in pts]
+    xy = [(r[x_key], r["pos_rate"]) for r in pts]
     front = pareto_front(xy)
-    xs = [v for r in pts for v in (r["invariance_error"], r["invariance_error_ci_lo"], r["invariance_error_ci_hi"]) if v is not None]
+    xs = [v for r in pts for v in (r[x_key], r.get(x_key + "_ci_lo"), r.get(x_key + "_ci_hi")) if v is not None]
     ys = [v for r in pts for v in (r["pos_rate"], r["pos_rate_ci_lo"], r["pos_rate_ci_hi"]) if v is not None]
     xpad = max((max(xs) - min(xs)) * 0.18, 0.01)
     ypad = max((max(ys) - min(ys)) * 0.18, 0.02)
@@ -167,15 +172,16 @@ def plot_frontier(rows, path, title_note="", dpi=150, files=None):
         marker = FAMILY_MARKERS.get(family, "D")
         families.setdefault(family, marker)
         on_front = i in front
-        ax.errorbar(r["invariance_error"], r["pos_rate"],
-                    xerr=_err(r["invariance_error"], r["invariance_error_ci_lo"], r["invariance_error_ci_hi"]),
+        ax.errorbar(r[x_key], r["pos_rate"],
+                    xerr=_err(r[x_key], r.get(x_key + "_ci_lo"), r.get(x_key + "_ci_hi")),
                     yerr=_err(r["pos_rate"], r["pos_rate_ci_lo"], r["pos_rate_ci_hi"]),
                     fmt=marker, color=c, ecolor=c, elinewidth=1.3, capsize=3.5, markersize=9 if on_front else 7.5,
                     markeredgecolor="0.1" if on_front else "white", markeredgewidth=1.6 if on_front else 0.8,
                     alpha=1.0, zorder=4 if on_front else 3, clip_on=False)
     for name, marker in families.items():
         handles.append(Line2D([], [], color="0.45", marker=marker, linestyle="none", markersize=7, label=name))
-    ax.set_xlabel("Invariance error: mean |Δ sim| under paraphrase (lower is better)")
+    ax.set_xlabel("Invariance error: mean |Δ sim| under paraphrase (lower is better)" if x_key == "invariance_error" else
+                  "Relative invariance error: paraphrase |Δ s| / another caption's |Δ s| (lower is better)")
     ax.set_ylabel("Positive rate: flips scored below original (higher is better)")
     ax.set_title("LGIP: invariance vs. sensitivity" + (f"\n{title_note}" if title_note else ""), fontsize=13)
     handles.append(Line2D([], [], color="0.3", marker=r"$\nwarrow$", linestyle="none", markersize=13,
@@ -184,14 +190,14 @@ def plot_frontier(rows, path, title_note="", dpi=150, files=None):
     fig.tight_layout()
     whiskers = []
     for r in pts:
-        x, y = r["invariance_error"], r["pos_rate"]
-        for lo, hi, horizontal in ((r["invariance_error_ci_lo"], r["invariance_error_ci_hi"], True),
+        x, y = r[x_key], r["pos_rate"]
+        for lo, hi, horizontal in ((r.get(x_key + "_ci_lo"), r.get(x_key + "_ci_hi"), True),
                                    (r["pos_rate_ci_lo"], r["pos_rate_ci_hi"], False)):
             if lo is not None and hi is not None:
                 for f in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0):
                     v = lo + f * (hi - lo)
                     whiskers.append((v, y) if horizontal else (x, v))
-    _place_labels(fig, ax, [(r["invariance_error"], r["pos_rate"], r["label"]) for r in pts], whiskers)
+    _place_labels(fig, ax, [(r[x_key], r["pos_rate"], r["label"]) for r in pts], whiskers)
     _save(fig, path, dpi, files)
     plt.close(fig)
     return [pts[i]["model"] for i in front]

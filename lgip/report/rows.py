@@ -24,7 +24,7 @@ import re
 from ..errors import InputError
 from ..method import FLIP_TYPES
 from ..scoring import spearman
-from .fields import CARD_FIELDS, CONTROL_FIGURES, FIGURES, TYPE_CONTROLS, with_ci
+from .fields import CARD_FIELDS, CONTROL_FIGURES, FIGURES, RELATIVE, TYPE_CONTROLS, with_ci
 from .evaluations import (COLUMNS, EVALUATIONS, EVAL_KEYS, HEADLINE_KEYS, SCRIPTS, columns, mixed_settings,
                           mixed_text, report_types)
 
@@ -87,7 +87,7 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
         if src in runs:
             row["headline_source"], row["headline_file"], row["headline_created"] = src, files.get(src), _created(runs[src])
             # the headline evaluation's figures and controls (of the same pairs as its positive rate)
-            row.update({c: v.get(f"{src}_{c}") for c in with_ci(FIGURES + CONTROL_FIGURES) + ["num_records"]})
+            row.update({c: v.get(f"{src}_{c}") for c in with_ci(FIGURES + CONTROL_FIGURES + (RELATIVE,)) + ["num_records"]})
             row["_controls"] = bool(v.get(f"{src}__controls"))  # its file has them (an older one has not)
             row["_unmeasured"] = [f for f in FIGURES if row[f] is None]  # null in its file: nothing measured
         typed = next((e.key for e in EVALUATIONS if e.typed and e.key in runs), None)
@@ -104,6 +104,9 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
         row["_family"] = next(((r.get("model") or {}).get("family") for r in run_infos
                                if (r.get("model") or {}).get("family")), None)  # (type transformers: clip, siglip, ...)
         row["_types"] = types
+        # what its score s is (LGIP_SPEC.md 13; a file from before score kinds: a dual encoder's cosine)
+        row["score_kind"] = next((runs[k]["score_kind"] for k in EVAL_KEYS if k in runs
+                                  and isinstance(runs[k].get("score_kind"), str)), "cosine")
         row["_card"] = model_card([runs[k] for k in EVAL_KEYS if k in runs])
         row["_mixed"] = mixed_settings(runs)
         row["mixed_settings"] = mixed_text(row["_mixed"]) or None
@@ -114,9 +117,16 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
                                        if v.get(f"{k}_num_records") is not None), None)
         rows.append(row)
     tags = short_labels([r["model"] for r in rows], labels)
-    for r in rows:
-        r["label"] = tags[r["model"]]
+    kinds = mixed_kinds(rows)
+    for r in rows:  # (the score kind beside each name where the models' scores differ in kind)
+        r["label"] = tags[r["model"]] + (f" ({r['score_kind']})" if kinds else "")
     return rows
+
+
+def mixed_kinds(rows):
+    """True when the rows' models score in more than one kind (LGIP_SPEC.md 13): invariance error and gap
+    are then in different units, and invariance_error_rel is what compares them."""
+    return len({r.get("score_kind") or "cosine" for r in rows}) > 1
 
 
 def short_label(tag):

@@ -35,6 +35,12 @@ PRIOR_TITLE = ("prior_pos_rate: a control, not a score: the share of flips the c
 GROUNDED_TITLE = ("grounded_pos_rate: the share of flips the caption beats by more on its own image than on the "
                   "average other image; 0.5 = the image decides nothing; higher is better")
 
+# columns in a model's score units (LGIP_SPEC.md 13): no best model among models of several score kinds
+IN_SCORE_UNITS = ("invariance_error", "gap", "image_invariance_error", "image_gap", "enhanced_simple_invariance_error",
+                  "enhanced_advanced_invariance_error")
+REL_TITLE = ("invariance_error_rel (LGIP_SPEC.md 13): the invariance error over how far a caption of the image before "
+             "moves the score (0: a paraphrase never moves it; 1: as far as another image's caption); comparable "
+             "across score kinds (cosine, logprob, itm_logodds); lower is better")
 IMAGE_INV_TITLE = ("image_invariance_error_mean (run_lgip_images.py): mean |sim(altered image, caption) − sim(image, "
                    "caption)| over jpeg, downscale, crop, hflip: the score should stay put; lower is better")
 IMAGE_GAP_TITLE = ("image_sensitivity_gap_mean (run_lgip_images.py): mean sim(image, caption) − sim(altered image, caption) "
@@ -50,7 +56,8 @@ def type_label(t):
 
 def result_columns_for(types):
     """The results table's columns with a positive-rate column per flip type of `types`."""
-    return ([Column("Inv. error ↓", "invariance_error", 4, "low"), Column("Gap ↑", "gap", 4, "high"),
+    return ([Column("Inv. error ↓", "invariance_error", 4, "low"),
+             Column("Inv. rel. ↓", "invariance_error_rel", 3, "low", REL_TITLE), Column("Gap ↑", "gap", 4, "high"),
              Column("Pos. rate ↑", "pos_rate", 3, "high"),
              Column("Prior pos.", "prior_pos_rate", 3, "", PRIOR_TITLE),
              Column("Grounded pos. ↑", "grounded_pos_rate", 3, "high", GROUNDED_TITLE),

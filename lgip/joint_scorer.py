@@ -1,0 +1,272 @@
+"""lgip.joint_scorer: the pair scorer of a model that scores an (image, text) pair jointly (LGIP_SPEC.md 13:
+types "generative" and "itm", lgip.models.joint), beside lgip.scorer's EmbeddingScorer behind the same seam.
+
+Each image is scored with its own record's texts (captions, paraphrases, flips) and, for the text-prior
+controls, with the texts of the PRIOR_IMAGES records before it (indices mod N over the input's readable
+records with captions, in file order, whatever the torchrun split), so that a text's prior score is its
+mean score with the images of the PRIOR_IMAGES records after its own. The relative invariance error's
+denominator takes each image with the captions of the record before it.
+
+Scores are cached per (image, text) (lgip.cache's "pair" entries, keyed by the image's path, size and
+mtime and the text): a cached re-run loads no weights and decodes no image; a killed run resumes. Images
+decode in DataLoader workers; each is decoded once, in file order, with its own texts and those of the
+records before it (the model runs the image's shared prefix once for all of them: lgip.models.generative),
+and again only for the few pairs that order cannot reach (the first records' wrap-around; under torchrun,
+the neighbours on other processes; texts cached for some images and not others).
+"""
+import json
+import os
+import sys
+import time
+
+from .cache import image_cache_key, pair_cache_key
+from .controls import mark_hard_positives
+from .images import _ImageFiles
+from .scored import PairScorer, Scored
+from .util import default_num_workers
+
+
+def _as_image(img):
+    return img
+
+
+def _first(items):
+    return items[0]
+
+
+class _Store:
+    """Scores by (image path, text), from the cache or computed, and what was computed, for the cache."""
+
+    def __init__(self, run):
+        self.run, self.scores, self.image_keys, self.n_computed, self.n_hits = run, {}, {}, 0, 0
+        self.writer = run.cache.writer("pair") if run.cache is not None else None
+
+    def image_key(self, path):
+        """The image's cache key, or None when its file cannot be stat'ed (missing: unreadable)."""
+        if path not in self.image_keys:
+            try:
+                self.image_keys[path] = image_cache_key(path)
+            except OSError:
+                self.image_keys[path] = None
+        return self.image_keys[path]
+
+    def missing(self, path, texts):
+        """The texts of `texts` whose score with `path` is known neither here nor in the cache (looked up)."""
+        todo = [t for t in dict.fromkeys(texts) if (path, t) not in self.scores]
+        if todo and self.run.cache is not None and self.image_key(path) is not None:
+            keys = [pair_cache_key(self.image_key(path), json.dumps(t, ensure_ascii=False)) for t in todo]
+            pos, rows = self.run.cache.lookup("pair", keys)
+            for p, r in zip(pos, rows[:, 0].tolist() if rows is not None else []):
+                self.scores[(path, todo[p])] = r
+            self.n_hits += len(pos)
+            found = set(pos)
+            todo = [t for j, t in enumerate(todo) if j not in found]
+        return todo
+
+    def compute(self, path, image, texts):
+        """Score `texts` (none known) against the decoded image; the model loaded at the first need."""
+        import torch
+        if not texts:
+            return
+        if not self.run.enc.weights_loaded:
+            self.run.load_weights()
+        t0 = time.monotonic()
+        values = self.run.enc.score(image, texts)
+        for t, v in zip(texts, values):
+            self.scores[(path, t)] = float(v)
+        self.n_computed += len(texts)
+        if self.writer is not None and self.image_key(path) is not None:
+            keys = [pair_cache_key(self.image_key(path), json.dumps(t, ensure_ascii=False)) for t in texts]
+            self.writer.add(keys, torch.tensor(values, dtype=torch.float32)[:, None], since=t0)
+
+
+class JointScorer(PairScorer):
+    """Scores of a JointModel (module docstring): scores and the text-prior controls; no embeddings."""
+    provides = frozenset({"scores", "prior"})
+
+    def score(self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(),
+              relative=False):
+        import numpy as np
+        records, texts_of_slot = run.records, run.bank.calls.texts
+        ahead = run.lookahead
+        waited, run.ahead = ahead.settle(run.enc) if ahead is not None else (0.0, None)
+        path_of = {k: os.path.join(run.image_root, records[k][1]["image_path"]) for k in range(len(records))}
+        own = {k: list(records[k][1]["orig_captions"]) for k in run.mine}
+        for pairs in pairs_list:
+            for k, b, s in zip(pairs.rec, pairs.base_slot, pairs.slot):
+                own[k] += (texts_of_slot[b], texts_of_slot[s])
+        own = {k: list(dict.fromkeys(v)) for k, v in own.items()}
+        if ahead is not None:  # the later models' tokenizing and decoding, while this one scores
+            ahead.start(run.enc, run.bank.calls, list(dict.fromkeys(path_of[k] for k in run.mine)))
+        store, started = _Store(run), time.perf_counter()
+        prior_n = run.config.get("PRIOR_IMAGES", 3) if controls else 0
+        try:
+            failed, decoded = self._own_and_before(run, own, path_of, store, prior_n)
+            readable = self._readable(run, failed)
+            n = len(readable)
+            j_max = min(prior_n, n - 1) if n >= 2 else 0
+            decoded += self._neighbours(run, own, path_of, store, readable, j_max, relative and n >= 2)
+        except BaseException:
+            if store.writer is not None:
+                store.writer.abandon()
+            raise
+        if store.writer is not None:
+            store.writer.close()
+        # (the images' decoding and the model's forwards, beside each other: one phase)
+        run.seconds.update(lookahead_wait=waited, pair_scores=round(time.perf_counter() - started, 3))
+        scoring_started = time.perf_counter()
+        ok = [k for k in run.mine if k not in failed]
+        good = set(ok)
+        if failed:
+            pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]
+        place = {k: p for p, k in enumerate(readable)}
+        s = store.scores
+        for pairs in pairs_list:
+            base = [texts_of_slot[b] for b in pairs.base_slot]
+            pairs.base_sim = np.array([s[(path_of[k], t)] for k, t in zip(pairs.rec, base)], dtype=np.float64)
+            pairs.sim = np.array([s[(path_of[k], t)] for k, t in zip(pairs.rec, pairs.text)], dtype=np.float64)
+            pairs.labels = np.array(pairs.label, dtype=object)
+            if controls:
+                nexts = [[path_of[readable[(place[k] + j) % n]] for j in range(1, j_max + 1)] for k in pairs.rec]
+                pairs.prior_base = self._prior(s, nexts, base)
+                pairs.prior = self._prior(s, nexts, pairs.text)
+        for f, p in hard_positives:  # (no text embeddings: the text-only outcome is not known)
+            mark_hard_positives(pairs_list[f], pairs_list[p], None, None)
+        rel = self._relative_parts(records, own, path_of, s, readable, run.mine, good) if relative and n >= 2 else []
+        bad = [(k, t) for (k, t) in ((k, t) for k in ok for t in own[k]) if not np.isfinite(s[(path_of[k], t)])]
+        nonfinite = {"images": 0, "texts": len(bad), "first_image": None, "first_text": bad[0][1] if bad else None}
+        unread = list(dict.fromkeys(path_of[k] for k in failed))
+        report = {"num_failed_images": len(unread),
+                  "failed_images": [{"path": p, "error": failed_why} for p, failed_why in
+                                    ((p, self._why.get(p, "unreadable")) for p in unread[:20])]}
+        for item in report["failed_images"]:
+            print(f"warning: {run.enc.name}: skipping unreadable image {item['path']} ({item['error']})", file=sys.stderr)
+        n_samples = sum(1 for k in ok if records[k][1]["orig_captions"])
+        looked = store.n_hits + store.n_computed
+        resumed = None
+        if run.cache is not None:
+            run.cache.stats["pair_hits"] = store.n_hits
+            resumed = {"pairs": [store.n_hits, looked]}
+            if store.n_hits:
+                print(f"{run.enc.name}: from the cache: {store.n_hits:,} of {looked:,} image-text scores"
+                      + ("" if run.enc.weights_loaded else " (all of them: the model's weights were not loaded)"),
+                      flush=True)
+        return Scored(pairs=pairs_list, ok=ok, failed=sorted(failed), n_ok=len(ok), n_samples=n_samples,
+                      image_report=report, nonfinite=nonfinite, provides=self.provides,
+                      texts={"unique": len({t for k in ok for t in own[k]}), "encoded": store.n_computed,
+                             "positions": {}},
+                      image_sources={"decoded": decoded, "from_cache": len(ok) - min(len(ok), decoded)},
+                      resumed=resumed, scoring_started=scoring_started,
+                      prior_images=j_max if controls else None, relative=rel)
+
+    _why = {}
+
+    def _decoded(self, run, paths):
+        """(path, PIL image or None, error) for each path, in order, decoded in worker processes."""
+        import torch
+        if not paths:
+            return
+        workers = run.config.get("NUM_WORKERS")
+        workers = default_num_workers() if workers is None else workers
+        loader = torch.utils.data.DataLoader(_ImageFiles(paths, _as_image), batch_size=1, shuffle=False,
+                                             num_workers=min(workers, len(paths)), collate_fn=_first)
+        for i, img, err in loader:
+            yield paths[i], img, err
+
+    def _own_and_before(self, run, own, path_of, store, prior_n):
+        """Phase one, this process's records in file order: each image with its own texts and (one process)
+        those of the prior_n readable records before it. Returns (records whose image cannot be read,
+        images decoded). An image whose own texts are all cached is not decoded (its file stands)."""
+        records, failed, decoding = run.records, set(), []
+        self._why = {}
+        for k in run.mine:
+            path = path_of[k]
+            if store.image_key(path) is None:
+                failed.add(k)
+                self._why[path] = "FileNotFoundError: no such file" if not os.path.exists(path) else "OSError: cannot stat"
+            elif store.missing(path, own[k]):
+                decoding.append(k)
+        images = self._decoded(run, list(dict.fromkeys(path_of[k] for k in decoding)))
+        uses = {}
+        for k in decoding:  # (records sharing an image: it is decoded once and kept until its last one)
+            uses[path_of[k]] = uses.get(path_of[k], 0) + 1
+        got, before, n = {}, [], 0
+        for k in run.mine:
+            if k in failed:
+                continue
+            path = path_of[k]
+            if k in decoding:
+                if path not in got:
+                    p, img, err = next(images)
+                    n += 1
+                    got[p] = (img, err)
+                img, err = got[path]
+                uses[path] -= 1
+                if not uses[path]:
+                    del got[path]
+                if err is not None:
+                    failed.add(k)
+                    self._why[path] = err
+                    continue
+                texts = list(own[k])
+                if run.world == 1:
+                    texts += [t for r in before[-prior_n:] if prior_n for t in own[r]]
+                store.compute(path, img, store.missing(path, texts))
+            if records[k][1]["orig_captions"]:
+                before.append(k)
+        return failed, n
+
+    def _readable(self, run, failed):
+        """Every process's readable records with captions, in file order (all_gathered under torchrun)."""
+        records = run.records
+        every = set(failed)
+        if run.world > 1:
+            every = {k for part in run.all_gathered(sorted(failed)) for k in part}
+        return [k for k in range(len(records)) if k not in every and records[k][1]["orig_captions"]]
+
+    def _neighbours(self, run, own, path_of, store, readable, j_max, relative):
+        """Phase two: the pairs phase one could not reach (each of this process's records' texts with the
+        images of the j_max records after it; with relative, the captions with the next image), decoded
+        again where needed. Returns the images decoded."""
+        place = {k: p for p, k in enumerate(readable)}
+        need = {}
+        for k in run.mine:
+            if k not in place:
+                continue
+            for j in range(1, max(j_max, 1 if relative else 0) + 1):
+                path = path_of[readable[(place[k] + j) % len(readable)]]
+                texts = own[k] if j <= j_max else run.records[k][1]["orig_captions"]
+                need.setdefault(path, []).extend(texts)
+        todo = {path: store.missing(path, texts) for path, texts in need.items()}
+        todo = {p: t for p, t in todo.items() if t}
+        n = 0
+        for path, img, err in self._decoded(run, list(todo)):
+            n += 1
+            if err is not None:  # (read once, not now: a file changed under the run)
+                raise OSError(f"{path}: could not be read again ({err})")
+            store.compute(path, img, todo[path])
+        return n
+
+    @staticmethod
+    def _prior(scores, nexts, texts):
+        import numpy as np
+        if not nexts or not nexts[0]:
+            return np.full(len(texts), np.nan)
+        return np.array([sum(scores[(p, t)] for p in ps) / len(ps) for ps, t in zip(nexts, texts)], dtype=np.float64)
+
+    @staticmethod
+    def _relative_parts(records, own, path_of, scores, readable, mine, good):
+        """LGIP_SPEC.md 13's denominator terms as parts ("own": s(v_r, t_i) of this process's records;
+        "other": s(v_r, c), c = caption (i mod n') of the record before r, from the process that has that
+        record's texts): [(r, i, kind, score)], joined on rank 0 (lgip.controls.relative_terms)."""
+        place = {k: p for p, k in enumerate(readable)}
+        parts = []
+        for k in mine:
+            if k not in place or k not in good:
+                continue
+            caps = records[k][1]["orig_captions"]
+            parts += [(k, i, "own", scores[(path_of[k], c)]) for i, c in enumerate(caps)]
+            nxt = readable[(place[k] + 1) % len(readable)]
+            for i in range(len(records[nxt][1]["orig_captions"])):
+                parts.append((nxt, i, "other", scores[(path_of[nxt], caps[i % len(caps)])]))
+        return parts

@@ -1,0 +1,196 @@
+"""lgip.models.joint: the models that score an (image, text) pair jointly instead of embedding each apart
+(LGIP_SPEC.md 13), and their MODELS types:
+  generative  {"model_id", "score", "prompt", "question"}: a transformers AutoModelForImageTextToText with
+              a chat template (LLaVA, Qwen2-VL, ...); score "logprob" (default), "logprob_mean" or "vqascore"
+  itm         {"model_id"}: a BLIP or BLIP-2 image-text matching head; the match log-odds
+
+Their loaders return a `JointModel`: the run's model object (name, type, device, dtype, info, as an
+Encoder has them) with `score(image, texts)`, the score of each text against one PIL image. What
+scores an evaluation's pairs with it is lgip.joint_scorer. A cached re-run starts from `JointKey`,
+which has no weights: the scores come from the cache.
+
+    >>> model = load_generative({"name": "llava", "type": "generative", "model_id": "llava-hf/llava-1.5-7b-hf"},
+    ...                         "corrected", "cuda", torch.bfloat16)
+    >>> model.score(image, ["A red bus.", "A blue bus."])
+"""
+from .. import accelerations
+from ..errors import ModelError, WrongModelType
+from .encoder import _Model, _download_hint
+
+SCORES = ("logprob", "logprob_mean", "vqascore")  # a generative spec's "score"
+DEFAULT_PROMPT = "Describe the image in one sentence."
+DEFAULT_QUESTION = 'Does this figure show "{}"? Please answer yes or no.'
+PALIGEMMA_PROMPT = "caption en"
+TEXT_BATCH = 16  # texts per forward on one image's shared prefix
+
+
+class JointModel(_Model):
+    """A model that scores a pair jointly (module docstring). A loader fills in:
+    model, processor: what transformers loaded; device, dtype; score_kind: what s is (LGIP_SPEC.md 13:
+    logprob, logprob_mean, vqascore, itm_logodds); settings: what the score depends on beyond the
+    weights (score, prompt, question: the cache's identity holds them); score(image, texts) -> floats;
+    card: section 12's fields the model tells; info: the run block's model details."""
+    weights_loaded = True
+    entries = "pair"  # its cache holds pair scores
+
+    def __init__(self, *, model, processor, device, dtype, score_kind, settings, score, info=None,
+                 accelerations_applied=frozenset(), release=None):
+        self.model, self.processor, self.device, self.dtype = model, processor, device, dtype
+        self.score_kind, self.settings, self._score = score_kind, dict(settings), score
+        self.info, self.accelerations, self.release = dict(info or {}), frozenset(accelerations_applied), release
+        self.tokenizer = getattr(processor, "tokenizer", None)
+
+    def score(self, image, texts):
+        """The score of each text against one PIL RGB image (LGIP_SPEC.md 13), in `texts`' order."""
+        return self._score(image, list(texts))
+
+
+class JointKey(_Model):
+    """A joint model without its weights (a re-run whose pair scores are all in the cache)."""
+    weights_loaded = False
+    entries = "pair"
+
+    def __init__(self, *, score_kind, settings):
+        self.score_kind, self.settings = score_kind, dict(settings)
+        self.info = {"weights_loaded": False}
+
+
+def _config(spec):
+    from transformers import AutoConfig
+    try:
+        return AutoConfig.from_pretrained(spec["model_id"])
+    except (OSError, ValueError) as e:
+        raise _download_hint(spec, e) from e
+
+
+def check_settings(spec):
+    """ModelError naming the spec for a "score", "prompt" or "question" that is not valid (no files read:
+    the settings check runs it before any work)."""
+    what = f"model {spec.get('name')!r} (type {spec.get('type')!r})"
+    if spec.get("type") != "generative":
+        return
+    score = spec.get("score", "logprob")
+    if score not in SCORES:
+        raise ModelError(f"{what}: unknown score {score!r}; valid: {', '.join(SCORES)}")
+    for key in ("prompt", "question"):
+        if key in spec and (not isinstance(spec[key], str) or not spec[key].strip()):
+            raise ModelError(f"{what}: {key!r} must be a non-empty string, got {spec[key]!r}")
+    question = spec.get("question", DEFAULT_QUESTION)
+    rest = question.replace("{}", "")
+    if question.count("{}") != 1 or "{" in rest or "}" in rest:
+        raise ModelError(f"{what}: 'question' must hold the caption's place as one {{}} and no other braces, "
+                         f"got {question!r} (default {DEFAULT_QUESTION!r})")
+
+
+def settings_of(spec, config=None):
+    """A spec's scoring settings with their defaults ({} for type "itm"): {"score", "prompt", "question"},
+    checked (check_settings). The prompt's default needs the model's config (PaliGemma's is "caption
+    en"): read without the weights."""
+    check_settings(spec)
+    if spec.get("type") != "generative":
+        return {}
+    prompt = spec.get("prompt")
+    if prompt is None:
+        kind = getattr(config if config is not None else _config(spec), "model_type", None)
+        prompt = PALIGEMMA_PROMPT if kind == "paligemma" else DEFAULT_PROMPT
+    return {"score": spec.get("score", "logprob"), "prompt": prompt, "question": spec.get("question", DEFAULT_QUESTION)}
+
+
+def score_kind_of(spec):
+    """The score_kind a spec's model gives (LGIP_SPEC.md 13)."""
+    if spec.get("type") == "itm":
+        return "itm_logodds"
+    if spec.get("type") == "generative":
+        return spec.get("score", "logprob")
+    return "cosine"
+
+
+def _processor(spec):
+    """The model's AutoProcessor, its image processor the PIL one (use_fast=False, as every type's pixels);
+    its tokenizer must be fast (offsets)."""
+    from transformers import AutoImageProcessor, AutoProcessor
+    try:
+        processor = AutoProcessor.from_pretrained(spec["model_id"])
+        if getattr(processor, "image_processor", None) is not None:
+            processor.image_processor = AutoImageProcessor.from_pretrained(spec["model_id"], use_fast=False)
+    except (OSError, ValueError) as e:
+        raise _download_hint(spec, e) from e
+    return processor
+
+
+def load_generative(spec, protocol, device, dtype):
+    """A JointModel of type "generative" (module docstring)."""
+    from transformers import AutoModelForImageTextToText
+    from . import generative
+    from .transformers import _transformers_dtype_kwarg
+    what = f"model {spec['name']!r} ({spec['model_id']})"
+    config = _config(spec)
+    settings = settings_of(spec, config)
+    if config.model_type == "paligemma":
+        raise ModelError(f"{what}: PaliGemma's prefix-LM scoring (LGIP_SPEC.md 13) is not implemented yet")
+    try:
+        model = AutoModelForImageTextToText.from_pretrained(spec["model_id"], **_transformers_dtype_kwarg(dtype))
+    except ValueError as e:
+        if "Unrecognized configuration class" in str(e) or "AutoModelForImageTextToText" in str(e):
+            raise WrongModelType(f"{what} is not a generative image-text model (AutoModelForImageTextToText does not "
+                                 f"load a {config.model_type!r}): a dual encoder is type 'transformers', a BLIP "
+                                 f"matching head type 'itm'.") from e
+        raise
+    except OSError as e:
+        raise _download_hint(spec, e) from e
+    model = model.to(device).eval()
+    processor = _processor(spec)
+    if not getattr(processor, "chat_template", None):
+        raise ModelError(f"{what}: its processor has no chat template, so LGIP_SPEC.md 13's conversation cannot "
+                         f"be rendered; give the model_id of a chat (instruction-tuned) checkpoint, whose processor "
+                         f"has one")
+    if not getattr(processor.tokenizer, "is_fast", False):
+        raise ModelError(f"{what}: its tokenizer is not a fast one: the caption's tokens are found by offsets")
+    mean = settings["score"] == "logprob_mean"
+
+    def score(image, texts):
+        if settings["score"] == "vqascore":
+            convs = [(settings["question"].format(t), "Yes") for t in texts]
+        else:
+            convs = [(settings["prompt"], t) for t in texts]
+        return generative.conversation_scores(model, processor, image, convs, mean=mean,
+                                              reuse=accelerations.PREFIX_REUSE, batch=TEXT_BATCH)
+
+    return JointModel(model=model, processor=processor, device=device, dtype=dtype, score_kind=settings["score"],
+                      settings=settings, score=score,
+                      info={"model_id": spec["model_id"], "class": type(model).__name__, **settings},
+                      accelerations_applied={"PREFIX_REUSE"} if accelerations.PREFIX_REUSE else ())
+
+
+def load_itm(spec, protocol, device, dtype):
+    """A JointModel of type "itm" (module docstring)."""
+    from transformers import Blip2ForImageTextRetrieval, BlipForImageTextRetrieval
+    from . import itm
+    from .transformers import _transformers_dtype_kwarg
+    what = f"model {spec['name']!r} ({spec['model_id']})"
+    config = _config(spec)
+    classes = {"blip": BlipForImageTextRetrieval, "blip-2": Blip2ForImageTextRetrieval}
+    if config.model_type not in classes:
+        raise WrongModelType(f"{what} has no image-text matching head that type 'itm' reads (a {config.model_type!r}; "
+                             f"it reads BLIP and BLIP-2 retrieval checkpoints such as Salesforce/blip-itm-base-coco).")
+    try:
+        model = classes[config.model_type].from_pretrained(spec["model_id"], **_transformers_dtype_kwarg(dtype))
+    except OSError as e:
+        raise _download_hint(spec, e) from e
+    model = model.to(device).eval()
+    processor = _processor(spec)
+
+    def score(image, texts):
+        if accelerations.PREFIX_REUSE:
+            return itm.reused_scores(model, processor, image, texts)
+        return itm.plain_scores(model, processor, image, texts)
+
+    return JointModel(model=model, processor=processor, device=device, dtype=dtype, score_kind="itm_logodds",
+                      settings={}, score=score,
+                      info={"model_id": spec["model_id"], "class": type(model).__name__},
+                      accelerations_applied={"PREFIX_REUSE"} if accelerations.PREFIX_REUSE else ())
+
+
+def joint_key(spec, protocol):
+    """The JointKey of a spec (its settings read from its config: no weights)."""
+    return JointKey(score_kind=score_kind_of(spec), settings=settings_of(spec))

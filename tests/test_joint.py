@@ -1,0 +1,274 @@
+"""Models that score a pair jointly (LGIP_SPEC.md 13: types "generative" and "itm", lgip.models.joint,
+lgip.joint_scorer) through the evaluations, on a tiny random-init LLaVA and BLIP ITM: every score a
+plain forward of its one text, the text-prior controls over PRIOR_IMAGES images after each record's
+own (mod N over the readable records), the relative invariance error restated, the cache and a
+resumed run, and each bad input named."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, eval_settings, run_here
+from tiny_vlm import tiny_blip_itm, tiny_llava
+
+PERTURB = "fixture_with_perturb.jsonl"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("joint")
+    return {"llava": tiny_llava(root / "llava"), "blip": tiny_blip_itm(root / "blip")}
+
+
+def specs(folders, **llava):
+    return [{"name": "llava", "type": "generative", "model_id": str(folders["llava"]), **llava},
+            {"name": "blip", "type": "itm", "model_id": str(folders["blip"])}]
+
+
+def small_input(tmp_path, n=4, missing=None):
+    """The first n records of the fixture; `missing`: the index of one whose image file does not exist."""
+    lines = open(os.path.join(REFERENCE, PERTURB), encoding="utf-8").read().splitlines()[:n]
+    if missing is not None:
+        rec = json.loads(lines[missing])
+        rec["image_path"] = "images/not_there.jpg"
+        lines[missing] = json.dumps(rec)
+    path = tmp_path / "small_with_perturb.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def plain(folders, name, image_path, texts, **settings):
+    """Each text's score from one plain forward of the whole model (the definition, section 13)."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor, BlipForImageTextRetrieval
+    from lgip.models import generative, itm
+    from lgip.models.joint import DEFAULT_QUESTION
+    image = Image.open(os.path.join(FIXTURES, image_path)).convert("RGB")
+    if name == "blip":
+        model = BlipForImageTextRetrieval.from_pretrained(folders["blip"]).eval()
+        return itm.plain_scores(model, AutoProcessor.from_pretrained(folders["blip"]), image, texts)
+    model = AutoModelForImageTextToText.from_pretrained(folders["llava"]).eval()
+    processor = AutoProcessor.from_pretrained(folders["llava"])
+    if settings.get("score") == "vqascore":
+        return [generative.plain_scores(model, processor, image, DEFAULT_QUESTION.format(t), ["Yes"])[0] for t in texts]
+    return generative.plain_scores(model, processor, image, generative.DEFAULT_PROMPT, texts,
+                                   mean=settings.get("score") == "logprob_mean")
+
+
+def scored(jsonl, spec, prior_images=3, **extra):
+    import common
+    import run_lgip_multi
+    config = dict(eval_settings(jsonl, "corrected", [spec], CACHE_DIR=None, PRIOR_IMAGES=prior_images), **extra)
+    config.update(IMAGE_BATCH_SIZE=4, TEXT_BATCH_SIZE=16, DTYPE="fp32")
+    records = common.load_records(str(jsonl), ("same_caps", "diff_caps"))
+    run = common.ModelRun(spec, records, config)
+    return records, run.score(*run.pairs(run_lgip_multi.published_calls), controls=True, relative=True)
+
+
+@pytest.mark.parametrize("which,settings", [("llava", {}), ("llava", {"score": "vqascore"}), ("blip", {})])
+def test_every_score_and_prior_is_a_plain_forward_of_its_one_text(tmp_path, folders, which, settings):
+    """Each pair's s (caption and text) is the model run on that one text; each prior the mean over the
+    PRIOR_IMAGES readable records after its own, mod N (here 2 of 3 readable: one image is missing)."""
+    jsonl = small_input(tmp_path, 4, missing=1)
+    spec = {s["name"]: s for s in specs(folders, **settings)}[which]
+    records, got = scored(jsonl, spec, prior_images=2)
+    assert got.failed == [1] and got.prior_images == 2 and got.n_samples == 3
+    inv, sens = got.pairs
+    readable = [0, 2, 3]
+    want = {}
+    for k in readable:  # every text of the run against every readable image
+        texts = sorted({t for p in (inv, sens) for t in p.text} | {t for r in readable for t in records[r][1]["orig_captions"]})
+        want[k] = dict(zip(texts, plain(folders, which, records[k][1]["image_path"], texts, **settings)))
+    for pairs in (inv, sens):
+        for j, (k, i, t) in enumerate(zip(pairs.rec, pairs.cap, pairs.text)):
+            caption = records[k][1]["orig_captions"][i]
+            assert pairs.base_sim[j] == pytest.approx(want[k][caption], abs=1e-4)
+            assert pairs.sim[j] == pytest.approx(want[k][t], abs=1e-4)
+            nxt = [readable[(readable.index(k) + d) % 3] for d in (1, 2)]
+            assert pairs.prior[j] == pytest.approx(np.mean([want[n][t] for n in nxt]), abs=1e-4)
+            assert pairs.prior_base[j] == pytest.approx(np.mean([want[n][caption] for n in nxt]), abs=1e-4)
+    # the relative invariance error's terms: each caption with its image, and the record before's
+    from lgip.controls import relative_terms
+    rec, values = relative_terms(got.relative)
+    expect = []
+    for p, k in enumerate(readable):
+        caps, before = records[k][1]["orig_captions"], records[readable[p - 1]][1]["orig_captions"]
+        expect += [abs(want[k][c] - want[k][before[i % len(before)]]) for i, c in enumerate(caps)]
+    assert sorted(rec.tolist()) == sorted(k for k in readable for _ in records[k][1]["orig_captions"])
+    assert sorted(values) == pytest.approx(sorted(expect), abs=2e-4)
+
+
+def test_a_mixed_run_gives_each_model_its_score_kind_and_the_relative_error(tmp_path, folders):
+    """A dual encoder beside two scorers in one MODELS list: each row's score_kind and card, the prior
+    images used, invariance_error_rel = mean |s(t_p) - s(t_i)| / the mean of its terms (restated), the
+    text-only rate None for scorers, the score lines' score_kind, and the paired comparisons take the
+    invariance error only between models of one kind (the relative one across kinds)."""
+    jsonl = small_input(tmp_path, 5)
+    rows, out, _ = run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders) + [OPENCLIP_TINY],
+                                                                   BOOTSTRAP=20, CACHE_DIR=None))
+    by = {r["model_tag"]: r for r in rows}
+    assert [by[m]["score_kind"] for m in ("llava", "blip", "tiny_openclip")] == ["logprob", "itm_logodds", "cosine"]
+    assert by["llava"]["prior_images"] == 3 and by["tiny_openclip"]["prior_images"] == "all"
+    card = by["llava"]["model_card"]
+    assert card["architecture"] == "llava" and card["loss"] == "next-token" and card["embed_dim"] is None
+    assert card["params_image"] + card["params_text"] == card["params_total"] and card["score_kind"] == "logprob"
+    assert by["blip"]["model_card"]["loss"] == "itm" and by["tiny_openclip"]["model_card"]["score_kind"] == "cosine"
+    for name in ("llava", "blip"):
+        assert by[name]["text_only_rate"] is None and by[name]["robust_pos_rate"] is not None
+        assert by[name]["grounded_pos_rate"] is not None and by[name]["run"]["model"]["type"] in ("generative", "itm")
+    for name, row in by.items():
+        lines = [json.loads(line) for line in open(tmp_path / row["scores_file"], encoding="utf-8")]
+        assert {line["score_kind"] for line in lines} == {row["score_kind"]}
+        err = [abs(p["sim"] - line["sim"]) for line in lines for p in line["paraphrases"]]
+        assert row["invariance_error_rel"] is not None and 0 < row["invariance_error_rel"]
+        assert row["invariance_error_mean"] == pytest.approx(np.mean(err), abs=1e-5)
+        lo, hi = row["invariance_error_rel_ci95"]
+        assert lo <= row["invariance_error_rel"] <= hi
+    compared = json.load(open(tmp_path / "small_with_perturb__LGIP_comparisons.metrics.json"))
+    pairs = {(c["a"], c["b"], c["figure"]) for c in compared}
+    assert ("llava", "blip", "invariance_error_mean") not in pairs and ("llava", "blip", "invariance_error_rel") in pairs
+    assert ("llava", "tiny_openclip", "sensitivity_pos_rate") in pairs
+    rel = next(c for c in compared if (c["a"], c["b"], c["figure"]) == ("llava", "blip", "invariance_error_rel"))
+    assert rel["a_value"] == pytest.approx(by["llava"]["invariance_error_rel"], abs=1e-9)
+    assert rel["diff"] == pytest.approx(by["llava"]["invariance_error_rel"] - by["blip"]["invariance_error_rel"], abs=1e-9)
+
+
+def test_the_relative_error_of_a_dual_encoder_restated(tmp_path):
+    """invariance_error_rel of a dual encoder: mean |cos(v, t_p) - cos(v, t_i)| over the paraphrase pairs,
+    over the mean |cos(v_r, t_i) - cos(v_r, c)| with c caption (i mod n') of the record before r (the
+    last before the first)."""
+    import common
+    from conftest import embed_image, encode_texts
+    jsonl = small_input(tmp_path, 4)
+    row = run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", [OPENCLIP_TINY], BOOTSTRAP=0,
+                                                         CACHE_DIR=None))[0][0]
+    enc = common.load_model(OPENCLIP_TINY, "corrected", "cpu", "fp32")
+    records = [r for _, r in common.load_records(str(jsonl), ("same_caps", "diff_caps"))]
+    texts = encode_texts(enc, [t for r in records for c in r["orig_captions"] for t in [c]])
+    images = [embed_image(enc, Image.open(os.path.join(FIXTURES, r["image_path"])).convert("RGB")) for r in records]
+    den = [abs(images[k] @ texts[c] - images[k] @ texts[records[k - 1]["orig_captions"][i % len(records[k - 1]["orig_captions"])]])
+           for k, r in enumerate(records) for i, c in enumerate(r["orig_captions"])]
+    assert row["invariance_error_rel"] == pytest.approx(row["invariance_error_mean"] / np.mean(den), rel=1e-4)
+
+
+def test_a_cached_rerun_loads_no_weights_and_a_killed_run_resumes(tmp_path, folders, monkeypatch):
+    """Scores are cached per (image, text): a re-run reads them all without loading the model and gives
+    the same figures; a run killed part way resumes from what it had written, scoring only the rest."""
+    from lgip.models import joint
+    jsonl = small_input(tmp_path, 4)
+    spec = specs(folders)[1]
+    settings = eval_settings(jsonl, "corrected", [spec], BOOTSTRAP=0, CACHE_FLUSH_S=0)
+    fresh = run_here("run_lgip_multi.py", **dict(settings, CACHE_DIR=None))[0][0]
+    real, calls = joint.JointModel.score, []
+
+    def dies(self, image, texts):  # the third image's forward is killed
+        calls.append(len(texts))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, image, texts)
+    monkeypatch.setattr(joint.JointModel, "score", dies)
+    with pytest.raises(Exception):
+        run_here("run_lgip_multi.py", **settings)
+    monkeypatch.setattr(joint.JointModel, "score", real)
+    resumed = run_here("run_lgip_multi.py", **settings)[0][0]
+    hits, looked = resumed["run"]["cache"]["resumed"]["pairs"]
+    assert 0 < hits < looked and resumed["run"]["model"].get("weights_loaded", True)
+    again = run_here("run_lgip_multi.py", **settings)[0][0]
+    assert again["run"]["cache"]["resumed"]["pairs"][0] == again["run"]["cache"]["resumed"]["pairs"][1]
+    assert again["run"]["model"]["weights_loaded"] is False
+    for row in (resumed, again):
+        for key in ("invariance_error_mean", "sensitivity_gap_mean", "prior_gap_mean", "invariance_error_rel"):
+            assert row[key] == pytest.approx(fresh[key], abs=1e-6), key
+
+
+def test_prefix_reuse_off_gives_the_same_metrics(tmp_path, folders):
+    """ACCELERATIONS_OFF=["PREFIX_REUSE"]: the whole model per (image, text); the same figures to 1e-5."""
+    jsonl = small_input(tmp_path, 3)
+    keys = ("invariance_error_mean", "sensitivity_gap_mean", "prior_gap_mean", "grounded_gap_mean", "invariance_error_rel")
+    on = run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders), BOOTSTRAP=0, CACHE_DIR=None))[0]
+    off = run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders), BOOTSTRAP=0, CACHE_DIR=None,
+                                                          ACCELERATIONS_OFF=["PREFIX_REUSE"]))[0]
+    for a, b in zip(on, off):
+        assert a["run"]["accelerations"]["PREFIX_REUSE"] and not b["run"]["accelerations"]["PREFIX_REUSE"]
+        for key in keys:
+            assert a[key] == pytest.approx(b[key], abs=1e-5), (a["model_tag"], key)
+
+
+def test_the_enhanced_analysis_takes_its_strength_from_the_prior(tmp_path, folders):
+    """rebuttal_enhanced: a scorer has no text distance: strength = clip01(prior[type]), said in
+    strength_from; the paraphrase kinds' relative errors are there for both kinds of model."""
+    name = "rebuttal_enhanced_fixture_with_fliptypes.jsonl"
+    lines = open(os.path.join(REFERENCE, name), encoding="utf-8").read().splitlines()[:3]
+    jsonl = tmp_path / name
+    jsonl.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    rows = run_here("rebuttal_enhanced_lgip_by_transformation.py",
+                    **eval_settings(jsonl, "corrected", [specs(folders)[1], OPENCLIP_TINY], BOOTSTRAP=0,
+                                    CACHE_DIR=None))[0]
+    assert [r["strength_from"] for r in rows] == ["prior", "text_distance"]
+    for r in rows:
+        assert r["paraphrase_simple_inv_error_rel"] is not None and r["paraphrase_advanced_inv_error_rel"] is not None
+    strengths = rows[0]["corrected"]["global_strength"]
+    from rebuttal_enhanced_lgip_by_transformation import PRIORS
+    assert min(PRIORS.values()) <= strengths["strength_mean"] <= max(PRIORS.values())
+
+
+@pytest.mark.parametrize("bad,message", [
+    ({"score": "logprobs"}, "unknown score 'logprobs'; valid: logprob, logprob_mean, vqascore"),
+    ({"prompt": ""}, "'prompt' must be a non-empty string"),
+    ({"question": "Is it {} or {}?"}, "'question' must hold the caption's place as one {}"),
+    ({"promt": "Say."}, "unknown key 'promt'; did you mean 'prompt'?"),
+])
+def test_a_bad_spec_is_named_before_any_work(tmp_path, folders, bad, message):
+    import common
+    jsonl = small_input(tmp_path, 2)
+    with pytest.raises(common.ConfigError, match=message.replace("(", r"\(").replace("?", r"\?").replace("{}", r"\{\}")):
+        run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders, **bad)[:1]))
+    with pytest.raises(common.ConfigError, match=r"PRIOR_IMAGES must be an int >= 1"):
+        run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders)[1:], PRIOR_IMAGES=0))
+
+
+def test_a_model_of_the_wrong_kind_a_missing_template_and_a_long_caption_are_named(tmp_path, folders):
+    import common
+    from conftest import SIGLIP_TINY
+    jsonl = small_input(tmp_path, 2)
+    wrong = {"name": "clip_as_vlm", "type": "generative", "model_id": SIGLIP_TINY["model_id"]}
+    with pytest.raises(common.ModelError, match=r"is not a generative image-text model .*a dual encoder is type "
+                                                r"'transformers', a BLIP matching head type 'itm'"):
+        run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", [wrong], CACHE_DIR=None))
+    with pytest.raises(common.ModelError, match=r"has no image-text matching head that type 'itm' reads"):
+        run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", [dict(wrong, type="itm")], CACHE_DIR=None))
+    no_template = tmp_path / "no_template"
+    shutil.copytree(folders["llava"], no_template)
+    for name in os.listdir(no_template):
+        if "chat_template" in name:
+            os.remove(no_template / name)
+    config = json.load(open(no_template / "processor_config.json"))
+    config.pop("chat_template", None)
+    json.dump(config, open(no_template / "processor_config.json", "w"))
+    with pytest.raises(common.ModelError, match=r"model 'llava' .*its processor has no chat template"):
+        run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", [dict(specs(folders)[0], model_id=str(no_template))],
+                                                       CACHE_DIR=None))
+    long = small_input(tmp_path, 2)
+    recs = [json.loads(line) for line in open(long, encoding="utf-8")]
+    recs[0]["orig_captions"][0] = " ".join(["a red bus"] * 120)
+    long.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
+    with pytest.raises(common.ModelError, match=r"more than the model's context \(256\)"):
+        run_here("run_lgip_multi.py", **eval_settings(long, "corrected", specs(folders)[:1], CACHE_DIR=None))
+
+
+def test_steps_that_need_embeddings_leave_scorers_out_in_a_line(tmp_path, folders):
+    """Retrieval and the image side leave a joint scorer out with one line; with a dual encoder beside
+    it, that one runs; with scorers alone, nothing is written and the step returns None."""
+    name = "fixture_with_fliptypes.jsonl"
+    jsonl = tmp_path / name
+    jsonl.write_text("".join(open(os.path.join(REFERENCE, name), encoding="utf-8").readlines()[:3]), encoding="utf-8")
+    rows, out, _ = run_here("run_lgip_retrieval.py", **eval_settings(jsonl, "corrected", specs(folders) + [OPENCLIP_TINY],
+                                                                      CACHE_DIR=None, BOOTSTRAP=0))
+    assert [r["model_tag"] for r in rows] == ["tiny_openclip"]
+    assert "run_lgip_retrieval.py: model 'llava' (type 'generative') is left out" in out
+    before = set(os.listdir(tmp_path))
+    got, out, _ = run_here("run_lgip_images.py", **eval_settings(jsonl, "corrected", specs(folders), CACHE_DIR=None))
+    assert got is None and set(os.listdir(tmp_path)) == before and "nothing written" in out
