@@ -1,13 +1,17 @@
-"""bench_generative: a generative VLM's scores (lgip/models/generative.py, LGIP_SPEC.md 13), the image's
-prefix run once for all its texts against one forward per text.
+"""bench_generative: a generative VLM's scores (lgip/models/generative.py, LGIP_SPEC.md 13), the shared prefix
+(the template's opening, the image's tokens, the prompt) run once per image for all its texts, against one
+forward of the whole conversation per text (ACCELERATIONS_OFF=["PREFIX_REUSE"]).
 
 For each of N_IMAGES records of a perturbed JSONL: its texts (captions, paraphrases, flips) and those of
-the PRIOR_IMAGES records before it (the text-prior controls score them against this image too), scored
-with `plain_scores` (one forward of the whole conversation per text) and `prefix_scores` (the
-template's opening, the image's tokens and the prompt once per image; the texts in batches of BATCH on
-a copy of its key-value cache). Prints each path's seconds and texts per second, the language-model
-tokens run per text (padding included), their ratio, and the largest difference of the scores.
-  python benchmarks/bench_generative.py                     # the tests' tiny LLaVA, the demo's records, CPU
+the PRIOR_IMAGES records before it (the text-prior controls score them against this image too, as
+lgip/joint_scorer.py does), scored both ways. Prints each path's seconds and texts per second, the
+language-model tokens run per text (padding included), their ratio, and the largest score difference.
+Then the same count at LLaVA-1.5-7B's shape for the paper's job (`run_lgip_multi.py` on 40,000 images,
+`score` logprob, PRIOR_IMAGES 3): 576 image tokens, LLaVA-1.5's conversation around them, each text's
+tokens as the open_clip CLIP tokenizer counts them (a stand-in for Llama's, which needs a download;
+both are BPE vocabularies of English words), the texts per image of the input measured here.
+  python benchmarks/bench_generative.py                          # the tests' tiny LLaVA, the demo's records, CPU
+  python benchmarks/bench_generative.py --FAMILY=paligemma       # tiny qwen2_vl, paligemma too
   python benchmarks/bench_generative.py --MODEL_ID=llava-hf/llava-1.5-7b-hf --DEVICE=cuda --N_IMAGES=20
 """
 import os
@@ -21,25 +25,36 @@ _ROOT = os.path.dirname(os.path.abspath(os.path.dirname(__file__)))
 sys.path.insert(1, _ROOT)
 import common  # noqa: E402
 
-MODEL_ID = None  # a Hugging Face id or folder of an AutoModelForImageTextToText with a chat template; None = the tests' tiny random-init LLaVA
+MODEL_ID = None  # a Hugging Face id or folder of an AutoModelForImageTextToText; None = the tests' tiny random-init FAMILY
+FAMILY = "llava"  # "llava", "qwen2_vl" or "paligemma": the tiny model built when MODEL_ID is None (tests/tiny_vlm.py)
+SCORE = "logprob"  # "logprob", "logprob_mean" or "vqascore" (LGIP_SPEC.md 13)
 JSONL_PATH = None  # a *_with_perturb.jsonl (images beside it); None = the bundled demo's 12 records, perturbed here
 N_IMAGES = 4  # int >= 1: records (images) scored
 PRIOR_IMAGES = 3  # int >= 0: earlier records whose texts each image also scores (the controls' prior)
 BATCH = 16  # int >= 1: texts per forward on the shared prefix
 DEVICE = "cpu"  # "cpu", "cuda", ...
+DTYPE = "fp32"  # "fp32" or "bf16": the model's weights (bf16: the difference to fp32 is measured, not bounded)
+PAPER_IMAGES = 40000  # int >= 1: images of the paper's job, for the count at LLaVA-1.5-7B's shape
 CONFIG = common.configure(globals())
+
+LLAVA_7B_IMAGE_TOKENS = 576  # CLIP ViT-L/14 at 336 px: 24 x 24 patches
+# LLaVA-1.5's conversation around the image and the caption: "USER: <image>\n{prompt} ASSISTANT: {caption}</s>"
+LLAVA_7B_OPENING, LLAVA_7B_BEFORE_ANSWER, LLAVA_7B_AFTER_ANSWER = "<s>USER: ", "\n{prompt} ASSISTANT:", "</s>"
 
 
 def model_and_processor(work):
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
     folder = MODEL_ID
     if folder is None:
         sys.path.insert(1, os.path.join(_ROOT, "tests"))
-        from tiny_vlm import tiny_llava
-        folder = tiny_llava(os.path.join(work, "tiny_llava"))
-    model = AutoModelForImageTextToText.from_pretrained(folder, dtype=torch.float32).eval().to(DEVICE)
-    return model, AutoProcessor.from_pretrained(folder)
+        import tiny_vlm
+        folder = getattr(tiny_vlm, f"tiny_{FAMILY}")(os.path.join(work, f"tiny_{FAMILY}"))
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[DTYPE]
+    model = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype).eval().to(DEVICE)
+    processor = AutoProcessor.from_pretrained(folder)
+    processor.image_processor = AutoImageProcessor.from_pretrained(folder, use_fast=False)
+    return model, processor
 
 
 def perturbed(work):
@@ -60,10 +75,54 @@ def record_texts(rec):
     return list(dict.fromkeys(texts))
 
 
+def conversations(model, texts):
+    from lgip.models.generative import DEFAULT_PROMPT
+    from lgip.models.joint import DEFAULT_QUESTION, PALIGEMMA_PROMPT
+    pali = model.config.model_type == "paligemma"
+    if SCORE == "vqascore":
+        return [(("answer en " if pali else "") + DEFAULT_QUESTION.format(t), "Yes") for t in texts]
+    return [(PALIGEMMA_PROMPT if pali else DEFAULT_PROMPT, t) for t in texts]
+
+
+def token_counts(model, processor, image, convs):
+    """(LM tokens of one plain forward per conversation, LM tokens with the shared prefix once and the rest
+    in batches of BATCH sorted by length, padding included), as lgip.models.generative runs them."""
+    from lgip.models import generative
+    if model.config.model_type == "paligemma":
+        items = [generative.prefix_lm_tokenized(processor, image, p, a) for p, a in convs]
+        cut = items[0][1][0] if SCORE != "vqascore" else 0
+    else:
+        items = [generative.tokenized(processor, image, p, a) for p, a in convs]
+        cut = generative._shared_length([i["input_ids"][0] for i, _ in items], min(pos[0] for _, pos in items))
+    lengths = sorted(inp["input_ids"].shape[1] for inp, _ in items)
+    rests = [n - cut for n in lengths]
+    reused = cut + sum(max(rests[b:b + BATCH]) * len(rests[b:b + BATCH]) for b in range(0, len(rests), BATCH))
+    return sum(lengths), reused if cut else sum(lengths)
+
+
+def llava_7b_count(jobs):
+    """LM tokens per image at LLaVA-1.5-7B's shape, one forward per text and with the prefix once: the
+    image's tokens and the conversation around them (open_clip's CLIP tokenizer's counts, see the docstring)."""
+    import open_clip
+    from lgip.models.generative import DEFAULT_PROMPT
+    tok = open_clip.get_tokenizer("ViT-B-32")
+
+    def n(text):  # (without CLIP's start and end tokens)
+        return int((tok([text])[0] != 0).sum()) - 2
+    prefix = n(LLAVA_7B_OPENING) + LLAVA_7B_IMAGE_TOKENS + n(LLAVA_7B_BEFORE_ANSWER.format(prompt=DEFAULT_PROMPT))
+    plain = reused = texts = 0
+    for _, t in jobs:
+        rests = sorted(n(x) + n(LLAVA_7B_AFTER_ANSWER) for x in t)
+        plain += sum(prefix + r for r in rests)
+        reused += prefix + sum(max(rests[b:b + BATCH]) * len(rests[b:b + BATCH]) for b in range(0, len(rests), BATCH))
+        texts += len(t)
+    return prefix, plain / len(jobs), reused / len(jobs), texts / len(jobs)
+
+
 def main():
     import torch
     from PIL import Image
-    from lgip.models.generative import DEFAULT_PROMPT, plain_scores, prefix_scores, tokenized
+    from lgip.models import generative
     work = tempfile.mkdtemp(prefix="lgip_bench_generative_")
     try:
         model, processor = model_and_processor(work)
@@ -80,28 +139,32 @@ def main():
         n_texts = sum(len(t) for _, t in jobs)
         tokens_plain = tokens_reused = 0
         for image, texts in jobs:  # (counted, not timed)
-            items = [tokenized(processor, image, DEFAULT_PROMPT, t) for t in texts]
-            lengths = [inp["input_ids"].shape[1] for inp, _ in items]
-            cut = min(pos[0] for _, pos in items)
-            tokens_plain += sum(lengths)
-            rests = [n - cut for n in lengths]
-            tokens_reused += cut + sum(max(rests[b:b + BATCH]) * len(rests[b:b + BATCH]) for b in range(0, len(rests), BATCH))
+            plain, reused = token_counts(model, processor, image, conversations(model, texts))
+            tokens_plain, tokens_reused = tokens_plain + plain, tokens_reused + reused
         timed = {}
-        for name, fn in (("plain", lambda im, ts: plain_scores(model, processor, im, DEFAULT_PROMPT, ts)),
-                         ("prefix", lambda im, ts: prefix_scores(model, processor, im, DEFAULT_PROMPT, ts, batch=BATCH))):
+        for name, reuse in (("plain", False), ("prefix", True)):
             t0 = time.perf_counter()
-            scores = [fn(image, texts) for image, texts in jobs]
+            scores = [generative.conversation_scores(model, processor, image, conversations(model, texts),
+                                                     mean=SCORE == "logprob_mean", reuse=reuse, batch=BATCH)
+                      for image, texts in jobs]
             if DEVICE.startswith("cuda"):
                 torch.cuda.synchronize()
             timed[name] = (time.perf_counter() - t0, [s for part in scores for s in part])
         diff = max(abs(a - b) for a, b in zip(timed["plain"][1], timed["prefix"][1]))
-        print(f"{N_IMAGES} images, {n_texts} texts ({n_texts / len(jobs):.0f} per image, PRIOR_IMAGES {PRIOR_IMAGES}), "
-              f"model {MODEL_ID or 'tiny LLaVA (tests/tiny_vlm.py)'} on {DEVICE}, batch {BATCH}")
+        print(f"{len(jobs)} images, {n_texts} texts ({n_texts / len(jobs):.0f} per image, PRIOR_IMAGES {PRIOR_IMAGES}), "
+              f"model {MODEL_ID or f'tiny {FAMILY} (tests/tiny_vlm.py)'} on {DEVICE} in {DTYPE}, score {SCORE}, "
+              f"batch {BATCH}")
         for name, tokens in (("plain", tokens_plain), ("prefix", tokens_reused)):
             seconds = timed[name][0]
             print(f"  {name:6s} {seconds:8.2f} s  {n_texts / seconds:8.1f} texts/s  {tokens / n_texts:7.1f} LM tokens per text")
         print(f"  LM tokens, plain / prefix: {tokens_plain / tokens_reused:.1f}x; time, plain / prefix: "
               f"{timed['plain'][0] / timed['prefix'][0]:.1f}x; max |score difference|: {diff:.2e}")
+        prefix, plain, reused, per_image = llava_7b_count(jobs)
+        print(f"LLaVA-1.5-7B's shape (prefix {prefix} tokens, {LLAVA_7B_IMAGE_TOKENS} of them the image's; "
+              f"{per_image:.0f} texts per image as here): {plain:,.0f} LM tokens per image plain, {reused:,.0f} with "
+              f"the prefix once ({plain / reused:.1f}x fewer); the paper's job ({PAPER_IMAGES:,} images, score "
+              f"logprob, PRIOR_IMAGES {PRIOR_IMAGES}): {PAPER_IMAGES * plain / 1e9:.2f}B vs "
+              f"{PAPER_IMAGES * reused / 1e6:,.0f}M LM tokens")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

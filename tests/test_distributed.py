@@ -66,3 +66,33 @@ def test_torchrun_two_gloo_processes_give_single_process_metrics(tmp_path, scrip
         for a, b in zip(*compared):
             a.pop("run"), b.pop("run")
         assert_matches(*compared)
+
+
+def test_torchrun_gives_a_joint_scorers_single_process_metrics(tmp_path):
+    """A model that scores a pair jointly (LGIP_SPEC.md 13) under torchrun: each process scores its own
+    records' texts with the PRIOR_IMAGES images after them (some on the other process), and the relative
+    invariance error's neighbours too; the metrics equal one process's, a dual encoder's beside it too."""
+    from test_evaluation import assert_matches
+    from tiny_vlm import tiny_blip_itm
+    from conftest import OPENCLIP_TINY
+    blip = {"name": "blip", "type": "itm", "model_id": str(tiny_blip_itm(tmp_path / "blip"))}
+    jsonl, name = "fixture_with_perturb.jsonl", "fixture_with_perturb__LGIP_ALL.metrics.json"
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    for folder in (single, multi):
+        folder.mkdir()
+        shutil.copy(os.path.join(REFERENCE, jsonl), folder / jsonl)
+    models = [blip, OPENCLIP_TINY]
+    run_here("run_lgip_multi.py", **eval_settings(single / jsonl, "corrected", models, CACHE_DIR=None, BOOTSTRAP=50))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(ROOT, "run_lgip_multi.py"), *eval_args(multi / jsonl, "corrected", models, CACHE_DIR=None,
+                                                                BOOTSTRAP=50)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ours, ref = json.load(open(multi / name)), json.load(open(single / name))
+    assert [m["run"]["num_processes"] for m in ours] == [2, 2]
+    for a, b in zip(ours, ref):
+        a.pop("run"), b.pop("run")
+    assert_matches(ours, ref)
+    assert ours[0]["invariance_error_rel"] is not None and ours[1]["invariance_error_rel"] is not None
+    assert ours[0]["grounded_pos_rate"] is not None and ours[0]["prior_images"] == 3
+

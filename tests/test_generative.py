@@ -9,17 +9,22 @@ import torch
 from PIL import Image
 
 from conftest import FIXTURES
-from tiny_vlm import tiny_llava
+from tiny_vlm import tiny_llava, tiny_paligemma, tiny_qwen2_vl
 
 TEXTS = ["A red bus parked on the side of the street.", "two dogs", "A cat sits on a computer keyboard, looking up.",
          "a  photo of A red bus parked on the side of the street.", "Yes"]
 
 
-@pytest.fixture(scope="module")
-def llava(tmp_path_factory):
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-    folder = tiny_llava(tmp_path_factory.mktemp("llava"))
-    return AutoModelForImageTextToText.from_pretrained(folder).eval(), AutoProcessor.from_pretrained(folder)
+@pytest.fixture(scope="module", params=["llava", "qwen2_vl"])
+def llava(request, tmp_path_factory):
+    """A tiny generative VLM of each family: LLaVA-1.5's shape, and Qwen2-VL's (multimodal rope: the
+    image's positions compressed to its grid, every later position shifted by the rope deltas)."""
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
+    build = {"llava": tiny_llava, "qwen2_vl": tiny_qwen2_vl}[request.param]
+    folder = build(tmp_path_factory.mktemp(request.param))
+    processor = AutoProcessor.from_pretrained(folder)
+    processor.image_processor = AutoImageProcessor.from_pretrained(folder, use_fast=False)
+    return AutoModelForImageTextToText.from_pretrained(folder).eval(), processor
 
 
 def _image(n=0):
@@ -34,11 +39,11 @@ def test_the_scored_tokens_are_the_texts_and_the_score_is_their_log_probability(
         inputs, positions = tokenized(processor, _image(), DEFAULT_PROMPT, text)
         ids = inputs["input_ids"][0]
         assert processor.tokenizer.decode(ids[positions]).strip() == text.strip()
-        assert positions == list(range(positions[0], positions[-1] + 1)) and positions[-1] == len(ids) - 2  # (</s> after)
+        assert positions == list(range(positions[0], positions[-1] + 1)) and positions[-1] < len(ids) - 1  # (end of turn after)
         with torch.no_grad():
             logp = torch.log_softmax(model(**inputs).logits[0].double(), -1)
         restated = sum(float(logp[p - 1, ids[p]]) for p in positions)
-        assert plain_scores(model, processor, _image(), DEFAULT_PROMPT, [text]) == pytest.approx([restated], abs=1e-5)
+        assert plain_scores(model, processor, _image(), DEFAULT_PROMPT, [text]) == pytest.approx([restated], abs=1e-4)
         mean = plain_scores(model, processor, _image(), DEFAULT_PROMPT, [text], mean=True)[0]
         assert mean == pytest.approx(restated / len(positions), abs=1e-5)
 
@@ -75,10 +80,82 @@ def test_every_text_of_the_fixture_runs_on_the_shared_prefix(llava, monkeypatch)
     from lgip.models import generative
     model, processor = llava
     plain, calls = [], []
-    real_plain = generative.plain_scores
-    monkeypatch.setattr(generative, "plain_scores", lambda *a, **k: plain.append(a) or real_plain(*a, **k))
+    real_plain = generative._plain
+    monkeypatch.setattr(generative, "_plain", lambda *a, **k: plain.append(a) or real_plain(*a, **k))
     real_forward = model.forward
     monkeypatch.setattr(model, "forward", lambda *a, **k: calls.append(k.get("input_ids").shape) or real_forward(*a, **k))
     generative.prefix_scores(model, processor, _image(), generative.DEFAULT_PROMPT, TEXTS, batch=2)
     assert plain == [] and len(calls) == 1 + 3  # the prefix, then 5 texts in batches of 2
     assert calls[0][0] == 1 and all(c[0] <= 2 for c in calls[1:])
+
+
+def test_vqascore_conversations_share_the_question_up_to_the_caption(llava):
+    """vqascore's conversations differ inside the user's turn (the caption in the question): the reuse
+    runs what they share (the image and the question's start) once, and gives each plain forward's score
+    of "Yes" to 1e-4."""
+    from lgip.models import generative
+    from lgip.models.joint import DEFAULT_QUESTION
+    model, processor = llava
+    convs = [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS[:4]]
+    plain = generative.conversation_scores(model, processor, _image(1), convs, reuse=False)
+    assert generative.conversation_scores(model, processor, _image(1), convs, reuse=True, batch=3) == \
+        pytest.approx(plain, abs=1e-4)
+    ids = [generative.tokenized(processor, _image(1), p, a)[0]["input_ids"][0] for p, a in convs]
+    shared = generative._shared_length(ids, 10 ** 6)
+    assert generative._last_image_token(model, ids[0]) < shared < min(len(t) for t in ids) - 3
+
+
+@pytest.fixture(scope="module")
+def paligemma(tmp_path_factory):
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
+    folder = tiny_paligemma(tmp_path_factory.mktemp("pali"))
+    processor = AutoProcessor.from_pretrained(folder)
+    processor.image_processor = AutoImageProcessor.from_pretrained(folder, use_fast=False)
+    return AutoModelForImageTextToText.from_pretrained(folder).eval(), processor
+
+
+def _prefix_lm_restated(model, inputs, positions):
+    """The answer's log-probability under a prefix-LM mask made here by hand (prefix: every prefix token;
+    answer: the prefix and the answer up to itself), passed as a 4D mask the model takes as it is."""
+    n = inputs["input_ids"].shape[1]
+    prefix = positions[0]
+    allowed = torch.zeros(n, n, dtype=torch.bool)
+    allowed[:, :prefix] = True
+    allowed |= torch.ones(n, n, dtype=torch.bool).tril()
+    mask = torch.zeros(1, 1, n, n).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    with torch.no_grad():
+        logits = model(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"], attention_mask=mask).logits[0]
+    logp = torch.log_softmax(logits.double(), -1)
+    ids = inputs["input_ids"][0]
+    return sum(float(logp[p - 1, ids[p]]) for p in positions)
+
+
+def test_paligemma_is_scored_as_a_prefix_lm_with_its_prefix_run_once(paligemma):
+    """PaliGemma (LGIP_SPEC.md 13): the answer's tokens are the suffix's less the end token; the plain score
+    is the prefix-LM's (restated with a mask made by hand); without token types and labels the model
+    attends over the whole text and the score differs (the trap); the prefix run once gives the plain
+    scores to 1e-4; vqascore (the caption in the bidirectional prefix) runs whole, and equals its plain."""
+    from lgip.models import generative
+    from lgip.models.joint import DEFAULT_QUESTION
+    model, processor = paligemma
+    image = _image(1)
+    convs = [("caption en", t) for t in TEXTS]
+    for prompt, text in convs:
+        inputs, positions = generative.prefix_lm_tokenized(processor, image, prompt, text)
+        assert processor.tokenizer.decode(inputs["input_ids"][0][positions]).strip() == text.strip()
+        plain = generative.prefix_lm_scores(model, processor, image, [(prompt, text)], reuse=False)[0]
+        assert plain == pytest.approx(_prefix_lm_restated(model, inputs, positions), abs=1e-4)
+    inputs, positions = generative.prefix_lm_tokenized(processor, image, "caption en", TEXTS[0])
+    with torch.no_grad():
+        unmasked = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                         pixel_values=inputs["pixel_values"]).logits[0]
+    wrong = float(generative._token_logprobs(unmasked, inputs["input_ids"][0], positions).sum())
+    assert abs(wrong - _prefix_lm_restated(model, inputs, positions)) > 1e-3
+    plain = generative.conversation_scores(model, processor, image, convs, reuse=False)
+    for batch in (1, 2, 16):
+        assert generative.conversation_scores(model, processor, image, convs, reuse=True, batch=batch) == \
+            pytest.approx(plain, abs=1e-4)
+    asks = [("answer en " + DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS[:3]]
+    assert generative.conversation_scores(model, processor, image, asks, reuse=True) == \
+        pytest.approx(generative.conversation_scores(model, processor, image, asks, reuse=False), abs=1e-6)
+

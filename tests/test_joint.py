@@ -2,7 +2,8 @@
 lgip.joint_scorer) through the evaluations, on a tiny random-init LLaVA and BLIP ITM: every score a
 plain forward of its one text, the text-prior controls over PRIOR_IMAGES images after each record's
 own (mod N over the readable records), the relative invariance error restated, the cache and a
-resumed run, and each bad input named."""
+resumed run, and each bad input named. Every family: LLaVA, Qwen2-VL (its rope deltas), PaliGemma (a
+prefix-LM), BLIP ITM."""
 import json
 import os
 import shutil
@@ -13,7 +14,7 @@ import torch
 from PIL import Image
 
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, eval_settings, run_here
-from tiny_vlm import tiny_blip_itm, tiny_llava
+from tiny_vlm import tiny_blip_itm, tiny_llava, tiny_paligemma, tiny_qwen2_vl
 
 PERTURB = "fixture_with_perturb.jsonl"
 
@@ -21,12 +22,17 @@ PERTURB = "fixture_with_perturb.jsonl"
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("joint")
-    return {"llava": tiny_llava(root / "llava"), "blip": tiny_blip_itm(root / "blip")}
+    return {"llava": tiny_llava(root / "llava"), "blip": tiny_blip_itm(root / "blip"),
+            "qwen2_vl": tiny_qwen2_vl(root / "qwen2_vl"), "paligemma": tiny_paligemma(root / "paligemma")}
 
 
 def specs(folders, **llava):
     return [{"name": "llava", "type": "generative", "model_id": str(folders["llava"]), **llava},
             {"name": "blip", "type": "itm", "model_id": str(folders["blip"])}]
+
+
+def family(folders, name, **settings):
+    return {"name": name, "type": "generative", "model_id": str(folders[name]), **settings}
 
 
 def small_input(tmp_path, n=4, missing=None):
@@ -43,19 +49,23 @@ def small_input(tmp_path, n=4, missing=None):
 
 def plain(folders, name, image_path, texts, **settings):
     """Each text's score from one plain forward of the whole model (the definition, section 13)."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor, BlipForImageTextRetrieval
+    from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor, BlipForImageTextRetrieval
     from lgip.models import generative, itm
     from lgip.models.joint import DEFAULT_QUESTION
     image = Image.open(os.path.join(FIXTURES, image_path)).convert("RGB")
+    processor = AutoProcessor.from_pretrained(folders[name])
+    processor.image_processor = AutoImageProcessor.from_pretrained(folders[name], use_fast=False)
     if name == "blip":
         model = BlipForImageTextRetrieval.from_pretrained(folders["blip"]).eval()
-        return itm.plain_scores(model, AutoProcessor.from_pretrained(folders["blip"]), image, texts)
-    model = AutoModelForImageTextToText.from_pretrained(folders["llava"]).eval()
-    processor = AutoProcessor.from_pretrained(folders["llava"])
+        return itm.plain_scores(model, processor, image, texts)
+    model = AutoModelForImageTextToText.from_pretrained(folders[name]).eval()
+    pali = name == "paligemma"
     if settings.get("score") == "vqascore":
-        return [generative.plain_scores(model, processor, image, DEFAULT_QUESTION.format(t), ["Yes"])[0] for t in texts]
-    return generative.plain_scores(model, processor, image, generative.DEFAULT_PROMPT, texts,
-                                   mean=settings.get("score") == "logprob_mean")
+        convs = [(("answer en " if pali else "") + DEFAULT_QUESTION.format(t), "Yes") for t in texts]
+    else:
+        convs = [("caption en" if pali else generative.DEFAULT_PROMPT, t) for t in texts]
+    return generative.conversation_scores(model, processor, image, convs, mean=settings.get("score") == "logprob_mean",
+                                          reuse=False)
 
 
 def scored(jsonl, spec, prior_images=3, **extra):
@@ -68,12 +78,14 @@ def scored(jsonl, spec, prior_images=3, **extra):
     return records, run.score(*run.pairs(run_lgip_multi.published_calls), controls=True, relative=True)
 
 
-@pytest.mark.parametrize("which,settings", [("llava", {}), ("llava", {"score": "vqascore"}), ("blip", {})])
+@pytest.mark.parametrize("which,settings", [("llava", {}), ("llava", {"score": "vqascore"}), ("blip", {}),
+                                            ("qwen2_vl", {"score": "logprob_mean"}), ("paligemma", {}),
+                                            ("paligemma", {"score": "vqascore"})])
 def test_every_score_and_prior_is_a_plain_forward_of_its_one_text(tmp_path, folders, which, settings):
     """Each pair's s (caption and text) is the model run on that one text; each prior the mean over the
     PRIOR_IMAGES readable records after its own, mod N (here 2 of 3 readable: one image is missing)."""
     jsonl = small_input(tmp_path, 4, missing=1)
-    spec = {s["name"]: s for s in specs(folders, **settings)}[which]
+    spec = specs(folders)[1] if which == "blip" else family(folders, which, **settings)
     records, got = scored(jsonl, spec, prior_images=2)
     assert got.failed == [1] and got.prior_images == 2 and got.n_samples == 3
     inv, sens = got.pairs

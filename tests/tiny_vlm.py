@@ -1,11 +1,13 @@
 """Tiny random-init image-text scorers for the tests (LGIP_SPEC.md 13's families), built offline from
 their configs in a few seconds: a tokenizer trained on the fixture captions (`tokenizers`: byte-level
-BPE, fast, with offsets), a LLaVA (a CLIP vision tower, a Llama language model, a chat template) and a
-BLIP image-text matching model (a BERT-style tokenizer). Each is saved as a folder that
+BPE, fast, with offsets), a LLaVA (a CLIP vision tower, a Llama language model, a chat template), a
+Qwen2-VL (multimodal rope), a PaliGemma (a prefix-LM) and a BLIP image-text matching model (a BERT-style tokenizer). Each is saved as a folder that
 `AutoProcessor.from_pretrained` and the model class's `from_pretrained` read, as a user's Hub id
 would be.
 
     >>> folder = tiny_llava(tmp_path / "llava")      # AutoModelForImageTextToText.from_pretrained(folder)
+    >>> folder = tiny_qwen2_vl(tmp_path / "qwen")    # a Qwen2-VL: multimodal rope (its deltas)
+    >>> folder = tiny_paligemma(tmp_path / "pali")   # a PaliGemma: a prefix-LM without a chat template
     >>> folder = tiny_blip_itm(tmp_path / "blip")    # BlipForImageTextRetrieval.from_pretrained(folder)
 """
 import json
@@ -84,6 +86,75 @@ def tiny_llava(folder, seed=0):
                                vision_feature_select_strategy="default", chat_template=LLAVA_TEMPLATE,
                                num_additional_image_tokens=1)
     processor.save_pretrained(folder)
+    return folder
+
+
+# Qwen2-VL's chat template's shape: each turn <|im_start|>role ... <|im_end|>, the image as
+# <|vision_start|><|image_pad|><|vision_end|> (the processor expands the pad into the image's tokens)
+QWEN_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def tiny_qwen2_vl(folder, seed=0, side=84):
+    """A Qwen2VLForConditionalGeneration (a 2-block vision tower, patch 14 merged 2 x 2; a 2-layer language
+    model with multimodal rope, mrope sections 2/3/3, one key-value head) with its Qwen2VLProcessor
+    (images resized to side x side px: (side / 28)^2 image tokens, 9 at 84 px) and chat template, saved
+    to `folder`. Its image tokens' rope positions are compressed to the image's grid, so every later
+    position is shifted (the rope deltas): the trap that a reused prefix must get right."""
+    import torch
+    from transformers import (Qwen2TokenizerFast, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
+                              Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor)
+    os.makedirs(folder, exist_ok=True)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                "<|video_pad|>"]
+    tok = Qwen2TokenizerFast(tokenizer_object=caption_tokenizer(specials)._tokenizer, unk_token=None, bos_token=None,
+                             eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
+    config = Qwen2VLConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, tie_word_embeddings=False),
+        vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    Qwen2VLForConditionalGeneration(config).eval().save_pretrained(folder)
+    pixels = dict(min_pixels=side * side, max_pixels=side * side, patch_size=14, merge_size=2, temporal_patch_size=2)
+    Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**pixels), tokenizer=tok,
+                     video_processor=Qwen2VLVideoProcessor(**pixels), chat_template=QWEN_TEMPLATE).save_pretrained(folder)
+    return folder
+
+
+def tiny_paligemma(folder, seed=0):
+    """A PaliGemmaForConditionalGeneration (a SigLIP vision tower 32 px, patch 16: 4 image tokens; a 2-layer
+    Gemma) with its PaliGemmaProcessor (no chat template: a prefix-LM, prompted as "caption en"), saved to
+    `folder`."""
+    import torch
+    from transformers import (GemmaTokenizerFast, PaliGemmaConfig, PaliGemmaForConditionalGeneration,
+                              PaliGemmaProcessor, SiglipImageProcessor)
+    os.makedirs(folder, exist_ok=True)
+    tok = GemmaTokenizerFast(tokenizer_object=caption_tokenizer(["<pad>", "<eos>", "<bos>", "<unk>", "<image>"])._tokenizer,
+                             bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
+                             add_bos_token=False, add_eos_token=False)
+    tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    config = PaliGemmaConfig(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=16, projection_dim=32),
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
+                         model_type="gemma"),
+        image_token_index=tok.convert_tokens_to_ids("<image>"), projection_dim=32, hidden_size=32, vocab_size=len(tok))
+    config.text_config.vocab_size = len(tok)
+    torch.manual_seed(seed)
+    PaliGemmaForConditionalGeneration(config).eval().save_pretrained(folder)
+    image_processor = SiglipImageProcessor(size={"height": 32, "width": 32})
+    image_processor.image_seq_length = 4
+    PaliGemmaProcessor(image_processor=image_processor, tokenizer=tok).save_pretrained(folder)
     return folder
 
 

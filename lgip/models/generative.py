@@ -97,9 +97,10 @@ def conversation_scores(model, processor, image, convs, mean=False, reuse=True, 
     template's opening, the image's tokens, what the prompts share: `vqascore`'s question up to the
     caption) run once, their key-value cache repeated for each batch of the rest (right-padded, masked).
     Where they share nothing past the image, every conversation runs plainly."""
-    import torch
     if not convs:
         return []
+    if getattr(model.config, "model_type", None) == "paligemma":
+        return prefix_lm_scores(model, processor, image, convs, mean, reuse, batch)
     items = [tokenized(processor, image, prompt, answer) for prompt, answer in convs]
     for (inputs, _), (_, answer) in zip(items, convs):
         _check_length(model, inputs["input_ids"][0], answer)
@@ -107,6 +108,77 @@ def conversation_scores(model, processor, image, convs, mean=False, reuse=True, 
     if not reuse or cut <= _last_image_token(model, items[0][0]["input_ids"][0]):
         return [_plain(model, inputs, positions, mean) for inputs, positions in items]
     return _on_prefix(model, processor, items, cut, mean, batch)
+
+
+def prefix_lm_tokenized(processor, image, prefix, answer):
+    """PaliGemma's conversation (LGIP_SPEC.md 13): `processor(text=prefix, images=image, suffix=answer)`, whose
+    token_type_ids (1: the suffix) and labels make the model build its prefix-LM mask; (inputs, the positions
+    of the answer's tokens: the suffix's, without the end token the processor appends)."""
+    inputs = processor(text="<image>" + prefix, images=image, suffix=answer, return_tensors="pt")
+    suffix = (inputs["token_type_ids"][0] == 1).nonzero().flatten().tolist()
+    ids = inputs["input_ids"][0]
+    if suffix and int(ids[suffix[-1]]) == processor.tokenizer.eos_token_id:
+        suffix = suffix[:-1]
+    if not suffix:
+        raise ModelError(f"the processor gives no suffix tokens for {answer!r}: it cannot be scored as a prefix-LM's")
+    return inputs, suffix
+
+
+def prefix_lm_scores(model, processor, image, convs, mean=False, reuse=True, batch=16):
+    """conversation_scores for a prefix-LM (PaliGemma): the prefix (image, prompt) bidirectional, the answer
+    causal after it, as trained. The plain forward is one forward with token_type_ids and labels (without
+    both the model attends over the whole text, and every score is wrong). reuse: where every conversation
+    has one prefix (`logprob`), it runs once, bidirectionally alone (as in the whole forward: it never sees
+    the answer), and the answers run on its cache, causal; `vqascore` puts the caption in the prefix, which
+    the image's tokens attend to: no reuse."""
+    items = [prefix_lm_tokenized(processor, image, prompt, answer) for prompt, answer in convs]
+    for (inputs, _), (_, answer) in zip(items, convs):
+        _check_length(model, inputs["input_ids"][0], answer)
+    cut = items[0][1][0]
+    same = all(pos[0] == cut and torch_equal(inp["input_ids"][0][:cut], items[0][0]["input_ids"][0][:cut])
+               for inp, pos in items)
+    if not reuse or not same:
+        return [_plain(model, inputs, positions, mean) for inputs, positions in items]
+    import copy
+    import torch
+    first = items[0][0]
+    prefix = {"input_ids": first["input_ids"][:, :cut], "attention_mask": first["attention_mask"][:, :cut],
+              "pixel_values": first["pixel_values"]}
+    with torch.no_grad():
+        out = model(**_on(prefix, model), use_cache=True)  # (no token types: the prefix attends to all of itself)
+    cache, last = out.past_key_values, out.logits[0, -1]
+    device, pad = last.device, processor.tokenizer.pad_token_id or 0
+    scores = []
+    for b in range(0, len(items), batch):
+        group = items[b:b + batch]
+        rest = [inp["input_ids"][0][cut:] for inp, _ in group]
+        width = max(len(r) for r in rest)
+        x = torch.full((len(rest), width), pad, dtype=torch.long)
+        labels = torch.full((len(rest), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(rest), cut + width), dtype=torch.long)
+        mask[:, :cut] = 1
+        types = torch.zeros((len(rest), cut + width), dtype=torch.long)
+        types[:, cut:] = 1
+        for r, t in enumerate(rest):
+            x[r, :len(t)], labels[r, :len(t)] = t, t
+            mask[r, cut:cut + len(t)] = 1
+        c = copy.deepcopy(cache)
+        c.batch_repeat_interleave(len(rest))
+        with torch.no_grad():  # (token types and labels: the answers causal, as in the whole forward)
+            logits = model(input_ids=x.to(device), attention_mask=mask.to(device), token_type_ids=types.to(device),
+                           labels=labels.to(device), past_key_values=c, use_cache=True,
+                           cache_position=torch.arange(cut, cut + width, device=device)).logits
+        for r, (inputs, positions) in enumerate(group):
+            full = torch.cat([last[None], logits[r]], dim=0)
+            ids = inputs["input_ids"][0]
+            lp = torch.stack([torch.log_softmax(full[p - cut].float(), -1)[ids[p]] for p in positions])
+            scores.append(float(lp.mean() if mean else lp.sum()))
+    return scores
+
+
+def torch_equal(a, b):
+    import torch
+    return a.shape == b.shape and bool(torch.equal(a, b))
 
 
 def _plain(model, inputs, positions, mean):
@@ -150,9 +222,10 @@ def _on_prefix(model, processor, items, cut, mean, batch):
     cache, last = out.past_key_values, out.logits[0, -1]  # (last: the prefix's prediction of the first token)
     pad = processor.tokenizer.pad_token_id or 0
     device = last.device
-    scores = []
-    for b in range(0, len(items), batch):
-        group = range(b, min(b + batch, len(items)))
+    scores = [None] * len(items)
+    order = sorted(range(len(items)), key=lambda j: len(ids[j]))  # (texts of like length together: less padding)
+    for b in range(0, len(order), batch):
+        group = order[b:b + batch]
         rest = [ids[j][cut:] for j in group]
         width = max(len(r) for r in rest)
         x = torch.full((len(rest), width), pad, dtype=torch.long)
@@ -171,5 +244,5 @@ def _on_prefix(model, processor, items, cut, mean, batch):
             full = torch.cat([last[None], logits[r]], dim=0)  # full[q] predicts token cut + q
             positions = items[j][1]
             lp = torch.stack([torch.log_softmax(full[p - cut].float(), -1)[ids[j][p]] for p in positions])
-            scores.append(float(lp.mean() if mean else lp.sum()))
+            scores[j] = float(lp.mean() if mean else lp.sum())
     return scores

@@ -109,12 +109,17 @@ def _processor(spec):
     """The model's AutoProcessor, its image processor the PIL one (use_fast=False, as every type's pixels);
     its tokenizer must be fast (offsets)."""
     from transformers import AutoImageProcessor, AutoProcessor
+    from transformers.utils import logging
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()  # (its notes on slow and fast image processors: the PIL one is taken on purpose)
     try:
         processor = AutoProcessor.from_pretrained(spec["model_id"])
         if getattr(processor, "image_processor", None) is not None:
             processor.image_processor = AutoImageProcessor.from_pretrained(spec["model_id"], use_fast=False)
     except (OSError, ValueError) as e:
         raise _download_hint(spec, e) from e
+    finally:
+        logging.set_verbosity(level)
     return processor
 
 
@@ -126,8 +131,6 @@ def load_generative(spec, protocol, device, dtype):
     what = f"model {spec['name']!r} ({spec['model_id']})"
     config = _config(spec)
     settings = settings_of(spec, config)
-    if config.model_type == "paligemma":
-        raise ModelError(f"{what}: PaliGemma's prefix-LM scoring (LGIP_SPEC.md 13) is not implemented yet")
     try:
         model = AutoModelForImageTextToText.from_pretrained(spec["model_id"], **_transformers_dtype_kwarg(dtype))
     except ValueError as e:
@@ -140,7 +143,8 @@ def load_generative(spec, protocol, device, dtype):
         raise _download_hint(spec, e) from e
     model = model.to(device).eval()
     processor = _processor(spec)
-    if not getattr(processor, "chat_template", None):
+    prefix_lm = config.model_type == "paligemma"  # (no chat template: processor(text=prefix, suffix=answer))
+    if not prefix_lm and not getattr(processor, "chat_template", None):
         raise ModelError(f"{what}: its processor has no chat template, so LGIP_SPEC.md 13's conversation cannot "
                          f"be rendered; give the model_id of a chat (instruction-tuned) checkpoint, whose processor "
                          f"has one")
@@ -150,7 +154,8 @@ def load_generative(spec, protocol, device, dtype):
 
     def score(image, texts):
         if settings["score"] == "vqascore":
-            convs = [(settings["question"].format(t), "Yes") for t in texts]
+            ask = "answer en " if prefix_lm else ""  # (PaliGemma's task prefix)
+            convs = [(ask + settings["question"].format(t), "Yes") for t in texts]
         else:
             convs = [(settings["prompt"], t) for t in texts]
         return generative.conversation_scores(model, processor, image, convs, mean=mean,

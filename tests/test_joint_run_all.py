@@ -1,0 +1,52 @@
+"""The issue's finish line for models that score a pair jointly (LGIP_SPEC.md 13): the whole pipeline
+(run_all.py on the demo) with a tiny LLaVA, a tiny BLIP ITM and the demo model in one MODELS list, and
+its page in Chromium. (A file of its own: the test runs every step, and the two test workers share the
+suite's time.)"""
+import json
+import shutil
+
+import pytest
+
+from test_joint import folders, specs  # noqa: F401 (the tiny models, built once for this file)
+
+PAGE = """() => ({
+  rows: [...document.querySelectorAll('#results tbody tr')].map(tr => tr.cells[0].textContent.trim()),
+  headers: [...document.querySelectorAll('#results thead th')].map(th => th.textContent.trim()),
+  text: document.body.innerText,
+})"""
+
+
+def test_run_all_with_a_llava_a_blip_and_the_demo_model_writes_a_page_with_all_three(tmp_path, folders):
+    """The issue's finish line: `run_all.py --DATA=demo` with a tiny LLaVA, a tiny BLIP ITM and the demo model
+    in one MODELS list completes (retrieval, explain and the image side leaving the scorers out, in a line
+    each), and its page, in Chromium, shows all three with their score kinds, the Inv. rel. column and the
+    note that the kinds' units differ."""
+    from test_run_all import demo_inputs
+    from conftest import run_script
+    folder = demo_inputs(tmp_path / "demo")
+    models = specs(folders) + ["demo"]
+    proc = run_script("run_all.py", f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo", f"--MODELS={models!r}",
+                      "--DEVICE=cpu", "--NUM_WORKERS=0", "--SETTINGS={'BOOTSTRAP': 20}")
+    for step in ("run_lgip_retrieval.py", "explain_flips.py", "run_lgip_images.py"):
+        assert f"{step}: model 'llava' (type 'generative') is left out" in proc.stdout, step
+    rows = json.load(open(folder / "lgip_demo_with_perturb__LGIP_ALL.metrics.json"))
+    assert [r["score_kind"] for r in rows] == ["logprob", "itm_logodds", "cosine"]
+    page = folder / "lgip_demo__LGIP_report.html"
+    md = (folder / "lgip_demo__LGIP_report.md").read_text(encoding="utf-8")
+    assert "| llava (logprob) " in md and "| blip (itm_logodds) " in md and "| demo_tiny_random (cosine) " in md
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install -r requirements.txt)")
+    if not (shutil.which("chromium") or shutil.which("chromium-browser")):
+        pytest.skip("no Chromium installed (apt-get install -y chromium; .ci/run installs it when missing)")
+    from test_report_page import _launch
+    with sync_api.sync_playwright() as p:
+        browser = _launch(p, tmp_path / "profile")
+        try:
+            tab = browser.new_page()
+            tab.goto(page.as_uri(), wait_until="load")
+            seen = tab.evaluate(PAGE)
+        finally:
+            browser.close()
+    assert seen["rows"][:3] == ["llava (logprob)", "blip (itm_logodds)", "demo_tiny_random (cosine)"], seen["rows"]
+    assert any(h.startswith("Inv. rel.") for h in seen["headers"]), seen["headers"]
+    assert "The models score in 3 kinds (logprob, itm_logodds, cosine, beside each name)" in seen["text"]
+
