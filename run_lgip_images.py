@@ -61,7 +61,10 @@ def caption_calls(records, ks, calls):
 
 def evaluate(run):
     (captions,) = run.pairs(caption_calls)
-    scored = run.score(keep_embeddings=True)  # captions and original images, encoded or read from the cache
+    scored = run.score(captions, keep_embeddings=True)  # captions and original images, encoded or read from the cache
+    if "embeddings" not in scored.provides and run.is_main:  # (LGIP_SPEC.md 13: the pairs' figures, no galleries)
+        print(f"{run.enc.name}: scores a pair jointly: its image paraphrase and flip figures only; the text-to-image "
+              f"galleries need embeddings (t2i figures left out)", flush=True)
     side = common.ImageSide(run, scored, captions, common.check_kinds(KINDS), SEED).encode()  # every process agrees on N
     run.phase_done("altered_images")
     mine = side.part()
@@ -107,7 +110,7 @@ def run(**constants):
         common.check_kinds(config["KINDS"]), common.check_seed(config["SEED"])  # before any model's work
         common.check_gallery_size(config["GALLERY_SIZE"]), common.require_int(config, "SAVE_EXAMPLES", 0)
         _EXAMPLES.clear()
-        results = common.run_evaluation(__file__, config, (), evaluate, summary, needs=("embeddings",))
+        results = common.run_evaluation(__file__, config, (), evaluate, summary)
         if results is not None:
             print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_images.metrics.json'), results)}")
         return results

@@ -86,6 +86,12 @@ class ImageSide:
         self.cap_lr = np.array([mentions_left_or_right(captions.text[j]) for j in take.tolist()], dtype=bool)
         self.items, self.row = self._items()
         self.emb = self.failed = None
+        # a model that scores a pair jointly (LGIP_SPEC.md 13): s of each altered image with each caption, no
+        # embeddings (no galleries); the captions' scores with their originals are the run's own (scored.pairs)
+        self.joint = "embeddings" not in scored.provides
+        if self.joint:
+            own = scored.pairs[0]
+            self.base_of = {(k, i): v for k, i, v in zip(own.rec, own.cap, np.asarray(own.sim).tolist())}
 
     def path(self, k):
         return os.path.join(self.run.image_root, self.run.records[k][1]["image_path"])
@@ -116,8 +122,11 @@ class ImageSide:
     def encode(self):
         """Encode this process's altered images (decoded and altered in the loader's workers; read
         from the cache where there). The weights are loaded only when one is not cached (a file that
-        is not there needs no model: it is reported)."""
+        is not there needs no model: it is reported). A joint scorer: each altered image scored with
+        the captions of the records it was made for (lgip.joint_scorer.score_items)."""
         run = self.run
+        if self.joint:
+            return self._score_jointly()
         keys = image_cache_keys(self.items)
         if not run.enc.weights_loaded and keys:
             index = run.cache.index("image")
@@ -135,6 +144,28 @@ class ImageSide:
             print(f"warning: {run.enc.name}: altered image {item.kind} of {item.source} could not be made ({err})",
                   file=sys.stderr)
         return self
+
+    def _score_jointly(self):
+        from .joint_scorer import score_items
+        texts = {}
+        for (k, kind), j in self.row.items():
+            texts.setdefault(j, []).extend(self.run.records[k][1]["orig_captions"])
+        jobs = [(item, list(dict.fromkeys(texts.get(j, [])))) for j, item in enumerate(self.items)]
+        self.scores, self.failed, decoded = score_items(self.run, jobs)
+        self.sources = {"num": len(self.items), "decoded": decoded, "from_pixel_memory": 0,
+                        "from_cache": len(self.items) - decoded - len(self.failed)}
+        for j, err in list(self.failed.items())[:MAX_LISTED]:
+            item = self.items[j]
+            print(f"warning: {self.run.enc.name}: altered image {item.kind} of {item.source} could not be made ({err})",
+                  file=sys.stderr)
+        return self
+
+    def _joint_sims(self, alt, j):
+        """Each pair's s(altered image, caption): the captions at positions j, their altered images' rows alt[j]."""
+        import numpy as np
+        captions = [self.run.records[k][1]["orig_captions"][i] for k, i in zip(self.cap_rec[j].tolist(),
+                                                                               self.cap_i[j].tolist())]
+        return np.array([self.scores[(self.items[a], c)] for a, c in zip(alt[j].tolist(), captions)], dtype=np.float64)
 
     def _drop_nonfinite(self):
         """An altered image whose embedding is NaN or infinite (the model overflowed on it) is counted
@@ -156,12 +187,16 @@ class ImageSide:
         import numpy as np
         import torch
         run = self.run
-        txt_emb, rows = self.scored.text_embeddings
-        img_emb = self.scored.image_embeddings
-        rows = np.asarray(rows)
         failed = np.zeros(len(self.items), dtype=bool)
         failed[list(self.failed)] = True
-        base = cosines(img_emb, txt_emb, self.cap_rec, rows[self.cap_slot])
+        if self.joint:
+            base = np.array([self.base_of[(k, i)] for k, i in zip(self.cap_rec.tolist(), self.cap_i.tolist())],
+                            dtype=np.float64)
+        else:
+            txt_emb, rows = self.scored.text_embeddings
+            img_emb = self.scored.image_embeddings
+            rows = np.asarray(rows)
+            base = cosines(img_emb, txt_emb, self.cap_rec, rows[self.cap_slot])
         where, kind_no, sims = [], [], []
         for n, kind in enumerate(self.kinds):
             alt = np.array([self.row.get((k, kind), -1) for k in self.cap_rec.tolist()], dtype=np.int64)
@@ -171,7 +206,8 @@ class ImageSide:
                 use &= ~self.cap_lr
             j = np.flatnonzero(use)
             where.append(j), kind_no.append(np.full(len(j), n)), sims.append(
-                cosines(self.emb, txt_emb, alt[j], rows[self.cap_slot[j]]) if len(j) else np.zeros(0))
+                np.zeros(0) if not len(j) else self._joint_sims(alt, j) if self.joint else
+                cosines(self.emb, txt_emb, alt[j], rows[self.cap_slot[j]]))
         where, kind_no, sims = np.concatenate(where), np.concatenate(kind_no), np.concatenate(sims)
         order = np.lexsort((kind_no, where))  # (record, caption, kind): the score file's order
         where, kind_no = where[order], kind_no[order]
@@ -184,7 +220,7 @@ class ImageSide:
         flip_kinds = [k for k in self.kinds if k in FLIP_KINDS] if self.offset is not None else []
         host = (lambda x: x.cpu()) if run.world > 1 else (lambda x: x)
         gallery = None
-        if flip_kinds:
+        if flip_kinds and not self.joint:  # (a joint scorer's galleries would need every caption with every image)
             mine = torch.as_tensor(self.mine, dtype=torch.long, device=img_emb.device)
             altered = {}
             for kind in flip_kinds:
@@ -222,6 +258,10 @@ class ImageSide:
                 continue
             _figure(block, "image_sensitivity_gap_mean", rec[mask], gap[mask], resamples, seed)
             _figure(block, "image_sensitivity_pos_rate", rec[mask], gap[mask] > 0, resamples, seed)
+            if self.joint:
+                block["note"] = ("no text-to-image search: the model scores a pair jointly, and a gallery needs every "
+                                 "caption scored with every image (LGIP_SPEC.md 13)")
+                continue
             q_rec, rank, top1 = found.get(kind, (np.zeros(0, dtype=np.int64),) * 3)
             for k in KS:
                 _figure(block, f"t2i_flip_recall@{k}", q_rec, rank <= k, resamples, seed)
@@ -245,7 +285,7 @@ class ImageSide:
         galleries = [g for g in galleries if g is not None]
         if not galleries:
             return {}
-        device = self.scored.image_embeddings.device
+        device = self.scored.image_embeddings.device  # (a joint scorer has no galleries: never here)
         records = np.concatenate([g["records"] for g in galleries])
         order = np.argsort(records, kind="stable")
         cap_rec = np.concatenate([g["cap_rec"] for g in galleries])

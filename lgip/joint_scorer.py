@@ -270,3 +270,29 @@ class JointScorer(PairScorer):
             for i in range(len(records[nxt][1]["orig_captions"])):
                 parts.append((nxt, i, "other", scores[(path_of[nxt], caps[i % len(caps)])]))
         return parts
+
+
+def score_items(run, jobs):
+    """Score a joint model's texts against images that are not records' own (lgip.image_side's altered
+    images: AlteredImage items, made from their decoded sources in the loader's workers): `jobs`, a list of
+    (item, texts). Returns ({(item, text): score}, {job index: why it could not be made}, images decoded).
+    Scores come from the cache where there (keyed by the item's cache key), the weights loaded only when
+    one is not."""
+    store, scorer = _Store(run), JointScorer()
+    todo = [(j, item, store.missing(item, texts)) for j, (item, texts) in enumerate(jobs)]
+    todo = [(j, item, texts) for j, item, texts in todo if texts]
+    failed, n = {}, 0
+    try:
+        for (j, item, texts), (_, img, err) in zip(todo, scorer._decoded(run, [item for _, item, _ in todo])):
+            n += 1
+            if err is not None:
+                failed[j] = err
+                continue
+            store.compute(item, img, texts)
+    except BaseException:
+        if store.writer is not None:
+            store.writer.abandon()
+        raise
+    if store.writer is not None:
+        store.writer.close()
+    return store.scores, failed, n

@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, eval_settings, run_here
-from tiny_vlm import tiny_blip_itm, tiny_llava, tiny_paligemma, tiny_qwen2_vl
+from tiny_vlm import tiny_blip2_itm, tiny_blip_itm, tiny_llava, tiny_paligemma, tiny_qwen2_vl
 
 PERTURB = "fixture_with_perturb.jsonl"
 
@@ -23,7 +23,8 @@ PERTURB = "fixture_with_perturb.jsonl"
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("joint")
     return {"llava": tiny_llava(root / "llava"), "blip": tiny_blip_itm(root / "blip"),
-            "qwen2_vl": tiny_qwen2_vl(root / "qwen2_vl"), "paligemma": tiny_paligemma(root / "paligemma")}
+            "qwen2_vl": tiny_qwen2_vl(root / "qwen2_vl"), "paligemma": tiny_paligemma(root / "paligemma"),
+            "blip2": tiny_blip2_itm(root / "blip2")}
 
 
 def specs(folders, **llava):
@@ -49,15 +50,16 @@ def small_input(tmp_path, n=4, missing=None):
 
 def plain(folders, name, image_path, texts, **settings):
     """Each text's score from one plain forward of the whole model (the definition, section 13)."""
-    from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor, BlipForImageTextRetrieval
+    from transformers import (AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor, Blip2ForImageTextRetrieval,
+                              BlipForImageTextRetrieval)
     from lgip.models import generative, itm
     from lgip.models.joint import DEFAULT_QUESTION
     image = Image.open(os.path.join(FIXTURES, image_path)).convert("RGB")
     processor = AutoProcessor.from_pretrained(folders[name])
     processor.image_processor = AutoImageProcessor.from_pretrained(folders[name], use_fast=False)
-    if name == "blip":
-        model = BlipForImageTextRetrieval.from_pretrained(folders["blip"]).eval()
-        return itm.plain_scores(model, processor, image, texts)
+    if name in ("blip", "blip2"):
+        cls = BlipForImageTextRetrieval if name == "blip" else Blip2ForImageTextRetrieval
+        return itm.plain_scores(cls.from_pretrained(folders[name]).eval(), processor, image, texts)
     model = AutoModelForImageTextToText.from_pretrained(folders[name]).eval()
     pali = name == "paligemma"
     if settings.get("score") == "vqascore":
@@ -78,14 +80,15 @@ def scored(jsonl, spec, prior_images=3, **extra):
     return records, run.score(*run.pairs(run_lgip_multi.published_calls), controls=True, relative=True)
 
 
-@pytest.mark.parametrize("which,settings", [("llava", {}), ("llava", {"score": "vqascore"}), ("blip", {}),
+@pytest.mark.parametrize("which,settings", [("llava", {}), ("llava", {"score": "vqascore"}), ("blip", {}), ("blip2", {}),
                                             ("qwen2_vl", {"score": "logprob_mean"}), ("paligemma", {}),
                                             ("paligemma", {"score": "vqascore"})])
 def test_every_score_and_prior_is_a_plain_forward_of_its_one_text(tmp_path, folders, which, settings):
     """Each pair's s (caption and text) is the model run on that one text; each prior the mean over the
     PRIOR_IMAGES readable records after its own, mod N (here 2 of 3 readable: one image is missing)."""
     jsonl = small_input(tmp_path, 4, missing=1)
-    spec = specs(folders)[1] if which == "blip" else family(folders, which, **settings)
+    spec = ({"name": which, "type": "itm", "model_id": str(folders[which])} if which.startswith("blip")
+            else family(folders, which, **settings))
     records, got = scored(jsonl, spec, prior_images=2)
     assert got.failed == [1] and got.prior_images == 2 and got.n_samples == 3
     inv, sens = got.pairs
@@ -272,8 +275,8 @@ def test_a_model_of_the_wrong_kind_a_missing_template_and_a_long_caption_are_nam
 
 
 def test_steps_that_need_embeddings_leave_scorers_out_in_a_line(tmp_path, folders):
-    """Retrieval and the image side leave a joint scorer out with one line; with a dual encoder beside
-    it, that one runs; with scorers alone, nothing is written and the step returns None."""
+    """Retrieval (and explain_flips) leave a joint scorer out with one line; with a dual encoder beside it,
+    that one runs; with scorers alone, nothing is written and the step returns None."""
     name = "fixture_with_fliptypes.jsonl"
     jsonl = tmp_path / name
     jsonl.write_text("".join(open(os.path.join(REFERENCE, name), encoding="utf-8").readlines()[:3]), encoding="utf-8")
@@ -282,5 +285,46 @@ def test_steps_that_need_embeddings_leave_scorers_out_in_a_line(tmp_path, folder
     assert [r["model_tag"] for r in rows] == ["tiny_openclip"]
     assert "run_lgip_retrieval.py: model 'llava' (type 'generative') is left out" in out
     before = set(os.listdir(tmp_path))
-    got, out, _ = run_here("run_lgip_images.py", **eval_settings(jsonl, "corrected", specs(folders), CACHE_DIR=None))
-    assert got is None and set(os.listdir(tmp_path)) == before and "nothing written" in out
+    got, out, _ = run_here("explain_flips.py", JSONL_PATH=str(jsonl), IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0,
+                           MODELS=specs(folders), N_FLIPS=2)
+    assert got == [] and set(os.listdir(tmp_path)) == before and "nothing written" in out
+
+
+def test_the_image_side_scores_each_altered_image_with_its_captions(tmp_path, folders):
+    """run_lgip_images.py with a joint scorer (LGIP_SPEC.md 13): each pair's s(altered image, caption), the
+    altered image made as section 11 makes it, equals the model run on it (restated); its figures are
+    those pairs' means; no text-to-image search (said, and noted per kind); a re-run reads every score
+    from the cache without the weights."""
+    from transformers import AutoImageProcessor, AutoProcessor, BlipForImageTextRetrieval
+    from lgip.alterations import alter, flip_offset, partner
+    from lgip.models import itm
+    name = "fixture_with_fliptypes.jsonl"
+    jsonl = tmp_path / name
+    jsonl.write_text("".join(open(os.path.join(REFERENCE, name), encoding="utf-8").readlines()[:4]), encoding="utf-8")
+    blip = specs(folders)[1]
+    settings = eval_settings(jsonl, "corrected", [blip], BOOTSTRAP=0, KINDS=["jpeg", "crop", "mix"])
+    rows, out, _ = run_here("run_lgip_images.py", **settings)
+    m = rows[0]
+    assert "blip: scores a pair jointly: its image paraphrase and flip figures only" in out
+    assert m["by_kind"]["mix"]["note"].startswith("no text-to-image search") and "t2i_flip_top1_rate" not in m["by_kind"]["mix"]
+    model = BlipForImageTextRetrieval.from_pretrained(folders["blip"]).eval()
+    processor = AutoProcessor.from_pretrained(folders["blip"])
+    processor.image_processor = AutoImageProcessor.from_pretrained(folders["blip"], use_fast=False)
+    records = [json.loads(line) for line in open(jsonl, encoding="utf-8")]
+    images = [Image.open(os.path.join(FIXTURES, r["image_path"])).convert("RGB") for r in records]
+    offset = flip_offset(len(records), 0)
+    errs, gaps = [], []
+    for line in open(tmp_path / m["scores_file"], encoding="utf-8"):
+        row = json.loads(line)
+        k, caption = row["line"] - 1, row["caption"]
+        assert row["sim"] == pytest.approx(itm.plain_scores(model, processor, images[k], [caption])[0], abs=1e-4)
+        for item in row.get("image_paraphrases", []) + row.get("image_flips", []):
+            other = images[partner(k, len(records), offset)] if item["text"] == "mix" else None
+            made = alter(images[k], item["text"], other, 0, k)
+            assert item["sim"] == pytest.approx(itm.plain_scores(model, processor, made, [caption])[0], abs=1e-4)
+            (gaps if item["text"] == "mix" else errs).append(row["sim"] - item["sim"])
+    assert m["image_invariance_error_mean"] == pytest.approx(np.mean(np.abs(errs)), abs=1e-5)
+    assert m["image_sensitivity_gap_mean"] == pytest.approx(np.mean(gaps), abs=1e-5)
+    again = run_here("run_lgip_images.py", **settings)[0][0]
+    assert again["run"]["model"]["weights_loaded"] is False
+    assert again["image_invariance_error_mean"] == pytest.approx(m["image_invariance_error_mean"], abs=1e-9)

@@ -18,8 +18,8 @@ PAGE = """() => ({
 
 def test_run_all_with_a_llava_a_blip_and_the_demo_model_writes_a_page_with_all_three(tmp_path, folders):
     """The issue's finish line: `run_all.py --DATA=demo` with a tiny LLaVA, a tiny BLIP ITM and the demo model
-    in one MODELS list completes (retrieval, explain and the image side leaving the scorers out, in a line
-    each), and its page, in Chromium, shows all three with their score kinds, the Inv. rel. column and the
+    in one MODELS list completes (retrieval and explain leaving the scorers out, in a line each; the image
+    side giving their paraphrase and flip figures), and its page, in Chromium, shows all three with their score kinds, the Inv. rel. column and the
     note that the kinds' units differ."""
     from test_run_all import demo_inputs
     from conftest import run_script
@@ -27,8 +27,9 @@ def test_run_all_with_a_llava_a_blip_and_the_demo_model_writes_a_page_with_all_t
     models = specs(folders) + ["demo"]
     proc = run_script("run_all.py", f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo", f"--MODELS={models!r}",
                       "--DEVICE=cpu", "--NUM_WORKERS=0", "--SETTINGS={'BOOTSTRAP': 20}")
-    for step in ("run_lgip_retrieval.py", "explain_flips.py", "run_lgip_images.py"):
+    for step in ("run_lgip_retrieval.py", "explain_flips.py"):
         assert f"{step}: model 'llava' (type 'generative') is left out" in proc.stdout, step
+    assert "llava: scores a pair jointly: its image paraphrase and flip figures only" in proc.stdout
     rows = json.load(open(folder / "lgip_demo_with_perturb__LGIP_ALL.metrics.json"))
     assert [r["score_kind"] for r in rows] == ["logprob", "itm_logodds", "cosine"]
     page = folder / "lgip_demo__LGIP_report.html"

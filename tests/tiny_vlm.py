@@ -185,3 +185,32 @@ def tiny_blip_itm(folder, seed=0):
     processor = BlipProcessor(image_processor=BlipImageProcessor(size={"height": 32, "width": 32}), tokenizer=tok)
     processor.save_pretrained(folder)
     return folder
+
+
+def tiny_blip2_itm(folder, seed=0):
+    """A Blip2ForImageTextRetrieval (a 32 px vision tower, a 2-layer Q-Former taking the text with 4 query
+    tokens, its ITM head) with a Blip2Processor whose tokenizer knows the fixture captions, saved to
+    `folder`."""
+    import torch
+    from transformers import (BertTokenizerFast, Blip2Config, Blip2ForImageTextRetrieval, Blip2Processor,
+                              BlipImageProcessor)
+    os.makedirs(folder, exist_ok=True)
+    words = sorted({w for t in fixture_captions() for w in t.lower().replace(".", " . ").replace(",", " , ").split()})
+    vocab = list(dict.fromkeys(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]"] + words
+                               + list("abcdefghijklmnopqrstuvwxyz0123456789.,!?")))
+    with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(vocab) + "\n")
+    tok = BertTokenizerFast(os.path.join(folder, "vocab.txt"), do_lower_case=True, bos_token="[DEC]")
+    config = Blip2Config(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=16),
+        qformer_config=dict(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64, encoder_hidden_size=32, max_position_embeddings=64, pad_token_id=0,
+                            use_qformer_text_input=True),
+        num_query_tokens=4, image_text_hidden_size=16)
+    torch.manual_seed(seed)
+    Blip2ForImageTextRetrieval(config).eval().save_pretrained(folder)
+    Blip2Processor(image_processor=BlipImageProcessor(size={"height": 32, "width": 32}), tokenizer=tok,
+                   num_query_tokens=None).save_pretrained(folder)
+    return folder
+
