@@ -13,6 +13,7 @@ both are BPE vocabularies of English words), the texts per image of the input me
   python benchmarks/bench_generative.py                          # the tests' tiny LLaVA, the demo's records, CPU
   python benchmarks/bench_generative.py --FAMILY=paligemma       # tiny qwen2_vl, paligemma too
   python benchmarks/bench_generative.py --MODEL_ID=llava-hf/llava-1.5-7b-hf --DEVICE=cuda --N_IMAGES=20
+  python benchmarks/bench_generative.py --ARCH=llava-1.5-7b --DEVICE=cuda --DTYPE=bf16 --N_IMAGES=20   # no download
 """
 import os
 import shutil
@@ -25,12 +26,15 @@ _ROOT = os.path.dirname(os.path.abspath(os.path.dirname(__file__)))
 sys.path.insert(1, _ROOT)
 import common  # noqa: E402
 
-MODEL_ID = None  # a Hugging Face id or folder of an AutoModelForImageTextToText; None = the tests' tiny random-init FAMILY
+MODEL_ID = None  # a Hugging Face id or folder of an AutoModelForImageTextToText; None = ARCH, else the tests' tiny random-init FAMILY
+ARCH = None  # None, or "llava-1.5-7b": that architecture built here with random weights (no download: the GPU issue's cost at the real shape), its tokenizer the tests' BPE trained on the fixture captions
+SHRINK = 1  # int >= 1: ARCH's layers, widths and heads divided by this (576 image tokens kept): a CPU smoke test of the same code
 FAMILY = "llava"  # "llava", "qwen2_vl" or "paligemma": the tiny model built when MODEL_ID is None (tests/tiny_vlm.py)
 SCORE = "logprob"  # "logprob", "logprob_mean" or "vqascore" (LGIP_SPEC.md 13)
 JSONL_PATH = None  # a *_with_perturb.jsonl (images beside it); None = the bundled demo's 12 records, perturbed here
 N_IMAGES = 4  # int >= 1: records (images) scored
-PRIOR_IMAGES = 3  # int >= 0: earlier records whose texts each image also scores (the controls' prior)
+PRIOR_IMAGES = 3  # int >= 1: earlier records whose texts each image also scores (the controls' prior)
+MAX_TEXTS = None  # None, or int >= 1: at most this many texts per image (a quick smoke test)
 BATCH = 16  # int >= 1: texts per forward on the shared prefix
 DEVICE = "cpu"  # "cpu", "cuda", ...
 DTYPE = "fp32"  # "fp32" or "bf16": the model's weights (bf16: the difference to fp32 is measured, not bounded)
@@ -46,6 +50,8 @@ def model_and_processor(work):
     import torch
     from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
     folder = MODEL_ID
+    if folder is None and ARCH is not None:
+        return llava_arch(work)
     if folder is None:
         sys.path.insert(1, os.path.join(_ROOT, "tests"))
         import tiny_vlm
@@ -54,6 +60,38 @@ def model_and_processor(work):
     model = AutoModelForImageTextToText.from_pretrained(folder, dtype=dtype).eval().to(DEVICE)
     processor = AutoProcessor.from_pretrained(folder)
     processor.image_processor = AutoImageProcessor.from_pretrained(folder, use_fast=False)
+    return model, processor
+
+
+def llava_arch(work):
+    """LLaVA-1.5-7B's architecture with random weights (CLIP ViT-L/14 at 336 px: 576 image tokens; a 32-layer
+    Llama of width 4096; LLaVA-1.5's chat template), built on DEVICE in DTYPE; SHRINK divides its depth and
+    widths. The tokenizer is the tests' BPE (a large vocabulary, so about a word per token, as Llama's)."""
+    import torch
+    from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
+                              LlavaForConditionalGeneration, LlavaProcessor)
+    sys.path.insert(1, os.path.join(_ROOT, "tests"))
+    from tiny_vlm import LLAVA_TEMPLATE, caption_tokenizer
+    if ARCH != "llava-1.5-7b":
+        raise common.ConfigError(f"unknown ARCH {ARCH!r}; valid: None, 'llava-1.5-7b'")
+    tok = caption_tokenizer(["<unk>", "<s>", "</s>", "<pad>", "<image>"], bos="<s>", vocab_size=32000)
+    tok.add_special_tokens({"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"})
+    d = max(1, SHRINK)
+    vision = CLIPVisionConfig(hidden_size=1024 // d, intermediate_size=4096 // d, num_hidden_layers=max(1, 24 // d),
+                              num_attention_heads=max(1, 16 // d), image_size=336, patch_size=14, projection_dim=768 // d)
+    text = LlamaConfig(vocab_size=32064, hidden_size=4096 // d, intermediate_size=11008 // d,
+                       num_hidden_layers=max(1, 32 // d), num_attention_heads=max(1, 32 // d),
+                       num_key_value_heads=max(1, 32 // d), max_position_embeddings=4096, bos_token_id=1,
+                       eos_token_id=2, pad_token_id=3)
+    config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids("<image>"),
+                         vision_feature_select_strategy="default", vision_feature_layer=-2, image_seq_length=576)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[DTYPE]
+    with torch.device(DEVICE):
+        model = LlavaForConditionalGeneration._from_config(config, dtype=dtype).eval()
+    processor = LlavaProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 336},
+                                                                  crop_size={"height": 336, "width": 336}),
+                               tokenizer=tok, patch_size=14, vision_feature_select_strategy="default",
+                               chat_template=LLAVA_TEMPLATE, num_additional_image_tokens=1)
     return model, processor
 
 
@@ -135,7 +173,7 @@ def main():
             for j in range(1, min(PRIOR_IMAGES, len(records) - 1) + 1):
                 texts += record_texts(records[(k - j) % len(records)][1])
             image = Image.open(os.path.join(root, records[k][1]["image_path"])).convert("RGB")
-            jobs.append((image, list(dict.fromkeys(texts))))
+            jobs.append((image, list(dict.fromkeys(texts))[:MAX_TEXTS]))
         n_texts = sum(len(t) for _, t in jobs)
         tokens_plain = tokens_reused = 0
         for image, texts in jobs:  # (counted, not timed)
@@ -152,13 +190,17 @@ def main():
             timed[name] = (time.perf_counter() - t0, [s for part in scores for s in part])
         diff = max(abs(a - b) for a, b in zip(timed["plain"][1], timed["prefix"][1]))
         print(f"{len(jobs)} images, {n_texts} texts ({n_texts / len(jobs):.0f} per image, PRIOR_IMAGES {PRIOR_IMAGES}), "
-              f"model {MODEL_ID or f'tiny {FAMILY} (tests/tiny_vlm.py)'} on {DEVICE} in {DTYPE}, score {SCORE}, "
+              f"model {MODEL_ID or (f'{ARCH}, random init' + (f', shrunk {SHRINK}x' if SHRINK > 1 else '')) if ARCH else f'tiny {FAMILY} (tests/tiny_vlm.py)'} "
+              f"on {DEVICE} in {DTYPE}, score {SCORE}, "
               f"batch {BATCH}")
         for name, tokens in (("plain", tokens_plain), ("prefix", tokens_reused)):
             seconds = timed[name][0]
             print(f"  {name:6s} {seconds:8.2f} s  {n_texts / seconds:8.1f} texts/s  {tokens / n_texts:7.1f} LM tokens per text")
         print(f"  LM tokens, plain / prefix: {tokens_plain / tokens_reused:.1f}x; time, plain / prefix: "
               f"{timed['plain'][0] / timed['prefix'][0]:.1f}x; max |score difference|: {diff:.2e}")
+        per = timed["prefix"][0] / len(jobs)
+        print(f"  at this speed, {PAPER_IMAGES:,} images (texts per image as here): {PAPER_IMAGES * per / 60:.1f} min "
+              f"with the prefix once, {PAPER_IMAGES * timed['plain'][0] / len(jobs) / 60:.1f} min plain")
         prefix, plain, reused, per_image = llava_7b_count(jobs)
         print(f"LLaVA-1.5-7B's shape (prefix {prefix} tokens, {LLAVA_7B_IMAGE_TOKENS} of them the image's; "
               f"{per_image:.0f} texts per image as here): {plain:,.0f} LM tokens per image plain, {reused:,.0f} with "

@@ -11,7 +11,9 @@
 #     projection; its results file lands in OUT_DIR;
 #  3. one whole-process run_all.py on generated records with two real-size models (open_clip
 #     ViT-B-16 and a SigLIP base of the published sizes, random init) on DEVICE=auto, DTYPE=auto:
-#     every step's CUDA path end to end (bf16 defaults, pinned uploads, the report).
+#     every step's CUDA path end to end (bf16 defaults, pinned uploads, the report);
+#  4. benchmarks/bench_generative.py with LLaVA-1.5-7B's architecture (random init, bf16: no download),
+#     the shared prefix once against one forward per text, and the paper's job projected from it.
 # Packages the device machine lacks travel as wheels in .whl/ (the device tool's README).
 set -u
 OUT_DIR=${1:-${OUT:-/tmp/lgip_gpu}}
@@ -67,5 +69,10 @@ timeout "$(left 200)" python3 run_all.py --DATA=coco --BASE_JSONL="$WORK/bench_b
 echo "run_all exit: $?"
 grep -E "^\[[0-9]+/11\]|invariance error|Error|error:|Traceback|run_all:" "$OUT_DIR/run_all.log" | cut -c1-300 | tail -40
 (cd "$WORK" && tar czf "$OUT_DIR/run_all_outputs.tgz" --exclude=images --exclude=models --exclude=.lgip_cache . 2>/dev/null)
+
+stage "4. bench_generative.py, LLaVA-1.5-7B's architecture, random init, bf16"
+timeout "$(left 150)" python3 benchmarks/bench_generative.py --ARCH=llava-1.5-7b --DEVICE=cuda --DTYPE=bf16 \
+  --N_IMAGES=${GEN_IMAGES:-4} 2>&1 | grep -v -E "^override:" | tail -12
+echo "bench_generative exit: ${PIPESTATUS[0]}"
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv,noheader
 echo "=== done (t=${SECONDS}s) ==="

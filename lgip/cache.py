@@ -75,8 +75,10 @@ class EmbeddingCache:
             path = str(spec.get(key, "")).replace("local-dir:", "")
             if path and os.path.exists(path):
                 ident[f"{key}_stat"] = _tree_stat(path)
-        if getattr(enc, "entries", "text") == "pair":  # (a joint scorer's score, prompt and question, defaults filled)
-            ident["settings"] = getattr(enc, "settings", {})
+        if getattr(enc, "entries", "text") == "pair":  # (a joint scorer's score, prompt and question, defaults filled:
+            # a default given or left out is one setting)
+            ident["settings"] = settings = dict(getattr(enc, "settings", {}))
+            ident["spec"] = {k: v for k, v in ident["spec"].items() if k not in settings}
         files = MODEL_CACHE_FILES.get(spec.get("type"))  # (a loader of one's own: its code, its kwargs' files)
         if files is not None:
             ident["loader_stat"] = [_tree_stat(f) for f in files(spec) if f and os.path.exists(f)]

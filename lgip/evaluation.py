@@ -263,7 +263,9 @@ class ModelRun:
                else f"In {dtype} it is the model's own: NaN in its weights, or its code.")
         cached = (f" Embeddings read from the cache are checked too: remove {self.cache.dir} to encode them again."
                   if self.cache is not None else "")
-        raise ModelError(f"model {self.enc.name!r}: {images} image and {texts} text embeddings are not finite "
+        counted = (f"{texts} image-text scores are" if self.enc.entries == "pair" else  # (a joint scorer's: LGIP_SPEC.md 13)
+                   f"{images} image and {texts} text embeddings are")
+        raise ModelError(f"model {self.enc.name!r}: {counted} not finite "
                          f"(NaN or inf; {where}), so no figure of it can be computed. {why}{cached} "
                          f"No metrics were written for it.")
 

@@ -183,3 +183,9 @@ def test_the_generative_benchmark_prints_both_paths_and_their_agreement():
                       "--FAMILY=paligemma")  # (a prefix-LM: its own path)
     diff = re.search(r"max \|score difference\|: (\S+)", proc.stdout).group(1)
     assert float(diff) < 1e-4, proc.stdout
+    # LLaVA-1.5-7B's architecture built with random weights (the GPU issue's run), shrunk for the CPU: 576 image tokens
+    proc = run_script(os.path.join("benchmarks", "bench_generative.py"), "--N_IMAGES=1", "--PRIOR_IMAGES=1",
+                      "--ARCH=llava-1.5-7b", "--SHRINK=128", "--MAX_TEXTS=6")
+    plain = re.search(r"^  plain .* ([\d.]+) LM tokens per text$", proc.stdout, re.M)
+    assert plain and float(plain.group(1)) > 576, proc.stdout
+    assert float(re.search(r"max \|score difference\|: (\S+)", proc.stdout).group(1)) < 1e-4

@@ -328,3 +328,37 @@ def test_the_image_side_scores_each_altered_image_with_its_captions(tmp_path, fo
     again = run_here("run_lgip_images.py", **settings)[0][0]
     assert again["run"]["model"]["weights_loaded"] is False
     assert again["image_invariance_error_mean"] == pytest.approx(m["image_invariance_error_mean"], abs=1e-9)
+
+
+def test_a_changed_prompt_or_score_never_reuses_a_stale_score(tmp_path, folders):
+    """The cache's identity holds the settings a score depends on (LGIP_SPEC.md 13): another prompt or score
+    kind finds no entry of the first run's (and scores anew); the same settings again find them all."""
+    jsonl = small_input(tmp_path, 2)
+
+    def pairs(**llava):
+        row = run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders, **llava)[:1],
+                                                             BOOTSTRAP=0))[0][0]
+        return row["run"]["cache"]["resumed"]["pairs"], row["run"]["cache"]["dir"]
+    (hits, n), first = pairs()
+    assert hits == 0 and n > 0
+    (hits, n), other = pairs(prompt="What is in the picture?")
+    assert hits == 0 and other != first
+    (hits, n), third = pairs(score="logprob_mean")
+    assert hits == 0 and third not in (first, other)
+    (hits, n), again = pairs(prompt="Describe the image in one sentence.")  # (the default, given: the same scores)
+    assert hits == n and again == first
+
+
+def test_a_score_that_is_not_finite_stops_before_any_output(tmp_path, folders, monkeypatch):
+    """A NaN score (a model that overflowed) is a ModelError naming the text, before any metrics or score
+    file is written: a NaN gap would count as not positive."""
+    import common
+    from lgip.models import joint
+    jsonl = small_input(tmp_path, 2)
+    real = joint.JointModel.score
+    monkeypatch.setattr(joint.JointModel, "score", lambda self, image, texts: [
+        float("nan") if t.startswith("A red bus") else v for t, v in zip(texts, real(self, image, texts))])
+    with pytest.raises(common.ModelError, match=r"model 'blip': \d+ image-text scores are not finite \(NaN or inf; "
+                                                r"first text: 'A red bus"):
+        run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders)[1:], CACHE_DIR=None))
+    assert not list(tmp_path.glob("*.metrics.json")) and not list(tmp_path.glob("*.scores.jsonl"))
