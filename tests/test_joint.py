@@ -2,8 +2,8 @@
 lgip.joint_scorer) through the evaluations, on a tiny random-init LLaVA and BLIP ITM: every score a
 plain forward of its one text, the text-prior controls over PRIOR_IMAGES images after each record's
 own (mod N over the readable records), the relative invariance error restated, the cache and a
-resumed run, and each bad input named. Every family: LLaVA, Qwen2-VL (its rope deltas), PaliGemma (a
-prefix-LM), BLIP ITM."""
+resumed run, and each bad input named. Every family: LLaVA, Qwen2-VL (its rope deltas), Gemma 3 (its
+sliding-window layers), PaliGemma (a prefix-LM), BLIP and BLIP-2 ITM."""
 import json
 import os
 import shutil
@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, eval_settings, run_here
-from tiny_vlm import tiny_blip2_itm, tiny_blip_itm, tiny_llava, tiny_paligemma, tiny_qwen2_vl
+from tiny_vlm import tiny_blip2_itm, tiny_blip_itm, tiny_gemma3, tiny_llava, tiny_paligemma, tiny_qwen2_vl
 
 PERTURB = "fixture_with_perturb.jsonl"
 
@@ -24,7 +24,7 @@ def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("joint")
     return {"llava": tiny_llava(root / "llava"), "blip": tiny_blip_itm(root / "blip"),
             "qwen2_vl": tiny_qwen2_vl(root / "qwen2_vl"), "paligemma": tiny_paligemma(root / "paligemma"),
-            "blip2": tiny_blip2_itm(root / "blip2")}
+            "blip2": tiny_blip2_itm(root / "blip2"), "gemma3": tiny_gemma3(root / "gemma3")}
 
 
 def specs(folders, **llava):
@@ -81,7 +81,7 @@ def scored(jsonl, spec, prior_images=3, **extra):
 
 
 @pytest.mark.parametrize("which,settings", [("llava", {}), ("llava", {"score": "vqascore"}), ("blip", {}), ("blip2", {}),
-                                            ("qwen2_vl", {"score": "logprob_mean"}), ("paligemma", {}),
+                                            ("qwen2_vl", {"score": "logprob_mean"}), ("gemma3", {}), ("paligemma", {}),
                                             ("paligemma", {"score": "vqascore"})])
 def test_every_score_and_prior_is_a_plain_forward_of_its_one_text(tmp_path, folders, which, settings):
     """Each pair's s (caption and text) is the model run on that one text; each prior the mean over the

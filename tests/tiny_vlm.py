@@ -7,6 +7,7 @@ would be.
 
     >>> folder = tiny_llava(tmp_path / "llava")      # AutoModelForImageTextToText.from_pretrained(folder)
     >>> folder = tiny_qwen2_vl(tmp_path / "qwen")    # a Qwen2-VL: multimodal rope (its deltas)
+    >>> folder = tiny_gemma3(tmp_path / "gemma3")    # a Gemma 3: sliding-window layers, the BOS in its template
     >>> folder = tiny_paligemma(tmp_path / "pali")   # a PaliGemma: a prefix-LM without a chat template
     >>> folder = tiny_blip_itm(tmp_path / "blip")    # BlipForImageTextRetrieval.from_pretrained(folder)
 """
@@ -127,6 +128,46 @@ def tiny_qwen2_vl(folder, seed=0, side=84):
     pixels = dict(min_pixels=side * side, max_pixels=side * side, patch_size=14, merge_size=2, temporal_patch_size=2)
     Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**pixels), tokenizer=tok,
                      video_processor=Qwen2VLVideoProcessor(**pixels), chat_template=QWEN_TEMPLATE).save_pretrained(folder)
+    return folder
+
+
+# Gemma 3's chat template's shape: the BOS in the template itself (so none is added again), turns of
+# <start_of_turn>role ... <end_of_turn>, the image as <start_of_image> (expanded by the processor)
+GEMMA3_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<start_of_turn>"
+    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    "{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<start_of_image>{% else %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}<end_of_turn>\n{% endfor %}")
+
+
+def tiny_gemma3(folder, seed=0):
+    """A Gemma3ForConditionalGeneration (a SigLIP tower 32 px, 4 image tokens; a 4-layer Gemma 3 whose
+    sliding-window layers see 8 tokens, shorter than its conversations: the sliding-window cache is the trap)
+    with its Gemma3Processor and a chat template that writes the BOS itself, saved to `folder`."""
+    import torch
+    from transformers import (Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor, Gemma3Processor,
+                              GemmaTokenizerFast)
+    os.makedirs(folder, exist_ok=True)
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_image>", "<image_soft_token>", "<end_of_image>",
+                "<start_of_turn>", "<end_of_turn>"]
+    tok = GemmaTokenizerFast(tokenizer_object=caption_tokenizer(specials, bos="<bos>")._tokenizer, bos_token="<bos>",
+                             eos_token="<eos>", pad_token="<pad>", unk_token="<unk>",
+                             extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                                                   "image_token": "<image_soft_token>"})
+    ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
+    config = Gemma3Config(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=256,
+                         sliding_window=8, layer_types=["sliding_attention", "full_attention"] * 2),
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        mm_tokens_per_image=4, boi_token_index=ids["<start_of_image>"], eoi_token_index=ids["<end_of_image>"],
+        image_token_index=ids["<image_soft_token>"])
+    torch.manual_seed(seed)
+    Gemma3ForConditionalGeneration(config).eval().save_pretrained(folder)
+    Gemma3Processor(image_processor=Gemma3ImageProcessor(size={"height": 32, "width": 32}), tokenizer=tok,
+                    chat_template=GEMMA3_TEMPLATE, image_seq_length=4).save_pretrained(folder)
     return folder
 
 

@@ -42,7 +42,11 @@ def tokenized(processor, image, prompt, answer):
         raise ModelError(f"the chat template does not render the text as written: {answer!r} is not in {text!r}")
     # the processor expands the image token into the image's tokens: offsets are of the expanded text,
     # where the answer still comes last
-    inputs = processor(images=image, text=text, return_tensors="pt", return_offsets_mapping=True)
+    # special tokens as apply_chat_template(tokenize=True) adds them: none more where the template begins with
+    # the BOS (Gemma 3's), else the tokenizer's own (LLaVA's BOS)
+    bos = getattr(processor.tokenizer, "bos_token", None)
+    extra = {"add_special_tokens": False} if bos and text.startswith(bos) else {}
+    inputs = processor(images=image, text=text, return_tensors="pt", return_offsets_mapping=True, **extra)
     offsets = inputs.pop("offset_mapping")[0].tolist()
     end_char = max(b for _, b in offsets)  # (the expanded text's end: its last token ends it)
     tail = len(text) - (start + len(answer))  # characters the template adds after the answer
