@@ -13,6 +13,9 @@ PAGE = """() => ({
   rows: [...document.querySelectorAll('#results tbody tr')].map(tr => tr.cells[0].textContent.trim()),
   headers: [...document.querySelectorAll('#results thead th')].map(th => th.textContent.trim()),
   text: document.body.innerText,
+  statuses: [...document.querySelectorAll('section.gallery .status')].map(e => e.textContent),
+  firstFlips: [...document.querySelectorAll('#flips .card')].filter(c => c.dataset.rankAll)
+    .sort((a, b) => a.dataset.rankAll - b.dataset.rankAll).slice(0, 3).map(c => c.dataset.model),
 })"""
 
 
@@ -50,4 +53,7 @@ def test_run_all_with_a_llava_a_blip_and_the_demo_model_writes_a_page_with_all_t
     assert seen["rows"][:3] == ["llava (logprob)", "blip (itm_logodds)", "demo_tiny_random (cosine)"], seen["rows"]
     assert any(h.startswith("Inv. rel.") for h in seen["headers"]), seen["headers"]
     assert "The models score in 3 kinds (logprob, itm_logodds, cosine, beside each name)" in seen["text"]
+    # the galleries do not rank a logprob gap against a cosine gap: each model's top in turn, and they say so
+    assert sorted(seen["firstFlips"]) == ["blip", "demo_tiny_random", "llava"], seen["firstFlips"]
+    assert "over all models, each model's in turn (their scores differ in kind)" in seen["statuses"][0], seen["statuses"]
 

@@ -27,7 +27,7 @@ from .gallery import image_thumbnail, resolve_image, thumbnail
 from .extract import IMAGE_FLIP_KINDS, IMAGE_PARAPHRASE_KINDS
 from .evaluations import SCRIPTS
 from .tables import interval, num
-from .toplists import TopK, image_label, score_files
+from .toplists import TopK, image_label, in_turn, score_files
 
 KEY = "images"  # the evaluation's key in lgip.report.EVALUATIONS
 KIND_NAMES = {"mix": "another image blended in (10%)", "patch": "a patch of another image pasted in"}
@@ -64,9 +64,10 @@ def _check_item(item, where):
 def scan_altered(files, k):
     """Stream image score files [(evaluation, model, path)] into the top k altered images each model
     prefers to their original (per model and over all models), ranked by how much the caption that
-    prefers it most prefers it (-gap). A record's lines are consecutive in a score file."""
+    prefers it most prefers it (-gap); models of several score kinds, each model's in turn. A record's
+    lines are consecutive in a score file."""
     every = TopK(k)
-    tops = {None: every}
+    tops, kinds = {None: every}, {}
     for _, model, path in files:
         mine = tops.setdefault(model, TopK(k))
         groups, current = {}, None
@@ -83,6 +84,7 @@ def scan_altered(files, k):
                 flush()
                 current = r["line"]
             base = r.get("sim")
+            kinds.setdefault(model, r.get("score_kind") or "cosine")
             if base is None:
                 continue
             flips = r.get("image_flips") or []
@@ -101,7 +103,10 @@ def scan_altered(files, k):
                                       "sim": item["sim"], "gap": gap, "other_image_path": item["other_image_path"],
                                       "r": item.get("r")}
         flush()
-    return AlteredTops({key: t.rows() for key, t in tops.items()}, k)
+    lists = {key: t.rows() for key, t in tops.items()}
+    if len(set(kinds.values())) > 1:  # (scores of several kinds, LGIP_SPEC.md 13: each model's in turn)
+        lists[None] = in_turn([rows for m, rows in lists.items() if m is not None], k)
+    return AlteredTops(lists, k)
 
 
 def seeds(metrics):

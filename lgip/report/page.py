@@ -158,6 +158,9 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "retrieval": retrieval_note(report.rows) if several else None,
         "figures": figures,
         "top_k": report.tops.k if report.tops is not None else 0,
+        # (models of several score kinds: the list over all models takes each model's top in turn, lgip.report.toplists)
+        "all_scope": " over all models, each model's in turn (their scores differ in kind)" if mixed_kinds(report.rows)
+        else " over all models",
         "prior": prior_lines(report.rows, report.paths),  # None without the text-prior controls
         "comparisons": comparisons_context(report),
         "attribution": attribution_lines(report.rows, report.metrics, report.paths, report.explain_missing),

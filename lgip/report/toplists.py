@@ -88,14 +88,18 @@ def image_label(line):
 def scan_scores(files, k):
     """Stream score files [(evaluation, model, path)] into the top-k paraphrase moves (|delta|) and
     flips preferred over their caption (gap < 0), per model and over all models; the same pair
-    from two evaluations counts once."""
+    from two evaluations counts once. Models whose scores differ in kind (a cosine, a log-probability:
+    LGIP_SPEC.md 13) are not ranked against each other: the list over all models takes each model's
+    in turn."""
     para_all, flip_all = TopK(k), TopK(k)
     para_top, flip_top = {None: para_all}, {None: flip_all}
+    kinds = {}  # model -> the score kind its lines say (LGIP_SPEC.md 13; a file from before: cosine)
     for source, model, path in files:
         para = (para_top.setdefault(model, TopK(k)), para_all)
         flip = (flip_top.setdefault(model, TopK(k)), flip_all)
         for lineno, r in iter_score_lines(path):  # (checked: a wrong file is named, path:line)
             base = r.get("sim")
+            kinds.setdefault(model, r.get("score_kind") or "cosine")
             if base is None:
                 continue
             where = (model, r.get("image_path"), r.get("caption_index"))
@@ -116,6 +120,8 @@ def scan_scores(files, k):
     out = []
     for top in (para_top, flip_top):
         lists = {key: t.rows() for key, t in top.items()}
+        if len(set(kinds.values())) > 1:  # scores of several kinds are in different units: the list over all
+            lists[None] = in_turn([lists[m] for m in lists if m is not None], k)  # models takes each one's in turn
         for rows in lists.values():  # the records are only needed for a few fields
             for row in rows:
                 r = row.pop("record", None)
@@ -123,6 +129,14 @@ def scan_scores(files, k):
                     row.update(image=image_label(r), image_path=r.get("image_path"), caption=r.get("caption"), caption_sim=r.get("sim"))
         out.append(lists)
     return TopLists(out[0], out[1], k)
+
+
+def in_turn(lists, k):
+    """The first k rows taken in turn from each list (its first, then each one's second, ...)."""
+    out = []
+    for rank in range(max((len(rows) for rows in lists), default=0)):
+        out += [rows[rank] for rows in lists if rank < len(rows)]
+    return out[:k]
 
 
 def score_files(metrics, paths, sources=None, evaluations=None):

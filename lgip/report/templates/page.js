@@ -68,7 +68,8 @@
       var what = sec.dataset.what;  // "flips", "paraphrases", "altered images"
       var k = +sec.dataset.topK;
       // (one model: no model filter, and "over all models" would say more than there is)
-      var scope = model ? " of " + modelLabel : document.getElementById("model-filter") ? " over all models" : "";
+      var scope = model ? " of " + modelLabel : document.getElementById("model-filter")
+        ? (sec.dataset.scope || " over all models") : "";
       var unit = function (n, plural) { return n + " " + (n === 1 ? plural.slice(0, -1) : plural); };
       sec.querySelector(".status").textContent = unit(shown, what) + " shown: "
         + (type ? "the " + type + " " + what + " among the top " + k + scope
