@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager
 
 from .cache import image_cache_key, pair_cache_key
 from .controls import mark_hard_positives
@@ -34,8 +35,35 @@ def _first(items):
     return items[0]
 
 
+def decoded(run, paths):
+    """(path, PIL image or None, error) for each path (a file, or an AlteredImage), in order, decoded in
+    the run's worker processes."""
+    import torch
+    if not paths:
+        return
+    workers = run.config.get("NUM_WORKERS")
+    workers = default_num_workers() if workers is None else workers
+    loader = torch.utils.data.DataLoader(_ImageFiles(paths, _as_image), batch_size=1, shuffle=False,
+                                         num_workers=min(workers, len(paths)), collate_fn=_first)
+    for i, img, err in loader:
+        yield paths[i], img, err
+
+
 class _Store:
     """Scores by (image path, text), from the cache or computed, and what was computed, for the cache."""
+
+    @contextmanager
+    def writing(self):
+        """The block that computes scores: at its end the cache's last chunk is written; should it fail
+        (or be interrupted), the whole chunks handed over are kept and the rest dropped."""
+        try:
+            yield self
+        except BaseException:
+            if self.writer is not None:
+                self.writer.abandon()
+            raise
+        if self.writer is not None:
+            self.writer.close()
 
     def __init__(self, run):
         self.run, self.scores, self.image_keys, self.n_computed, self.n_hits = run, {}, {}, 0, 0
@@ -100,18 +128,12 @@ class JointScorer(PairScorer):
             ahead.start(run.enc, run.bank.calls, list(dict.fromkeys(path_of[k] for k in run.mine)))
         store, started = _Store(run), time.perf_counter()
         prior_n = run.config.get("PRIOR_IMAGES", 3) if controls else 0
-        try:
-            failed, decoded = self._own_and_before(run, own, path_of, store, prior_n)
+        with store.writing():
+            failed, why, n_decoded = self._own_and_before(run, own, path_of, store, prior_n)
             readable = self._readable(run, failed)
             n = len(readable)
             j_max = min(prior_n, n - 1) if n >= 2 else 0
-            decoded += self._neighbours(run, own, path_of, store, readable, j_max, relative and n >= 2)
-        except BaseException:
-            if store.writer is not None:
-                store.writer.abandon()
-            raise
-        if store.writer is not None:
-            store.writer.close()
+            n_decoded += self._neighbours(run, own, path_of, store, readable, j_max, relative and n >= 2)
         # (the images' decoding and the model's forwards, beside each other: one phase)
         run.seconds.update(lookahead_wait=waited, pair_scores=round(time.perf_counter() - started, 3))
         scoring_started = time.perf_counter()
@@ -138,7 +160,7 @@ class JointScorer(PairScorer):
         unread = list(dict.fromkeys(path_of[k] for k in failed))
         report = {"num_failed_images": len(unread),
                   "failed_images": [{"path": p, "error": failed_why} for p, failed_why in
-                                    ((p, self._why.get(p, "unreadable")) for p in unread[:20])]}
+                                    ((p, why.get(p, "unreadable")) for p in unread[:20])]}
         for item in report["failed_images"]:
             print(f"warning: {run.enc.name}: skipping unreadable image {item['path']} ({item['error']})", file=sys.stderr)
         n_samples = sum(1 for k in ok if records[k][1]["orig_captions"])
@@ -155,38 +177,24 @@ class JointScorer(PairScorer):
                       image_report=report, nonfinite=nonfinite, provides=self.provides,
                       texts={"unique": len({t for k in ok for t in own[k]}), "encoded": store.n_computed,
                              "positions": {}},
-                      image_sources={"decoded": decoded, "from_cache": len(ok) - min(len(ok), decoded)},
+                      image_sources={"decoded": n_decoded, "from_cache": len(ok) - min(len(ok), n_decoded)},
                       resumed=resumed, scoring_started=scoring_started,
                       prior_images=j_max if controls else None, relative=rel)
-
-    _why = {}
-
-    def _decoded(self, run, paths):
-        """(path, PIL image or None, error) for each path, in order, decoded in worker processes."""
-        import torch
-        if not paths:
-            return
-        workers = run.config.get("NUM_WORKERS")
-        workers = default_num_workers() if workers is None else workers
-        loader = torch.utils.data.DataLoader(_ImageFiles(paths, _as_image), batch_size=1, shuffle=False,
-                                             num_workers=min(workers, len(paths)), collate_fn=_first)
-        for i, img, err in loader:
-            yield paths[i], img, err
 
     def _own_and_before(self, run, own, path_of, store, prior_n):
         """Phase one, this process's records in file order: each image with its own texts and (one process)
         those of the prior_n readable records before it. Returns (records whose image cannot be read,
-        images decoded). An image whose own texts are all cached is not decoded (its file stands)."""
-        records, failed, decoding = run.records, set(), []
-        self._why = {}
+        {path: why}, images decoded). An image whose own texts are all cached is not decoded (its file
+        stands)."""
+        records, failed, decoding, why = run.records, set(), [], {}
         for k in run.mine:
             path = path_of[k]
             if store.image_key(path) is None:
                 failed.add(k)
-                self._why[path] = "FileNotFoundError: no such file" if not os.path.exists(path) else "OSError: cannot stat"
+                why[path] = "FileNotFoundError: no such file" if not os.path.exists(path) else "OSError: cannot stat"
             elif store.missing(path, own[k]):
                 decoding.append(k)
-        images = self._decoded(run, list(dict.fromkeys(path_of[k] for k in decoding)))
+        images = decoded(run, list(dict.fromkeys(path_of[k] for k in decoding)))
         uses = {}
         for k in decoding:  # (records sharing an image: it is decoded once and kept until its last one)
             uses[path_of[k]] = uses.get(path_of[k], 0) + 1
@@ -206,7 +214,7 @@ class JointScorer(PairScorer):
                     del got[path]
                 if err is not None:
                     failed.add(k)
-                    self._why[path] = err
+                    why[path] = err
                     continue
                 texts = list(own[k])
                 if run.world == 1:
@@ -214,7 +222,7 @@ class JointScorer(PairScorer):
                 store.compute(path, img, store.missing(path, texts))
             if records[k][1]["orig_captions"]:
                 before.append(k)
-        return failed, n
+        return failed, why, n
 
     def _readable(self, run, failed):
         """Every process's readable records with captions, in file order (all_gathered under torchrun)."""
@@ -240,7 +248,7 @@ class JointScorer(PairScorer):
         todo = {path: store.missing(path, texts) for path, texts in need.items()}
         todo = {p: t for p, t in todo.items() if t}
         n = 0
-        for path, img, err in self._decoded(run, list(todo)):
+        for path, img, err in decoded(run, list(todo)):
             n += 1
             if err is not None:  # (read once, not now: a file changed under the run)
                 raise OSError(f"{path}: could not be read again ({err})")
@@ -278,21 +286,15 @@ def score_items(run, jobs):
     (item, texts). Returns ({(item, text): score}, {job index: why it could not be made}, images decoded).
     Scores come from the cache where there (keyed by the item's cache key), the weights loaded only when
     one is not."""
-    store, scorer = _Store(run), JointScorer()
+    store = _Store(run)
     todo = [(j, item, store.missing(item, texts)) for j, (item, texts) in enumerate(jobs)]
     todo = [(j, item, texts) for j, item, texts in todo if texts]
     failed, n = {}, 0
-    try:
-        for (j, item, texts), (_, img, err) in zip(todo, scorer._decoded(run, [item for _, item, _ in todo])):
+    with store.writing():
+        for (j, item, texts), (_, img, err) in zip(todo, decoded(run, [item for _, item, _ in todo])):
             n += 1
             if err is not None:
                 failed[j] = err
                 continue
             store.compute(item, img, texts)
-    except BaseException:
-        if store.writer is not None:
-            store.writer.abandon()
-        raise
-    if store.writer is not None:
-        store.writer.close()
     return store.scores, failed, n

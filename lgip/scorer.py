@@ -242,17 +242,6 @@ def scorer_for(spec):
     return scorer_class(spec)()
 
 
-def check_needs(specs, needs, script):
-    """ConfigError before any work when a model's scorer does not give what the evaluation needs
-    (`needs`: names in PROVIDES; retrieval and the image side need "embeddings")."""
-    from .errors import ConfigError
-    for spec in specs:
-        missing = [n for n in needs if n not in scorer_class(spec).provides]
-        if missing:
-            raise ConfigError(f"model {spec.get('name')!r} (type {spec.get('type')!r}) gives no {', '.join(missing)}, "
-                              f"which {script} needs; leave it out of MODELS for this script")
-
-
 def leave_out(models, needs, script):
     """The models of MODELS whose scorer gives what the step needs (LGIP_SPEC.md 13: a model without
     embeddings is left out of retrieval, word attribution and the image side's galleries), a line said

@@ -143,41 +143,7 @@ def prefix_lm_scores(model, processor, image, convs, mean=False, reuse=True, bat
                for inp, pos in items)
     if not reuse or not same:
         return [_plain(model, inputs, positions, mean) for inputs, positions in items]
-    import copy
-    import torch
-    first = items[0][0]
-    prefix = {"input_ids": first["input_ids"][:, :cut], "attention_mask": first["attention_mask"][:, :cut],
-              "pixel_values": first["pixel_values"]}
-    with torch.no_grad():
-        out = model(**_on(prefix, model), use_cache=True)  # (no token types: the prefix attends to all of itself)
-    cache, last = out.past_key_values, out.logits[0, -1]
-    device, pad = last.device, processor.tokenizer.pad_token_id or 0
-    scores = []
-    for b in range(0, len(items), batch):
-        group = items[b:b + batch]
-        rest = [inp["input_ids"][0][cut:] for inp, _ in group]
-        width = max(len(r) for r in rest)
-        x = torch.full((len(rest), width), pad, dtype=torch.long)
-        labels = torch.full((len(rest), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(rest), cut + width), dtype=torch.long)
-        mask[:, :cut] = 1
-        types = torch.zeros((len(rest), cut + width), dtype=torch.long)
-        types[:, cut:] = 1
-        for r, t in enumerate(rest):
-            x[r, :len(t)], labels[r, :len(t)] = t, t
-            mask[r, cut:cut + len(t)] = 1
-        c = copy.deepcopy(cache)
-        c.batch_repeat_interleave(len(rest))
-        with torch.no_grad():  # (token types and labels: the answers causal, as in the whole forward)
-            logits = model(input_ids=x.to(device), attention_mask=mask.to(device), token_type_ids=types.to(device),
-                           labels=labels.to(device), past_key_values=c, use_cache=True,
-                           cache_position=torch.arange(cut, cut + width, device=device)).logits
-        for r, (inputs, positions) in enumerate(group):
-            full = torch.cat([last[None], logits[r]], dim=0)
-            ids = inputs["input_ids"][0]
-            lp = torch.stack([torch.log_softmax(full[p - cut].float(), -1)[ids[p]] for p in positions])
-            scores.append(float(lp.mean() if mean else lp.sum()))
-    return scores
+    return _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=True)
 
 
 def torch_equal(a, b):
@@ -215,12 +181,17 @@ def _last_image_token(model, ids):
     return int(where[-1]) if len(where) else -1
 
 
-def _on_prefix(model, processor, items, cut, mean, batch):
+def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
+    """The scores of `items` (inputs, answer positions), their first `cut` tokens run once and every
+    answer's rest on a copy of that key-value cache, in batches of like length (right-padded, masked).
+    prefix_lm (PaliGemma): the prefix runs without token types, so it attends to all of itself, as in
+    the whole forward; the rests run with token types and labels, so they stay causal after it."""
     import copy
     import torch
     ids = [inp["input_ids"][0] for inp, _ in items]
     first = items[0][0]
-    prefix = {k: (v[:, :cut] if k in ("input_ids", "attention_mask", "token_type_ids") else v) for k, v in first.items()}
+    prefix = {k: (v[:, :cut] if k in ("input_ids", "attention_mask", "token_type_ids") else v)
+              for k, v in first.items() if not (prefix_lm and k in ("token_type_ids", "labels"))}
     with torch.no_grad():
         out = model(**_on(prefix, model), use_cache=True)
     cache, last = out.past_key_values, out.logits[0, -1]  # (last: the prefix's prediction of the first token)
@@ -238,11 +209,17 @@ def _on_prefix(model, processor, items, cut, mean, batch):
         for r, t in enumerate(rest):
             x[r, :len(t)] = t
             mask[r, cut:cut + len(t)] = 1
+        extra = {}
+        if prefix_lm:  # (token types and labels: the answers causal, as in the whole forward)
+            types = torch.zeros((len(rest), cut + width), dtype=torch.long)
+            types[:, cut:] = 1
+            labels = x.masked_fill(mask[:, cut:] == 0, -100)
+            extra = {"token_type_ids": types.to(device), "labels": labels.to(device)}
         c = copy.deepcopy(cache)
         c.batch_repeat_interleave(len(rest))
         with torch.no_grad():
             logits = model(input_ids=x.to(device), attention_mask=mask.to(device), past_key_values=c, use_cache=True,
-                           cache_position=torch.arange(cut, cut + width, device=device)).logits
+                           cache_position=torch.arange(cut, cut + width, device=device), **extra).logits
         for r, j in enumerate(group):
             # position p of the whole text is predicted by p - 1: the prefix's last logits for p = cut
             full = torch.cat([last[None], logits[r]], dim=0)  # full[q] predicts token cut + q
