@@ -1,13 +1,17 @@
 """Tiny random-init image-text scorers for the tests (LGIP_SPEC.md 13's families), built offline from
 their configs in a few seconds: a tokenizer trained on the fixture captions (`tokenizers`: byte-level
 BPE, fast, with offsets), a LLaVA (a CLIP vision tower, a Llama language model, a chat template), a
-Qwen2-VL (multimodal rope), a PaliGemma (a prefix-LM) and a BLIP image-text matching model (a BERT-style tokenizer). Each is saved as a folder that
-`AutoProcessor.from_pretrained` and the model class's `from_pretrained` read, as a user's Hub id
-would be.
+Qwen2-VL and a Qwen2.5-VL (multimodal rope), a Gemma 3, a LLaVA-NeXT and an Idefics3 (SmolVLM: images
+in tiles), a PaliGemma (a prefix-LM) and BLIP / BLIP-2 image-text matching models (a BERT-style
+tokenizer). Each is saved as a folder that `AutoProcessor.from_pretrained` and the model class's
+`from_pretrained` read, as a user's Hub id would be.
 
     >>> folder = tiny_llava(tmp_path / "llava")      # AutoModelForImageTextToText.from_pretrained(folder)
     >>> folder = tiny_qwen2_vl(tmp_path / "qwen")    # a Qwen2-VL: multimodal rope (its deltas)
     >>> folder = tiny_gemma3(tmp_path / "gemma3")    # a Gemma 3: sliding-window layers, the BOS in its template
+    >>> folder = tiny_qwen2_5_vl(tmp_path / "q25")   # a Qwen2.5-VL: the rope deltas, a windowed vision tower
+    >>> folder = tiny_llava_next(tmp_path / "next")  # a LLaVA-NeXT: anyres tiles, token count by image size
+    >>> folder = tiny_idefics3(tmp_path / "smol")    # an Idefics3 (SmolVLM v1): tiles framed by row/col tags
     >>> folder = tiny_paligemma(tmp_path / "pali")   # a PaliGemma: a prefix-LM without a chat template
     >>> folder = tiny_blip_itm(tmp_path / "blip")    # BlipForImageTextRetrieval.from_pretrained(folder)
 """
@@ -255,3 +259,106 @@ def tiny_blip2_itm(folder, seed=0):
                    num_query_tokens=None).save_pretrained(folder)
     return folder
 
+
+
+def tiny_qwen2_5_vl(folder, seed=0, side=84):
+    """A Qwen2_5_VLForConditionalGeneration (Qwen2-VL's language model and rope deltas; a vision tower with
+    windowed attention, one full-attention block, an MLP merger) with its Qwen2_5_VLProcessor and the chat
+    template of tiny_qwen2_vl, saved to `folder`."""
+    import torch
+    from transformers import (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor,
+                              Qwen2TokenizerFast, Qwen2VLImageProcessor, Qwen2VLVideoProcessor)
+    os.makedirs(folder, exist_ok=True)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                "<|video_pad|>"]
+    tok = Qwen2TokenizerFast(tokenizer_object=caption_tokenizer(specials)._tokenizer, unk_token=None, bos_token=None,
+                             eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
+    config = Qwen2_5_VLConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, tie_word_embeddings=False),
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                           fullatt_block_indexes=[1]),
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    Qwen2_5_VLForConditionalGeneration(config).eval().save_pretrained(folder)
+    pixels = dict(min_pixels=side * side, max_pixels=side * side, patch_size=14, merge_size=2, temporal_patch_size=2)
+    Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(**pixels), tokenizer=tok,
+                        video_processor=Qwen2VLVideoProcessor(**pixels),
+                        chat_template=QWEN_TEMPLATE).save_pretrained(folder)
+    return folder
+
+
+def tiny_llava_next(folder, seed=0):
+    """A LlavaNextForConditionalGeneration (LLaVA-NeXT's "anyres": the image cut into tiles on a grid picked
+    from its aspect, each tile's tokens unpadded to the image's shape, a newline embedding per row: the
+    image's token count depends on its size) over tiny_llava's CLIP tower and Llama, with its
+    LlavaNextProcessor and LLaVA's chat template, saved to `folder`."""
+    import torch
+    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaNextConfig, LlavaNextForConditionalGeneration,
+                              LlavaNextImageProcessor, LlavaNextProcessor)
+    os.makedirs(folder, exist_ok=True)
+    tok = caption_tokenizer(["<unk>", "<s>", "</s>", "<pad>", "<image>"], bos="<s>")
+    tok.add_special_tokens({"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"})
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                              image_size=32, patch_size=16, projection_dim=32)
+    text = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                       bos_token_id=1, eos_token_id=2, pad_token_id=3)
+    grid = [[32, 64], [64, 32], [64, 64]]
+    config = LlavaNextConfig(vision_config=vision, text_config=text,
+                             image_token_index=tok.convert_tokens_to_ids("<image>"),
+                             vision_feature_select_strategy="default", vision_feature_layer=-2,
+                             image_grid_pinpoints=grid, image_seq_length=4)
+    torch.manual_seed(seed)
+    LlavaNextForConditionalGeneration(config).eval().save_pretrained(folder)
+    image_processor = LlavaNextImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
+                                              image_grid_pinpoints=grid)
+    LlavaNextProcessor(image_processor=image_processor, tokenizer=tok, patch_size=16,
+                       vision_feature_select_strategy="default", chat_template=LLAVA_TEMPLATE,
+                       num_additional_image_tokens=1).save_pretrained(folder)
+    return folder
+
+
+# SmolVLM's (Idefics3's) chat template's shape:
+# "User:<image>prompt<end_of_utterance>\nAssistant: answer<end_of_utterance>\n"
+IDEFICS3_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
+    "{% if message['content'][0]['type'] == 'image' %}:{% else %}: {% endif %}"
+    "{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<image>{% else %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}<end_of_utterance>\n{% endfor %}")
+
+
+def tiny_idefics3(folder, seed=0):
+    """An Idefics3ForConditionalGeneration, SmolVLM's architecture (a SigLIP-style tower 32 px; the image split
+    into a grid of 32 px tiles and a global view, each tile's tokens pixel-shuffled to 4, framed by
+    <row_i_col_j> and <global-img> tags: the image's token count depends on its size; a 2-layer Llama) with
+    its Idefics3Processor and a SmolVLM-shaped chat template, saved to `folder`."""
+    import torch
+    from transformers import (Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor,
+                              Idefics3Processor, PreTrainedTokenizerFast)
+    os.makedirs(folder, exist_ok=True)
+    tags = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)] + ["<global-img>"]
+    specials = ["<|endoftext|>", "<|im_start|>", "<end_of_utterance>", "<fake_token_around_image>", "<image>"] + tags
+    tok = PreTrainedTokenizerFast(tokenizer_object=caption_tokenizer(specials, bos="<|im_start|>")._tokenizer,
+                                  bos_token="<|im_start|>", eos_token="<end_of_utterance>",
+                                  pad_token="<|endoftext|>", unk_token="<|endoftext|>")
+    config = Idefics3Config(
+        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=32, patch_size=8),
+        text_config=dict(model_type="llama", vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                         max_position_embeddings=512, pad_token_id=0),
+        scale_factor=2, image_token_id=tok.convert_tokens_to_ids("<image>"), pad_token_id=0)
+    torch.manual_seed(seed)
+    Idefics3ForConditionalGeneration(config).eval().save_pretrained(folder)
+    image_processor = Idefics3ImageProcessor(size={"longest_edge": 64}, max_image_size={"longest_edge": 32},
+                                             do_image_splitting=True)
+    Idefics3Processor(image_processor=image_processor, tokenizer=tok, image_seq_len=4,
+                      chat_template=IDEFICS3_TEMPLATE).save_pretrained(folder)
+    return folder

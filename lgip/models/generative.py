@@ -195,6 +195,10 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
     with torch.no_grad():
         out = model(**_on(prefix, model), use_cache=True)
     cache, last = out.past_key_values, out.logits[0, -1]  # (last: the prefix's prediction of the first token)
+    # multimodal rope (Qwen2-VL, Qwen2.5-VL): the positions after the image are shifted by the prefix's rope
+    # deltas. Given here, as the model's own decoding step computes them, rather than left to it: Qwen2.5-VL's
+    # (transformers 4.57) repeats the deltas along the wrong dimension for a batch on one cache and fails
+    deltas = getattr(out, "rope_deltas", None)
     pad = processor.tokenizer.pad_token_id or 0
     device = last.device
     scores = [None] * len(items)
@@ -215,6 +219,9 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
             types[:, cut:] = 1
             labels = x.masked_fill(mask[:, cut:] == 0, -100)
             extra = {"token_type_ids": types.to(device), "labels": labels.to(device)}
+        if deltas is not None:
+            pos = torch.arange(cut, cut + width, device=device) + deltas.reshape(-1)[0].to(device)
+            extra["position_ids"] = pos.view(1, 1, -1).expand(3, len(rest), -1)
         c = copy.deepcopy(cache)
         c.batch_repeat_interleave(len(rest))
         with torch.no_grad():
