@@ -9,15 +9,15 @@ import torch
 from PIL import Image
 
 from conftest import FIXTURES
-from tiny_vlm import (tiny_gemma3, tiny_idefics3, tiny_llava, tiny_llava_next, tiny_paligemma, tiny_qwen2_5_vl,
-                      tiny_qwen2_vl)
+from tiny_vlm import (tiny_gemma3, tiny_idefics3, tiny_llava, tiny_llava_next, tiny_mllama, tiny_paligemma,
+                      tiny_qwen2_5_vl, tiny_qwen2_vl)
 
 TEXTS = ["A red bus parked on the side of the street.", "two dogs", "A cat sits on a computer keyboard, looking up.",
          "a  photo of A red bus parked on the side of the street.", "Yes"]
 
 
 FAMILIES = {"llava": tiny_llava, "qwen2_vl": tiny_qwen2_vl, "gemma3": tiny_gemma3, "qwen2_5_vl": tiny_qwen2_5_vl,
-            "llava_next": tiny_llava_next, "idefics3": tiny_idefics3}
+            "llava_next": tiny_llava_next, "idefics3": tiny_idefics3, "mllama": tiny_mllama}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -27,7 +27,9 @@ def llava(request, tmp_path_factory):
     (sliding-window layers shorter than the conversation; the BOS written by its template), Qwen2.5-VL's
     (the rope deltas again, and transformers 4.57's own decoding step failing on a batch: the positions are
     given), LLaVA-NeXT's and SmolVLM's (Idefics3: the image in tiles, its token count set by its size;
-    the fixture's images are 120 x 160 and 128 x 128)."""
+    the fixture's images are 120 x 160 and 128 x 128) and Llama 3.2 Vision's (Mllama: one image token,
+    the image read by cross-attention through a per-token mask over its tiles, which the texts' rows
+    must continue)."""
     from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
     build = FAMILIES[request.param]
     folder = build(tmp_path_factory.mktemp(request.param))
@@ -175,3 +177,14 @@ def test_paligemma_is_scored_as_a_prefix_lm_with_its_prefix_run_once(paligemma):
     assert generative.conversation_scores(model, processor, image, asks, reuse=True) == \
         pytest.approx(generative.conversation_scores(model, processor, image, asks, reuse=False), abs=1e-6)
 
+
+
+def test_each_familys_card_splits_its_parameters_into_image_and_text(llava):
+    """Section 12's card of a generative VLM (lgip.models.cards.joint_card): the vision tower with its
+    projector and the language model with its head, whatever each family calls them, adding up to the whole."""
+    from lgip.models.cards import joint_card
+    model, processor = llava
+    card = joint_card({"type": "generative", "model_id": "tiny"}, model, processor)
+    assert card["params_image"] > 0 and card["params_text"] > 0
+    assert card["params_image"] + card["params_text"] == card["params_total"] == sum(p.numel() for p in model.parameters())
+    assert card["architecture"] == model.config.model_type and card["loss"] == "next-token" and card["image_size"] > 0

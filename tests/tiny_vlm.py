@@ -2,9 +2,10 @@
 their configs in a few seconds: a tokenizer trained on the fixture captions (`tokenizers`: byte-level
 BPE, fast, with offsets), a LLaVA (a CLIP vision tower, a Llama language model, a chat template), a
 Qwen2-VL and a Qwen2.5-VL (multimodal rope), a Gemma 3, a LLaVA-NeXT and an Idefics3 (SmolVLM: images
-in tiles), a PaliGemma (a prefix-LM) and BLIP / BLIP-2 image-text matching models (a BERT-style
-tokenizer). Each is saved as a folder that `AutoProcessor.from_pretrained` and the model class's
-`from_pretrained` read, as a user's Hub id would be.
+in tiles), a Mllama (Llama 3.2 Vision: cross-attention), a PaliGemma (a prefix-LM) and BLIP / BLIP-2
+image-text matching models (a BERT-style tokenizer). Each is saved as a folder that
+`AutoProcessor.from_pretrained` and the model class's `from_pretrained` read, as a user's Hub id
+would be.
 
     >>> folder = tiny_llava(tmp_path / "llava")      # AutoModelForImageTextToText.from_pretrained(folder)
     >>> folder = tiny_qwen2_vl(tmp_path / "qwen")    # a Qwen2-VL: multimodal rope (its deltas)
@@ -12,6 +13,7 @@ tokenizer). Each is saved as a folder that `AutoProcessor.from_pretrained` and t
     >>> folder = tiny_qwen2_5_vl(tmp_path / "q25")   # a Qwen2.5-VL: the rope deltas, a windowed vision tower
     >>> folder = tiny_llava_next(tmp_path / "next")  # a LLaVA-NeXT: anyres tiles, token count by image size
     >>> folder = tiny_idefics3(tmp_path / "smol")    # an Idefics3 (SmolVLM v1): tiles framed by row/col tags
+    >>> folder = tiny_mllama(tmp_path / "mllama")    # a Llama 3.2 Vision: the image by cross-attention
     >>> folder = tiny_paligemma(tmp_path / "pali")   # a PaliGemma: a prefix-LM without a chat template
     >>> folder = tiny_blip_itm(tmp_path / "blip")    # BlipForImageTextRetrieval.from_pretrained(folder)
 """
@@ -361,4 +363,50 @@ def tiny_idefics3(folder, seed=0):
                                              do_image_splitting=True)
     Idefics3Processor(image_processor=image_processor, tokenizer=tok, image_seq_len=4,
                       chat_template=IDEFICS3_TEMPLATE).save_pretrained(folder)
+    return folder
+
+
+# Llama 3.2 Vision's chat template's shape: the BOS written by the template, turns framed by header tokens
+MLLAMA_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}<|end_header_id|>\n\n"
+    "{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' %}<|image|>{% else %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}<|eot_id|>{% endfor %}")
+
+
+def tiny_mllama(folder, seed=0):
+    """A MllamaForConditionalGeneration (Llama 3.2 Vision: one <|image|> token, the image read by
+    cross-attention layers through a per-token cross_attention_mask over its tiles; a 32 px, 2-tile vision
+    tower; a 3-layer language model, layer 1 cross-attending) with its MllamaProcessor and chat template,
+    saved to `folder`. The cross-attention gates start at 0 in a fresh model (the image would change
+    nothing): they are set to 1 here."""
+    import torch
+    from transformers import MllamaConfig, MllamaForConditionalGeneration, MllamaImageProcessor, MllamaProcessor
+    from transformers import PreTrainedTokenizerFast
+    os.makedirs(folder, exist_ok=True)
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|finetune_right_pad_id|>", "<|image|>",
+                "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    tok = PreTrainedTokenizerFast(tokenizer_object=caption_tokenizer(specials, bos="<|begin_of_text|>")._tokenizer,
+                                  bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+                                  pad_token="<|finetune_right_pad_id|>")
+    ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
+    config = MllamaConfig(
+        vision_config=dict(hidden_size=32, num_hidden_layers=2, num_global_layers=1, num_attention_heads=2,
+                           intermediate_size=64, vision_output_dim=64, image_size=32, patch_size=16, max_num_tiles=2,
+                           intermediate_layers_indices=[0], supported_aspect_ratios=[[1, 1], [1, 2], [2, 1]]),
+        text_config=dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+                         num_key_value_heads=1, intermediate_size=64, cross_attention_layers=[1],
+                         max_position_embeddings=256, rope_scaling={"rope_type": "default"},
+                         bos_token_id=ids["<|begin_of_text|>"], eos_token_id=ids["<|eot_id|>"],
+                         pad_token_id=ids["<|finetune_right_pad_id|>"]),
+        image_token_index=ids["<|image|>"])
+    torch.manual_seed(seed)
+    model = MllamaForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("_gate"):
+                p.fill_(1.0)
+    model.save_pretrained(folder)
+    MllamaProcessor(image_processor=MllamaImageProcessor(size={"height": 32, "width": 32}, max_image_tiles=2),
+                    tokenizer=tok, chat_template=MLLAMA_TEMPLATE).save_pretrained(folder)
     return folder

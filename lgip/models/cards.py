@@ -221,8 +221,9 @@ def _part(model, names):
 
 def joint_card(spec, model=None, processor=None):
     """Section 12's fields for a joint model (LGIP_SPEC.md 13): architecture and family = config.model_type;
-    params_image = the vision tower and its projector; params_text = the language model and its head
-    (generative) or all the rest (the text encoder with the head: itm); embed_dim None; image_size the
+    generative: params_text = the language model and its head, params_image = all the rest (the vision
+    tower, its projector or connector, LLaVA-NeXT's image_newline); itm: params_image = the vision tower,
+    params_text = all the rest (the text encoder with the head); embed_dim None; image_size the
     processor's; context_length the language model's positions; loss; vision_encoder = the vision
     config's _name_or_path where it names one. model None: built on the meta device from the config."""
     from .joint import _config
@@ -238,14 +239,14 @@ def joint_card(spec, model=None, processor=None):
                 model = AutoModelForImageTextToText.from_config(config)
     config = model.config
     total = _numel([model])
-    vision = _part(model, ("vision_tower", "visual", "vision_model"))
-    projector = _part(model, ("multi_modal_projector", "connector"))
-    image = _numel([m for m in (vision, projector) if m is not None]) if vision is not None else None
-    if spec.get("type") == "generative":
-        lm = _part(model, ("language_model",))
+    if spec.get("type") == "generative":  # (the image path: what is not the language model, whatever its names)
+        lm = _part(model, ("language_model", "text_model"))
         head = getattr(model, "lm_head", None)
         text = _numel([m for m in (lm, head) if m is not None]) if lm is not None else None
+        image = total - text if text is not None else None
     else:
+        vision = _part(model, ("vision_tower", "visual", "vision_model"))
+        image = _numel([vision]) if vision is not None else None
         text = total - image if image is not None else None
     vconf, tconf = getattr(config, "vision_config", None), getattr(config, "text_config", None)
     name = getattr(vconf, "_name_or_path", None) or None

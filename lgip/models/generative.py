@@ -181,6 +181,10 @@ def _last_image_token(model, ids):
     return int(where[-1]) if len(where) else -1
 
 
+# the processor's tensors with a row per token (dimension 1), cut with the prefix
+_PER_TOKEN = ("input_ids", "attention_mask", "token_type_ids", "cross_attention_mask")
+
+
 def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
     """The scores of `items` (inputs, answer positions), their first `cut` tokens run once and every
     answer's rest on a copy of that key-value cache, in batches of like length (right-padded, masked).
@@ -190,7 +194,7 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
     import torch
     ids = [inp["input_ids"][0] for inp, _ in items]
     first = items[0][0]
-    prefix = {k: (v[:, :cut] if k in ("input_ids", "attention_mask", "token_type_ids") else v)
+    prefix = {k: (v[:, :cut] if k in _PER_TOKEN else v)
               for k, v in first.items() if not (prefix_lm and k in ("token_type_ids", "labels"))}
     with torch.no_grad():
         out = model(**_on(prefix, model), use_cache=True)
@@ -219,6 +223,13 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
             types[:, cut:] = 1
             labels = x.masked_fill(mask[:, cut:] == 0, -100)
             extra = {"token_type_ids": types.to(device), "labels": labels.to(device)}
+        if "cross_attention_mask" in first:  # (Mllama: which image tiles each token sees, the whole text's
+            # rows, which the model indexes by cache position; the padding's rows see none)
+            full = torch.zeros((len(rest), cut + width, *first["cross_attention_mask"].shape[2:]),
+                               dtype=first["cross_attention_mask"].dtype)
+            for r, j in enumerate(group):
+                full[r, :len(ids[j])] = items[j][0]["cross_attention_mask"][0]
+            extra["cross_attention_mask"] = full.to(device)
         if deltas is not None:
             pos = torch.arange(cut, cut + width, device=device) + deltas.reshape(-1)[0].to(device)
             extra["position_ids"] = pos.view(1, 1, -1).expand(3, len(rest), -1)
