@@ -1,4 +1,4 @@
-"""pipeline: run_all's steps, each a subprocess of this Python, run again only when it must.
+"""pipeline: run_all's steps, each a process of its own (lgip.step_server starts them), run again only when it must.
 
 A `Step` is a script with the settings it accepts, its inputs and its outputs. `reason_to_run`
 says why a step must run, or None when it is up to date: every output exists, none is older than
@@ -38,8 +38,9 @@ class Step:
     """One step: its script, the settings it gets (those it accepts), its inputs and outputs.
     `settings` ({NAME: value}, run_all's SETTINGS) go to every step whose script has NAME."""
 
-    def __init__(self, name, script, args, inputs, outputs, note=None, settings=None, needs=None):
+    def __init__(self, name, script, args, inputs, outputs, note=None, settings=None, needs=None, forkable=True):
         self.name, self.script = name, script
+        self.forkable = forkable  # (lgip.step_server: started from its helper, which imported torch once)
         self.inputs, self.outputs = inputs, outputs  # inputs that do not exist are ignored
         self.needs = inputs[:1] if needs is None else needs  # files and folders it cannot run without
         self.note = note  # a reason to skip regardless of dates (make_base without annotations)
@@ -266,11 +267,13 @@ def stopped_by(proc, sigterm, grace=25):
 _MODELS_SHOWN = {}  # repr(MODELS) -> the step that printed those specs in full (later steps point to it)
 
 
-def run_step(step, k, n, reason, dry_run=False):
+def run_step(step, k, n, reason, dry_run=False, starter=None):
     """Run step k of n (print its command, stream its output, stamp its outputs); in a dry run only
     say it would. A failing step exits with its status, a stopped one with 130 (Ctrl-C) or 143 (SIGTERM).
     The model specs are printed in full by the first step that takes them; a later step with the same
-    specs says whose (a failing step's error gives its whole command)."""
+    specs says whose (a failing step's error gives its whole command). starter: an
+    lgip.step_server.StepStarter, which forks the step from its helper when the step is `forkable`; None:
+    every step a new process."""
     tag = f"[{k}/{n}] {step.name}"
     if not os.path.isfile(step.script):
         raise SystemExit(f"error: step {step.name}: {step.script} not found")
@@ -282,7 +285,8 @@ def run_step(step, k, n, reason, dry_run=False):
     if dry_run:
         return
     t0 = time.perf_counter()
-    proc = subprocess.Popen(step.command())
+    command = step.command()
+    proc = starter.popen(command, step.forkable) if starter else subprocess.Popen(command)
     try:
         rc = proc.wait()
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the step stops as cleanly, and is waited for

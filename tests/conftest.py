@@ -26,11 +26,51 @@ sys.path.insert(0, ROOT)
 sys.path.insert(1, BENCHMARKS)  # the benchmark scripts, imported by name as the scripts are
 
 
+_STARTER = []  # this test process's lgip.step_server.StepStarter, made at the first run_script
+
+
+def _starter():
+    """The scripts start as run_all starts its steps (STEP_START "fork": a child of a helper that imported
+    torch, open_clip and transformers once; tests/test_step_server.py shows it is what a new process is),
+    instead of each paying those imports again; LGIP_TEST_FRESH=1 starts each as a new process."""
+    if not _STARTER:
+        import atexit
+        from lgip.step_server import StepStarter
+        _STARTER.append(StepStarter("fresh" if os.environ.get("LGIP_TEST_FRESH") else "fork"))
+        atexit.register(_STARTER[0].close)
+    return _STARTER[0]
+
+
+def _captured(command, env):
+    """subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True), started by _starter()."""
+    import selectors
+    reads, writes = zip(os.pipe(), os.pipe())
+    try:
+        proc = _starter().popen(command, stdout=writes[0], stderr=writes[1], cwd=ROOT, env=env)
+    finally:
+        for fd in writes:
+            os.close(fd)
+    got = {fd: [] for fd in reads}
+    with selectors.DefaultSelector() as sel:
+        for fd in reads:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            for key, _ in sel.select():
+                chunk = os.read(key.fd, 1 << 16)
+                if chunk:
+                    got[key.fd].append(chunk)
+                else:
+                    sel.unregister(key.fd)
+                    os.close(key.fd)
+    rc = proc.wait()
+    out, err = (io.TextIOWrapper(io.BytesIO(b"".join(got[fd]))).read() for fd in reads)  # (text=True's newlines)
+    return subprocess.CompletedProcess(command, rc, out, err)
+
+
 def run_script(script, *args, env=None, check=True):
-    """Run a project script as its users do; returns the CompletedProcess."""
+    """Run a project script as its users do (as run_all starts a step: _starter); returns the CompletedProcess."""
     full_env = dict(os.environ, **(env or {}))
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=ROOT,
-                          env=full_env, capture_output=True, text=True)
+    proc = _captured([sys.executable, os.path.join(ROOT, script), *args], full_env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

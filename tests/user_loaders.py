@@ -97,3 +97,18 @@ class _OverflowsLater(torch.nn.Module):
 def overflows_later(device="cpu", dtype=torch.float32):
     model, preprocess, tokenizer = openclip_tiny(device, dtype)
     return _OverflowsLater(model), preprocess, tokenizer
+
+
+class _Slow(Wrapped):
+    """The tiny model, each text batch 0.3 s slower and said ("encoded <n>"): a step slow enough to be stopped."""
+
+    def encode_text(self, ids):
+        import time
+        time.sleep(0.3)
+        print("encoded", len(ids), flush=True)
+        return super().encode_text(ids)
+
+
+def slow(device="cpu", dtype=torch.float32):
+    model, preprocess, tokenizer = openclip_tiny(device, dtype)
+    return _Slow(model), preprocess, tokenizer
