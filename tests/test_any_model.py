@@ -295,6 +295,23 @@ def test_hub_check_knows_the_transformers_type():
     assert hub_files({"name": "m", "type": "python", "loader": "x:y"}) == []
 
 
+def test_the_published_models_files_table_is_open_clips_catalogue(monkeypatch):
+    """lgip.models.hub.CATALOGUE (a plan's check without importing open_clip) gives what open_clip's own
+    catalogue gives for every published open_clip model, at the version it names; another version asks open_clip."""
+    from lgip.models import PUBLISHED_MODELS, hub
+    specs = [m for m in PUBLISHED_MODELS if m["type"] == "openclip"]
+    assert {(m["model_name"], m["pretrained"]) for m in specs} == set(hub.CATALOGUE)
+    assert hub._open_clip_version() == hub.CATALOGUE_VERSION  # (requirements.txt pins it)
+    tabled = [hub.hub_files(m) for m in specs]
+    monkeypatch.setattr(hub, "CATALOGUE", {})
+    assert tabled == [hub.hub_files(m) for m in specs]  # (open_clip's catalogue, asked)
+    monkeypatch.undo()
+    monkeypatch.setattr(hub, "_open_clip_version", lambda: "9.9.9")
+    import open_clip
+    monkeypatch.setattr(open_clip, "get_pretrained_cfg", lambda name, tag: {"hf_hub": "elsewhere/repo/"})
+    assert hub.hub_files(specs[0])[0][0] == "elsewhere/repo"
+
+
 def test_word_attribution_of_the_same_weights_through_three_types(hf_folders, tmp_path):
     """explain_flips.py on the same weights as open_clip, as a transformers CLIPModel and through a
     python loader (whose tokenizer's 77-id rows are cut at the text's end for the word alignment):

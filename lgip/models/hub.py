@@ -82,6 +82,28 @@ def _cached(repo_id, filenames):
     return None
 
 
+# open_clip's catalogue for the published models' tags, as hub_files reads it from open_clip 3.3.0 (taken
+# from there and checked against it by tests/test_any_model.py): a plan (run_all's check before any step, a
+# dry run) knows their files without importing open_clip, seconds of CPU; another version is asked itself
+CATALOGUE_VERSION = "3.3.0"
+_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+CATALOGUE = {
+    ("ViT-B-16", "openai"): [("timm/vit_base_patch16_clip_224.openai", _FILES)],
+    ("ViT-L-14", "openai"): [("timm/vit_large_patch14_clip_224.openai", _FILES)],
+    ("ViT-L-14", "laion2b_s32b_b82k"): [("laion/CLIP-ViT-L-14-laion2B-s32B-b82K", _FILES)],
+    ("ViT-H-14", "laion2b_s32b_b79k"): [("laion/CLIP-ViT-H-14-laion2B-s32B-b79K", _FILES)],
+    ("EVA02-L-14", "merged2b_s4b_b131k"): [("timm/eva02_large_patch14_clip_224.merged2b_s4b_b131k", _FILES)],
+}
+
+
+def _open_clip_version():
+    from importlib import metadata
+    try:
+        return metadata.version("open_clip_torch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def hub_files(spec):
     """[(repo id, [file names, any one will do])] that a model spec needs from the Hub; [] when
     it needs none (local folders and files, random init); None when it downloads from elsewhere
@@ -101,6 +123,8 @@ def hub_files(spec):
         return [(repo, ["open_clip_config.json"]), (repo, weights)]
     if name.startswith("local-dir:") or not pretrained or os.path.isfile(str(pretrained)):
         return []
+    if (name, pretrained) in CATALOGUE and _open_clip_version() == CATALOGUE_VERSION:
+        return [(repo, list(files)) for repo, files in CATALOGUE[(name, pretrained)]]
     import open_clip
     from open_clip import pretrained as catalogue
     hf = (open_clip.get_pretrained_cfg(name, pretrained) or {}).get("hf_hub", "")
