@@ -173,7 +173,7 @@ def test_the_generative_benchmark_prints_both_paths_and_their_agreement():
     scores of the image's prefix run once within 1e-4 of the plain forwards'."""
     import re
     proc = run_script(os.path.join("benchmarks", "bench_generative.py"), "--N_IMAGES=1", "--PRIOR_IMAGES=1",
-                      "--MAX_TEXTS=40")
+                      "--MAX_TEXTS=20")
     assert re.search(r"^  plain .* texts/s .* LM tokens per text$", proc.stdout, re.M), proc.stdout
     assert re.search(r"^  prefix .* texts/s .* LM tokens per text$", proc.stdout, re.M), proc.stdout
     ratio, diff = re.search(r"LM tokens, plain / prefix: ([\d.]+)x; .* max \|score difference\|: (\S+)", proc.stdout).groups()
