@@ -70,12 +70,9 @@ def caption_tokenizer(special, bos=None, vocab_size=400):
     return PreTrainedTokenizerFast(tokenizer_object=tok)
 
 
-def tiny_llava(folder, seed=0):
-    """A LLaVA-1.5-shaped LlavaForConditionalGeneration (CLIP vision tower 32 px, patch 16: 4 image
-    tokens; a 2-layer Llama) with its LlavaProcessor and chat template, saved to `folder`."""
-    import torch
-    from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
-                              LlavaForConditionalGeneration, LlavaProcessor)
+def _llava_parts(folder):
+    """(tokenizer, CLIP vision config, Llama config) of tiny_llava and tiny_llava_next; `folder` made."""
+    from transformers import CLIPVisionConfig, LlamaConfig
     os.makedirs(folder, exist_ok=True)
     tok = caption_tokenizer(["<unk>", "<s>", "</s>", "<pad>", "<image>"], bos="<s>")
     tok.add_special_tokens({"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"})
@@ -84,6 +81,15 @@ def tiny_llava(folder, seed=0):
     text = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
                        bos_token_id=1, eos_token_id=2, pad_token_id=3)
+    return tok, vision, text
+
+
+def tiny_llava(folder, seed=0):
+    """A LLaVA-1.5-shaped LlavaForConditionalGeneration (CLIP vision tower 32 px, patch 16: 4 image
+    tokens; a 2-layer Llama) with its LlavaProcessor and chat template, saved to `folder`."""
+    import torch
+    from transformers import CLIPImageProcessor, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    tok, vision, text = _llava_parts(folder)
     config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids("<image>"),
                          vision_feature_select_strategy="default", vision_feature_layer=-2, image_seq_length=4)
     torch.manual_seed(seed)
@@ -112,28 +118,35 @@ def tiny_qwen2_vl(folder, seed=0, side=84):
     (images resized to side x side px: (side / 28)^2 image tokens, 9 at 84 px) and chat template, saved
     to `folder`. Its image tokens' rope positions are compressed to the image's grid, so every later
     position is shifted (the rope deltas): the trap that a reused prefix must get right."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+    vision = dict(depth=2, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14, spatial_merge_size=2,
+                  temporal_patch_size=2, in_channels=3)
+    return _tiny_qwen(folder, seed, side, Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor, vision)
+
+
+def _tiny_qwen(folder, seed, side, config_class, model_class, processor_class, vision):
+    """A Qwen2-VL-family model (tiny_qwen2_vl, tiny_qwen2_5_vl): their tokenizer, language model, image
+    processor and chat template, `vision` their vision tower's config."""
     import torch
-    from transformers import (Qwen2TokenizerFast, Qwen2VLConfig, Qwen2VLForConditionalGeneration,
-                              Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor)
+    from transformers import Qwen2TokenizerFast, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
     os.makedirs(folder, exist_ok=True)
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
                 "<|video_pad|>"]
     tok = Qwen2TokenizerFast(tokenizer_object=caption_tokenizer(specials)._tokenizer, unk_token=None, bos_token=None,
                              eos_token="<|im_end|>", pad_token="<|endoftext|>")
     ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
-    config = Qwen2VLConfig(
+    config = config_class(
         text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
                          rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, tie_word_embeddings=False),
-        vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False)
+        vision_config=vision, image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False)
     torch.manual_seed(seed)
-    Qwen2VLForConditionalGeneration(config).eval().save_pretrained(folder)
+    model_class(config).eval().save_pretrained(folder)
     pixels = dict(min_pixels=side * side, max_pixels=side * side, patch_size=14, merge_size=2, temporal_patch_size=2)
-    Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**pixels), tokenizer=tok,
-                     video_processor=Qwen2VLVideoProcessor(**pixels), chat_template=QWEN_TEMPLATE).save_pretrained(folder)
+    processor_class(image_processor=Qwen2VLImageProcessor(**pixels), tokenizer=tok,
+                    video_processor=Qwen2VLVideoProcessor(**pixels), chat_template=QWEN_TEMPLATE).save_pretrained(folder)
     return folder
 
 
@@ -267,32 +280,11 @@ def tiny_qwen2_5_vl(folder, seed=0, side=84):
     """A Qwen2_5_VLForConditionalGeneration (Qwen2-VL's language model and rope deltas; a vision tower with
     windowed attention, one full-attention block, an MLP merger) with its Qwen2_5_VLProcessor and the chat
     template of tiny_qwen2_vl, saved to `folder`."""
-    import torch
-    from transformers import (Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor,
-                              Qwen2TokenizerFast, Qwen2VLImageProcessor, Qwen2VLVideoProcessor)
-    os.makedirs(folder, exist_ok=True)
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-                "<|video_pad|>"]
-    tok = Qwen2TokenizerFast(tokenizer_object=caption_tokenizer(specials)._tokenizer, unk_token=None, bos_token=None,
-                             eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    ids = {t: tok.convert_tokens_to_ids(t) for t in specials}
-    config = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, tie_word_embeddings=False),
-        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32,
-                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
-                           fullatt_block_indexes=[1]),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False)
-    torch.manual_seed(seed)
-    Qwen2_5_VLForConditionalGeneration(config).eval().save_pretrained(folder)
-    pixels = dict(min_pixels=side * side, max_pixels=side * side, patch_size=14, merge_size=2, temporal_patch_size=2)
-    Qwen2_5_VLProcessor(image_processor=Qwen2VLImageProcessor(**pixels), tokenizer=tok,
-                        video_processor=Qwen2VLVideoProcessor(**pixels),
-                        chat_template=QWEN_TEMPLATE).save_pretrained(folder)
-    return folder
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[1])
+    return _tiny_qwen(folder, seed, side, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor,
+                      vision)
 
 
 def tiny_llava_next(folder, seed=0):
@@ -301,16 +293,9 @@ def tiny_llava_next(folder, seed=0):
     image's token count depends on its size) over tiny_llava's CLIP tower and Llama, with its
     LlavaNextProcessor and LLaVA's chat template, saved to `folder`."""
     import torch
-    from transformers import (CLIPVisionConfig, LlamaConfig, LlavaNextConfig, LlavaNextForConditionalGeneration,
-                              LlavaNextImageProcessor, LlavaNextProcessor)
-    os.makedirs(folder, exist_ok=True)
-    tok = caption_tokenizer(["<unk>", "<s>", "</s>", "<pad>", "<image>"], bos="<s>")
-    tok.add_special_tokens({"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"})
-    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                              image_size=32, patch_size=16, projection_dim=32)
-    text = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                       num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-                       bos_token_id=1, eos_token_id=2, pad_token_id=3)
+    from transformers import (LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextImageProcessor,
+                              LlavaNextProcessor)
+    tok, vision, text = _llava_parts(folder)
     grid = [[32, 64], [64, 32], [64, 64]]
     config = LlavaNextConfig(vision_config=vision, text_config=text,
                              image_token_index=tok.convert_tokens_to_ids("<image>"),
