@@ -158,6 +158,17 @@ class StepStarter:
         self.helper = None
 
 
+def fork_poisoned(in_bad_fork):
+    """Whether a child forked now would find CUDA unusable (torch marks its children so once CUDA was touched
+    in the parent): `in_bad_fork` (torch._C._cuda_isInBadFork; None without CUDA) asked in a child."""
+    if in_bad_fork is None:
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if in_bad_fork() else 0)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
+
+
 def _serve(sock, preload):
     """The helper's loop: import `preload`, say ready, then for each request fork a child and report its pid
     and, when it ends, its status. Returns only in a child, with (the job {"argv", "cwd"}, its three fds)."""
@@ -173,14 +184,24 @@ def _serve(sock, preload):
         sock.send(json.dumps(message).encode())
 
     try:
-        for name in preload:
-            try:
-                importlib.import_module(name)
-            except ImportError:
-                pass
+        # (a library that asks torch whether CUDA is there while it is imported asks NVML, which leaves the
+        # children free to initialise CUDA; the variable is gone again before any child starts)
+        saved = os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        try:
+            for name in preload:
+                try:
+                    importlib.import_module(name)
+                except ImportError:
+                    pass
+        finally:
+            del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
+            if saved is not None:
+                os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = saved
         torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            raise RuntimeError("CUDA was initialised while importing: children could not use it")
+        if torch is not None and (torch.cuda.is_initialized() or
+                                  fork_poisoned(getattr(torch._C, "_cuda_isInBadFork", None))):
+            raise RuntimeError("CUDA was initialised while importing: forked children could not use it")
     except Exception as e:  # (the starter starts every step fresh, and says why)
         say(ready=False, error=f"{type(e).__name__}: {e}")
         return None

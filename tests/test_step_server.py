@@ -66,6 +66,14 @@ def test_a_forked_step_sees_what_a_new_process_sees_and_ends_as_it_would(tmp_pat
             _started(starter, tmp_path, script, "helper")
 
 
+def test_a_helper_whose_imports_touched_cuda_would_not_fork():
+    """lgip.step_server.fork_poisoned asks a forked child whether CUDA is usable there (torch's mark): where it
+    is not, the helper says it is not ready and every step starts fresh."""
+    from lgip.step_server import fork_poisoned
+    assert fork_poisoned(None) is False and fork_poisoned(lambda: False) is False
+    assert fork_poisoned(lambda: True) is True
+
+
 def test_fresh_mode_and_no_fork_start_new_processes(tmp_path, monkeypatch):
     script = str(tmp_path / "probe.py")
     open(script, "w").write(PROBE)
