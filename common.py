@@ -45,7 +45,7 @@ above it in this list, so it can be read, and changed, knowing only those:
                         explain_flips.py's flips, lines and localization accuracy (`from lgip import explain`)
   pipeline              run_all's steps: each script a process, run again only when an input, the
                         script or the settings changed (recorded beside its output)
-  step_server           run_all's model-loading steps forked from one process that imported torch once
+  step_server           run_all's evaluations and report forked from one process that imported torch once
 
 Where a record goes, in an evaluation: `records.load_records` reads and validates it;
 `evaluation.run_evaluation` runs each model of MODELS through the script's `evaluate(run)`; its

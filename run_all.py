@@ -17,7 +17,7 @@ knows nothing), every output marked as a demo. Models named in MODELS are never 
 cannot be had stops the run before any step, naming it and what to do.
 
 Steps (names for STEPS), in order, each a process of its own with its output streamed (STEP_START: the
-steps that load models forked from a process that imported torch once, the others new processes; README's
+evaluations and the report forked from a process that imported torch once, the others new processes; README's
 pipeline table says what each reads and writes): make_base (COCO only), diff_gen_caption,
 make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype,
 run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report.

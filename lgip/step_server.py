@@ -131,6 +131,7 @@ class StepStarter:
                 print(f"note: the step helper did not start ({reply.get('error', 'it ended')}); each step starts "
                       f"as a new process", file=sys.stderr, flush=True)
                 self.close()
+                self.mode = "fresh"  # (not a new helper at the next step, to fail again)
         return self.ready
 
     def _read(self, timeout, args, allow_eof=False):
@@ -222,9 +223,12 @@ def _serve(sock, preload):
             return json.loads(data), fds
         for fd in fds:  # (the child's now: a pipe held open here would never end for its reader)
             os.close(fd)
-        say(pid=pid)
-        _, status = os.waitpid(pid, 0)
-        say(pid=pid, returncode=os.waitstatus_to_exitcode(status))
+        try:
+            say(pid=pid)
+            _, status = os.waitpid(pid, 0)
+            say(pid=pid, returncode=os.waitstatus_to_exitcode(status))
+        except OSError:  # (the caller is gone: so is the reason to serve; the step was waited for)
+            return None
 
 
 def _run_as_main(job, fds):

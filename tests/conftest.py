@@ -1,4 +1,5 @@
 import contextlib
+import functools
 import glob
 import importlib
 import io
@@ -26,19 +27,17 @@ sys.path.insert(0, ROOT)
 sys.path.insert(1, BENCHMARKS)  # the benchmark scripts, imported by name as the scripts are
 
 
-_STARTER = []  # this test process's lgip.step_server.StepStarter, made at the first run_script
-
-
+@functools.cache
 def _starter():
-    """The scripts start as run_all starts its steps (STEP_START "fork": a child of a helper that imported
-    torch, open_clip and transformers once; tests/test_step_server.py shows it is what a new process is),
-    instead of each paying those imports again; LGIP_TEST_FRESH=1 starts each as a new process."""
-    if not _STARTER:
-        import atexit
-        from lgip.step_server import StepStarter
-        _STARTER.append(StepStarter("fresh" if os.environ.get("LGIP_TEST_FRESH") else "fork"))
-        atexit.register(_STARTER[0].close)
-    return _STARTER[0]
+    """This test process's lgip.step_server.StepStarter, made at the first run_script: the scripts start as
+    run_all starts its steps (STEP_START "fork": a child of a helper that imported torch, open_clip and
+    transformers once; tests/test_step_server.py shows it is what a new process is), instead of each paying
+    those imports again; LGIP_TEST_FRESH=1 starts each as a new process."""
+    import atexit
+    from lgip.step_server import StepStarter
+    starter = StepStarter("fresh" if os.environ.get("LGIP_TEST_FRESH") else "fork")
+    atexit.register(starter.close)
+    return starter
 
 
 def _captured(command, env):

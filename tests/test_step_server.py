@@ -66,6 +66,19 @@ def test_a_forked_step_sees_what_a_new_process_sees_and_ends_as_it_would(tmp_pat
             _started(starter, tmp_path, script, "helper")
 
 
+def test_a_helper_that_cannot_start_is_said_once_and_every_command_starts_fresh(tmp_path, monkeypatch, capfd):
+    script = str(tmp_path / "probe.py")
+    open(script, "w").write(PROBE)
+    (tmp_path / "boom.py").write_text("raise RuntimeError('a broken install')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with StepStarter("fork", preload=("boom",)) as starter:
+        for _ in range(2):
+            proc, rc, out, _ = _started(starter, tmp_path, script, "0")
+            assert type(proc).__name__ == "Popen" and rc == 0 and starter.helper is None
+    err = capfd.readouterr().err
+    assert err.count("note: the step helper did not start (RuntimeError: a broken install)") == 1, err
+
+
 def test_a_helper_whose_imports_touched_cuda_would_not_fork():
     """lgip.step_server.fork_poisoned asks a forked child whether CUDA is usable there (torch's mark): where it
     is not, the helper says it is not ready and every step starts fresh."""
