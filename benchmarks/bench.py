@@ -56,7 +56,10 @@ RESULTS_JSON = "auto"  # results file, rewritten after every model ("complete": 
 SEED = 0  # int: seed of the synthetic images and of the random-init weights
 PREFIX_PACKS = True  # True, or False: CLIP-family texts in exact-length batches instead of prefix packs (to measure what the packs buy on a device)
 LOOKAHEAD = True  # True, or False: the at-scale sequence without common.Lookahead (each model tokenizes and decodes for itself, as before 2026-11-23 11:00 UTC)
+AND_WITHOUT_LOOKAHEAD = False  # True, or False: with LOOKAHEAD, the at-scale sequence again without it in the same process, after it (rows "scale" and "scale_no_lookahead"; the projection from the first)
 PROFILE = None  # None, a model name of the at-scale sequence (e.g. "bench_ViT-B-16", "siglip-large-patch16-384"), or "all": its at-scale pass runs under torch.profiler, which prints and saves (row "scale" -> "profile") how long the device was busy against the pass's wall time, and the top operations; the profiler's own overhead is then in that pass's time
+STACKS = None  # None, or a model name of the at-scale sequence: during its pass a thread samples where every thread of the process is (sys._current_frames, every STACK_INTERVAL_S) and how late the sampler itself wakes (a GIL or CPU held elsewhere): row "scale" -> "stacks"
+STACK_INTERVAL_S = 0.005  # float > 0: the sampler's period
 PROJECT_IMAGES = 40000  # int: images of the real job the projection is for
 PROJECT_CAPTIONS = 5  # float: captions per image in the real job (COCO: 5)
 PROJECT_PARAPHRASES = 6.0  # float: paraphrases per caption in the real job (diff_gen_caption keeps up to 6)
@@ -340,35 +343,100 @@ def one_pass(script, spec, enc, records, config):
     return m, t.seconds, run.seconds
 
 
-def at_scale_sequence(runs, scale):
+def at_scale_sequence(runs, scale, lookahead=True, key="scale"):
     """The project path alone on the at-scale records, cache on and cold, as one
     run_lgip_multi.py process runs its MODELS: `runs` [(row, spec, enc)] one after another, each
     finding what the earlier ones left (token table, prefix plan, remembered pixels) and, with
-    LOOKAHEAD, what common.Lookahead tokenized and decoded for it while they ran. The models are
+    `lookahead`, what common.Lookahead tokenized and decoded for it while they ran. The models are
     loaded beforehand (compare), so no load gives the lookahead free time: loads are counted
-    apart, once per model (projection). Sets row["scale"] and row["speedup_at_scale"]; yields
-    each row when done."""
+    apart, once per model (projection). Sets row[key] (and with key "scale", row["speedup_at_scale"]);
+    yields each row when done. Each row's entry has the pass's start and end and, with a lookahead,
+    the jobs' (seconds from the sequence's start: which work ran beside which pass)."""
     s_records, s_jsonl, s_work, s_counts = scale
     cache_dir = os.path.join(s_work, "cache")
     shutil.rmtree(cache_dir, ignore_errors=True)
     config = eval_config(s_jsonl, s_work, cache_dir)
     saved = common.swap_process_state()  # a fresh process
     ahead = (common.Lookahead([spec for _, spec, _ in runs[1:]], PROTOCOL, config["NUM_WORKERS"],
-                              "auto") if LOOKAHEAD else None)
+                              "auto") if lookahead else None)
+    t_start = time.perf_counter()
     try:
         for row, spec, enc in runs:
-            with profiled(PROFILE in ("all", row["name"]), enc.device) as prof:
+            t0 = time.perf_counter() - t_start
+            with profiled(PROFILE in ("all", row["name"]), enc.device) as prof, \
+                    sampled(STACKS == row["name"]) as stacks:
                 res = project_pass(enc, spec, s_records, config, fresh=False, lookahead=ahead)
             if prof:
                 res["profile"] = profile_summary(prof, res["total_s"])
-            row["scale"] = dict(rates(res, s_counts), images=s_counts["images"], texts=s_counts["texts"])
-            row["speedup_at_scale"] = row["published"]["s_per_record"] / row["scale"]["s_per_record"]
+            if stacks is not None:
+                res["stacks"] = stacks
+            res["pass_s"] = [round(t0, 3), round(time.perf_counter() - t_start, 3)]
+            if ahead is not None:
+                res["ahead_jobs_s"] = [[j["model"], j["kind"], j["state"], round(j.get("t0", t_start) - t_start, 3),
+                                        round(j.get("t1", time.perf_counter()) - t_start, 3)]
+                                       for j in list(ahead.jobs) if "t0" in j]
+            row[key] = dict(rates(res, s_counts), images=s_counts["images"], texts=s_counts["texts"])
+            if key == "scale":
+                row["speedup_at_scale"] = row["published"]["s_per_record"] / row["scale"]["s_per_record"]
             yield row
     finally:
         if ahead is not None:
             ahead.close()
         common.swap_process_state(saved)
         shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sampled(on):
+    """Where the process's threads are during the block, when `on`: a thread wakes every STACK_INTERVAL_S
+    and notes each thread's innermost frames of this project or torch (file:line function); yields a dict
+    filled at the end: {samples, late_ms: percentiles of how late the sampler woke (another thread holding
+    the GIL, or the CPU), threads: {thread name: [[where, share of samples], ...]}}."""
+    if not on:
+        yield None
+        return
+    import collections
+    import threading
+    out, stop, counts, late = {}, threading.Event(), collections.defaultdict(collections.Counter), []
+    names = {}
+
+    def where(frame):
+        parts = []
+        while frame is not None and len(parts) < 3:
+            f = frame.f_code.co_filename
+            if "/lgip/" in f or "/torch/" in f or "/benchmarks/" in f or "concurrent" in f or "multiprocessing" in f \
+                    or "threading" in f or "queue" in f:
+                parts.append(f"{os.path.basename(f)}:{frame.f_lineno} {frame.f_code.co_name}")
+            frame = frame.f_back
+        return " < ".join(parts) or "(elsewhere)"
+
+    def sample():
+        me = threading.get_ident()
+        nxt = time.perf_counter()
+        while not stop.is_set():
+            nxt += STACK_INTERVAL_S
+            time.sleep(max(0.0, nxt - time.perf_counter()))
+            late.append(max(0.0, time.perf_counter() - nxt))
+            for t in threading.enumerate():
+                names[t.ident] = t.name
+            for ident, frame in sys._current_frames().items():
+                if ident != me:
+                    counts[names.get(ident, str(ident))][where(frame)] += 1
+            nxt = max(nxt, time.perf_counter())
+
+    thread = threading.Thread(target=sample, name="bench-sampler", daemon=True)
+    thread.start()
+    try:
+        yield out
+    finally:
+        stop.set()
+        thread.join()
+        import numpy as np
+        n = max(1, len(late))
+        out.update(samples=len(late), interval_ms=STACK_INTERVAL_S * 1e3,
+                   late_ms={q: round(float(np.percentile(np.array(late or [0.0]) * 1e3, q)), 2) for q in (50, 90, 99)},
+                   late_total_s=round(sum(late), 3),
+                   threads={name: [[w, round(c / n, 3)] for w, c in ctr.most_common(8)] for name, ctr in counts.items()})
 
 
 @contextlib.contextmanager
@@ -572,17 +640,25 @@ def projection(rows_by_arch, main_row):
     return out
 
 
-def print_at_scale(row):
-    r = row["scale"]
+def print_at_scale(row, key="scale"):
+    r = row[key]
     print(f"{row['name']}: at scale, project alone on {r['images']} images (cache on, cold; model of one run): "
           f"{r['total_s']:.2f} s  {r['images_per_s']:.1f} images/s  {r['texts_per_s']:.0f} texts/s")
     print(f"  phases, s: {r['seconds_by_phase']}; images: {r['image_sources']}; done ahead: {r['lookahead']}")
+    print(f"  pass from {r['pass_s'][0]} s to {r['pass_s'][1]} s of the sequence; lookahead jobs [model, kind, state, "
+          f"from, to]: {r.get('ahead_jobs_s')}")
+    if r.get("stacks"):
+        st = r["stacks"]
+        print(f"  stacks: {st['samples']} samples, sampler late (ms) {st['late_ms']}, {st['late_total_s']} s in all")
+        for name, places in st["threads"].items():
+            print(f"    {name}: " + "; ".join(f"{share:.0%} {w}" for w, share in places[:5]))
     if r.get("profile"):
         p = r["profile"]
         print(f"  profile: device busy {p['device_busy_s']} s ({p['device_busy_share']} of the pass); top: "
               + "; ".join(f"{name} {ms:.1f} ms x{n}" for name, ms, n in p["top"]))
+    speedup = row["published"]["s_per_record"] / r["s_per_record"]
     print(f"  speed-up at scale (per record: published-style {row['published']['s_per_record']:.4f} s, "
-          f"project {r['s_per_record']:.4f} s): {row['speedup_at_scale']:.1f}x", flush=True)
+          f"project {r['s_per_record']:.4f} s): {speedup:.1f}x", flush=True)
 
 
 def print_tables(rows, proj):
@@ -697,11 +773,13 @@ def main():
                 by_arch.setdefault(row["arch"], row)
             save_results(rows, projection(by_arch, main_row), info, counts, complete=False)
         if scale:
-            print(f"\nat scale: the {len(sequence)} models as one run_lgip_multi.py process "
-                  f"(lookahead: {LOOKAHEAD})", flush=True)
-            for row in at_scale_sequence(sequence, scale):
-                print_at_scale(row)
-                save_results(rows, projection(by_arch, main_row), info, counts, complete=False)
+            for on, key in ((True, "scale"), (False, "scale_no_lookahead")) if LOOKAHEAD and AND_WITHOUT_LOOKAHEAD \
+                    else ((LOOKAHEAD, "scale"),):
+                print(f"\nat scale: the {len(sequence)} models as one run_lgip_multi.py process "
+                      f"(lookahead: {on})", flush=True)
+                for row in at_scale_sequence(sequence, scale, lookahead=on, key=key):
+                    print_at_scale(row, key)
+                    save_results(rows, projection(by_arch, main_row), info, counts, complete=False)
         del sequence, main_enc
         info["load_average_at_end"] = list(os.getloadavg())
         proj = projection(by_arch, main_row)

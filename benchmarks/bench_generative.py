@@ -35,7 +35,10 @@ JSONL_PATH = None  # a *_with_perturb.jsonl (images beside it); None = the bundl
 N_IMAGES = 4  # int >= 1: records (images) scored
 PRIOR_IMAGES = 3  # int >= 1: earlier records whose texts each image also scores (the controls' prior)
 MAX_TEXTS = None  # None, or int >= 1: at most this many texts per image (a quick smoke test)
-BATCH = 16  # int >= 1: texts per forward on the shared prefix
+BATCH = 16  # int >= 1: texts per forward on the shared prefix, batched (the "batches" and "per_text" paths)
+PACK_TOKENS = 2048  # int >= 1: text tokens per forward on the shared prefix, packed (the "prefix" path, a family of PACKED_FAMILIES)
+BEFORE_IMAGES = None  # None (= N_IMAGES), or int >= 1: images of the slow paths ("plain", "per_text": the processor per text)
+PIPELINE = True  # True, or False: also time run_lgip_multi's evaluation of the N_IMAGES records with the model in memory (the joint scorer, JOINT_PIPELINE on and off, the self-check in it)
 DEVICE = "cpu"  # "cpu", "cuda", ...
 DTYPE = "fp32"  # "fp32" or "bf16": the model's weights (bf16: the difference to fp32 is measured, not bounded)
 PAPER_IMAGES = 40000  # int >= 1: images of the paper's job, for the count at LLaVA-1.5-7B's shape
@@ -157,10 +160,74 @@ def llava_7b_count(jobs):
     return prefix, plain / len(jobs), reused / len(jobs), texts / len(jobs)
 
 
+def sync():
+    if DEVICE.startswith("cuda"):
+        import torch
+        torch.cuda.synchronize()
+
+
+def timed_path(model, processor, jobs, **kw):
+    """(seconds, scores) of one path over `jobs` [(image, texts)], its forwards waited for."""
+    from lgip.models import generative
+    sync()
+    t0 = time.perf_counter()
+    pending = [generative.submit(model, processor, image, conversations(model, texts), mean=SCORE == "logprob_mean",
+                                 batch=BATCH, **kw) for image, texts in jobs]
+    scores = [s for p in pending for s in p.result()]
+    sync()
+    return time.perf_counter() - t0, scores
+
+
+def pipeline_seconds(model, processor, path, n, work):
+    """{JOINT_PIPELINE on/off: (seconds per image, the self-check's record)}: run_lgip_multi's evaluation of the
+    first n records of `path` with the model in memory (the joint scorer: decoding, the prior's texts, the
+    pair bookkeeping), as the paper's job runs it."""
+    import common as c
+    import run_lgip_multi
+    from lgip import accelerations
+    from lgip.models import joint
+    sub = os.path.join(os.path.dirname(os.path.abspath(path)), "pipeline_with_perturb.jsonl")
+    with open(path, encoding="utf-8") as f, open(sub, "w", encoding="utf-8") as out:
+        out.writelines(f.readlines()[:n])
+    records = c.load_records(sub, ("same_caps", "diff_caps"))
+    spec = {"name": "bench_generative", "type": "generative", "model_id": MODEL_ID or ARCH or FAMILY, "score": SCORE}
+    settings = {"score": SCORE, "prompt": conversations(model, ["x"])[0][0] if SCORE != "vqascore" else "-",
+                "question": joint.DEFAULT_QUESTION}
+    config = {"JSONL_PATH": sub, "IMAGE_ROOT": None, "PROTOCOL": "corrected", "DEVICE": DEVICE, "DTYPE": DTYPE,
+              "IMAGE_BATCH_SIZE": 1, "TEXT_BATCH_SIZE": "auto", "NUM_WORKERS": None, "CACHE_DIR": None,
+              "PRIOR_IMAGES": PRIOR_IMAGES, "BOOTSTRAP": 0}
+    run_lgip_multi.JSONL_PATH = sub
+    out = {}
+    for on in (True, False):
+        before = accelerations.switch_off([] if on else ["JOINT_PIPELINE"])
+        bounds = dict(joint.SELF_CHECK_BOUND)
+        try:
+            for attempt in (0, 1):
+                enc = joint.generative_model(spec, model, processor, settings, DEVICE, model.dtype).named(spec, "corrected")
+                sync()
+                t0 = time.perf_counter()
+                try:
+                    run = c.ModelRun(spec, records, config, enc=enc)
+                    run_lgip_multi.evaluate(run)
+                except c.ModelError as e:  # (the self-check's bound is a guess for bf16 until measured: said, then
+                    if attempt or "self-check" not in str(e):  # timed without it)
+                        raise
+                    print(f"  {e}\n  (timed again with the self-check's bound lifted)")
+                    joint.SELF_CHECK_BOUND.update({k: float("inf") for k in bounds})
+                    continue
+                sync()
+                out[on] = ((time.perf_counter() - t0) / len(records), enc.info.get("self_check"))
+                break
+        finally:
+            accelerations.restore(before)
+            joint.SELF_CHECK_BOUND.update(bounds)
+    return out
+
+
 def main():
-    import torch
     from PIL import Image
     from lgip.models import generative
+    from lgip.models.conversations import Conversations
     work = tempfile.mkdtemp(prefix="lgip_bench_generative_")
     try:
         model, processor = model_and_processor(work)
@@ -174,33 +241,50 @@ def main():
                 texts += record_texts(records[(k - j) % len(records)][1])
             image = Image.open(os.path.join(root, records[k][1]["image_path"])).convert("RGB")
             jobs.append((image, list(dict.fromkeys(texts))[:MAX_TEXTS]))
+        before = jobs[:BEFORE_IMAGES or len(jobs)]
         n_texts = sum(len(t) for _, t in jobs)
         tokens_plain = tokens_reused = 0
         for image, texts in jobs:  # (counted, not timed)
             plain, reused = token_counts(model, processor, image, conversations(model, texts))
             tokens_plain, tokens_reused = tokens_plain + plain, tokens_reused + reused
-        timed = {}
-        for name, reuse in (("plain", False), ("prefix", True)):
+        packs = PACK_TOKENS if generative.packable(model) else 0
+        conv = Conversations(processor)
+        timed_path(model, processor, jobs[:1], reuse=True, packs=packs, conversations=conv)  # (warm-up: kernels, caches)
+        paths = [("plain", before, dict(reuse=False)),
+                 ("per_text", before, dict(reuse=True)),  # the processor per text, batches (the code before 2026-11-28)
+                 ("batches", jobs, dict(reuse=True, conversations=conv)),
+                 ("prefix", jobs, dict(reuse=True, packs=packs, conversations=conv))]
+        timed = {name: (len(js), sum(len(t) for _, t in js), *timed_path(model, processor, js, **kw))
+                 for name, js, kw in paths}
+        host = None
+        if model.config.model_type != "paligemma":  # (a prefix-LM's conversation is its processor's own)
             t0 = time.perf_counter()
-            scores = [generative.conversation_scores(model, processor, image, conversations(model, texts),
-                                                     mean=SCORE == "logprob_mean", reuse=reuse, batch=BATCH)
-                      for image, texts in jobs]
-            if DEVICE.startswith("cuda"):
-                torch.cuda.synchronize()
-            timed[name] = (time.perf_counter() - t0, [s for part in scores for s in part])
-        diff = max(abs(a - b) for a, b in zip(timed["plain"][1], timed["prefix"][1]))
+            for image, texts in jobs:  # the fastest path's host work alone: its conversations tokenized
+                conv.items(image, conversations(model, texts))
+            host = (time.perf_counter() - t0) / len(jobs)
+        n_before = sum(len(t) for _, t in before)
+        diff = {name: max(abs(a - b) for a, b in zip(timed["plain"][3], timed[name][3][:n_before]))
+                for name in timed}
         print(f"{len(jobs)} images, {n_texts} texts ({n_texts / len(jobs):.0f} per image, PRIOR_IMAGES {PRIOR_IMAGES}), "
               f"model {MODEL_ID or (f'{ARCH}, random init' + (f', shrunk {SHRINK}x' if SHRINK > 1 else '')) if ARCH else f'tiny {FAMILY} (tests/tiny_vlm.py)'} "
               f"on {DEVICE} in {DTYPE}, score {SCORE}, "
-              f"batch {BATCH}")
-        for name, tokens in (("plain", tokens_plain), ("prefix", tokens_reused)):
-            seconds = timed[name][0]
-            print(f"  {name:6s} {seconds:8.2f} s  {n_texts / seconds:8.1f} texts/s  {tokens / n_texts:7.1f} LM tokens per text")
+              f"batch {BATCH}, packs of {packs or 'none (not a packed family)'} tokens; the slow paths on {len(before)} images")
+        for name, (n_img, n_txt, seconds, _) in timed.items():
+            tokens = {"plain": tokens_plain, "per_text": tokens_reused, "batches": tokens_reused}.get(name, tokens_reused)
+            print(f"  {name:8s} {seconds:8.2f} s  {n_txt / seconds:8.1f} texts/s  {seconds / n_img:7.3f} s per image  "
+                  f"max |score - plain| {diff[name]:.2e}  {tokens / n_texts:7.1f} LM tokens per text")
+        if host is not None:
+            print(f"  host work of the prefix path (its conversations tokenized): {host:.3f} s per image")
+        sec = {name: t[2] / t[0] for name, t in timed.items()}
         print(f"  LM tokens, plain / prefix: {tokens_plain / tokens_reused:.1f}x; time, plain / prefix: "
-              f"{timed['plain'][0] / timed['prefix'][0]:.1f}x; max |score difference|: {diff:.2e}")
-        per = timed["prefix"][0] / len(jobs)
-        print(f"  at this speed, {PAPER_IMAGES:,} images (texts per image as here): {PAPER_IMAGES * per / 60:.1f} min "
-              f"with the prefix once, {PAPER_IMAGES * timed['plain'][0] / len(jobs) / 60:.1f} min plain")
+              f"{sec['plain'] / sec['prefix']:.1f}x, per_text / prefix: {sec['per_text'] / sec['prefix']:.1f}x; "
+              f"max |score difference|: {diff['prefix']:.2e}")
+        print(f"  at this speed, {PAPER_IMAGES:,} images (texts per image as here): "
+              + ", ".join(f"{name} {PAPER_IMAGES * s / 60:.1f} min" for name, s in sec.items()))
+        if PIPELINE:
+            for on, (per, check) in pipeline_seconds(model, processor, path, len(jobs), work).items():
+                print(f"  run_lgip_multi, JOINT_PIPELINE {'on ' if on else 'off'}: {per:.3f} s per image; "
+                      f"{PAPER_IMAGES:,} images: {PAPER_IMAGES * per / 60:.1f} min; self-check: {check}")
         prefix, plain, reused, per_image = llava_7b_count(jobs)
         print(f"LLaVA-1.5-7B's shape (prefix {prefix} tokens, {LLAVA_7B_IMAGE_TOKENS} of them the image's; "
               f"{per_image:.0f} texts per image as here): {plain:,.0f} LM tokens per image plain, {reused:,.0f} with "

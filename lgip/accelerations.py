@@ -28,17 +28,21 @@ SHARED_SCORE_LAYOUT = True  # a score file's text less its numbers made once per
 DEVICE_TABLES = True  # embeddings kept and scored on the model's device, uploads pinned and non-blocking (lgip/device.py); False: tables and scoring on the host
 BUILD_ON_DEVICE = True  # open_clip models built directly on the GPU, not initialised on the CPU (lgip/models/openclip.py); False: built on the CPU, then moved
 PREFIX_REUSE = True  # a joint scorer's shared start run once per image (LGIP_SPEC.md 13: a generative model's image and prompt tokens, their key-value cache reused for every text; BLIP's vision tower), texts in batches (lgip/models/generative.py, itm.py); False: the whole model per (image, text)
+CONVERSATION_SPLICE = True  # a generative model's conversations of one image: the image processed once, the texts tokenized in one batch with the image's tokens spliced in, checked against the processor's own (lgip/models/conversations.py); False: the processor per text
+TEXT_PACKS = True  # a generative model's texts on its reused prefix packed into rows of PACK_TOKENS with a block mask, no cache copy per text (lgip/models/generative.py; the families of PACKED_FAMILIES); False: batches of TEXT_BATCH on repeated caches
+JOINT_PIPELINE = True  # a joint scorer prepares the next image (tokenizing, launching its forwards) while the device runs the last one's (lgip/joint_scorer.py); False: each image's scores waited for before the next
 SHARED_BOOTSTRAP_DRAWS = True  # bootstrap resamples drawn once per (images, resamples, seed), shared by every interval (lgip/scoring.py); False: drawn per interval
 
 NAMES = ["PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "PIXELS_ON_DEVICE", "PIXEL_MEMORY",
          "LOOKAHEAD", "SHARED_TOKENS", "SHARED_CALLS", "SHARED_SCORE_LAYOUT", "DEVICE_TABLES", "BUILD_ON_DEVICE",
-         "SHARED_BOOTSTRAP_DRAWS", "PREFIX_REUSE"]
+         "SHARED_BOOTSTRAP_DRAWS", "PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "JOINT_PIPELINE"]
 
 
 # the switches that act inside a model's encoders: on, they apply only to the towers and preprocessing that admit
 # them (an Encoder's `accelerations` says which of the first five; PIXELS_ON_DEVICE and PIXEL_MEMORY need its pixels)
 PER_MODEL = ("PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "BUILD_ON_DEVICE",
-             "PIXELS_ON_DEVICE", "PIXEL_MEMORY", "PREFIX_REUSE")
+             "PIXELS_ON_DEVICE", "PIXEL_MEMORY", "PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "JOINT_PIPELINE")
+JOINT_ONLY = ("PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "JOINT_PIPELINE")  # a joint scorer's alone
 
 
 def state():
@@ -61,8 +65,9 @@ def applied(enc):
     on = state()
     record = {n: v and (n not in PER_MODEL or n in ran) for n, v in on.items()}
     joint = "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"
+    own = getattr(enc, "why_not", None) or {}  # (a joint model's own reasons)
     return record, {n: "the model runs on the CPU" if n == "BUILD_ON_DEVICE" and on_cpu else
-                    joint if n == "PREFIX_REUSE" and getattr(enc, "entries", "text") != "pair" else why
+                    joint if n in JOINT_ONLY and getattr(enc, "entries", "text") != "pair" else own.get(n, why)
                     for n, v in on.items() if v and not record[n]}
 
 

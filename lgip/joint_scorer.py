@@ -58,6 +58,7 @@ class _Store:
         (or be interrupted), the whole chunks handed over are kept and the rest dropped."""
         try:
             yield self
+            self.flush()
         except BaseException:
             if self.writer is not None:
                 self.writer.abandon()
@@ -66,8 +67,13 @@ class _Store:
             self.writer.close()
 
     def __init__(self, run):
+        from . import accelerations
         self.run, self.scores, self.image_keys, self.n_computed, self.n_hits = run, {}, {}, 0, 0
         self.writer = run.cache.writer("pair") if run.cache is not None else None
+        # (with JOINT_PIPELINE, one image's scores are collected after the next image's work has begun)
+        self.depth = 1 if accelerations.JOINT_PIPELINE else 0
+        self.pending = []  # [(path, texts, the model's pending scores, when begun)]
+        self.in_flight = set()  # (path, text) of the pending scores
 
     def image_key(self, path):
         """The image's cache key, or None when its file cannot be stat'ed (missing: unreadable)."""
@@ -80,7 +86,7 @@ class _Store:
 
     def missing(self, path, texts):
         """The texts of `texts` whose score with `path` is known neither here nor in the cache (looked up)."""
-        todo = [t for t in dict.fromkeys(texts) if (path, t) not in self.scores]
+        todo = [t for t in dict.fromkeys(texts) if (path, t) not in self.scores and (path, t) not in self.in_flight]
         if todo and self.run.cache is not None and self.image_key(path) is not None:
             keys = [pair_cache_key(self.image_key(path), json.dumps(t, ensure_ascii=False)) for t in todo]
             pos, rows = self.run.cache.lookup("pair", keys)
@@ -92,16 +98,31 @@ class _Store:
         return todo
 
     def compute(self, path, image, texts):
-        """Score `texts` (none known) against the decoded image; the model loaded at the first need."""
-        import torch
+        """Score `texts` (none known) against the decoded image; the model loaded at the first need. The
+        scores land in `scores` (and the cache) now, or, pipelined, once the next image's work has begun
+        (flush: all of them)."""
         if not texts:
             return
         if not self.run.enc.weights_loaded:
             self.run.load_weights()
         t0 = time.monotonic()
-        values = self.run.enc.score(image, texts)
+        self.pending.append((path, list(texts), self.run.enc.submit(image, texts), t0))
+        self.in_flight.update((path, t) for t in texts)
+        while len(self.pending) > self.depth:
+            self._collect()
+
+    def flush(self):
+        """Every pending score into `scores` (and the cache)."""
+        while self.pending:
+            self._collect()
+
+    def _collect(self):
+        import torch
+        path, texts, pending, t0 = self.pending.pop(0)
+        values = pending.result()
         for t, v in zip(texts, values):
             self.scores[(path, t)] = float(v)
+            self.in_flight.discard((path, t))
         self.n_computed += len(texts)
         if self.writer is not None and self.image_key(path) is not None:
             keys = [pair_cache_key(self.image_key(path), json.dumps(t, ensure_ascii=False)) for t in texts]

@@ -151,7 +151,8 @@ class Lookahead:
             self._cond.notify_all()
 
     def _job(self, prep, kind, key, items):
-        job = {"model": prep.name, "kind": kind, "key": key, "state": "running", "progress_at": time.perf_counter()}
+        job = {"model": prep.name, "kind": kind, "key": key, "state": "running", "progress_at": time.perf_counter(),
+               "t0": time.perf_counter()}
         with self._cond:
             if (kind, key) in self._claimed:
                 job["state"] = "dropped"  # its model started first: it does the work itself
@@ -172,7 +173,7 @@ class Lookahead:
             if job["state"] == "done" and kind == "tokens":
                 self._tables[key] = n[1]
             job.update(seconds=round(time.perf_counter() - t0, 3), items=n[0] if kind == "tokens" and n else n,
-                       error=error)
+                       error=error, t1=time.perf_counter())
             self._cond.notify_all()
 
     def _batches(self, dataset, job):

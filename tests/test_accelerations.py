@@ -69,10 +69,12 @@ def test_every_acceleration_off_gives_the_same_numbers(tmp_path, script, jsonl, 
     assert all(not any(r["accelerations"].values()) and not r["accelerations_not_applied"] for r in plain_runs)
     assert set(fast_runs[0]["accelerations"]) == set(accelerations.NAMES)
     clip_fast, _, siglip_fast = fast_runs
-    assert clip_fast["accelerations_not_applied"] == {"BUILD_ON_DEVICE": "the model runs on the CPU", "PREFIX_REUSE": "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"}
+    assert clip_fast["accelerations_not_applied"] == {"BUILD_ON_DEVICE": "the model runs on the CPU",
+        **{n: "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"
+           for n in accelerations.JOINT_ONLY}}
     assert siglip_fast["accelerations"]["POOLED_LAST_BLOCK"] and not siglip_fast["accelerations"]["PREFIX_PACKS"]
     assert set(siglip_fast["accelerations_not_applied"]) == {"PREFIX_PACKS", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER",
-                                                             "BUILD_ON_DEVICE", "PREFIX_REUSE"}
+                                                             "BUILD_ON_DEVICE", *accelerations.JOINT_ONLY}
     clip, twin, siglip = plain_runs
     assert not clip["model"]["text_trimmed"] and not clip["model"]["text_prefix_sharing"]
     assert not clip["model"]["pixels_on_device"] and not clip["model"]["image_last_block_class_token_only"]

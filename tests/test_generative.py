@@ -78,6 +78,84 @@ def test_the_image_prefix_run_once_gives_the_plain_scores(llava, batch):
             pytest.approx(plain_scores(model, processor, _image(n), DEFAULT_PROMPT, TEXTS, mean=True), abs=1e-4)
 
 
+@pytest.mark.parametrize("packs", [1, 12, 4096])
+def test_texts_packed_on_the_prefix_with_a_block_mask_give_the_plain_scores(llava, packs, monkeypatch):
+    """TEXT_PACKS: every text's rest packed into rows of at most `packs` tokens (1: a text a row; 12: two or
+    three a row; 4096: all in one), each text attending to the prefix and to itself: the plain scores to
+    1e-4 (sum and mean, logprob and vqascore), one forward for the prefix and one per row, no repeated cache.
+    Families outside PACKED_FAMILIES (Gemma 3's sliding windows, Mllama's cross-attention rows) are not
+    packed: their batches run."""
+    from lgip.models import generative
+    from lgip.models.conversations import Conversations
+    from lgip.models.joint import DEFAULT_QUESTION
+    model, processor = llava
+    conv = Conversations(processor)
+    calls = []
+    real_forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **k: calls.append(k.get("input_ids").shape) or real_forward(*a, **k))
+    for n in (0, 1):
+        for convs in ([(generative.DEFAULT_PROMPT, t) for t in TEXTS], [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS]):
+            for mean in (False, True):
+                plain = generative.conversation_scores(model, processor, _image(n), convs, mean, reuse=False)
+                calls.clear()
+                packed = generative.conversation_scores(model, processor, _image(n), convs, mean, reuse=True,
+                                                        packs=packs, conversations=conv)
+                assert packed == pytest.approx(plain, abs=1e-4), (n, mean, convs[0])
+                if generative.packable(model):
+                    assert all(c[0] == 1 for c in calls) and (len(calls) == 2 if packs == 4096 else len(calls) > 2)
+                    assert packs > 1 or len(calls) == 1 + len(convs)
+    assert conv.refused is None
+
+
+def test_the_conversations_spliced_are_the_processors_own(llava):
+    """CONVERSATION_SPLICE: one image's conversations tokenized in one batch, the image's tokens spliced in,
+    are what the processor gives for each (ids, masks, token types, Mllama's cross-attention rows, the
+    answer's positions), for every family and both fixture image sizes; the image processed once."""
+    from lgip.models import generative
+    from lgip.models.conversations import Conversations
+    from lgip.models.joint import DEFAULT_QUESTION
+    model, processor = llava
+    conv = Conversations(processor)
+    processed = []
+    real = processor.image_processor.__class__.__call__
+    for n in (0, 1):
+        for convs in ([(generative.DEFAULT_PROMPT, t) for t in TEXTS], [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS]):
+            processor.image_processor.__class__.__call__ = lambda self, *a, **k: processed.append(1) or real(self, *a, **k)
+            try:
+                got = conv.items(_image(n), convs)
+            finally:
+                processor.image_processor.__class__.__call__ = real
+            assert len(processed) == 1
+            processed.clear()
+            for (inputs, positions), (prompt, answer) in zip(got, convs):
+                own, own_positions = generative.tokenized(processor, _image(n), prompt, answer)
+                assert positions == own_positions and set(inputs) == set(own)
+                for key in own:
+                    assert torch.equal(inputs[key], own[key]), (key, answer)
+    assert conv.refused is None
+
+
+def test_a_splice_that_differs_from_the_processor_is_refused_and_each_text_goes_through_it(llava, monkeypatch):
+    """The splice is checked against the processor on a second conversation: tokens that differ (a tokenizer
+    that merged across the image's end, made here by dropping a token) leave every conversation to the
+    processor, `refused` says why, and the scores are still the plain ones."""
+    from lgip.models import conversations, generative
+    model, processor = llava
+    real = conversations._encoded
+    monkeypatch.setattr(conversations, "_encoded", lambda tok, texts, special: (
+        lambda ids, offsets: ([i[:-2] + i[-1:] for i in ids], [o[:-2] + o[-1:] for o in offsets]))(*real(tok, texts, special)))
+    conv = conversations.Conversations(processor)
+    convs = [(generative.DEFAULT_PROMPT, t) for t in TEXTS]
+    got = conv.items(_image(), convs)
+    assert conv.refused in ("the processor's tokens of a conversation differ from the splice's",
+                            "an answer's tokens come before the image's")
+    for (inputs, positions), (prompt, answer) in zip(got, convs):
+        own, own_positions = generative.tokenized(processor, _image(), prompt, answer)
+        assert positions == own_positions and torch.equal(inputs["input_ids"], own["input_ids"])
+    scores = generative.conversation_scores(model, processor, _image(), convs, conversations=conv)
+    assert scores == pytest.approx(generative.conversation_scores(model, processor, _image(), convs, reuse=False), abs=1e-4)
+
+
 def test_a_processor_without_a_chat_template_or_a_text_it_changes_is_named(llava):
     from lgip.errors import ModelError
     from lgip.models.generative import tokenized

@@ -177,17 +177,17 @@ def test_a_cached_rerun_loads_no_weights_and_a_killed_run_resumes(tmp_path, fold
     spec = specs(folders)[1]
     settings = eval_settings(jsonl, "corrected", [spec], BOOTSTRAP=0, CACHE_FLUSH_S=0)
     fresh = run_here("run_lgip_multi.py", **dict(settings, CACHE_DIR=None))[0][0]
-    real, calls = joint.JointModel.score, []
+    real, calls = joint.JointModel.submit, []
 
     def dies(self, image, texts):  # the third image's forward is killed
         calls.append(len(texts))
         if len(calls) == 3:
             raise KeyboardInterrupt
         return real(self, image, texts)
-    monkeypatch.setattr(joint.JointModel, "score", dies)
+    monkeypatch.setattr(joint.JointModel, "submit", dies)
     with pytest.raises(Exception):
         run_here("run_lgip_multi.py", **settings)
-    monkeypatch.setattr(joint.JointModel, "score", real)
+    monkeypatch.setattr(joint.JointModel, "submit", real)
     resumed = run_here("run_lgip_multi.py", **settings)[0][0]
     hits, looked = resumed["run"]["cache"]["resumed"]["pairs"]
     assert 0 < hits < looked and resumed["run"]["model"].get("weights_loaded", True)
@@ -199,17 +199,69 @@ def test_a_cached_rerun_loads_no_weights_and_a_killed_run_resumes(tmp_path, fold
             assert row[key] == pytest.approx(fresh[key], abs=1e-6), key
 
 
-def test_prefix_reuse_off_gives_the_same_metrics(tmp_path, folders):
-    """ACCELERATIONS_OFF=["PREFIX_REUSE"]: the whole model per (image, text); the same figures to 1e-5."""
+@pytest.mark.parametrize("switch", ["PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "JOINT_PIPELINE"])
+def test_each_joint_acceleration_off_gives_the_same_metrics(tmp_path, folders, switch):
+    """ACCELERATIONS_OFF=[switch]: PREFIX_REUSE off runs the whole model per (image, text); CONVERSATION_SPLICE
+    off the processor per text; TEXT_PACKS off batches on repeated caches; JOINT_PIPELINE off waits for each
+    image's scores before the next. The same figures to 1e-5; each row says what ran, and why not (BLIP has
+    no conversation to splice or pack). The self-check ran on the first image where the prefix was reused."""
     jsonl = small_input(tmp_path, 3)
     keys = ("invariance_error_mean", "sensitivity_gap_mean", "prior_gap_mean", "grounded_gap_mean", "invariance_error_rel")
     on = run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders), BOOTSTRAP=0, CACHE_DIR=None))[0]
     off = run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders), BOOTSTRAP=0, CACHE_DIR=None,
-                                                          ACCELERATIONS_OFF=["PREFIX_REUSE"]))[0]
+                                                          ACCELERATIONS_OFF=[switch]))[0]
     for a, b in zip(on, off):
-        assert a["run"]["accelerations"]["PREFIX_REUSE"] and not b["run"]["accelerations"]["PREFIX_REUSE"]
+        assert not b["run"]["accelerations"][switch] and switch not in b["run"]["accelerations_not_applied"]
+        if a["model_tag"] == "llava" or switch in ("PREFIX_REUSE", "JOINT_PIPELINE"):
+            assert a["run"]["accelerations"][switch], a["model_tag"]
+        else:
+            assert "no conversation" in a["run"]["accelerations_not_applied"][switch]
         for key in keys:
             assert a[key] == pytest.approx(b[key], abs=1e-5), (a["model_tag"], key)
+    check = on[0]["run"]["model"]["self_check"]
+    assert check["texts"] == 3 and check["max_abs_diff"] < 1e-4 and check["bound"] == 1e-4
+    assert ("self_check" in off[0]["run"]["model"]) == (switch != "PREFIX_REUSE")
+
+
+def test_the_self_check_stops_a_model_whose_fast_path_is_not_exact(tmp_path, folders, monkeypatch):
+    """Every run checks its fast path on its first image (SELF_CHECK_TEXTS texts both ways): a reused-prefix
+    score off by more than 1e-4 in float32 stops the model before any output, both numbers named; with
+    PREFIX_REUSE off there is nothing to check and the run goes on."""
+    import common
+    from lgip.models import generative
+    real = generative.submit
+
+    def off_by_a_little(model, processor, image, convs, mean=False, reuse=True, *a, **k):
+        values = real(model, processor, image, convs, mean, reuse, *a, **k).result()
+        return generative.Pending([v + 1e-3 for v in values] if reuse else values)
+    monkeypatch.setattr(generative, "submit", off_by_a_little)
+    jsonl = small_input(tmp_path, 2)
+    with pytest.raises(common.ModelError, match=r"model 'llava' .*the self-check failed: with its prefix run once, "
+                                                r"'.*' scores -?[\d.]+; in one plain forward -?[\d.]+ \(difference 1\.0\de-03, "
+                                                r"allowed 1\.00e-04 in float32\)"):
+        run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders)[:1], CACHE_DIR=None))
+    assert not list(tmp_path.glob("*.metrics.json"))
+    rows = run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders)[:1], CACHE_DIR=None,
+                                                         ACCELERATIONS_OFF=["PREFIX_REUSE"]))[0]
+    assert "self_check" not in rows[0]["run"]["model"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_joint_scorers_on_the_gpu_give_the_cpus_figures(tmp_path, folders):
+    """On CUDA (float32) a generative model with every acceleration (spliced conversations, packed texts, the
+    pipeline, the self-check) and BLIP ITM give the CPU's figures to 1e-4, and the plain path's."""
+    jsonl = small_input(tmp_path, 3)
+    keys = ("invariance_error_mean", "sensitivity_gap_mean", "prior_gap_mean", "grounded_gap_mean", "invariance_error_rel")
+    rows = {}
+    for device, off in (("cpu", []), ("cuda", []), ("cuda", ["PREFIX_REUSE"])):
+        rows[device, bool(off)] = run_here("run_lgip_multi.py", **eval_settings(
+            jsonl, "corrected", specs(folders), BOOTSTRAP=0, CACHE_DIR=None, DEVICE=device, DTYPE="fp32",
+            ACCELERATIONS_OFF=off))[0]
+    for a, b, c in zip(rows["cpu", False], rows["cuda", False], rows["cuda", True]):
+        assert b["run"]["model"]["device"].startswith("cuda")
+        for key in keys:
+            assert b[key] == pytest.approx(a[key], abs=1e-4) and b[key] == pytest.approx(c[key], abs=1e-4), key
+    assert rows["cuda", False][0]["run"]["accelerations"]["TEXT_PACKS"]
 
 
 def test_the_enhanced_analysis_takes_its_strength_from_the_prior(tmp_path, folders):
@@ -353,11 +405,11 @@ def test_a_score_that_is_not_finite_stops_before_any_output(tmp_path, folders, m
     """A NaN score (a model that overflowed) is a ModelError naming the text, before any metrics or score
     file is written: a NaN gap would count as not positive."""
     import common
-    from lgip.models import joint
+    from lgip.models import generative, joint
     jsonl = small_input(tmp_path, 2)
-    real = joint.JointModel.score
-    monkeypatch.setattr(joint.JointModel, "score", lambda self, image, texts: [
-        float("nan") if t.startswith("A red bus") else v for t, v in zip(texts, real(self, image, texts))])
+    real = joint.JointModel.submit
+    monkeypatch.setattr(joint.JointModel, "submit", lambda self, image, texts: generative.Pending([
+        float("nan") if t.startswith("A red bus") else v for t, v in zip(texts, real(self, image, texts).result())]))
     with pytest.raises(common.ModelError, match=r"model 'blip': \d+ image-text scores are not finite \(NaN or inf; "
                                                 r"first text: 'A red bus"):
         run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders)[1:], CACHE_DIR=None))

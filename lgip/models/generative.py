@@ -37,9 +37,7 @@ def tokenized(processor, image, prompt, answer):
         raise ModelError(f"{type(processor).__name__} has no chat template: section 13's conversation cannot be "
                          "rendered for this model")
     text = processor.apply_chat_template(conversation(prompt, answer))
-    start = text.rfind(answer)
-    if not answer or start < 0:
-        raise ModelError(f"the chat template does not render the text as written: {answer!r} is not in {text!r}")
+    _answer_start(text, answer)
     # the processor expands the image token into the image's tokens: offsets are of the expanded text,
     # where the answer still comes last
     # special tokens as apply_chat_template(tokenize=True) adds them: none more where the template begins with
@@ -48,16 +46,37 @@ def tokenized(processor, image, prompt, answer):
     extra = {"add_special_tokens": False} if bos and text.startswith(bos) else {}
     inputs = processor(images=image, text=text, return_tensors="pt", return_offsets_mapping=True, **extra)
     offsets = inputs.pop("offset_mapping")[0].tolist()
-    end_char = max(b for _, b in offsets)  # (the expanded text's end: its last token ends it)
+    positions = _answer_positions(text, answer, offsets)
+    _check_answer_tokens(processor.tokenizer, inputs["input_ids"][0], positions, answer)
+    return inputs, positions
+
+
+def _answer_start(text, answer):
+    start = text.rfind(answer)
+    if not answer or start < 0:
+        raise ModelError(f"the chat template does not render the text as written: {answer!r} is not in {text!r}")
+    return start
+
+
+def _answer_positions(text, answer, offsets):
+    """The positions of the answer's tokens (its last occurrence in the rendered `text`) by the tokens'
+    character `offsets`: those ending inside its span. The offsets may be of a longer text (the image's
+    tokens spelled out) in which the answer and what follows it come last."""
+    start = _answer_start(text, answer)
+    end_char = max(b for _, b in offsets)  # (the tokenized text's end: its last token ends it)
     tail = len(text) - (start + len(answer))  # characters the template adds after the answer
     span_end = end_char - tail
     span_start = span_end - len(answer)
-    positions = [j for j, (a, b) in enumerate(offsets) if span_start < b <= span_end and b > a]
-    found = processor.tokenizer.decode(inputs["input_ids"][0][positions]) if positions else ""
+    return [j for j, (a, b) in enumerate(offsets) if span_start < b <= span_end and b > a]
+
+
+def _check_answer_tokens(tokenizer, ids, positions, answer):
+    if not isinstance(ids, list):
+        ids = ids.tolist()
+    found = tokenizer.decode([ids[p] for p in positions]) if positions else ""
     if " ".join(found.split()) != " ".join(answer.split()):  # (offsets that do not cover the text as assumed)
         raise ModelError(f"the tokens found for {answer!r} in the rendered conversation read {found!r}: this "
                          f"tokenizer's offsets do not place the text; it cannot be scored as section 13 says")
-    return inputs, positions
 
 
 def _token_logprobs(logits, ids, positions):
@@ -94,24 +113,80 @@ def prefix_scores(model, processor, image, prompt, answers, mean=False, batch=16
     return conversation_scores(model, processor, image, [(prompt, a) for a in answers], mean, reuse=True, batch=batch)
 
 
-def conversation_scores(model, processor, image, convs, mean=False, reuse=True, batch=16):
+def conversation_scores(model, processor, image, convs, mean=False, reuse=True, batch=16, packs=0,
+                        conversations=None):
     """The score of each (prompt, answer) of `convs` against `image`: its answer's log-probability (mean:
     per token) in [user: image, prompt; assistant: answer]. reuse False: one plain forward per conversation
     (the definition). reuse True: the tokens all conversations share before the first scored token (the
     template's opening, the image's tokens, what the prompts share: `vqascore`'s question up to the
-    caption) run once, their key-value cache repeated for each batch of the rest (right-padded, masked).
-    Where they share nothing past the image, every conversation runs plainly."""
+    caption) run once; the rest of each conversation runs on that key-value cache: `packs` > 0 (a family
+    of PACKED_FAMILIES), packed into rows of at most that many tokens, each text attending to the prefix
+    and to itself through a block mask (no copy of the cache per text); else in batches of `batch`, the
+    cache repeated per row (right-padded, masked). Where they share nothing past the image, every
+    conversation runs plainly. conversations: a lgip.models.conversations.Conversations of the processor
+    (the image processed once, the texts tokenized in one batch), or None (the processor per text)."""
+    return submit(model, processor, image, convs, mean, reuse, batch, packs, conversations).result()
+
+
+def submit(model, processor, image, convs, mean=False, reuse=True, batch=16, packs=0, conversations=None):
+    """conversation_scores' work with its forwards launched, not waited for: `.result()` gives the scores.
+    On a GPU the device runs them while the caller prepares the next image (lgip.joint_scorer)."""
     if not convs:
-        return []
+        return Pending([])
     if getattr(model.config, "model_type", None) == "paligemma":
-        return prefix_lm_scores(model, processor, image, convs, mean, reuse, batch)
-    items = [tokenized(processor, image, prompt, answer) for prompt, answer in convs]
+        return Pending(prefix_lm_scores(model, processor, image, convs, mean, reuse, batch))
+    if reuse and conversations is not None:
+        items = conversations.items(image, convs)
+    else:
+        items = [tokenized(processor, image, prompt, answer) for prompt, answer in convs]
     for (inputs, _), (_, answer) in zip(items, convs):
         _check_length(model, inputs["input_ids"][0], answer)
     cut = _shared_length([inp["input_ids"][0] for inp, _ in items], min(pos[0] for _, pos in items))
     if not reuse or cut <= _last_image_token(model, items[0][0]["input_ids"][0]):
-        return [_plain(model, inputs, positions, mean) for inputs, positions in items]
+        return Pending([_plain(model, inputs, positions, mean) for inputs, positions in items])
+    if packs and packable(model, items[0][0]):
+        return _on_prefix_packed(model, items, cut, mean, packs)
     return _on_prefix(model, processor, items, cut, mean, batch)
+
+
+class Pending:
+    """Scores whose forwards may still be running: parts of (text indices, a tensor of their scores on
+    the model's device) or plain floats; `result()` waits for them (one transfer per part)."""
+
+    def __init__(self, values=None, n=0):
+        self._values = list(values) if values is not None else [None] * n
+        self._parts = []
+
+    def add(self, indices, scores):
+        self._parts.append((list(indices), scores))
+
+    def result(self):
+        for indices, scores in self._parts:
+            for j, v in zip(indices, scores.tolist()):
+                self._values[j] = float(v)
+        self._parts = []
+        return list(self._values)
+
+
+# families whose language model's cache is a plain attention key-value cache that a block mask over a
+# packed row continues exactly (each proven against one plain forward per text by tests/test_generative.py);
+# Gemma 3's sliding-window layers, Mllama's cross-attention rows and PaliGemma's prefix-LM mask are not
+PACKED_FAMILIES = ("llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3")
+
+
+def packable(model, inputs=None):
+    """True when `model`'s texts may run packed on its prefix (PACKED_FAMILIES; their token types, where a
+    tokenizer gives them, say nothing the texts' tokens need: the rests run without them, as batched)."""
+    if getattr(model.config, "model_type", None) not in PACKED_FAMILIES:
+        return False
+    return inputs is None or "cross_attention_mask" not in inputs
+
+
+def scored_tokens(model, processor, image, prompt, answer):
+    """How many tokens of `answer` its score sums."""
+    if getattr(model.config, "model_type", None) == "paligemma":
+        return len(prefix_lm_tokenized(processor, image, prompt, answer)[1])
+    return len(tokenized(processor, image, prompt, answer)[1])
 
 
 def prefix_lm_tokenized(processor, image, prefix, answer):
@@ -143,7 +218,7 @@ def prefix_lm_scores(model, processor, image, convs, mean=False, reuse=True, bat
                for inp, pos in items)
     if not reuse or not same:
         return [_plain(model, inputs, positions, mean) for inputs, positions in items]
-    return _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=True)
+    return _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=True).result()
 
 
 def torch_equal(a, b):
@@ -182,7 +257,91 @@ def _last_image_token(model, ids):
 
 
 # the processor's tensors with a row per token (dimension 1), cut with the prefix
-_PER_TOKEN = ("input_ids", "attention_mask", "token_type_ids", "cross_attention_mask")
+_PER_TOKEN = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids", "cross_attention_mask")
+
+
+def _prefix_run(model, first, cut, prefix_lm=False):
+    """The prefix's forward: (its key-value cache, its last logits: the prediction of the token at `cut`,
+    the rope deltas of a multimodal rope or None)."""
+    import torch
+    prefix = {k: (v[:, :cut] if k in _PER_TOKEN else v)
+              for k, v in first.items() if not (prefix_lm and k in ("token_type_ids", "labels"))}
+    with torch.no_grad():
+        out = model(**_on(prefix, model), use_cache=True)
+    # multimodal rope (Qwen2-VL, Qwen2.5-VL): the positions after the image are shifted by the prefix's rope
+    # deltas. Given here, as the model's own decoding step computes them, rather than left to it: Qwen2.5-VL's
+    # (transformers 4.57) repeats the deltas along the wrong dimension for a batch on one cache and fails
+    return out.past_key_values, out.logits[0, -1], getattr(out, "rope_deltas", None)
+
+
+def _gathered(last, logits, rows, targets, owners, counts, mean):
+    """The scores of the texts whose scored positions are (row of [last; logits] that predicts it, its token,
+    the text's index), as one tensor on the device: log_softmax in float32, summed per text (mean: divided
+    by its count of tokens)."""
+    import torch
+    device = logits.device
+    table = torch.cat([last[None], logits], dim=0)
+    rows, targets, owners = (torch.tensor(x, dtype=torch.long).to(device, non_blocking=True)
+                             for x in (rows, targets, owners))
+    lp = torch.log_softmax(table[rows].float(), dim=-1).gather(1, targets[:, None])[:, 0]
+    sums = torch.zeros(len(counts), dtype=torch.float32, device=device).index_add_(0, owners, lp)
+    if mean:
+        sums = sums / torch.tensor(counts, dtype=torch.float32).to(device, non_blocking=True)
+    return sums
+
+
+def _on_prefix_packed(model, items, cut, mean, limit):
+    """The scores of `items` (inputs, answer positions), their first `cut` tokens run once and the rest of
+    the texts packed into rows of at most `limit` tokens (a longer text alone), one forward per row on a
+    copy of the prefix's cache: each text's tokens at its own positions (cut, cut + 1, ...), attending to
+    the prefix and to its own earlier tokens only (an additive block mask), so each sees what it sees in
+    its plain forward."""
+    import copy
+    import torch
+    ids = [inp["input_ids"][0] for inp, _ in items]
+    cache, last, deltas = _prefix_run(model, items[0][0], cut)
+    device, dtype = last.device, model.dtype
+    pending = Pending(n=len(items))
+    order = sorted(range(len(items)), key=lambda j: len(ids[j]))
+    packs, row, used = [], [], 0
+    for j in order:
+        n = len(ids[j]) - cut
+        if row and used + n > limit:
+            packs.append(row)
+            row, used = [], 0
+        row.append(j)
+        used += n
+    packs.append(row)
+    for group in packs:
+        rest = [ids[j][cut:] for j in group]
+        lengths = [len(r) for r in rest]
+        width = sum(lengths)
+        seg = torch.repeat_interleave(torch.arange(len(rest)), torch.tensor(lengths))
+        local = torch.cat([torch.arange(n) for n in lengths])
+        seg, local_d = seg.to(device), local.to(device)
+        own = (seg[:, None] == seg[None, :]) & (local_d[None, :] <= local_d[:, None])
+        allowed = torch.cat([torch.ones((width, cut), dtype=torch.bool, device=device), own], dim=1)
+        mask = torch.zeros((1, 1, width, cut + width), dtype=dtype, device=device)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        pos = (local + cut).to(device)
+        if deltas is not None:
+            pos = (pos + deltas.reshape(-1)[0].to(device)).view(1, 1, -1).expand(3, 1, -1)
+        else:
+            pos = pos[None]
+        x = torch.cat(rest)[None].to(device)
+        with torch.no_grad():
+            logits = model(input_ids=x, attention_mask=mask, position_ids=pos, past_key_values=copy.deepcopy(cache),
+                           use_cache=True, cache_position=torch.arange(cut, cut + width, device=device)).logits[0]
+        rows, targets, owners, counts, offset = [], [], [], [], 0
+        for r, j in enumerate(group):
+            positions = items[j][1]
+            rows += [0 if q == cut else 1 + offset + (q - 1 - cut) for q in positions]
+            targets += [int(ids[j][q]) for q in positions]
+            owners += [r] * len(positions)
+            counts.append(len(positions))
+            offset += lengths[r]
+        pending.add(group, _gathered(last, logits, rows, targets, owners, counts, mean))
+    return pending
 
 
 def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
@@ -194,18 +353,10 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
     import torch
     ids = [inp["input_ids"][0] for inp, _ in items]
     first = items[0][0]
-    prefix = {k: (v[:, :cut] if k in _PER_TOKEN else v)
-              for k, v in first.items() if not (prefix_lm and k in ("token_type_ids", "labels"))}
-    with torch.no_grad():
-        out = model(**_on(prefix, model), use_cache=True)
-    cache, last = out.past_key_values, out.logits[0, -1]  # (last: the prefix's prediction of the first token)
-    # multimodal rope (Qwen2-VL, Qwen2.5-VL): the positions after the image are shifted by the prefix's rope
-    # deltas. Given here, as the model's own decoding step computes them, rather than left to it: Qwen2.5-VL's
-    # (transformers 4.57) repeats the deltas along the wrong dimension for a batch on one cache and fails
-    deltas = getattr(out, "rope_deltas", None)
+    cache, last, deltas = _prefix_run(model, first, cut, prefix_lm)
     pad = processor.tokenizer.pad_token_id or 0
     device = last.device
-    scores = [None] * len(items)
+    pending = Pending(n=len(items))
     order = sorted(range(len(items)), key=lambda j: len(ids[j]))  # (texts of like length together: less padding)
     for b in range(0, len(order), batch):
         group = order[b:b + batch]
@@ -238,10 +389,13 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
         with torch.no_grad():
             logits = model(input_ids=x.to(device), attention_mask=mask.to(device), past_key_values=c, use_cache=True,
                            cache_position=torch.arange(cut, cut + width, device=device), **extra).logits
+        # position p of the whole text is predicted by p - 1: the prefix's last logits for p = cut
+        rows, targets, owners, counts = [], [], [], []
         for r, j in enumerate(group):
-            # position p of the whole text is predicted by p - 1: the prefix's last logits for p = cut
-            full = torch.cat([last[None], logits[r]], dim=0)  # full[q] predicts token cut + q
             positions = items[j][1]
-            lp = torch.stack([torch.log_softmax(full[p - cut].float(), -1)[ids[j][p]] for p in positions])
-            scores[j] = float(lp.mean() if mean else lp.sum())
-    return scores
+            rows += [0 if q == cut else 1 + r * width + (q - 1 - cut) for q in positions]
+            targets += [int(ids[j][q]) for q in positions]
+            owners += [r] * len(positions)
+            counts.append(len(positions))
+        pending.add(group, _gathered(last, logits.reshape(-1, logits.shape[-1]), rows, targets, owners, counts, mean))
+    return pending

@@ -15,13 +15,19 @@ which has no weights: the scores come from the cache.
 """
 from .. import accelerations
 from ..errors import ModelError, WrongModelType
+from .conversations import Conversations
 from .encoder import _Model, _download_hint
 
 SCORES = ("logprob", "logprob_mean", "vqascore")  # a generative spec's "score"
 DEFAULT_PROMPT = "Describe the image in one sentence."
 DEFAULT_QUESTION = 'Does this figure show "{}"? Please answer yes or no.'
 PALIGEMMA_PROMPT = "caption en"
-TEXT_BATCH = 16  # texts per forward on one image's shared prefix
+TEXT_BATCH = 16  # texts per forward on one image's shared prefix, where the texts are not packed
+PACK_TOKENS = 2048  # text tokens per forward on one image's shared prefix, packed (accelerations.TEXT_PACKS)
+SELF_CHECK_TEXTS = 3  # texts of the first image scored both ways before a run's first scores are kept
+# the largest |reused - plain| score the self-check lets pass: float32 (LGIP_SPEC.md 13's 1e-4), and per scored
+# token below it (bf16 keeps 8 bits of mantissa: the two paths' sums of different shapes round apart)
+SELF_CHECK_BOUND = {"float32": 1e-4, "bfloat16": 0.05, "float16": 0.01}
 
 
 class JointModel(_Model):
@@ -34,15 +40,24 @@ class JointModel(_Model):
     entries = "pair"  # its cache holds pair scores
 
     def __init__(self, *, model, processor, device, dtype, score_kind, settings, score, info=None,
-                 accelerations_applied=frozenset(), release=None):
+                 accelerations_applied=frozenset(), release=None, submit=None, why_not=None):
         self.model, self.processor, self.device, self.dtype = model, processor, device, dtype
-        self.score_kind, self.settings, self._score = score_kind, dict(settings), score
+        self.score_kind, self.settings, self._score, self._submit = score_kind, dict(settings), score, submit
         self.info, self.accelerations, self.release = dict(info or {}), frozenset(accelerations_applied), release
+        self.why_not = dict(why_not or {})  # {acceleration: why it does not apply to this model}
         self.tokenizer = getattr(processor, "tokenizer", None)
 
     def score(self, image, texts):
         """The score of each text against one PIL RGB image (LGIP_SPEC.md 13), in `texts`' order."""
-        return self._score(image, list(texts))
+        return self.submit(image, texts).result()
+
+    def submit(self, image, texts):
+        """score's work begun: `.result()` gives the scores. A model that can leave its device working
+        returns before its forwards end, so the caller prepares the next image meanwhile."""
+        if self._submit is not None:
+            return self._submit(image, list(texts))
+        from .generative import Pending
+        return Pending(self._score(image, list(texts)))
 
 
 class JointKey(_Model):
@@ -126,7 +141,6 @@ def _processor(spec):
 def load_generative(spec, protocol, device, dtype):
     """A JointModel of type "generative" (module docstring)."""
     from transformers import AutoModelForImageTextToText
-    from . import generative
     from .transformers import _transformers_dtype_kwarg
     what = f"model {spec['name']!r} ({spec['model_id']})"
     config = _config(spec)
@@ -142,7 +156,15 @@ def load_generative(spec, protocol, device, dtype):
     except OSError as e:
         raise _download_hint(spec, e) from e
     model = model.to(device).eval()
-    processor = _processor(spec)
+    return generative_model(spec, model, _processor(spec), settings, device, dtype)
+
+
+def generative_model(spec, model, processor, settings, device, dtype):
+    """The JointModel of a loaded generative `model` and its `processor` (load_generative's; a benchmark's
+    model built in memory): its scores with `settings` (settings_of), the accelerations on."""
+    from . import generative
+    what = f"model {spec['name']!r} ({spec['model_id']})"
+    config = model.config
     prefix_lm = config.model_type == "paligemma"  # (no chat template: processor(text=prefix, suffix=answer))
     if not prefix_lm and not getattr(processor, "chat_template", None):
         raise ModelError(f"{what}: its processor has no chat template, so LGIP_SPEC.md 13's conversation cannot "
@@ -151,20 +173,75 @@ def load_generative(spec, protocol, device, dtype):
     if not getattr(processor.tokenizer, "is_fast", False):
         raise ModelError(f"{what}: its tokenizer is not a fast one: the caption's tokens are found by offsets")
     mean = settings["score"] == "logprob_mean"
+    reuse = accelerations.PREFIX_REUSE
+    conversations = Conversations(processor, splice=accelerations.CONVERSATION_SPLICE) if not prefix_lm else None
+    packs = PACK_TOKENS if accelerations.TEXT_PACKS and generative.packable(model) else 0
+    checked = []  # (the self-check runs once, on the first image)
 
-    def score(image, texts):
+    def convs_of(texts):
         if settings["score"] == "vqascore":
             ask = "answer en " if prefix_lm else ""  # (PaliGemma's task prefix)
-            convs = [(ask + settings["question"].format(t), "Yes") for t in texts]
-        else:
-            convs = [(settings["prompt"], t) for t in texts]
-        return generative.conversation_scores(model, processor, image, convs, mean=mean,
-                                              reuse=accelerations.PREFIX_REUSE, batch=TEXT_BATCH)
+            return [(ask + settings["question"].format(t), "Yes") for t in texts]
+        return [(settings["prompt"], t) for t in texts]
 
-    return JointModel(model=model, processor=processor, device=device, dtype=dtype, score_kind=settings["score"],
-                      settings=settings, score=score,
-                      info={"model_id": spec["model_id"], "class": type(model).__name__, **settings},
-                      accelerations_applied={"PREFIX_REUSE"} if accelerations.PREFIX_REUSE else ())
+    def submit(image, texts):
+        convs = convs_of(texts)
+        pending = generative.submit(model, processor, image, convs, mean, reuse, TEXT_BATCH, packs, conversations)
+        if reuse and not checked and convs:
+            checked.append(True)
+            values = pending.result()
+            joint.info["self_check"] = self_check(model, processor, image, convs, values, mean, what)
+            pending = generative.Pending(values)
+        return pending
+
+    why_not = {}
+    if not accelerations.PREFIX_REUSE:
+        why_not.update(CONVERSATION_SPLICE="PREFIX_REUSE is off: the processor per text, as the definition",
+                       TEXT_PACKS="PREFIX_REUSE is off: one plain forward per text")
+    elif prefix_lm:
+        why_not["CONVERSATION_SPLICE"] = "PaliGemma's conversation is its processor's prefix and suffix"
+    if reuse and not packs and accelerations.TEXT_PACKS:
+        why_not["TEXT_PACKS"] = (f"a {config.model_type!r} is not among the families whose cache a packed row "
+                                 f"continues exactly ({', '.join(generative.PACKED_FAMILIES)}): batches of "
+                                 f"{TEXT_BATCH} on repeated caches")
+    applied = {n for n in ("PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "JOINT_PIPELINE")
+               if getattr(accelerations, n) and n not in why_not}
+    joint = JointModel(model=model, processor=processor, device=device, dtype=dtype, score_kind=settings["score"],
+                       settings=settings, score=None, submit=submit,
+                       info={"model_id": spec["model_id"], "class": type(model).__name__, **settings},
+                       accelerations_applied=applied, why_not=why_not)
+    return joint
+
+
+def self_check(model, processor, image, convs, values, mean, what):
+    """Issue 53's check of a run's fast path on its first image: the first SELF_CHECK_TEXTS conversations'
+    scores (`values`, reused prefix) against one plain forward each. ModelError naming both numbers when
+    they differ by more than SELF_CHECK_BOUND (float32 absolute; below it per scored token); else
+    {texts, max_abs_diff, bound, seconds}, the run block's record."""
+    import time
+    from . import generative
+    t0 = time.perf_counter()
+    n = min(SELF_CHECK_TEXTS, len(convs))
+    plain = generative.conversation_scores(model, processor, image, convs[:n], mean, reuse=False)
+    dtype = str(model.dtype).replace("torch.", "")
+    per_token = dtype != "float32" and not mean  # (a mean's difference is already per token)
+    tokens = [generative.scored_tokens(model, processor, image, p, a) if per_token else 1 for p, a in convs[:n]]
+    bound = SELF_CHECK_BOUND.get(dtype, SELF_CHECK_BOUND["bfloat16"])
+    worst = max(range(n), key=lambda j: abs(values[j] - plain[j]) / (bound * tokens[j]))
+    diff = abs(values[worst] - plain[worst])
+    if diff > bound * tokens[worst] or not all(map(_finite, values[:n] + plain)):
+        raise ModelError(f"{what}: the self-check failed: with its prefix run once, {convs[worst][1]!r} scores "
+                         f"{values[worst]:.6f}; in one plain forward {plain[worst]:.6f} (difference {diff:.2e}, "
+                         f"allowed {bound * tokens[worst]:.2e} in {dtype}). The fast path is not exact for this "
+                         f"model: run with ACCELERATIONS_OFF=[\"PREFIX_REUSE\"] (one plain forward per text), and "
+                         f"report it")
+    return {"texts": n, "max_abs_diff": max(abs(a - b) for a, b in zip(values, plain)), "bound": bound,
+            "bound_per_token": per_token, "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _finite(x):
+    import math
+    return math.isfinite(x)
 
 
 def load_itm(spec, protocol, device, dtype):
@@ -190,10 +267,12 @@ def load_itm(spec, protocol, device, dtype):
             return itm.reused_scores(model, processor, image, texts)
         return itm.plain_scores(model, processor, image, texts)
 
+    why = "BLIP's matching head has no conversation: its texts run in batches on the image's vision states"
     return JointModel(model=model, processor=processor, device=device, dtype=dtype, score_kind="itm_logodds",
                       settings={}, score=score,
                       info={"model_id": spec["model_id"], "class": type(model).__name__},
-                      accelerations_applied={"PREFIX_REUSE"} if accelerations.PREFIX_REUSE else ())
+                      accelerations_applied={n for n in ("PREFIX_REUSE", "JOINT_PIPELINE") if getattr(accelerations, n)},
+                      why_not={"CONVERSATION_SPLICE": why, "TEXT_PACKS": why})
 
 
 def joint_key(spec, protocol):
