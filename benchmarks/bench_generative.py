@@ -38,6 +38,9 @@ MAX_TEXTS = None  # None, or int >= 1: at most this many texts per image (a quic
 BATCH = 16  # int >= 1: texts per forward on the shared prefix, batched (the "batches" and "per_text" paths)
 PACK_TOKENS = 2048  # int >= 1: text tokens per forward on the shared prefix, packed (the "prefix" path, a family of PACKED_FAMILIES)
 BEFORE_IMAGES = None  # None (= N_IMAGES), or int >= 1: images of the slow paths ("plain", "per_text": the processor per text)
+RECORDS = 0  # int >= 0: that many synthetic COCO-sized records instead of the demo's (benchmarks/bench.py's: 640 x 480 JPEGs, the demo's captions made unique per record, perturbed); 0 = the demo's 12 (or JSONL_PATH)
+PIPELINE_IMAGES = None  # None (= N_IMAGES), or int >= 1: records of the run_lgip_multi timing (a longer run: its start counts less)
+PROFILE = False  # True, or False: torch.profiler over the prefix path's images: the device's busy share of the wall time and its top kernels
 PIPELINE = True  # True, or False: also time run_lgip_multi's evaluation of the N_IMAGES records with the model in memory (the joint scorer, JOINT_PIPELINE on and off, the self-check in it)
 DEVICE = "cpu"  # "cpu", "cuda", ...
 DTYPE = "fp32"  # "fp32" or "bf16": the model's weights (bf16: the difference to fp32 is measured, not bounded)
@@ -101,6 +104,10 @@ def llava_arch(work):
 def perturbed(work):
     if JSONL_PATH is not None:
         return JSONL_PATH
+    if RECORDS:
+        sys.path.insert(1, os.path.join(_ROOT, "benchmarks"))
+        import bench
+        return bench.make_records(work, RECORDS, 0)
     shutil.copy(os.path.join(_ROOT, "demo", "lgip_demo.jsonl"), work)
     shutil.copytree(os.path.join(_ROOT, "demo", "images"), os.path.join(work, "images"))
     subprocess.run([sys.executable, os.path.join(_ROOT, "diff_gen_caption.py"),
@@ -256,6 +263,18 @@ def main():
                  ("prefix", jobs, dict(reuse=True, packs=packs, conversations=conv))]
         timed = {name: (len(js), sum(len(t) for _, t in js), *timed_path(model, processor, js, **kw))
                  for name, js, kw in paths}
+        if PROFILE:
+            import torch
+            import bench
+            sync()
+            t0 = time.perf_counter()
+            with bench.profiled(True, DEVICE) as prof:
+                timed_path(model, processor, jobs, reuse=True, packs=packs, conversations=conv)
+            summary = bench.profile_summary(prof, time.perf_counter() - t0, top=15)
+            print(f"  profile of the prefix path ({len(jobs)} images): device busy {summary['device_busy_s']} s "
+                  f"({summary['device_busy_share']} of the wall time); top: "
+                  + "; ".join(f"{name[:60]} {ms:.1f} ms x{n}" for name, ms, n in summary["top"]))
+            del torch
         host = None
         if model.config.model_type != "paligemma":  # (a prefix-LM's conversation is its processor's own)
             t0 = time.perf_counter()
@@ -282,8 +301,9 @@ def main():
         print(f"  at this speed, {PAPER_IMAGES:,} images (texts per image as here): "
               + ", ".join(f"{name} {PAPER_IMAGES * s / 60:.1f} min" for name, s in sec.items()))
         if PIPELINE:
-            for on, (per, check) in pipeline_seconds(model, processor, path, len(jobs), work).items():
-                print(f"  run_lgip_multi, JOINT_PIPELINE {'on ' if on else 'off'}: {per:.3f} s per image; "
+            n_pipe = min(PIPELINE_IMAGES or len(jobs), len(records))
+            for on, (per, check) in pipeline_seconds(model, processor, path, n_pipe, work).items():
+                print(f"  run_lgip_multi on {n_pipe} records, JOINT_PIPELINE {'on ' if on else 'off'}: {per:.3f} s per image; "
                       f"{PAPER_IMAGES:,} images: {PAPER_IMAGES * per / 60:.1f} min; self-check: {check}")
         prefix, plain, reused, per_image = llava_7b_count(jobs)
         print(f"LLaVA-1.5-7B's shape (prefix {prefix} tokens, {LLAVA_7B_IMAGE_TOKENS} of them the image's; "

@@ -24,7 +24,7 @@ set -u
 OUT_DIR=${1:-${OUT:-/tmp/lgip_gpu}}
 BUDGET=${2:-470}
 BENCH_ARGS=${BENCH_ARGS:-"--N_IMAGES=4 --SCALE_IMAGES=3072 --REPEATS=1 --AND_WITHOUT_LOOKAHEAD=True --STACKS=bench_ViT-L-14"}
-GEN_ARGS=${GEN_ARGS:-"--N_IMAGES=8 --BEFORE_IMAGES=1"}
+GEN_ARGS=${GEN_ARGS:-"--N_IMAGES=16 --BEFORE_IMAGES=1 --RECORDS=48 --PIPELINE_IMAGES=48 --PROFILE=True"}
 RUN_ALL_RECORDS=${RUN_ALL_RECORDS:-128}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
@@ -46,7 +46,7 @@ print("python", platform.python_version(), "torch", torch.__version__, "cuda", t
       "pillow", PIL.__version__, "cpus", os.cpu_count())
 print("device", torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).multi_processor_count, "SMs")
 PY
-git log -1 --format="commit %h %s" 2>/dev/null | cut -c1-100
+echo "commit ${LGIP_COMMIT:-unknown (set LGIP_COMMIT: the device's copy has no history of its own)}"
 
 stage "1. GPU-marked tests"
 timeout "$(left 110)" python3 -m pytest -q -p no:cacheprovider -n 3 tests/test_device.py tests/test_images.py \

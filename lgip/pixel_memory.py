@@ -59,7 +59,9 @@ class PixelMemory:
             return
         if not evict and self.bytes + batch.numel() > self.budget:
             return  # (checked again below, under the lock)
-        kept = batch.clone()  # out of pinned memory (outside the lock: it is the slow part)
+        # out of pinned memory (outside the lock: it is the slow part), by one memcpy on this thread: torch's
+        # clone splits a copy this size over its intra-op threads, which wait for CPUs that decoding workers hold
+        kept = torch.from_numpy(batch.numpy().copy())
         with self.lock:
             g = self.geometries.setdefault(key, {"where": {}, "chunks": [], "bytes": 0})
             self.geometries.move_to_end(key)
@@ -84,9 +86,15 @@ class PixelMemory:
         import torch
         first = g["chunks"][g["where"][image_keys[0]][0]]
         out = torch.empty((len(image_keys), *first.shape[1:]), dtype=torch.uint8, pin_memory=pin)
+        # each image by numpy's memcpy on this thread: a torch copy per image is split over torch's intra-op
+        # threads, and with the lookahead's workers holding the CPUs each such split waited milliseconds
+        # (ViT-L-14's pass, 3,072 remembered images on an H200: 9.0 s against 2.5 s without the lookahead)
+        dst, chunks = out.numpy(), {}
         for j, k in enumerate(image_keys):
             c, r = g["where"][k]
-            out[j] = g["chunks"][c][r]
+            if c not in chunks:
+                chunks[c] = g["chunks"][c].numpy()
+            dst[j] = chunks[c][r]
         return out
 
 

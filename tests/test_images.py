@@ -158,6 +158,29 @@ def test_pixel_memory_keeps_to_its_budget(enc):
         resolve_pixel_memory(-1)
 
 
+def test_a_remembered_batch_holds_each_images_own_pixels_whatever_its_chunk():
+    """PixelMemory.batch gathers images from the chunks they were kept in, in the order asked, into one
+    uint8 batch (numpy's copy per image: no torch op split over threads), the bytes each was added with;
+    a kept batch is a copy, not a view of the decoder's (pinned) buffer."""
+    from lgip.pixel_memory import PixelMemory
+    memory = PixelMemory(2 ** 20)
+    gen = torch.Generator().manual_seed(0)
+    chunks = [torch.randint(0, 256, (n, 3, 4, 5), dtype=torch.uint8, generator=gen) for n in (3, 2, 4)]
+    start = 0
+    for chunk in chunks:
+        memory.add("g", [f"k{start + i}" for i in range(len(chunk))], chunk)
+        start += len(chunk)
+    chunks[0].zero_()  # (the decoder reuses its buffer: the memory kept its own copy)
+    every = torch.cat([torch.randint(0, 256, (0, 3, 4, 5), dtype=torch.uint8)] + [c for c in chunks])
+    g = memory.geometries["g"]
+    order = ["k8", "k0", "k4", "k3", "k2", "k7"]
+    got = PixelMemory.batch(g, order)
+    assert got.dtype == torch.uint8 and got.shape == (6, 3, 4, 5)
+    kept = torch.cat(g["chunks"])
+    assert torch.equal(got, kept[[8, 0, 4, 3, 2, 7]])
+    assert torch.equal(kept[3:], every[3:]) and not torch.equal(kept[:3], every[:3])
+
+
 def test_two_models_of_one_run_share_pixels(tmp_path):
     """run_evaluation with the same model twice: the second decodes no image, same metrics."""
     import json
