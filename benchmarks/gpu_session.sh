@@ -46,7 +46,7 @@ print("python", platform.python_version(), "torch", torch.__version__, "cuda", t
       "pillow", PIL.__version__, "cpus", os.cpu_count())
 print("device", torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).multi_processor_count, "SMs")
 PY
-echo "commit ${LGIP_COMMIT:-unknown (set LGIP_COMMIT: the device's copy has no history of its own)}"
+echo "commit ${LGIP_COMMIT:-unknown}"
 
 stage "1. GPU-marked tests"
 timeout "$(left 110)" python3 -m pytest -q -p no:cacheprovider -n 3 tests/test_device.py tests/test_images.py \
