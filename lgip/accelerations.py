@@ -30,19 +30,21 @@ BUILD_ON_DEVICE = True  # open_clip models built directly on the GPU, not initia
 PREFIX_REUSE = True  # a joint scorer's shared start run once per image (LGIP_SPEC.md 13: a generative model's image and prompt tokens, their key-value cache reused for every text; BLIP's vision tower), texts in batches (lgip/models/generative.py, itm.py); False: the whole model per (image, text)
 CONVERSATION_SPLICE = True  # a generative model's conversations of one image: the image processed once, the texts tokenized in one batch with the image's tokens spliced in, checked against the processor's own (lgip/models/conversations.py); False: the processor per text
 TEXT_PACKS = True  # a generative model's texts on its reused prefix packed into rows of PACK_TOKENS with a block mask, no cache copy per text (lgip/models/generative.py; the families of PACKED_FAMILIES); False: batches of TEXT_BATCH on repeated caches
+IMAGE_GROUPS = True  # a generative model's images run GROUP_IMAGES at a time in one forward, each image's row its prefix and packed texts under a block mask, no key-value cache (lgip/models/image_groups.py; GROUP_FAMILIES; needs JOINT_PIPELINE); False: per image, the prefix then its texts on its cache
 JOINT_PIPELINE = True  # a joint scorer prepares the next image (tokenizing, launching its forwards) while the device runs the last one's (lgip/joint_scorer.py); False: each image's scores waited for before the next
 SHARED_BOOTSTRAP_DRAWS = True  # bootstrap resamples drawn once per (images, resamples, seed), shared by every interval (lgip/scoring.py); False: drawn per interval
 
 NAMES = ["PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "PIXELS_ON_DEVICE", "PIXEL_MEMORY",
          "LOOKAHEAD", "SHARED_TOKENS", "SHARED_CALLS", "SHARED_SCORE_LAYOUT", "DEVICE_TABLES", "BUILD_ON_DEVICE",
-         "SHARED_BOOTSTRAP_DRAWS", "PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "JOINT_PIPELINE"]
+         "SHARED_BOOTSTRAP_DRAWS", "PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "IMAGE_GROUPS", "JOINT_PIPELINE"]
 
 
 # the switches that act inside a model's encoders: on, they apply only to the towers and preprocessing that admit
 # them (an Encoder's `accelerations` says which of the first five; PIXELS_ON_DEVICE and PIXEL_MEMORY need its pixels)
 PER_MODEL = ("PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "BUILD_ON_DEVICE",
-             "PIXELS_ON_DEVICE", "PIXEL_MEMORY", "PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "JOINT_PIPELINE")
-JOINT_ONLY = ("PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "JOINT_PIPELINE")  # a joint scorer's alone
+             "PIXELS_ON_DEVICE", "PIXEL_MEMORY", "PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "IMAGE_GROUPS",
+             "JOINT_PIPELINE")
+JOINT_ONLY = ("PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "IMAGE_GROUPS", "JOINT_PIPELINE")  # a joint scorer's alone
 
 
 def state():

@@ -71,7 +71,8 @@ class _Store:
         self.run, self.scores, self.image_keys, self.n_computed, self.n_hits = run, {}, {}, 0, 0
         self.writer = run.cache.writer("pair") if run.cache is not None else None
         # (with JOINT_PIPELINE, one image's scores are collected after the next image's work has begun)
-        self.depth = 1 if accelerations.JOINT_PIPELINE else 0
+        # (a model running images in groups leaves a group's worth pending: they run together)
+        self.depth = max(1, getattr(run.enc, "in_flight", 1)) if accelerations.JOINT_PIPELINE else 0
         self.pending = []  # [(path, texts, the model's pending scores, when begun)]
         self.in_flight = set()  # (path, text) of the pending scores
 

@@ -11,20 +11,20 @@ from conftest import CASES, REFERENCE, eval_args, eval_settings, run_here, run_s
 TOL = 1e-6
 
 
-def assert_matches(ours, ref, path="$"):
-    """Every field of the published output is present in ours, equal (numbers within TOL), same key order."""
+def assert_matches(ours, ref, path="$", tol=TOL):
+    """Every field of the published output is present in ours, equal (numbers within `tol`), same key order."""
     if isinstance(ref, dict):
         assert isinstance(ours, dict), path
         assert [k for k in ours if k in ref] == list(ref), f"{path}: key order"
         for k in ref:
             assert k in ours, f"{path}.{k} missing"
-            assert_matches(ours[k], ref[k], f"{path}.{k}")
+            assert_matches(ours[k], ref[k], f"{path}.{k}", tol)
     elif isinstance(ref, list):
         assert isinstance(ours, list) and len(ours) == len(ref), path
         for i, (a, b) in enumerate(zip(ours, ref)):
-            assert_matches(a, b, f"{path}[{i}]")
+            assert_matches(a, b, f"{path}[{i}]", tol)
     elif isinstance(ref, float):
-        assert isinstance(ours, (int, float)) and math.isclose(ours, ref, rel_tol=0, abs_tol=TOL), f"{path}: {ours} != {ref}"
+        assert isinstance(ours, (int, float)) and math.isclose(ours, ref, rel_tol=0, abs_tol=tol), f"{path}: {ours} != {ref}"
     else:
         assert ours == ref and type(ours) is type(ref), f"{path}: {ours!r} != {ref!r}"
 

@@ -107,6 +107,36 @@ def test_texts_packed_on_the_prefix_with_a_block_mask_give_the_plain_scores(llav
     assert conv.refused is None
 
 
+@pytest.mark.parametrize("size", [1, 3])
+def test_images_grouped_in_one_forward_give_the_plain_scores(llava, size, monkeypatch):
+    """IMAGE_GROUPS: images of a family of GROUP_FAMILIES run `size` at a time in one forward with no cache,
+    each row its prefix then its packed texts (rows of different lengths padded to WIDTH_STEP): the plain
+    scores to 1e-4, sum and mean, logprob and vqascore, whatever the group's other images; a group runs
+    when full or when one of its results is asked for. Other families go per image, the group unused."""
+    from lgip.models import generative, image_groups
+    from lgip.models.conversations import Conversations
+    from lgip.models.joint import DEFAULT_QUESTION
+    model, processor = llava
+    conv = Conversations(processor)
+    forwards = []
+    real_forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda *a, **k: forwards.append(k.get("input_ids").shape) or real_forward(*a, **k))
+    jobs = [(_image(0), [(generative.DEFAULT_PROMPT, t) for t in TEXTS]),
+            (_image(1), [(generative.DEFAULT_PROMPT, t) for t in TEXTS[:2]]),
+            (_image(1), [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS])]
+    for mean in (False, True):
+        want = [generative.conversation_scores(model, processor, im, cv, mean, reuse=False) for im, cv in jobs]
+        group = image_groups.ImageGroup(model, mean, size)
+        forwards.clear()
+        pending = [generative.submit(model, processor, im, cv, mean, conversations=conv, group=group) for im, cv in jobs]
+        got = [p.result() for p in pending]
+        for g, w in zip(got, want):
+            assert g == pytest.approx(w, abs=1e-4), mean
+        if image_groups.groupable(model, conv.items(_image(0), jobs[0][1][:1])[0][0]):
+            assert len(forwards) == (3 if size == 1 else 1) and forwards[-1][1] % image_groups.WIDTH_STEP == 0
+            assert forwards[-1][0] == (1 if size == 1 else 3)
+
+
 def test_the_conversations_spliced_are_the_processors_own(llava):
     """CONVERSATION_SPLICE: one image's conversations tokenized in one batch, the image's tokens spliced in,
     are what the processor gives for each (ids, masks, token types, Mllama's cross-attention rows, the

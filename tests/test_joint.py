@@ -199,11 +199,13 @@ def test_a_cached_rerun_loads_no_weights_and_a_killed_run_resumes(tmp_path, fold
             assert row[key] == pytest.approx(fresh[key], abs=1e-6), key
 
 
-@pytest.mark.parametrize("switch", ["PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "JOINT_PIPELINE"])
+@pytest.mark.parametrize("switch", ["PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "IMAGE_GROUPS",
+                                    "JOINT_PIPELINE"])
 def test_each_joint_acceleration_off_gives_the_same_metrics(tmp_path, folders, switch):
     """ACCELERATIONS_OFF=[switch]: PREFIX_REUSE off runs the whole model per (image, text); CONVERSATION_SPLICE
-    off the processor per text; TEXT_PACKS off batches on repeated caches; JOINT_PIPELINE off waits for each
-    image's scores before the next. The same figures to 1e-5; each row says what ran, and why not (BLIP has
+    off the processor per text; TEXT_PACKS off batches on repeated caches; IMAGE_GROUPS off runs each image
+    apart (its prefix, then its texts on the cache); JOINT_PIPELINE off waits for each image's scores before
+    the next (and so runs no groups). The same figures to 1e-5; each row says what ran, and why not (BLIP has
     no conversation to splice or pack). The self-check ran on the first image where the prefix was reused."""
     jsonl = small_input(tmp_path, 3)
     keys = ("invariance_error_mean", "sensitivity_gap_mean", "prior_gap_mean", "grounded_gap_mean", "invariance_error_rel")

@@ -128,9 +128,11 @@ def conversation_scores(model, processor, image, convs, mean=False, reuse=True, 
     return submit(model, processor, image, convs, mean, reuse, batch, packs, conversations).result()
 
 
-def submit(model, processor, image, convs, mean=False, reuse=True, batch=16, packs=0, conversations=None):
+def submit(model, processor, image, convs, mean=False, reuse=True, batch=16, packs=0, conversations=None, group=None):
     """conversation_scores' work with its forwards launched, not waited for: `.result()` gives the scores.
-    On a GPU the device runs them while the caller prepares the next image (lgip.joint_scorer)."""
+    On a GPU the device runs them while the caller prepares the next image (lgip.joint_scorer). group: a
+    lgip.models.image_groups.ImageGroup the image joins where its family allows (run with the group's
+    other images, in one forward with no key-value cache), or None."""
     if not convs:
         return Pending([])
     if getattr(model.config, "model_type", None) == "paligemma":
@@ -144,6 +146,8 @@ def submit(model, processor, image, convs, mean=False, reuse=True, batch=16, pac
     cut = _shared_length([inp["input_ids"][0] for inp, _ in items], min(pos[0] for _, pos in items))
     if not reuse or cut <= _last_image_token(model, items[0][0]["input_ids"][0]):
         return Pending([_plain(model, inputs, positions, mean) for inputs, positions in items])
+    if group is not None and group.accepts(items[0][0]):
+        return group.add(items, cut)
     if packs and packable(model, items[0][0]):
         return _on_prefix_packed(model, items, cut, mean, packs)
     return _on_prefix(model, processor, items, cut, mean, batch)
@@ -237,12 +241,9 @@ def _plain(model, inputs, positions, mean):
 def _shared_length(ids, limit):
     """How many leading tokens every id list shares, at most `limit`."""
     import torch
-    first, n = ids[0], limit
-    for t in ids[1:]:
-        m = min(n, len(t))
-        differ = (t[:m] != first[:m]).nonzero()
-        n = int(differ[0]) if len(differ) else m
-    return n
+    m = min([limit] + [len(t) for t in ids])
+    differ = (torch.stack([t[:m] for t in ids]) != ids[0][:m]).any(0).nonzero()  # (one comparison for them all)
+    return int(differ[0]) if len(differ) else m
 
 
 def _last_image_token(model, ids):
@@ -333,10 +334,12 @@ def _on_prefix_packed(model, items, cut, mean, limit):
             logits = model(input_ids=x, attention_mask=mask, position_ids=pos, past_key_values=copy.deepcopy(cache),
                            use_cache=True, cache_position=torch.arange(cut, cut + width, device=device)).logits[0]
         rows, targets, owners, counts, offset = [], [], [], [], 0
+        rests = [r.tolist() for r in rest]
         for r, j in enumerate(group):
             positions = items[j][1]
             rows += [0 if q == cut else 1 + offset + (q - 1 - cut) for q in positions]
-            targets += [int(ids[j][q]) for q in positions]
+            rest = rests[r]
+            targets += [rest[q - cut] for q in positions]
             owners += [r] * len(positions)
             counts.append(len(positions))
             offset += lengths[r]
@@ -392,9 +395,9 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
         # position p of the whole text is predicted by p - 1: the prefix's last logits for p = cut
         rows, targets, owners, counts = [], [], [], []
         for r, j in enumerate(group):
-            positions = items[j][1]
+            positions, written = items[j][1], rest[r].tolist()
             rows += [0 if q == cut else 1 + r * width + (q - 1 - cut) for q in positions]
-            targets += [int(ids[j][q]) for q in positions]
+            targets += [written[q - cut] for q in positions]
             owners += [r] * len(positions)
             counts.append(len(positions))
         pending.add(group, _gathered(last, logits.reshape(-1, logits.shape[-1]), rows, targets, owners, counts, mean))

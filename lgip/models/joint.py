@@ -24,6 +24,7 @@ DEFAULT_QUESTION = 'Does this figure show "{}"? Please answer yes or no.'
 PALIGEMMA_PROMPT = "caption en"
 TEXT_BATCH = 16  # texts per forward on one image's shared prefix, where the texts are not packed
 PACK_TOKENS = 2048  # text tokens per forward on one image's shared prefix, packed (accelerations.TEXT_PACKS)
+GROUP_IMAGES = 8  # images per forward, each its prefix and packed texts in a row (accelerations.IMAGE_GROUPS)
 SELF_CHECK_TEXTS = 3  # texts of the first image scored both ways before a run's first scores are kept
 # the largest |reused - plain| score the self-check lets pass: float32 (LGIP_SPEC.md 13's 1e-4), and per scored
 # token below it (bf16 keeps 8 bits of mantissa: the two paths' sums of different shapes round apart)
@@ -45,6 +46,7 @@ class JointModel(_Model):
         self.score_kind, self.settings, self._score, self._submit = score_kind, dict(settings), score, submit
         self.info, self.accelerations, self.release = dict(info or {}), frozenset(accelerations_applied), release
         self.why_not = dict(why_not or {})  # {acceleration: why it does not apply to this model}
+        self.in_flight = 1  # submissions a pipelined scorer leaves pending (an image group's size: they run together)
         self.tokenizer = getattr(processor, "tokenizer", None)
 
     def score(self, image, texts):
@@ -162,7 +164,7 @@ def load_generative(spec, protocol, device, dtype):
 def generative_model(spec, model, processor, settings, device, dtype):
     """The JointModel of a loaded generative `model` and its `processor` (load_generative's; a benchmark's
     model built in memory): its scores with `settings` (settings_of), the accelerations on."""
-    from . import generative
+    from . import generative, image_groups
     what = f"model {spec['name']!r} ({spec['model_id']})"
     config = model.config
     prefix_lm = config.model_type == "paligemma"  # (no chat template: processor(text=prefix, suffix=answer))
@@ -176,6 +178,9 @@ def generative_model(spec, model, processor, settings, device, dtype):
     reuse = accelerations.PREFIX_REUSE
     conversations = Conversations(processor, splice=accelerations.CONVERSATION_SPLICE) if not prefix_lm else None
     packs = PACK_TOKENS if accelerations.TEXT_PACKS and generative.packable(model) else 0
+    groups = (reuse and accelerations.IMAGE_GROUPS and accelerations.JOINT_PIPELINE
+              and config.model_type in image_groups.GROUP_FAMILIES)
+    group = image_groups.ImageGroup(model, mean, GROUP_IMAGES) if groups else None
     checked = []  # (the self-check runs once, on the first image)
 
     def convs_of(texts):
@@ -186,7 +191,8 @@ def generative_model(spec, model, processor, settings, device, dtype):
 
     def submit(image, texts):
         convs = convs_of(texts)
-        pending = generative.submit(model, processor, image, convs, mean, reuse, TEXT_BATCH, packs, conversations)
+        pending = generative.submit(model, processor, image, convs, mean, reuse, TEXT_BATCH, packs, conversations,
+                                    group)
         if reuse and not checked and convs:
             checked.append(True)
             values = pending.result()
@@ -204,12 +210,18 @@ def generative_model(spec, model, processor, settings, device, dtype):
         why_not["TEXT_PACKS"] = (f"a {config.model_type!r} is not among the families whose cache a packed row "
                                  f"continues exactly ({', '.join(generative.PACKED_FAMILIES)}): batches of "
                                  f"{TEXT_BATCH} on repeated caches")
-    applied = {n for n in ("PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "JOINT_PIPELINE")
-               if getattr(accelerations, n) and n not in why_not}
+    if accelerations.IMAGE_GROUPS and not groups:
+        why_not["IMAGE_GROUPS"] = (
+            "PREFIX_REUSE is off" if not reuse else "JOINT_PIPELINE is off: each image is waited for"
+            if not accelerations.JOINT_PIPELINE else
+            f"a {config.model_type!r} is not among the families whose images run in one forward "
+            f"({', '.join(image_groups.GROUP_FAMILIES)}): per image")
+    applied = {n for n in accelerations.JOINT_ONLY if getattr(accelerations, n) and n not in why_not}
     joint = JointModel(model=model, processor=processor, device=device, dtype=dtype, score_kind=settings["score"],
                        settings=settings, score=None, submit=submit,
                        info={"model_id": spec["model_id"], "class": type(model).__name__, **settings},
                        accelerations_applied=applied, why_not=why_not)
+    joint.in_flight = GROUP_IMAGES if groups else 1
     return joint
 
 
@@ -272,7 +284,7 @@ def load_itm(spec, protocol, device, dtype):
                       settings={}, score=score,
                       info={"model_id": spec["model_id"], "class": type(model).__name__},
                       accelerations_applied={n for n in ("PREFIX_REUSE", "JOINT_PIPELINE") if getattr(accelerations, n)},
-                      why_not={"CONVERSATION_SPLICE": why, "TEXT_PACKS": why})
+                      why_not={"CONVERSATION_SPLICE": why, "TEXT_PACKS": why, "IMAGE_GROUPS": why})
 
 
 def joint_key(spec, protocol):
