@@ -144,12 +144,23 @@ def _std(xs):
     return None if not xs else 0.0 if len(xs) == 1 else float(torch.std(torch.tensor(xs)))
 
 
+# A gap below float32's noise is an equal text's (the edge case of a flip equal to its caption): the published
+# loop encodes the caption and the flip in calls of different sizes, and on some machines (BLAS blocking by batch
+# size) the same text's two vectors differ by ~1e-7, so the sign of that gap is the machine's noise. It is scored
+# as on a machine where a text's vector does not depend on its batch: 0, not positive (ours encodes it once).
+NOISE = 1e-6
+
+
+def _positive(g):
+    return g > NOISE
+
+
 def _bin_block(items):
     gaps, weights = [g for g, _ in items], [w for _, w in items]
     wsum = sum(weights)
-    return {"count": len(gaps), "gap_mean": _mean(gaps), "gap_std": _std(gaps), "pos_rate": _mean([g > 0 for g in gaps]),
+    return {"count": len(gaps), "gap_mean": _mean(gaps), "gap_std": _std(gaps), "pos_rate": _mean([_positive(g) for g in gaps]),
             "w_gap_mean": sum(g * w for g, w in items) / wsum if items else None,
-            "w_pos_rate": sum(w for g, w in items if g > 0) / wsum if items else None}
+            "w_pos_rate": sum(w for g, w in items if _positive(g)) / wsum if items else None}
 
 
 def enhanced(vlm, records, root, tag, image_batch=32):
@@ -202,7 +213,7 @@ def enhanced(vlm, records, root, tag, image_batch=32):
             "paraphrase_simple_inv_error_mean": _mean(inv_simple), "paraphrase_advanced_inv_error_mean": _mean(inv_adv),
             "paraphrase_simple_count": len(inv_simple), "paraphrase_advanced_count": len(inv_adv),
             "global_sensitivity": {"count": len(gaps), "gap_mean": _mean(gaps), "gap_std": _std(gaps),
-                                   "pos_rate": _mean([g > 0 for g in gaps])},
+                                   "pos_rate": _mean([_positive(g) for g in gaps])},
             "global_strength": {"count": len(strengths), "strength_mean": _mean(strengths), "q_low": q[0], "q_high": q[1]},
             "global_weighted_sensitivity": {"count": len(gaps), "w_gap_mean": _bin_block(both)["w_gap_mean"],
                                             "w_pos_rate": _bin_block(both)["w_pos_rate"]},

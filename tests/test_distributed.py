@@ -92,15 +92,7 @@ def test_torchrun_gives_a_joint_scorers_single_process_metrics(tmp_path):
     assert [m["run"]["num_processes"] for m in ours] == [2, 2]
     for a, b in zip(ours, ref):
         a.pop("run"), b.pop("run")
-    assert ours[0]["grounded_pos_rate"] is not None and ours[0]["prior_images"] == 3
-    # the tiny random BLIP's grounded gaps are ~1e-10 (its score barely depends on the image): their signs are
-    # float32's last bits, which the texts' batching on each process moves (BLIP pads a batch to its longest
-    # text); the rate of those signs is noise here (it differed on one machine, not on another), and the
-    # figures agree to 1e-5 (a ratio's interval moved by 1.3e-6 there); the dual encoder's to 1e-6
-    assert abs(ref[0]["grounded_gap_mean"]) < 1e-8
-    for row in (ours[0], ref[0]):
-        row.pop("grounded_pos_rate"), row.pop("grounded_pos_rate_ci95")
-    assert_matches(ours[0], ref[0], tol=1e-5)
-    assert_matches(ours[1], ref[1])
+    assert_matches(ours, ref)
     assert ours[0]["invariance_error_rel"] is not None and ours[1]["invariance_error_rel"] is not None
+    assert ours[0]["grounded_pos_rate"] is not None and ours[0]["prior_images"] == 3
 

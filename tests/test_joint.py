@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, eval_settings, run_here
-from tiny_vlm import tiny_blip2_itm, tiny_blip_itm, tiny_gemma3, tiny_llava, tiny_paligemma, tiny_qwen2_vl
+from tiny_vlm import tiny_blip2_itm, tiny_blip_itm, tiny_gemma3, tiny_lfm2_vl, tiny_llava, tiny_paligemma, tiny_qwen2_vl
 
 PERTURB = "fixture_with_perturb.jsonl"
 
@@ -24,7 +24,8 @@ def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("joint")
     return {"llava": tiny_llava(root / "llava"), "blip": tiny_blip_itm(root / "blip"),
             "qwen2_vl": tiny_qwen2_vl(root / "qwen2_vl"), "paligemma": tiny_paligemma(root / "paligemma"),
-            "blip2": tiny_blip2_itm(root / "blip2"), "gemma3": tiny_gemma3(root / "gemma3")}
+            "blip2": tiny_blip2_itm(root / "blip2"), "gemma3": tiny_gemma3(root / "gemma3"),
+            "lfm2_vl": tiny_lfm2_vl(root / "lfm2_vl")}
 
 
 def specs(folders, **llava):
@@ -53,10 +54,9 @@ def plain(folders, name, image_path, texts, **settings):
     from transformers import (AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor, Blip2ForImageTextRetrieval,
                               BlipForImageTextRetrieval)
     from lgip.models import generative, itm
-    from lgip.models.joint import DEFAULT_QUESTION
+    from lgip.models.joint import DEFAULT_QUESTION, _processor
     image = Image.open(os.path.join(FIXTURES, image_path)).convert("RGB")
-    processor = AutoProcessor.from_pretrained(folders[name])
-    processor.image_processor = AutoImageProcessor.from_pretrained(folders[name], use_fast=False)
+    processor = _processor({"name": name, "model_id": str(folders[name])})[0]  # (PIL, or a fast-only family's)
     if name in ("blip", "blip2"):
         cls = BlipForImageTextRetrieval if name == "blip" else Blip2ForImageTextRetrieval
         return itm.plain_scores(cls.from_pretrained(folders[name]).eval(), processor, image, texts)
@@ -82,7 +82,8 @@ def scored(jsonl, spec, prior_images=3, **extra):
 
 @pytest.mark.parametrize("which,settings", [("llava", {}), ("llava", {"score": "vqascore"}), ("blip", {}), ("blip2", {}),
                                             ("qwen2_vl", {"score": "logprob_mean"}), ("gemma3", {}), ("paligemma", {}),
-                                            ("paligemma", {"score": "vqascore"})])
+                                            ("paligemma", {"score": "vqascore"}), ("lfm2_vl", {}),
+                                            ("lfm2_vl", {"score": "vqascore"})])
 def test_every_score_and_prior_is_a_plain_forward_of_its_one_text(tmp_path, folders, which, settings):
     """Each pair's s (caption and text) is the model run on that one text; each prior the mean over the
     PRIOR_IMAGES readable records after its own, mod N (here 2 of 3 readable: one image is missing)."""
@@ -223,6 +224,53 @@ def test_each_joint_acceleration_off_gives_the_same_metrics(tmp_path, folders, s
     check = on[0]["run"]["model"]["self_check"]
     assert check["texts"] == 3 and check["max_abs_diff"] < 1e-4 and check["bound"] == 1e-4
     assert ("self_check" in off[0]["run"]["model"]) == (switch != "PREFIX_REUSE")
+
+
+def test_a_family_whose_cache_the_reuse_cannot_continue_runs_plain_forwards(tmp_path, folders, monkeypatch):
+    """LFM2-VL (a hybrid cache: a short convolution beside attention) is not among REUSE_FAMILIES: one plain
+    forward per text, said once in the console and in the row; its image processor exists only as a fast one,
+    which makes its pixels and is named. The trap is real: a reuse that continued its cache (the family and
+    its cache let through) scores visibly wrong; with only the family let through, the cache's check still
+    sends each text through a plain forward."""
+    from lgip.models import generative
+    jsonl = small_input(tmp_path, 2)
+    (rows, _, err) = run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", [family(folders, "lfm2_vl")],
+                                                                   BOOTSTRAP=0, CACHE_DIR=None))
+    row = rows[0]
+    assert err.count("is not among the families whose cache the reused prefix is known to continue exactly") == 1
+    assert not row["run"]["accelerations"]["PREFIX_REUSE"] and "cache" in row["run"]["accelerations_not_applied"]["PREFIX_REUSE"]
+    assert row["run"]["model"]["image_processor"] == "Lfm2VlImageProcessorFast" and "self_check" not in row["run"]["model"]
+    from lgip.models.joint import _processor
+    from transformers import AutoModelForImageTextToText
+    model = AutoModelForImageTextToText.from_pretrained(folders["lfm2_vl"]).eval()
+    processor = _processor({"name": "lfm2_vl", "model_id": str(folders["lfm2_vl"])})[0]
+    image = Image.open(os.path.join(FIXTURES, "images", sorted(os.listdir(os.path.join(FIXTURES, "images")))[0])).convert("RGB")
+    convs = [(generative.DEFAULT_PROMPT, t) for t in ("A red bus parked on the side of the street.", "two dogs", "a cat")]
+    plain = generative.conversation_scores(model, processor, image, convs, reuse=False)
+    monkeypatch.setattr(generative, "REUSE_FAMILIES", generative.REUSE_FAMILIES + ("lfm2_vl",))
+    assert generative.conversation_scores(model, processor, image, convs, packs=64) == pytest.approx(plain, abs=1e-5)
+    monkeypatch.setattr(generative, "_PLAIN_CACHES", generative._PLAIN_CACHES + ("Lfm2HybridConvCache",))
+    monkeypatch.setattr(generative, "PACKED_FAMILIES", generative.PACKED_FAMILIES + ("lfm2_vl",))  # (one row)
+    wrong = generative.conversation_scores(model, processor, image, convs, packs=64)
+    assert max(abs(a - b) for a, b in zip(wrong, plain)) > 1e-3
+
+
+def test_a_load_error_is_said_as_it_is_and_the_network_named_only_for_a_network_error():
+    """A local path that does not exist is named as such; an error that is not the network's is said without
+    the network's advice; a failed download (offline, unreachable) gets it."""
+    from lgip.models.encoder import _download_hint
+    spec = {"name": "m", "type": "generative", "model_id": "/no/such/folder"}
+    assert "/no/such/folder does not exist" in str(_download_hint(spec, OSError("not a folder")))
+    spec = {"name": "m", "type": "generative", "model_id": "org/model"}
+    said = str(_download_hint(spec, ValueError("Lfm2VlImageProcessorFast does not have a slow version")))
+    assert "slow version" in said and "network" not in said
+    try:
+        try:
+            raise ConnectionError("Max retries exceeded with url: /org/model/resolve/main/config.json")
+        except ConnectionError as e:
+            raise OSError("We couldn't find them in the cached files") from e
+    except OSError as e:
+        assert "Check the network" in str(_download_hint(spec, e))
 
 
 def test_the_self_check_stops_a_model_whose_fast_path_is_not_exact(tmp_path, folders, monkeypatch):

@@ -395,3 +395,54 @@ def tiny_mllama(folder, seed=0):
     MllamaProcessor(image_processor=MllamaImageProcessor(size={"height": 32, "width": 32}, max_image_tiles=2),
                     tokenizer=tok, chat_template=MLLAMA_TEMPLATE).save_pretrained(folder)
     return folder
+
+
+LFM2_TEMPLATE = (  # LFM2-VL's shape: the BOS, then <|im_start|>role ... <|im_end|> turns, the image as <image>
+    "{{ bos_token }}{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}<image>{% else %}{{ part['text'] }}"
+    "{% endif %}{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def tiny_lfm2_vl(folder, seed=0):
+    """A tiny LFM2-VL (Lfm2VlForConditionalGeneration: a SigLIP2 NaFlex tower, a 2-layer LFM2 language model whose
+    first layer is a short convolution: a hybrid cache, Lfm2HybridConvCache) with its processor, whose image
+    processor exists only as a fast one (Lfm2VlImageProcessorFast); saved to `folder`. The convolution's
+    weights are scaled up so that a wrongly continued convolution moves the scores visibly. Its config.json
+    says model_type "lfm2_vl", the name AutoConfig knows (the class writes "lfm2-vl" in transformers 4.57)."""
+    import torch
+    from transformers import (Lfm2Config, Lfm2VlConfig, Lfm2VlForConditionalGeneration, Lfm2VlImageProcessorFast,
+                              Lfm2VlProcessor, PreTrainedTokenizerFast, Siglip2VisionConfig)
+    os.makedirs(folder, exist_ok=True)
+    special = ["<unk>", "<|startoftext|>", "<|im_end|>", "<|pad|>", "<image>", "<|image_start|>", "<|image_end|>",
+               "<|img_thumbnail|>", "<|im_start|>"] + [f"<|img_row_{r}_col_{c}|>" for r in range(1, 5) for c in range(1, 5)]
+    base = caption_tokenizer(special, bos="<|startoftext|>")
+    tok = PreTrainedTokenizerFast(tokenizer_object=base._tokenizer, unk_token="<unk>", bos_token="<|startoftext|>",
+                                  eos_token="<|im_end|>", pad_token="<|pad|>",
+                                  extra_special_tokens={"image_token": "<image>", "image_start_token": "<|image_start|>",
+                                                        "image_end_token": "<|image_end|>",
+                                                        "image_thumbnail": "<|img_thumbnail|>"})
+    vision = Siglip2VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                 patch_size=16, num_patches=64)
+    text = Lfm2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, layer_types=["conv", "full_attention"],
+                      max_position_embeddings=512, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    config = Lfm2VlConfig(vision_config=vision, text_config=text, image_token_id=tok.image_token_id,
+                          projector_hidden_size=32, downsample_factor=2)
+    torch.manual_seed(seed)
+    model = Lfm2VlForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".conv." in name or "in_proj" in name:
+                p.mul_(8.0)
+    model.save_pretrained(folder)
+    image_processor = Lfm2VlImageProcessorFast(do_image_splitting=False, min_image_tokens=4, max_image_tokens=16,
+                                               encoder_patch_size=16, tile_size=64)
+    Lfm2VlProcessor(image_processor=image_processor, tokenizer=tok, chat_template=LFM2_TEMPLATE).save_pretrained(folder)
+    path = os.path.join(folder, "config.json")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    config["model_type"] = "lfm2_vl"
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+    return folder

@@ -250,18 +250,36 @@ def joint_card(spec, model=None, processor=None):
         text = total - image if image is not None else None
     vconf, tconf = getattr(config, "vision_config", None), getattr(config, "text_config", None)
     name = getattr(vconf, "_name_or_path", None) or None
-    size = None
-    ip = getattr(processor, "image_processor", None)
-    if ip is not None:
-        crop, sz = getattr(ip, "crop_size", None), getattr(ip, "size", None)
-        for d in (crop, sz):
-            if isinstance(d, dict):
-                size = d.get("height") or d.get("shortest_edge") or size
-                if size:
-                    break
-    if size is None:
-        size = getattr(vconf, "image_size", None)
-    return {"architecture": config.model_type, "family": config.model_type, "params_image": image,
+    size, why = _image_side(getattr(processor, "image_processor", None), vconf)
+    card = {"architecture": config.model_type, "family": config.model_type, "params_image": image,
             "params_text": text, "params_total": total, "embed_dim": None, "image_size": size,
             "context_length": getattr(tconf, "max_position_embeddings", None),
             "loss": "next-token" if spec.get("type") == "generative" else "itm", "vision_encoder": name}
+    if why:
+        card["image_size_why"] = why
+    return card
+
+
+def _image_side(ip, vconf):
+    """(the side in pixels of the images a processor gives its model, or None; why None). A processor that
+    sizes each image by its pixel count (Qwen2-VL's min_pixels..max_pixels, whose `size` holds those counts
+    under shortest_edge and longest_edge) or by its token count (LFM2-VL's) has no side: the image's own
+    follows. Else its crop, its fixed height, its shortest edge, a tile's longest edge (Idefics3's
+    max_image_size), or the vision tower's image_size."""
+    if ip is not None:
+        if getattr(ip, "min_pixels", None) is not None or getattr(ip, "max_pixels", None) is not None:
+            return None, (f"{type(ip).__name__} sizes each image by its pixel count ({getattr(ip, 'min_pixels', None)}"
+                          f"..{getattr(ip, 'max_pixels', None)}): the side follows the image")
+        if getattr(ip, "min_image_tokens", None) is not None or getattr(ip, "max_image_tokens", None) is not None:
+            return None, (f"{type(ip).__name__} sizes each image by its token count ({getattr(ip, 'min_image_tokens', None)}"
+                          f"..{getattr(ip, 'max_image_tokens', None)}): the side follows the image")
+        for d in (getattr(ip, "crop_size", None), getattr(ip, "size", None), getattr(ip, "max_image_size", None)):
+            if isinstance(d, dict):
+                side = d.get("height") or d.get("shortest_edge")
+                if side:
+                    return side, None
+        tile = getattr(ip, "max_image_size", None)
+        if isinstance(tile, dict) and tile.get("longest_edge"):
+            return tile["longest_edge"], None
+    side = getattr(vconf, "image_size", None)
+    return (side, None) if side else (None, "neither the processor nor the vision tower names a side")

@@ -137,13 +137,50 @@ def resolve_device(device):
     return device
 
 
+# what a failed download says, by exception class names (along its causes) or message: only these get the
+# network's advice; any other load error is said as it is
+_NETWORK_ERRORS = {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError", "ConnectTimeout",
+                   "ReadTimeout", "ConnectError", "TimeoutException", "ProxyError", "SSLError", "MaxRetryError",
+                   "NewConnectionError", "NameResolutionError", "gaierror"}
+_NETWORK_WORDS = ("couldn't connect", "could not connect", "offline mode", "max retries exceeded",
+                  "temporary failure in name resolution", "name or service not known", "connection refused",
+                  "network is unreachable", "connection reset", "timed out")
+
+
+def _is_network_error(err):
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        text = str(err).lower()
+        if type(err).__name__ in _NETWORK_ERRORS or any(w in text for w in _NETWORK_WORDS):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
 def _download_hint(spec, err):
+    """The ModelError of a model that could not be loaded: a local path that does not exist named as such,
+    a network failure with the network's advice, anything else as it is."""
+    import os
     from .hub import local_copy_hint
     what = spec.get("model_id") or f"{spec.get('model_name')} / {spec.get('pretrained')}"
+    name = spec.get("name")
+    for path in (spec.get("model_id"), spec.get("pretrained")):
+        if isinstance(path, str) and looks_local(path) and not os.path.exists(os.path.expanduser(path)):
+            return ModelError(f"model {name!r}: {path} does not exist (a local path: check it)")
+    if not _is_network_error(err):
+        return ModelError(f"model {name!r}: could not load {what} ({type(err).__name__}: {err})")
     local = local_copy_hint(spec)
-    return ModelError(f"model {spec.get('name')!r}: could not load weights for {what} ({type(err).__name__}: {err}). "
+    return ModelError(f"model {name!r}: could not load weights for {what} ({type(err).__name__}: {err}). "
                       f"Check the network, or download them once elsewhere and point the spec at a local copy: "
                       f"{local}; a populated Hugging Face cache also works with HF_HUB_OFFLINE=1.")
+
+
+def looks_local(path):
+    """True for a path on this machine rather than a Hub id or a tag: absolute, ~, ./, ../, or a file name
+    with a checkpoint's extension."""
+    return (path.startswith(("/", "~", "./", "../", ".\\")) or path.endswith((".bin", ".pt", ".pth", ".safetensors"))
+            or (len(path) > 1 and path[1] == ":"))
 
 
 # Texts that tell tokenizations apart: case, punctuation, digits, HTML entities, non-ASCII, and

@@ -135,6 +135,7 @@ def submit(model, processor, image, convs, mean=False, reuse=True, batch=16, pac
     other images, in one forward with no key-value cache), or None."""
     if not convs:
         return Pending([])
+    reuse = reuse and reusable(model)  # (another family's cache: one plain forward per text)
     if getattr(model.config, "model_type", None) == "paligemma":
         return Pending(prefix_lm_scores(model, processor, image, convs, mean, reuse, batch))
     if reuse and conversations is not None:
@@ -170,6 +171,18 @@ class Pending:
                 self._values[j] = float(v)
         self._parts = []
         return list(self._values)
+
+
+# families whose language model's cache the reused prefix is known to continue exactly: a plain attention
+# key-value cache (sliding windows included), each proven against one plain forward per text by
+# tests/test_generative.py. Another family (LFM2-VL's hybrid cache of short convolutions treats any input on a
+# non-empty cache as one decoding step: reuse runs and is wrong) gets one plain forward per text
+REUSE_FAMILIES = ("llava", "llava_next", "qwen2_vl", "qwen2_5_vl", "idefics3", "gemma3", "mllama", "paligemma")
+
+
+def reusable(model):
+    """True when `model`'s prefix may be run once and continued (REUSE_FAMILIES)."""
+    return getattr(model.config, "model_type", None) in REUSE_FAMILIES
 
 
 # families whose language model's cache is a plain attention key-value cache that a block mask over a
@@ -257,13 +270,15 @@ def _last_image_token(model, ids):
     return int(where[-1]) if len(where) else -1
 
 
+_PLAIN_CACHES = ("DynamicCache", "HybridCache", "StaticCache", "EncoderDecoderCache")  # (the tested families')
 # the processor's tensors with a row per token (dimension 1), cut with the prefix
 _PER_TOKEN = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids", "cross_attention_mask")
 
 
 def _prefix_run(model, first, cut, prefix_lm=False):
     """The prefix's forward: (its key-value cache, its last logits: the prediction of the token at `cut`,
-    the rope deltas of a multimodal rope or None)."""
+    the rope deltas of a multimodal rope or None), or None when its cache is not one of _PLAIN_CACHES (a
+    hybrid cache of convolutions or recurrences, which a continued input would read as a decoding step)."""
     import torch
     prefix = {k: (v[:, :cut] if k in _PER_TOKEN else v)
               for k, v in first.items() if not (prefix_lm and k in ("token_type_ids", "labels"))}
@@ -272,7 +287,10 @@ def _prefix_run(model, first, cut, prefix_lm=False):
     # multimodal rope (Qwen2-VL, Qwen2.5-VL): the positions after the image are shifted by the prefix's rope
     # deltas. Given here, as the model's own decoding step computes them, rather than left to it: Qwen2.5-VL's
     # (transformers 4.57) repeats the deltas along the wrong dimension for a batch on one cache and fails
-    return out.past_key_values, out.logits[0, -1], getattr(out, "rope_deltas", None)
+    cache = out.past_key_values
+    if type(cache).__name__ not in _PLAIN_CACHES:  # (a cache not known to continue exactly: the caller runs plain)
+        return None
+    return cache, out.logits[0, -1], getattr(out, "rope_deltas", None)
 
 
 def _gathered(last, logits, rows, targets, owners, counts, mean):
@@ -300,7 +318,10 @@ def _on_prefix_packed(model, items, cut, mean, limit):
     import copy
     import torch
     ids = [inp["input_ids"][0] for inp, _ in items]
-    cache, last, deltas = _prefix_run(model, items[0][0], cut)
+    prefix = _prefix_run(model, items[0][0], cut)
+    if prefix is None:
+        return Pending([_plain(model, inputs, positions, mean) for inputs, positions in items])
+    cache, last, deltas = prefix
     device, dtype = last.device, model.dtype
     pending = Pending(n=len(items))
     order = sorted(range(len(items)), key=lambda j: len(ids[j]))
@@ -356,7 +377,10 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
     import torch
     ids = [inp["input_ids"][0] for inp, _ in items]
     first = items[0][0]
-    cache, last, deltas = _prefix_run(model, first, cut, prefix_lm)
+    prefix = _prefix_run(model, first, cut, prefix_lm)
+    if prefix is None:
+        return Pending([_plain(model, inputs, positions, mean) for inputs, positions in items])
+    cache, last, deltas = prefix
     pad = processor.tokenizer.pad_token_id or 0
     device = last.device
     pending = Pending(n=len(items))

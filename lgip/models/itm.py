@@ -58,29 +58,51 @@ def plain_scores(model, processor, image, texts):
     return out
 
 
+LENGTH_STEP = 16  # texts run padded to a multiple of this many tokens, by their own length
+
+
 def reused_scores(model, processor, image, texts, batch=64):
-    """plain_scores' numbers with the image encoded once (BLIP) and the texts in batches."""
+    """plain_scores' numbers with the image processed once (and BLIP's vision tower run once) and the texts
+    in batches. Each text runs in a batch of exactly `batch` rows (filled with copies of its first text)
+    padded to its own length rounded up to LENGTH_STEP, with texts of that same padded length: every text's
+    arithmetic has one shape whatever texts share its image's call, so its score is the same bits in one
+    process or split over torchrun's (where an image's texts arrive in other groups)."""
     import torch
     if not texts:
         return []
-    kind, out = head_kind(model), []
+    kind = head_kind(model)
+    one = _inputs(model, processor, image, texts[:1])  # (the image's pixels, processed once)
+    pixels = one["pixel_values"]
     if kind == "blip":
-        pixels = _inputs(model, processor, image, texts[:1])["pixel_values"]
         with torch.no_grad():
             states = model.vision_model(pixel_values=pixels).last_hidden_state
-    for b in range(0, len(texts), batch):
-        group = list(texts[b:b + batch])
-        inputs = _inputs(model, processor, image, group)
-        with torch.no_grad():
-            if kind == "blip":
-                n = len(group)
-                hidden = states.expand(n, -1, -1)
-                text = model.text_encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                                          encoder_hidden_states=hidden,
-                                          encoder_attention_mask=torch.ones(hidden.shape[:-1], dtype=torch.long,
-                                                                            device=hidden.device))
-                logits = model.itm_head(text.last_hidden_state[:, 0, :])
-            else:
-                logits = model(**inputs, use_image_text_matching_head=True).logits_per_image
-        out += _log_odds(logits)
+    tok = processor.tokenizer
+    limit = getattr(getattr(model.config, "text_config", model.config), "max_position_embeddings", None)
+    lengths = [len(ids) for ids in tok(list(texts))["input_ids"]]
+    for text, n in zip(texts, lengths):
+        if limit is not None and n > limit:
+            raise ModelError(f"a text is {n} tokens, more than the model's context ({limit}): {text[:80]!r}")
+    by_width = {}
+    for j, n in enumerate(lengths):
+        width = -(-n // LENGTH_STEP) * LENGTH_STEP
+        by_width.setdefault(min(width, limit) if limit else width, []).append(j)
+    out = [None] * len(texts)
+    for width, idx in sorted(by_width.items()):
+        for b in range(0, len(idx), batch):
+            group = idx[b:b + batch]
+            rows = [texts[j] for j in group] + [texts[group[0]]] * (batch - len(group))
+            enc = tok(rows, padding="max_length", max_length=width, return_tensors="pt")
+            ids, mask = enc["input_ids"].to(model.device), enc["attention_mask"].to(model.device)
+            with torch.no_grad():
+                if kind == "blip":
+                    hidden = states.expand(batch, -1, -1)
+                    text = model.text_encoder(input_ids=ids, attention_mask=mask, encoder_hidden_states=hidden,
+                                              encoder_attention_mask=torch.ones(hidden.shape[:-1], dtype=torch.long,
+                                                                                device=hidden.device))
+                    logits = model.itm_head(text.last_hidden_state[:, 0, :])
+                else:
+                    logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels.expand(batch, *pixels.shape[1:]),
+                                   use_image_text_matching_head=True).logits_per_image
+            for j, v in zip(group, _log_odds(logits)):
+                out[j] = v
     return out

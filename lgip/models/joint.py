@@ -13,6 +13,8 @@ which has no weights: the scores come from the cache.
     ...                         "corrected", "cuda", torch.bfloat16)
     >>> model.score(image, ["A red bus.", "A blue bus."])
 """
+import sys
+
 from .. import accelerations
 from ..errors import ModelError, WrongModelType
 from .conversations import Conversations
@@ -123,8 +125,9 @@ def score_kind_of(spec):
 
 
 def _processor(spec):
-    """The model's AutoProcessor, its image processor the PIL one (use_fast=False, as every type's pixels);
-    its tokenizer must be fast (offsets)."""
+    """The model's AutoProcessor, its image processor the PIL one (use_fast=False, as every type's pixels),
+    or, for a family that has only a fast one (LFM2-VL, Cohere2-Vision, ...), that one; its tokenizer must be
+    fast (offsets). Returns (processor, the image processor's class name, or None)."""
     from transformers import AutoImageProcessor, AutoProcessor
     from transformers.utils import logging
     level = logging.get_verbosity()
@@ -132,12 +135,18 @@ def _processor(spec):
     try:
         processor = AutoProcessor.from_pretrained(spec["model_id"])
         if getattr(processor, "image_processor", None) is not None:
-            processor.image_processor = AutoImageProcessor.from_pretrained(spec["model_id"], use_fast=False)
+            try:
+                processor.image_processor = AutoImageProcessor.from_pretrained(spec["model_id"], use_fast=False)
+            except ValueError as e:
+                if "slow version" not in str(e) and "slow image processor" not in str(e):
+                    raise
+                # (fast-only: the processor's own, which AutoProcessor already made; said in the row)
     except (OSError, ValueError) as e:
         raise _download_hint(spec, e) from e
     finally:
         logging.set_verbosity(level)
-    return processor
+    ip = getattr(processor, "image_processor", None)
+    return processor, type(ip).__name__ if ip is not None else None
 
 
 def load_generative(spec, protocol, device, dtype):
@@ -158,7 +167,10 @@ def load_generative(spec, protocol, device, dtype):
     except OSError as e:
         raise _download_hint(spec, e) from e
     model = model.to(device).eval()
-    return generative_model(spec, model, _processor(spec), settings, device, dtype)
+    processor, image_processor = _processor(spec)
+    joint = generative_model(spec, model, processor, settings, device, dtype)
+    joint.info["image_processor"] = image_processor  # (which made the pixels: a PIL one, or a fast-only family's)
+    return joint
 
 
 def generative_model(spec, model, processor, settings, device, dtype):
@@ -175,7 +187,11 @@ def generative_model(spec, model, processor, settings, device, dtype):
     if not getattr(processor.tokenizer, "is_fast", False):
         raise ModelError(f"{what}: its tokenizer is not a fast one: the caption's tokens are found by offsets")
     mean = settings["score"] == "logprob_mean"
-    reuse = accelerations.PREFIX_REUSE
+    reuse = accelerations.PREFIX_REUSE and generative.reusable(model)
+    if accelerations.PREFIX_REUSE and not reuse:
+        print(f"note: {what}: a {config.model_type!r} is not among the families whose cache the reused prefix is "
+              f"known to continue exactly ({', '.join(generative.REUSE_FAMILIES)}): one plain forward per text",
+              file=sys.stderr)
     conversations = Conversations(processor, splice=accelerations.CONVERSATION_SPLICE) if not prefix_lm else None
     packs = PACK_TOKENS if accelerations.TEXT_PACKS and generative.packable(model) else 0
     groups = (reuse and accelerations.IMAGE_GROUPS and accelerations.JOINT_PIPELINE
@@ -201,18 +217,22 @@ def generative_model(spec, model, processor, settings, device, dtype):
         return pending
 
     why_not = {}
-    if not accelerations.PREFIX_REUSE:
+    if accelerations.PREFIX_REUSE and not reuse:
+        why = (f"a {config.model_type!r}'s cache is not one the reused prefix is known to continue exactly "
+               f"(REUSE_FAMILIES): one plain forward per text")
+        why_not.update(PREFIX_REUSE=why, CONVERSATION_SPLICE=why, TEXT_PACKS=why)
+    elif not accelerations.PREFIX_REUSE:
         why_not.update(CONVERSATION_SPLICE="PREFIX_REUSE is off: the processor per text, as the definition",
                        TEXT_PACKS="PREFIX_REUSE is off: one plain forward per text")
     elif prefix_lm:
         why_not["CONVERSATION_SPLICE"] = "PaliGemma's conversation is its processor's prefix and suffix"
-    if reuse and not packs and accelerations.TEXT_PACKS:
+    if reuse and not packs and accelerations.TEXT_PACKS and "TEXT_PACKS" not in why_not:
         why_not["TEXT_PACKS"] = (f"a {config.model_type!r} is not among the families whose cache a packed row "
                                  f"continues exactly ({', '.join(generative.PACKED_FAMILIES)}): batches of "
                                  f"{TEXT_BATCH} on repeated caches")
     if accelerations.IMAGE_GROUPS and not groups:
         why_not["IMAGE_GROUPS"] = (
-            "PREFIX_REUSE is off" if not reuse else "JOINT_PIPELINE is off: each image is waited for"
+            "PREFIX_REUSE is off or does not apply" if not reuse else "JOINT_PIPELINE is off: each image is waited for"
             if not accelerations.JOINT_PIPELINE else
             f"a {config.model_type!r} is not among the families whose images run in one forward "
             f"({', '.join(image_groups.GROUP_FAMILIES)}): per image")
@@ -272,7 +292,7 @@ def load_itm(spec, protocol, device, dtype):
     except OSError as e:
         raise _download_hint(spec, e) from e
     model = model.to(device).eval()
-    processor = _processor(spec)
+    processor, image_processor = _processor(spec)
 
     def score(image, texts):
         if accelerations.PREFIX_REUSE:
@@ -282,7 +302,8 @@ def load_itm(spec, protocol, device, dtype):
     why = "BLIP's matching head has no conversation: its texts run in batches on the image's vision states"
     return JointModel(model=model, processor=processor, device=device, dtype=dtype, score_kind="itm_logodds",
                       settings={}, score=score,
-                      info={"model_id": spec["model_id"], "class": type(model).__name__},
+                      info={"model_id": spec["model_id"], "class": type(model).__name__,
+                            "image_processor": image_processor},
                       accelerations_applied={n for n in ("PREFIX_REUSE", "JOINT_PIPELINE") if getattr(accelerations, n)},
                       why_not={"CONVERSATION_SPLICE": why, "TEXT_PACKS": why, "IMAGE_GROUPS": why})
 
