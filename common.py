@@ -43,9 +43,8 @@ above it in this list, so it can be read, and changed, knowing only those:
   attribution, explain  word attribution of a text's similarity (LGIP_SPEC.md 8): plain tower forwards
                         keeping attention probabilities, token and word scores, changed and blamed words;
                         explain_flips.py's flips, lines and localization accuracy (`from lgip import explain`)
-  pipeline              run_all's steps: each script a process, run again only when an input, the
+  pipeline              run_all's steps: each script's run() in run_all's process, run again only when an input, the
                         script or the settings changed (recorded beside its output)
-  step_server           run_all's evaluations and report forked from one process that imported torch once
 
 Where a record goes, in an evaluation: `records.load_records` reads and validates it;
 `evaluation.run_evaluation` runs each model of MODELS through the script's `evaluate(run)`; its
@@ -94,7 +93,6 @@ from lgip.models.cards import model_card
 from lgip.model_loop import ModelLoop
 from lgip.pipeline import Step, blockers, check_step_settings, reason_to_run, run_step, say_report, script_settings, select_steps, show, step_setting_hint
 from lgip.pixel_memory import forget_pixels
-from lgip.step_server import StepStarter
 from lgip.records import caption_texts, dump_jsonl_line, flip_types, iter_records, load_records, read_json
 from lgip.results import write_rows
 from lgip.retrieval import Gallery, check_gallery_size, retrieval_compared, retrieval_figures, search_galleries
@@ -109,7 +107,7 @@ from lgip.filenames import default_output, metrics_path
 
 __all__ = ["ACCELERATIONS", "COLORS", "Comparisons", "ConfigError", "DEMO_ABOUT", "DEMO_JSONL", "DEMO_MODEL", "FLIP_TYPES", "Gallery",
            "ImageSide", "InputError", "Lookahead", "ModelError", "ModelLoop", "ModelRun", "NUMBER_WORDS", "OBJECTS", "OutputSet", "PROTOCOLS",
-           "PUBLISHED_MODELS", "Pairs", "PerModel", "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step", "StepStarter",
+           "PUBLISHED_MODELS", "Pairs", "PerModel", "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step",
            "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
            "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_kinds", "check_models", "check_seed", "check_settings", "check_step_settings",
            "configure", "cosines", "default_num_workers", "default_output", "demo_block", "demo_message", "describe_model_problems",

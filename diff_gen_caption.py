@@ -36,7 +36,14 @@ def perturb(rec, rng, stats):
 def main():
     output = OUTPUT_JSONL or common.default_output(INPUT_JSONL, "_with_perturb.jsonl")
     common.run_generator(__file__, CONFIG, INPUT_JSONL, output, perturb)
+    return output
+
+
+def run(**constants):
+    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry); returns the output's path."""
+    with common.script_call(globals(), constants):
+        return main()
 
 
 if __name__ == "__main__":
-    common.run_main(main)
+    common.run_main(run)

@@ -88,7 +88,14 @@ def main():
     for d in dirs:
         if d not in searched:
             print(f"  warning: IMAGE_DIRS folder {d} does not exist")
+    return output
+
+
+def run(**constants):
+    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry); returns the output's path."""
+    with common.script_call(globals(), constants):
+        return main()
 
 
 if __name__ == "__main__":
-    common.run_main(main)
+    common.run_main(run)

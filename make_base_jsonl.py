@@ -111,7 +111,14 @@ def main():
                 seconds=round(timer.seconds, 3))
     common.write_json(OUTPUT_JSONL + ".meta.json", meta)
     report(stats, skipped, dropped, timer.seconds)
+    return OUTPUT_JSONL
+
+
+def run(**constants):
+    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry); returns the output's path."""
+    with common.script_call(globals(), constants):
+        return main()
 
 
 if __name__ == "__main__":
-    common.run_main(main)
+    common.run_main(run)

@@ -270,14 +270,17 @@ def main():
           + (f"; {unreadable} gallery image{'' if unreadable == 1 else 's'} missing or unreadable, "
              "shown as placeholders" if unreadable else "")
           + "): open it in a browser")
+    return {name: path for name, path in out.items() if name not in pngs or pngs[name] is not None}
 
 
-def run():
-    """main(); bad input or settings say that no output was written (all are checked first)."""
-    try:
-        main()
-    except (common.InputError, common.ConfigError) as e:
-        raise type(e)(f"{e}\n  no output was written (the previous report, if any, is as it was)") from None
+def run(**constants):
+    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry); returns
+    {output name: path}. Bad input or settings say that no output was written (all are checked first)."""
+    with common.script_call(globals(), constants):
+        try:
+            return main()
+        except (common.InputError, common.ConfigError) as e:
+            raise type(e)(f"{e}\n  no output was written (the previous report, if any, is as it was)") from None
 
 
 if __name__ == "__main__":

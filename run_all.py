@@ -16,9 +16,8 @@ once and runs the bundled demo with the demo model (a tiny random-init CLIP in d
 knows nothing), every output marked as a demo. Models named in MODELS are never replaced: one that
 cannot be had stops the run before any step, naming it and what to do.
 
-Steps (names for STEPS), in order, each a process of its own with its output streamed (STEP_START: the
-evaluations and the report forked from a process that imported torch once, the others new processes; README's
-pipeline table says what each reads and writes): make_base (COCO only), diff_gen_caption,
+Steps (names for STEPS), in order, each its script's run(**settings) in this process (STEP_START "fresh": each
+a new Python process), its output as it comes; README's pipeline table says what each reads and writes: make_base (COCO only), diff_gen_caption,
 make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype,
 run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report.
 
@@ -54,7 +53,7 @@ SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAM
 STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption, make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype, run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
-STEP_START = "fork"  # "fork" (the evaluations and the report forked from one process that imported torch, open_clip and transformers once: seconds less a step; Linux only, elsewhere "fresh") or "fresh" (every step a new Python process)
+STEP_START = "process"  # "process" (each step its script's run(**settings) in this process: torch and the libraries imported once, a step's models freed after it) or "fresh" (each step a new Python process, isolated)
 # step name -> its script, in the order they run
 _SCRIPTS = {"make_base": "make_base_jsonl.py", "diff_gen_caption": "diff_gen_caption.py",
             "make_perturb_with_fliptypes": "make_perturb_with_fliptypes.py",
@@ -126,13 +125,8 @@ def choose_models(mode, base, steps):
     return "demo", os.path.abspath(DEMO_JSONL), [common.DEMO_MODEL]
 
 
-# steps that import no torch: a new process starts them sooner than the step helper (STEP_START) is ready
-_FRESH = {"make_base", "diff_gen_caption", "make_perturb_with_fliptypes", "rebuttal_enhanced_perturb"}
-
-
 def step(name, args, inputs, outputs, note=None, needs=None):
-    return common.Step(name, os.path.join(_HERE, SCRIPTS[name]), args, inputs, outputs, note, SETTINGS, needs,
-                       forkable=name not in _FRESH)
+    return common.Step(name, os.path.join(_HERE, SCRIPTS[name]), args, inputs, outputs, note, SETTINGS, needs)
 
 
 def plan(mode, base, models):
@@ -194,17 +188,6 @@ def check_settings(steps):
     return common.select_steps(steps, STEPS, list(SCRIPTS), {"make_base": "runs only on COCO data (pass --DATA='coco')"})
 
 
-def forked_steps(steps):
-    """How many of the steps that would run STEP_START "fork" would fork (a single one gains nothing from the
-    helper: it imports what a new process would)."""
-    pending, n = set(), 0
-    for s in steps:
-        if common.reason_to_run(s, pending, FORCE, dry_run=True) is not None:
-            n += s.forkable
-            pending.update(s.outputs)
-    return n
-
-
 def main():
     mode, base = choose_data()
     mode, base, models = choose_models(mode, base, check_settings(plan(mode, base, default_models(mode))))
@@ -216,15 +199,14 @@ def main():
         print(line, flush=True)
     pending, ran = set(), 0
     t0 = time.perf_counter()
-    with common.StepStarter(STEP_START if forked_steps(steps) >= 2 else "fresh") as starter:
-        for k, s in enumerate(steps, 1):
-            reason = common.reason_to_run(s, pending, FORCE, DRY_RUN)
-            if reason is None:
-                print(f"[{k}/{len(steps)}] skip {s.name}: {s.note or 'up to date'}", flush=True)
-                continue
-            common.run_step(s, k, len(steps), reason, DRY_RUN, starter)
-            pending.update(s.outputs)
-            ran += 1
+    for k, s in enumerate(steps, 1):
+        reason = common.reason_to_run(s, pending, FORCE, DRY_RUN)
+        if reason is None:
+            print(f"[{k}/{len(steps)}] skip {s.name}: {s.note or 'up to date'}", flush=True)
+            continue
+        common.run_step(s, k, len(steps), reason, DRY_RUN, STEP_START)
+        pending.update(s.outputs)
+        ran += 1
     verb = "would run" if DRY_RUN else "ran"
     print(f"run_all: {verb} {ran} of {len(steps)} steps ({len(steps) - ran} up to date) "
           f"in {time.perf_counter() - t0:.1f} s")

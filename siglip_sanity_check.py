@@ -108,7 +108,14 @@ def main():
     out = common.metrics_path(JSONL_PATH, "siglip_sanity.json")
     common.write_json(out, {"rows": rows, "run": common.provenance(__file__, CONFIG), "image_report": report})
     print(f"-> {out}")
+    return out
+
+
+def run(**constants):
+    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry); returns the output's path."""
+    with common.script_call(globals(), constants):
+        return main()
 
 
 if __name__ == "__main__":
-    common.run_main(main)
+    common.run_main(run)

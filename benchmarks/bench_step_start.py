@@ -1,6 +1,6 @@
 """bench_step_start: run_all's steps started as new Python processes (STEP_START "fresh": each evaluation and
-the report imports torch, torchvision, open_clip and transformers again) against forked from one helper
-that imported them once (STEP_START "fork", lgip/step_server.py), side by side on the same machine.
+the report imports torch, torchvision, open_clip and transformers again) against each step's run() in run_all's
+own process (STEP_START "process": imported once), side by side on the same machine.
 
 Each repeat runs run_all on a fresh copy of the demo's inputs in one folder (so both modes write the same
 paths; the folder is emptied between runs, its cache too: every step computes everything), alternating the
@@ -20,6 +20,7 @@ _ROOT = os.path.dirname(os.path.abspath(os.path.dirname(__file__)))
 sys.path.insert(1, _ROOT)
 import common  # noqa: E402
 
+MODES = ["fresh", "process"]  # two of "fresh", "process" (and "fork" on a checkout before 2026-11-28: its step helper)
 MODELS = ["demo"]  # list of model specs or names, as run_all's MODELS
 REPEATS = 2  # int >= 1: runs of each mode (alternating; each step's figure is its fastest)
 STEPS = None  # None = every demo step; or a list of run_all step names
@@ -47,24 +48,25 @@ def run(folder, mode):
 def main():
     work = tempfile.mkdtemp(prefix="lgip-step-start-")
     folder = os.path.join(work, "demo")
-    best = {"fresh": ({}, None), "fork": ({}, None)}
+    a, b = MODES
+    best = {a: ({}, None), b: ({}, None)}
     for r in range(REPEATS):
-        for mode in ("fresh", "fork"):
+        for mode in MODES:
             steps, total = run(folder, mode)
             old_steps, old_total = best[mode]
             best[mode] = ({k: min(v, old_steps.get(k, v)) for k, v in steps.items()},
                           total if old_total is None else min(total, old_total))
             print(f"repeat {r + 1} {mode}: run_all {total:.1f} s", flush=True)
-            if mode == "fresh" and r == REPEATS - 1:
-                shutil.copytree(folder, os.path.join(work, "fresh"))
+            if mode == a and r == REPEATS - 1:
+                shutil.copytree(folder, os.path.join(work, a))
     same = subprocess.run([sys.executable, os.path.join(_ROOT, "benchmarks", "compare_outputs.py"),
-                           os.path.join(work, "fresh"), folder], capture_output=True, text=True)
-    print(f"\n{'step':<30}{'fresh s':>9}{'fork s':>9}")
-    for name, seconds in best["fresh"][0].items():
-        print(f"{name:<30}{seconds:>9.1f}{best['fork'][0].get(name, float('nan')):>9.1f}")
-    fresh, fork = best["fresh"][1], best["fork"][1]
-    print(f"{'run_all total':<30}{fresh:>9.1f}{fork:>9.1f}   ({fresh / fork:.2f}x)")
-    print(f"outputs: {same.stdout.strip().splitlines()[-1]} (benchmarks/compare_outputs.py, last fresh run vs last fork run)")
+                           os.path.join(work, a), folder], capture_output=True, text=True)
+    print(f"\n{'step':<30}{a + ' s':>10}{b + ' s':>10}")
+    for name, seconds in best[a][0].items():
+        print(f"{name:<30}{seconds:>10.1f}{best[b][0].get(name, float('nan')):>10.1f}")
+    ta, tb = best[a][1], best[b][1]
+    print(f"{'run_all total':<30}{ta:>10.1f}{tb:>10.1f}   ({ta / tb:.2f}x)")
+    print(f"outputs: {same.stdout.strip().splitlines()[-1]} (benchmarks/compare_outputs.py, last {a} run vs last {b} run)")
     shutil.rmtree(work, ignore_errors=True)
     sys.exit(same.returncode)
 

@@ -243,58 +243,71 @@ def _handle_sigterm():
 
 
 def run_main(main):
-    """Run a script's main(). First its settings (check_config) are checked, and its output
-    folders (output_folders, from its CONFIG) to take a file. Bad input ends with its message and exit status 2, a GPU out of
-    memory with what to lower and exit status 3, an output that cannot be written with which,
-    why, what to do and what was written (exit status 4; an optional output that could not be
-    written, a score file, also ends so, once the rest is written), Ctrl-C with what was finished
-    and how to resume (exit status 130), SIGTERM likewise (exit status 143). No partial output:
-    every output file is written whole or not at all."""
-    namespace = getattr(main, "__globals__", {})
+    """Run a script's main() as its command line does: exit_status(main), a nonzero status raised as SystemExit."""
+    status = exit_status(main)
+    if status:
+        raise SystemExit(status)
+
+
+def exit_status(main, step=False):
+    """Run main() and return the exit status its command line ends with (0: done). First its settings
+    (check_config) are checked, and its output folders (output_folders, from its CONFIG) to take a file. Bad
+    input ends with its message and exit status 2, a GPU out of memory with what to lower and exit status 3,
+    an output that cannot be written with which, why, what to do and what was written (exit status 4; an
+    optional output that could not be written, a score file, also ends so, once the rest is written), Ctrl-C
+    with what was finished and how to resume (exit status 130), SIGTERM likewise (exit status 143). No partial
+    output: every output file is written whole or not at all.
+    step: main is a script's run(**constants) called by run_all in its own process (run() checks its settings
+    and folders itself; run_all's SIGTERM handler is in force)."""
+    namespace = getattr(main, "__globals__", {}) if not step else {}
     config = namespace.get("CONFIG") if isinstance(namespace.get("CONFIG"), dict) else {}
-    folders, elsewhere = output_folders(config)
-    OUTPUTS.reset(elsewhere)
-    restore = _handle_sigterm()
+    restore = _handle_sigterm() if not step else (lambda: None)
     started = False
+    if step:
+        OUTPUTS.reset()  # (the step's run() checks its own folders: script_call)
     try:
-        check_config(namespace.get("CONFIG"), namespace.get("__file__", ""), namespace)  # bad settings: before any work
-        set_output_dir(config)
-        check_writable(folders)  # before any work: not after an hour
-        OUTPUTS.checked = folders  # (a script's run() then checks them no more)
+        if not step:
+            folders, elsewhere = output_folders(config)
+            OUTPUTS.reset(elsewhere)
+            check_config(namespace.get("CONFIG"), namespace.get("__file__", ""), namespace)  # bad settings: first
+            set_output_dir(config)
+            check_writable(folders)  # before any work: not after an hour
+            OUTPUTS.checked = folders  # (a script's run() then checks them no more)
         started = True
         main()
         if OUTPUTS.unwritten:  # optional outputs the run went on without (said when they failed)
             raise OutputError("not every output could be written (see the warnings above: the run went on "
                               "without them)")
+        return 0
     except OutputError as e:
         lines = OUTPUTS.summary(failed=e.path) + ["no partial file was left"] if started else []
         lines += [OUTPUTS.resume] if started and OUTPUTS.resume else []
         print(f"error: {e}" + "".join(f"\n  {line}" for line in lines), file=sys.stderr)
-        raise SystemExit(4)
+        return 4
     except NothingToDo as e:  # (a job array's shard past the last model: not an error)
         print(f"note: {e}", flush=True)
-        raise SystemExit(0)
+        return 0
     except (InputError, ModelError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(2)
+        return 2
     except (KeyboardInterrupt, Interrupted) as e:
         said = str(e) if isinstance(e, Interrupted) else "no output file was left half-written; run the same command again"
         if _SIGTERM:
             print(f"\nstopped by SIGTERM: {said}", file=sys.stderr)
-            raise SystemExit(143)
+            return 143
         print(f"\ninterrupted: {said}", file=sys.stderr)
-        raise SystemExit(130)
+        return 130
     except Exception as e:
         if _SIGTERM:  # an error of the stopping itself (a worker killed by the same signal): the stop is the news
             print(f"\nstopped by SIGTERM (while stopping: {type(e).__name__}: {e}); no output file was left "
                   f"half-written; run the same command again", file=sys.stderr)
-            raise SystemExit(143)
+            return 143
         torch = sys.modules.get("torch")  # imported by then if a model ran
         if torch is None or not isinstance(e, torch.cuda.OutOfMemoryError):
             raise
         print(f"error: the GPU ran out of memory ({str(e).splitlines()[0]}). Lower --TEXT_BATCH_SIZE= "
               f"(\"auto\" is 2048 on CUDA) or --IMAGE_BATCH_SIZE=, or use --DTYPE=bf16; finished cache chunks "
               f"are kept, so a re-run resumes.", file=sys.stderr)
-        raise SystemExit(3)
+        return 3
     finally:
         restore()

@@ -36,11 +36,12 @@ def script_call(namespace, constants):
         hints = "".join(closest(u, names) for u in unknown)
         raise ConfigError(f"{script}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}{hints}; "
                           f"valid settings: {', '.join(names)}")
-    saved = {k: namespace[k] for k in names}
+    saved = {k: namespace[k] for k in names + ["CONFIG"]}
     state = swap_process_state()  # (None: empty, a fresh process's)
     namespace.update(constants)
     try:
         config = {k: namespace[k] for k in names}
+        namespace["CONFIG"] = config  # (what the script's main() reads and records: the settings of this call)
         check_config(config, namespace.get("__file__", ""), namespace)  # bad settings: before any work
         set_output_dir(config)
         folders, elsewhere = output_folders(config)

@@ -1,4 +1,5 @@
-"""pipeline: run_all's steps, each a process of its own (lgip.step_server starts them), run again only when it must.
+"""pipeline: run_all's steps, each its script's run(**settings) in run_all's process (or a new process: STEP_START
+"fresh"), run again only when it must.
 
 A `Step` is a script with the settings it accepts, its inputs and its outputs. `reason_to_run`
 says why a step must run, or None when it is up to date: every output exists, none is older than
@@ -11,7 +12,7 @@ Example:
     step = Step("diff_gen_caption", "/lgip/diff_gen_caption.py", {"INPUT_JSONL": base}, [base], [perturb])
     reason = reason_to_run(step, pending=set())   # "…_with_perturb.jsonl missing", or None
     if reason:
-        run_step(step, 1, 1, reason)              # streams its output; a failure exits with its status
+        run_step(step, 1, 1, reason)              # its output as it comes; a failure exits with its status
 """
 import ast
 import json
@@ -38,9 +39,8 @@ class Step:
     """One step: its script, the settings it gets (those it accepts), its inputs and outputs.
     `settings` ({NAME: value}, run_all's SETTINGS) go to every step whose script has NAME."""
 
-    def __init__(self, name, script, args, inputs, outputs, note=None, settings=None, needs=None, forkable=True):
+    def __init__(self, name, script, args, inputs, outputs, note=None, settings=None, needs=None):
         self.name, self.script = name, script
-        self.forkable = forkable  # (lgip.step_server: started from its helper, which imported torch once)
         self.inputs, self.outputs = inputs, outputs  # inputs that do not exist are ignored
         self.needs = inputs[:1] if needs is None else needs  # files and folders it cannot run without
         self.note = note  # a reason to skip regardless of dates (make_base without annotations)
@@ -264,16 +264,57 @@ def stopped_by(proc, sigterm, grace=25):
     return proc.wait()
 
 
+def _in_process(step):
+    """Step's script's run(**args) in this process (lgip.scripts loads it once), as `python <script> --NAME=value`
+    would run it: its exit status (the command line's: lgip.cli.exit_status), its output on this process's."""
+    import gc
+    from . import scripts
+    from .cli import exit_status
+    module = scripts.load(os.path.splitext(os.path.basename(step.script))[0])
+    try:
+        return exit_status(lambda: module.run(**step.args), step=True)
+    except SystemExit as e:  # (a script's own exit)
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
+    except Exception:  # a bug: its traceback, as a new process would print it, and status 1
+        import traceback
+        traceback.print_exc()
+        return 1
+    finally:  # (the step's models and tensors are its own: freed before the next step)
+        gc.collect()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
+def in_process(step):
+    """Whether run_all may run `step` in its own process: its script is one of the checkout's (lgip.scripts)."""
+    from . import scripts
+    name = os.path.splitext(os.path.basename(step.script))[0]
+    return name in scripts.SCRIPTS and os.path.dirname(os.path.abspath(step.script)) == scripts.ROOT
+
+
+def _new_process(step):
+    """Step as a new Python process: its exit status (negative: the signal that ended it)."""
+    proc = subprocess.Popen(step.command())
+    try:
+        return proc.wait()
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the step stops as cleanly, and is waited for
+        stopped_by(proc, isinstance(e, Terminated))
+        return 143 if isinstance(e, Terminated) else 130
+
+
 _MODELS_SHOWN = {}  # repr(MODELS) -> the step that printed those specs in full (later steps point to it)
 
 
-def run_step(step, k, n, reason, dry_run=False, starter=None):
-    """Run step k of n (print its command, stream its output, stamp its outputs); in a dry run only
+def run_step(step, k, n, reason, dry_run=False, start="process"):
+    """Run step k of n (print its command, its output as it comes, stamp its outputs); in a dry run only
     say it would. A failing step exits with its status, a stopped one with 130 (Ctrl-C) or 143 (SIGTERM).
     The model specs are printed in full by the first step that takes them; a later step with the same
-    specs says whose (a failing step's error gives its whole command). starter: an
-    lgip.step_server.StepStarter, which forks the step from its helper when the step is `forkable`; None:
-    every step a new process."""
+    specs says whose (a failing step's error gives its whole command). start: "process" (its script's
+    run(**args) in this process, where in_process allows) or "fresh" (a new Python process)."""
     tag = f"[{k}/{n}] {step.name}"
     if not os.path.isfile(step.script):
         raise SystemExit(f"error: step {step.name}: {step.script} not found")
@@ -285,16 +326,13 @@ def run_step(step, k, n, reason, dry_run=False, starter=None):
     if dry_run:
         return
     t0 = time.perf_counter()
-    command = step.command()
-    proc = starter.popen(command, step.forkable) if starter else subprocess.Popen(command)
-    try:
-        rc = proc.wait()
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the step stops as cleanly, and is waited for
-        stopped_by(proc, isinstance(e, Terminated))
-        print(f"\nerror: {'stopped by SIGTERM' if isinstance(e, Terminated) else 'interrupted'} during step "
+    rc = _in_process(step) if start == "process" and in_process(step) else _new_process(step)
+    if rc in (130, 143, -signal.SIGINT, -signal.SIGTERM):
+        stopped = rc in (143, -signal.SIGTERM)
+        print(f"\nerror: {'stopped by SIGTERM' if stopped else 'interrupted'} during step "
               f"{step.name}; later steps not run. Run the same command again to go on: finished steps are skipped, "
               f"an interrupted evaluation resumes from its cache", file=sys.stderr)
-        raise SystemExit(143 if isinstance(e, Terminated) else 130)
+        raise SystemExit(143 if stopped else 130)
     seconds = time.perf_counter() - t0
     if rc != 0:
         status = rc if rc > 0 else 128 - rc  # killed by a signal: the shell's convention

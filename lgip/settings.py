@@ -130,8 +130,8 @@ RULES = {
     "ACCELERATIONS_OFF": (_accelerations, "a list of names from lgip/accelerations.py, or \"all\""),
     "SHARD": (_shard, "None, \"i/n\" (0 <= i < n: this job runs models i, i + n, ...) or \"slurm\" (i and n from "
                       "SLURM_ARRAY_TASK_ID, _MIN and _COUNT)"),
-    "STEP_START": (lambda v: v in ("fork", "fresh"), "\"fork\" (run_all's evaluations and report forked from a process "
-                                                     "that imported torch once) or \"fresh\" (every step a new process)"),
+    "STEP_START": (lambda v: v in ("process", "fresh"), "\"process\" (each of run_all's steps its script's run() in "
+                                                        "run_all's process) or \"fresh\" (every step a new process)"),
     "ON_MODEL_ERROR": (lambda v: v in ("stop", "skip"), "\"stop\" (a model that fails stops the run) or \"skip\" (it is "
                                                         "left out, recorded in skipped_models; the others go on)"),
     "MAX_SAME_PER_CAP": (_int(0), f"{_COUNT} (paraphrases kept per caption)"),

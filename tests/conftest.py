@@ -27,49 +27,47 @@ sys.path.insert(0, ROOT)
 sys.path.insert(1, BENCHMARKS)  # the benchmark scripts, imported by name as the scripts are
 
 
-@functools.cache
-def _starter():
-    """This test process's lgip.step_server.StepStarter, made at the first run_script: the scripts start as
-    run_all starts its steps (STEP_START "fork": a child of a helper that imported torch, open_clip and
-    transformers once; tests/test_step_server.py shows it is what a new process is), instead of each paying
-    those imports again; LGIP_TEST_FRESH=1 starts each as a new process."""
-    import atexit
-    from lgip.step_server import StepStarter
-    starter = StepStarter("fresh" if os.environ.get("LGIP_TEST_FRESH") else "fork")
-    atexit.register(starter.close)
-    return starter
-
-
-def _captured(command, env):
-    """subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True), started by _starter()."""
-    import selectors
-    reads, writes = zip(os.pipe(), os.pipe())
+def _here(path, args):
+    """`python <path> <args>` in this process (runpy, as __main__, with that argv): its exit status and what
+    it printed, as subprocess.run(..., capture_output=True, text=True) returns them. A script's run() starts
+    from a fresh process state (lgip.entry), so this is what a new process gives, without the seconds of CPU a
+    new interpreter spends importing torch, open_clip and transformers again."""
+    import runpy
+    import traceback
+    out, err = io.StringIO(), io.StringIO()
+    argv, cwd, rc = sys.argv, os.getcwd(), 0
+    sys.argv = [path, *args]
+    os.chdir(ROOT)  # (where the new process started)
     try:
-        proc = _starter().popen(command, stdout=writes[0], stderr=writes[1], cwd=ROOT, env=env)
-    finally:
-        for fd in writes:
-            os.close(fd)
-    got = {fd: [] for fd in reads}
-    with selectors.DefaultSelector() as sel:
-        for fd in reads:
-            sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map():
-            for key, _ in sel.select():
-                chunk = os.read(key.fd, 1 << 16)
-                if chunk:
-                    got[key.fd].append(chunk)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(path, run_name="__main__")
+            except SystemExit as e:
+                if e.code is None or isinstance(e.code, int):
+                    rc = e.code or 0
                 else:
-                    sel.unregister(key.fd)
-                    os.close(key.fd)
-    rc = proc.wait()
-    out, err = (io.TextIOWrapper(io.BytesIO(b"".join(got[fd]))).read() for fd in reads)  # (text=True's newlines)
-    return subprocess.CompletedProcess(command, rc, out, err)
+                    print(e.code, file=sys.stderr)
+                    rc = 1
+            except Exception:  # a traceback and status 1, as the interpreter ends an uncaught error
+                traceback.print_exc()
+                rc = 1
+    finally:
+        sys.argv = argv
+        os.chdir(cwd)
+    return subprocess.CompletedProcess([sys.executable, path, *args], rc, out.getvalue(), err.getvalue())
 
 
-def run_script(script, *args, env=None, check=True):
-    """Run a project script as its users do (as run_all starts a step: _starter); returns the CompletedProcess."""
-    full_env = dict(os.environ, **(env or {}))
-    proc = _captured([sys.executable, os.path.join(ROOT, script), *args], full_env)
+def run_script(script, *args, env=None, check=True, fresh=False):
+    """Run a project script as its users do, `python <script> <args>`: in this process (_here), or, with `env`
+    (read by libraries when they are imported), `fresh` or a benchmark, as a new process. Returns the
+    CompletedProcess."""
+    path = os.path.join(ROOT, script)
+    # (a benchmark is a process of its own: it sets the switches and module constants it measures and leaves them)
+    if env is not None or fresh or script.startswith("benchmarks") or os.environ.get("LGIP_TEST_FRESH"):
+        proc = subprocess.run([sys.executable, path, *args], cwd=ROOT, env=dict(os.environ, **(env or {})),
+                              capture_output=True, text=True)
+    else:
+        proc = _here(path, args)
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -1,4 +1,5 @@
 """run_all.py: the whole pipeline on the demo data (tiny models, CPU), skipping, re-running, failing; COCO mode."""
+import glob
 import json
 import os
 import re
@@ -358,3 +359,67 @@ def test_output_dir_takes_every_evaluations_outputs_and_the_report(tmp_path):
         assert "lgip_demo__LGIP_report.html" in made and f"report: open {out / 'lgip_demo__LGIP_report.html'}" in proc.stdout
     again = run_all(folder, *args)
     assert all(skipped(again, s) for s in steps[2:]), again.stdout
+
+
+def _steps_as(folder, mode, *args):
+    return run_script("run_all.py", f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo",
+                      f"--MODELS={TINY_MODELS[:1]!r}", "--DEVICE=cpu", "--NUM_WORKERS=0", f"--STEP_START={mode}",
+                      "--STEPS=['diff_gen_caption', 'run_lgip_multi', 'report']", "--SETTINGS={'BOOTSTRAP': 50}", *args)
+
+
+def test_steps_in_run_alls_process_write_what_new_processes_write(tmp_path):
+    """The exactness test of STEP_START: the same steps run as new processes ("fresh"), then in run_all's own
+    process ("process", each script's run()), in the same folder (so every path they record is the same), give
+    the same outputs but for their times (benchmarks/compare_outputs.py)."""
+    import subprocess
+    import sys
+    folder = demo_inputs(tmp_path / "demo")
+    fresh = _steps_as(folder, "fresh")
+    shutil.move(folder, tmp_path / "fresh")  # (its cache too: the second run computes everything again)
+    demo_inputs(folder)
+    here = _steps_as(folder, "process")
+    assert "ran 3 of 3 steps" in fresh.stdout and "ran 3 of 3 steps" in here.stdout
+    compared = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "compare_outputs.py"),
+                               str(tmp_path / "fresh"), str(folder)], capture_output=True, text=True)
+    assert compared.returncode == 0 and " 0 differ" in compared.stdout, compared.stdout
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_a_step_in_run_alls_process_stops_as_a_new_one_does_and_leaves_nothing(tmp_path, how):
+    """Ctrl-C (SIGINT to the terminal's process group) or a scheduler's SIGTERM to run_all, while an
+    evaluation runs in its process: the step stops as it does alone (no metrics file), run_all exits 130 or
+    143 saying the same command goes on, and it is the only process of the run (no helper, no step process)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    folder = demo_inputs(tmp_path / "demo")
+    spec = {"name": "slow", "type": "python", "loader": os.path.join(ROOT, "tests", "user_loaders.py") + ":slow"}
+    # (SIGINT handled as in a terminal, even where the tests run in the background with it ignored)
+    code = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            f"sys.argv = sys.argv[1:]; runpy.run_path({os.path.join(ROOT, 'run_all.py')!r}, run_name='__main__')")
+    proc = subprocess.Popen([sys.executable, "-c", code, "run_all.py", f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}",
+                             "--DATA=demo", f"--MODELS={[spec]!r}", "--DEVICE=cpu", "--NUM_WORKERS=0",
+                             "--STEPS=['diff_gen_caption', 'make_perturb_with_fliptypes', 'run_lgip_multi', "
+                             "'run_lgip_by_fliptype']", "--TEXT_BATCH_SIZE=4"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("encoded"):
+            break
+    assert lines and lines[-1].startswith("encoded"), "".join(lines) + proc.stderr.read()
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert not children, children  # (NUM_WORKERS=0: the step runs in run_all's process)
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    t0 = time.perf_counter()
+    rc = proc.wait(timeout=60)
+    seconds, err = time.perf_counter() - t0, proc.stderr.read()
+    assert rc == (130 if how == "ctrl-c" else 143) and seconds < 20, (rc, seconds, err[-2000:])
+    assert "during step run_lgip_multi; later steps not run. Run the same command again to go on" in err, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+    assert not glob.glob(str(folder / "*.metrics.json"))
