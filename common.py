@@ -53,8 +53,8 @@ and its pairs (`scoring.Pairs`); `ModelRun.score` hands them to the model's scor
 seam; today's `EmbeddingScorer`), which has the TextBank tokenize (`tokens`), batch or pack
 (`prefix_packs`) and encode them through the model's Encoder (`models`), cached (`cache`), while
 `images.RecordImages` decodes and encodes the record's image beside them; the pairs get their
-cosines (`device.cosines`) and come back in a `scorer.Scored`; `evaluate` turns them into metrics with intervals (`scoring`)
-and writes the score file (`scorefile`); run_evaluation adds the run block and the script writes
+cosines (`device.cosines`) and come back in a `scorer.Scored`; `evaluate` turns them into metrics with intervals
+(`scoring`) and writes the score file (`scorefile`); run_evaluation adds the run block and the script writes
 the metrics JSON (`lgip.outputs.write_json`; the list of all models merged into the one there by
 `results.write_rows`).
 
@@ -67,31 +67,68 @@ Example (an evaluation script):
         with common.script_call(globals(), constants) as config:
             return common.run_evaluation(__file__, config, ("same_caps", "diff_caps"), evaluate, summary)
 """
+
 from contextlib import closing
 
 from lgip.accelerations import NAMES as ACCELERATIONS
 from lgip.cli import configure, parse_value, run_main
 from lgip.scorer import leave_out
-from lgip.controls import Comparisons, hard_positive_figures, prior_figures, prior_values, relative_figures, relative_terms
+from lgip.controls import (
+    Comparisons,
+    hard_positive_figures,
+    prior_figures,
+    prior_values,
+    relative_figures,
+    relative_terms,
+)
 from lgip.demo import ABOUT_MODEL as DEMO_ABOUT, DEMO_JSONL, DEMO_MODEL, demo_block, demo_message, say_demo
 from lgip.entry import script_call
 from lgip.models.encoder import PROTOCOLS, SIGLIP_TEXT_LENGTH, resolve_device, resolve_dtype
 from lgip.errors import ConfigError, InputError, ModelError, Terminated
-from lgip.evaluation import (ModelRun, eval_run_info, evaluate_models, forget_token_tables, is_main_process,
-                             run_evaluation, swap_process_state, write_comparisons)
+from lgip.evaluation import (
+    ModelRun,
+    eval_run_info,
+    evaluate_models,
+    forget_token_tables,
+    is_main_process,
+    run_evaluation,
+    swap_process_state,
+    write_comparisons,
+)
 from lgip.generate import SkipRecord, run_generator
 from lgip.models.hub import check_models, require_models
 from lgip.models.hub import describe as describe_model_problems
 from lgip.images import encode_record_images, open_rgb
 from lgip.image_side import ImageSide, check_kinds, check_seed, image_flip_positives, save_examples
 from lgip.lookahead import Lookahead
-from lgip.method import (COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, add_typed_flips, advanced_paraphrases, cap_sample,
-                         infer_flip_type, simple_paraphrases, typed_flips)
+from lgip.method import (
+    COLORS,
+    FLIP_TYPES,
+    NUMBER_WORDS,
+    OBJECTS,
+    add_typed_flips,
+    advanced_paraphrases,
+    cap_sample,
+    infer_flip_type,
+    simple_paraphrases,
+    typed_flips,
+)
 from lgip.models import PUBLISHED_MODELS, load_model
 from lgip.models.zoo import shard
 from lgip.models.cards import model_card
 from lgip.model_loop import ModelLoop
-from lgip.pipeline import Step, blockers, check_step_settings, reason_to_run, run_step, say_report, script_settings, select_steps, show, step_setting_hint
+from lgip.pipeline import (
+    Step,
+    blockers,
+    check_step_settings,
+    reason_to_run,
+    run_step,
+    say_report,
+    script_settings,
+    select_steps,
+    show,
+    step_setting_hint,
+)
 from lgip.pixel_memory import forget_pixels
 from lgip.records import caption_texts, dump_jsonl_line, flip_types, iter_records, load_records, read_json
 from lgip.results import write_rows
@@ -105,17 +142,112 @@ from lgip.util import Timer, default_num_workers, fmt, package_versions, provena
 from lgip.outputs import OutputSet, atomic_open, refuse_overwriting_input, remove_stale_temps, write_json
 from lgip.filenames import default_output, metrics_path
 
-__all__ = ["ACCELERATIONS", "COLORS", "Comparisons", "ConfigError", "DEMO_ABOUT", "DEMO_JSONL", "DEMO_MODEL", "FLIP_TYPES", "Gallery",
-           "ImageSide", "InputError", "Lookahead", "ModelError", "ModelLoop", "ModelRun", "NUMBER_WORDS", "OBJECTS", "OutputSet", "PROTOCOLS",
-           "PUBLISHED_MODELS", "Pairs", "PerModel", "SIGLIP_TEXT_LENGTH", "ScoreSidecar", "SkipRecord", "Step",
-           "Terminated", "TextBank", "Timer", "add_ci", "add_typed_flips", "advanced_paraphrases", "atomic_open",
-           "blockers", "cap_sample", "caption_texts", "check_gallery_size", "check_kinds", "check_models", "check_seed", "check_settings", "check_step_settings",
-           "configure", "cosines", "default_num_workers", "default_output", "demo_block", "demo_message", "describe_model_problems",
-           "closing", "dump_jsonl_line", "encode_record_images", "eval_run_info", "evaluate_models", "is_main_process", "leave_out", "flip_types", "fmt", "hard_positive_figures", "forget_pixels", "forget_token_tables",
-           "image_flip_positives", "infer_flip_type", "iter_records", "load_model", "load_records", "mean_or_none", "metrics_path", "model_card", "open_rgb",
-           "package_versions", "parse_value", "prior_figures", "prior_values", "relative_figures", "relative_terms", "provenance", "read_json", "reason_to_run", "refuse_overwriting_input",
-           "remove_stale_temps", "require_int", "require_models", "resolve_device", "resolve_dtype",
-           "retrieval_compared", "retrieval_figures", "run_evaluation", "run_generator", "run_main", "run_step", "save_examples", "say_demo", "say_report",
-           "script_call", "script_settings", "search_galleries", "select_steps", "shard", "show", "step_setting_hint", "simple_paraphrases",
-           "swap_process_state", "typed_flips",
-           "write_comparisons", "write_json", "write_rows"]
+__all__ = [
+    "ACCELERATIONS",
+    "COLORS",
+    "Comparisons",
+    "ConfigError",
+    "DEMO_ABOUT",
+    "DEMO_JSONL",
+    "DEMO_MODEL",
+    "FLIP_TYPES",
+    "Gallery",
+    "ImageSide",
+    "InputError",
+    "Lookahead",
+    "ModelError",
+    "ModelLoop",
+    "ModelRun",
+    "NUMBER_WORDS",
+    "OBJECTS",
+    "OutputSet",
+    "PROTOCOLS",
+    "PUBLISHED_MODELS",
+    "Pairs",
+    "PerModel",
+    "SIGLIP_TEXT_LENGTH",
+    "ScoreSidecar",
+    "SkipRecord",
+    "Step",
+    "Terminated",
+    "TextBank",
+    "Timer",
+    "add_ci",
+    "add_typed_flips",
+    "advanced_paraphrases",
+    "atomic_open",
+    "blockers",
+    "cap_sample",
+    "caption_texts",
+    "check_gallery_size",
+    "check_kinds",
+    "check_models",
+    "check_seed",
+    "check_settings",
+    "check_step_settings",
+    "configure",
+    "cosines",
+    "default_num_workers",
+    "default_output",
+    "demo_block",
+    "demo_message",
+    "describe_model_problems",
+    "closing",
+    "dump_jsonl_line",
+    "encode_record_images",
+    "eval_run_info",
+    "evaluate_models",
+    "is_main_process",
+    "leave_out",
+    "flip_types",
+    "fmt",
+    "hard_positive_figures",
+    "forget_pixels",
+    "forget_token_tables",
+    "image_flip_positives",
+    "infer_flip_type",
+    "iter_records",
+    "load_model",
+    "load_records",
+    "mean_or_none",
+    "metrics_path",
+    "model_card",
+    "open_rgb",
+    "package_versions",
+    "parse_value",
+    "prior_figures",
+    "prior_values",
+    "relative_figures",
+    "relative_terms",
+    "provenance",
+    "read_json",
+    "reason_to_run",
+    "refuse_overwriting_input",
+    "remove_stale_temps",
+    "require_int",
+    "require_models",
+    "resolve_device",
+    "resolve_dtype",
+    "retrieval_compared",
+    "retrieval_figures",
+    "run_evaluation",
+    "run_generator",
+    "run_main",
+    "run_step",
+    "save_examples",
+    "say_demo",
+    "say_report",
+    "script_call",
+    "script_settings",
+    "search_galleries",
+    "select_steps",
+    "shard",
+    "show",
+    "step_setting_hint",
+    "simple_paraphrases",
+    "swap_process_state",
+    "typed_flips",
+    "write_comparisons",
+    "write_json",
+    "write_rows",
+]

@@ -12,6 +12,7 @@ in fp32. Writes `<stem>__LGIP_explain_<model>.jsonl` (one line per flip) and
 `<stem>__LGIP_explain.metrics.json` (one dict per model) next to the input.
   python explain_flips.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes.jsonl --N_FLIPS=500
 """
+
 import os
 import random
 
@@ -19,22 +20,32 @@ import common
 from lgip import explain
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: make_perturb_with_fliptypes.py output (any JSONL with diff_caps)
+JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input:
+#   make_perturb_with_fliptypes.py output (any JSONL with diff_caps)
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
 OUTPUT_DIR = None  # folder for the outputs (metrics, score files), created when missing; None = beside JSONL_PATH
-MODELS = common.PUBLISHED_MODELS  # list of specs or names (see run_lgip_multi.py); families: open_clip CLIP/OpenCLIP/EVA02, transformers CLIPModel, SigLIP, SigLIP2
-SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS: one job of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT)
-ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run) or "skip" (it is left out and recorded in each row's run.skipped_models; the run fails only when every model does)
+MODELS = common.PUBLISHED_MODELS  # list of specs or names (see run_lgip_multi.py);
+#   families: open_clip CLIP/OpenCLIP/EVA02, transformers CLIPModel, SigLIP, SigLIP2
+SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS:
+#   one job of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT)
+ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run)
+#   or "skip" (it is left out and recorded in each row's run.skipped_models; the run fails only when every model does)
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ... (the models run in fp32)
-N_FLIPS = 1000  # int >= 0: flips drawn at random (with SEED) from all the input's flips, the same for every model; None = all
+N_FLIPS = 1000  # int >= 0: flips drawn at random (with SEED) from all the input's flips, the same for every model;
+#   None = all
 SEED = 0  # int: seed of that draw
-TOP_K = 50  # int >= 0: also each model's TOP_K most preferred flips (lowest caption - flip gap) in its score file of this input, when there is one
+TOP_K = 50  # int >= 0: also each model's TOP_K most preferred flips (lowest caption - flip gap)
+#   in its score file of this input, when there is one
 LAYERS = 3  # int >= 1: the last LAYERS attention layers of the text tower are averaged (all when it has fewer)
-TEMPLATE = ""  # "" (texts as written, as LGIP scores them) or a prefix ending in a space, e.g. "A photo depicts " (CLIP4DM's); its tokens are never words
+TEMPLATE = ""  # "" (texts as written, as LGIP scores them) or a prefix ending in a space, e.g. "A photo depicts "
+#   (CLIP4DM's); its tokens are never words
 TEXT_BATCH_SIZE = 32  # int >= 1: texts per forward and backward pass
 IMAGE_BATCH_SIZE = 64  # int >= 1: images per forward pass
-NUM_WORKERS = None  # int >= 0 (0: decoded in the main process): image-decoding worker processes; None = from the CPU count
-UNSUPPORTED = "stop"  # "stop": a model of a family word attribution does not support stops the script, naming the supported ones; "skip": it is left out with that message (listed in the metrics as "unsupported"; run_all.py's choice)
+NUM_WORKERS = None  # int >= 0 (0: decoded in the main process): image-decoding worker processes;
+#   None = from the CPU count
+UNSUPPORTED = "stop"  # "stop": a model of a family word attribution does not support stops the script,
+#   naming the supported ones; "skip": it is left out with that message (listed in the metrics as "unsupported";
+#   run_all.py's choice)
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the flips for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 CONFIG = common.configure(globals())
@@ -45,9 +56,9 @@ def check_config(config):
     for name, low in (("N_FLIPS", 0), ("TOP_K", 0), ("LAYERS", 1), ("TEXT_BATCH_SIZE", 1)):
         common.require_int(config, name, low, none_ok=name == "N_FLIPS")
     if config["UNSUPPORTED"] not in ("stop", "skip"):
-        raise common.ConfigError(f"UNSUPPORTED must be \"stop\" or \"skip\", got {config['UNSUPPORTED']!r}")
+        raise common.ConfigError(f'UNSUPPORTED must be "stop" or "skip", got {config["UNSUPPORTED"]!r}')
     if not isinstance(TEMPLATE, str) or (TEMPLATE and not TEMPLATE[-1].isspace()):
-        raise common.ConfigError(f"TEMPLATE must be \"\" or a string ending in a space, got {TEMPLATE!r}")
+        raise common.ConfigError(f'TEMPLATE must be "" or a string ending in a space, got {TEMPLATE!r}')
 
 
 def run(**constants):
@@ -62,8 +73,10 @@ def explain_all(config):
     records = common.load_records(JSONL_PATH, ("diff_caps", "diff_caps_*"))
     flips = explain.all_flips(records)
     if not flips:  # (before any model is loaded: all-n/a metrics with exit status 0 would pass for a result)
-        raise common.InputError(f"no flip to explain: {len(records)} records in {JSONL_PATH}, none with a flip "
-                                f"(diff_caps); no metrics were written")
+        raise common.InputError(
+            f"no flip to explain: {len(records)} records in {JSONL_PATH}, none with a flip "
+            f"(diff_caps); no metrics were written"
+        )
     models = common.leave_out(MODELS, ("embeddings",), "explain_flips.py")  # (word attribution needs text embeddings)
     if not models:
         return []
@@ -71,7 +84,9 @@ def explain_all(config):
     common.say_demo(models, JSONL_PATH, records)
     n = len(flips) if N_FLIPS is None else min(N_FLIPS, len(flips))
     sample = set(random.Random(SEED).sample(range(len(flips)), n))
-    print(f"{len(records)} records, {len(flips)} flips; explaining {n} drawn with seed {SEED} (+ TOP_K {TOP_K} per model)")
+    print(
+        f"{len(records)} records, {len(flips)} flips; explaining {n} drawn with seed {SEED} (+ TOP_K {TOP_K} per model)"
+    )
     results, paired = [], common.Comparisons()
     for spec in loop.runnable:
         with common.Timer() as t, loop.model(spec) as ok:  # (ON_MODEL_ERROR "skip": a model that fails is left out)
@@ -86,17 +101,28 @@ def explain_all(config):
         for figure, rec, values in m.pop("_compared", ()):
             paired.add(enc.name, figure, None, rec, values)  # (paired model comparisons, LGIP_SPEC.md 9 and 12)
         m["model_card"] = common.model_card(spec, enc)
-        m["run"] = dict(common.eval_run_info(__file__, config, enc, m.pop("image_report"), len(records), records=records),
-                        seconds=round(t.seconds, 3), family=m.pop("family"))
+        m["run"] = dict(
+            common.eval_run_info(__file__, config, enc, m.pop("image_report"), len(records), records=records),
+            seconds=round(t.seconds, 3),
+            family=m.pop("family"),
+        )
         results.append(m)
         if "unsupported" in m:
             print(f"{enc.name}: skipped: {m['unsupported']}", flush=True)
             continue
-        print(f"{enc.name}: localization {common.fmt(m['localization_acc'], '.3f')} (detected "
-              f"{common.fmt(m['localization_acc_detected'], '.3f')}, preferred {common.fmt(m['localization_acc_preferred'], '.3f')}, "
-              f"chance {common.fmt(m['chance'], '.3f')}) over {m['num_flips']} flips, {t.seconds:.1f} s -> "
-              f"{m['explain_file']}" + (f"; left out: {', '.join(f'{v} {k}' for k, v in m['skipped'].items() if v)}"
-                                       if any(m["skipped"].values()) else "") + loop.progress())
+        print(
+            f"{enc.name}: localization {common.fmt(m['localization_acc'], '.3f')} (detected "
+            f"{common.fmt(m['localization_acc_detected'], '.3f')}, "
+            f"preferred {common.fmt(m['localization_acc_preferred'], '.3f')}, "
+            f"chance {common.fmt(m['chance'], '.3f')}) over {m['num_flips']} flips, {t.seconds:.1f} s -> "
+            f"{m['explain_file']}"
+            + (
+                f"; left out: {', '.join(f'{v} {k}' for k, v in m['skipped'].items() if v)}"
+                if any(m["skipped"].values())
+                else ""
+            )
+            + loop.progress()
+        )
         print(f"{enc.name}: {explain.detection_line(m)}", flush=True)
     loop.finish(results)
     print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_explain.metrics.json'), results)}")

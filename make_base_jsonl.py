@@ -17,6 +17,7 @@ an earlier annotation's id (the first is kept) are skipped and counted. Prints w
 why; writes `<OUTPUT_JSONL>.meta.json` (settings, versions, counts).
   python make_base_jsonl.py --N_IMAGES=40000 --SEED=42
 """
+
 import os
 
 import common
@@ -24,7 +25,8 @@ from lgip import coco
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 ANNOTATIONS_JSON = os.path.join(_HERE, "annotations", "captions_train2017.json")  # path to COCO captions_train2017.json
-IMAGE_DIR = os.path.join(_HERE, "train2017", "train2017")  # folder holding the COCO images (file_name is relative to it)
+IMAGE_DIR = os.path.join(_HERE, "train2017", "train2017")  # folder holding the COCO images
+#   (file_name is relative to it)
 OUTPUT_JSONL = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # output path of the base JSONL
 N_IMAGES = 40000  # int >= 0: images to write (seeded sample when more are eligible); None = all eligible
 SEED = 42  # int: seed of random.Random used to choose the N_IMAGES images
@@ -50,20 +52,32 @@ def check_settings():
 
 def report(stats, skipped, dropped, seconds):
     name = os.path.basename(__file__)
-    print(f"{name}: {stats['images_in_file']} images in file, {stats['annotations']} annotations, "
-          f"{stats['eligible']} eligible, {stats['written']} written")
-    print(f"  skipped (fewer than {CAPTIONS_PER_IMAGE} captions): {stats['skipped_too_few_captions']} images"
-          + _examples(skipped["too_few_captions"]))
+    print(
+        f"{name}: {stats['images_in_file']} images in file, {stats['annotations']} annotations, "
+        f"{stats['eligible']} eligible, {stats['written']} written"
+    )
+    print(
+        f"  skipped (fewer than {CAPTIONS_PER_IMAGE} captions): {stats['skipped_too_few_captions']} images"
+        + _examples(skipped["too_few_captions"])
+    )
     check = "" if CHECK_IMAGES else " (not checked: CHECK_IMAGES=False)"
-    print(f"  skipped (image file missing, empty or a folder){check}: {stats['skipped_image_missing']} images"
-          + _examples(skipped["image_missing"]))
-    print(f"  skipped annotations with an unknown image id: {stats['annotations_unknown_image']}"
-          + _examples(dropped["unknown_image"], "annotation ids"))
-    for key, what in (("blank_caption", "an empty or blank caption"),
-                      ("repeated_id", "the id of an earlier annotation (the first one is kept)")):
+    print(
+        f"  skipped (image file missing, empty or a folder){check}: {stats['skipped_image_missing']} images"
+        + _examples(skipped["image_missing"])
+    )
+    print(
+        f"  skipped annotations with an unknown image id: {stats['annotations_unknown_image']}"
+        + _examples(dropped["unknown_image"], "annotation ids")
+    )
+    for key, what in (
+        ("blank_caption", "an empty or blank caption"),
+        ("repeated_id", "the id of an earlier annotation (the first one is kept)"),
+    ):
         if stats["annotations_" + key]:
-            print(f"  skipped annotations with {what}: {stats['annotations_' + key]}"
-                  + _examples(dropped[key], "annotation ids"))
+            print(
+                f"  skipped annotations with {what}: {stats['annotations_' + key]}"
+                + _examples(dropped[key], "annotation ids")
+            )
     if N_IMAGES is not None and stats["eligible"] < N_IMAGES:
         print(f"  note: only {stats['eligible']} eligible images, fewer than N_IMAGES={N_IMAGES}: wrote them all")
     rate = stats["written"] / max(seconds, 1e-9)
@@ -93,9 +107,11 @@ def main():
         chosen = coco.select(files, by_image, stats, skipped, CONFIG)
         if not chosen:  # (an empty base would pass for one: said before anything is written)
             raise common.InputError(
-                f"no image of {ANNOTATIONS_JSON} can be written: {len(skipped['image_missing'])} not found in IMAGE_DIR "
+                f"no image of {ANNOTATIONS_JSON} can be written: "
+                f"{len(skipped['image_missing'])} not found in IMAGE_DIR "
                 f"{IMAGE_DIR}{_examples(skipped['image_missing'])}, {len(skipped['too_few_captions'])} with fewer than "
-                f"{CAPTIONS_PER_IMAGE} captions; nothing was written")
+                f"{CAPTIONS_PER_IMAGE} captions; nothing was written"
+            )
         relative = coco.relative_path_fn(IMAGE_DIR, os.path.dirname(os.path.abspath(OUTPUT_JSONL)))
         with common.atomic_open(OUTPUT_JSONL) as out:
             for image_id in chosen:
@@ -103,19 +119,26 @@ def main():
                 out.write(common.dump_jsonl_line(rec))
         stats["written"] = len(chosen)
     meta = common.provenance(__file__, CONFIG)
-    meta.update(input=os.path.abspath(ANNOTATIONS_JSON), image_dir=os.path.abspath(IMAGE_DIR),
-                output=os.path.abspath(OUTPUT_JSONL), counts=stats,
-                skipped_examples={"too_few_captions": skipped["too_few_captions"][:_SHOW_SKIPPED],
-                                  "image_missing": skipped["image_missing"][:_SHOW_SKIPPED],
-                                  **{f"{k}_annotation_ids": v[:_SHOW_SKIPPED] for k, v in dropped.items()}},
-                seconds=round(timer.seconds, 3))
+    meta.update(
+        input=os.path.abspath(ANNOTATIONS_JSON),
+        image_dir=os.path.abspath(IMAGE_DIR),
+        output=os.path.abspath(OUTPUT_JSONL),
+        counts=stats,
+        skipped_examples={
+            "too_few_captions": skipped["too_few_captions"][:_SHOW_SKIPPED],
+            "image_missing": skipped["image_missing"][:_SHOW_SKIPPED],
+            **{f"{k}_annotation_ids": v[:_SHOW_SKIPPED] for k, v in dropped.items()},
+        },
+        seconds=round(timer.seconds, 3),
+    )
     common.write_json(OUTPUT_JSONL + ".meta.json", meta)
     report(stats, skipped, dropped, timer.seconds)
     return OUTPUT_JSONL
 
 
 def run(**constants):
-    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry); returns the output's path."""
+    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry);
+    returns the output's path."""
     with common.script_call(globals(), constants):
         return main()
 

@@ -5,12 +5,14 @@ it with `same_caps`, `diff_caps` and `diff_caps_{color,number,object}`, byte-ide
 published script's output.
   python make_perturb_with_fliptypes.py --INPUT_JSONL=data/lgip_coco_native5_train2017.jsonl
 """
+
 import os
 
 import common
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-INPUT_JSONL = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL: one {image_path, orig_captions, ...} per line
+INPUT_JSONL = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL: one {image_path, orig_captions,
+#   ...} per line
 OUTPUT_JSONL = None  # output path; None = <input stem>_with_fliptypes.jsonl next to the input
 MAX_SAME_PER_CAP = 6  # int >= 0: paraphrases kept per caption (random.sample when there are more)
 MAX_DIFF_PER_CAP = 6  # int >= 0: flips kept per caption (random.sample when there are more)
@@ -38,7 +40,8 @@ def main():
 
 
 def run(**constants):
-    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry); returns the output's path."""
+    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry); returns the
+    output's path."""
     with common.script_call(globals(), constants):
         return main()
 

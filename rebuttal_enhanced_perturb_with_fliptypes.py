@@ -10,19 +10,25 @@ passive rewrites, single then double synonym swaps; first occurrence wins), so t
 the same on every run, drawn from exactly the published candidate pool.
   python rebuttal_enhanced_perturb_with_fliptypes.py --INPUT_JSONL=data/lgip_coco_native5_train2017.jsonl
 """
+
 import os
 
 import common
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-INPUT_JSONL = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL: one {image_path, orig_captions, ...} per line
+INPUT_JSONL = os.path.join(
+    _HERE, "lgip_coco_native5_train2017.jsonl"
+)  # base JSONL: one {image_path, orig_captions, ...} per line
 OUTPUT_JSONL = None  # output path; None = rebuttal_enhanced_<input stem>_with_fliptypes.jsonl next to the input
 MAX_SAME_PER_CAP = 6  # int >= 0: paraphrases kept per caption (random.sample when there are more)
 MAX_DIFF_PER_CAP = 6  # int >= 0: flips kept per caption (random.sample when there are more)
 MAX_COMBINED_PER_CAP = 6  # int >= 0: paraphrase+flip texts kept per caption (the first ones)
 COMBINED_SOURCE_PARAS = 5  # int >= 0: how many paraphrases (in order) are flipped for combined_caps
-MAX_CAPTION_WORDS = 100  # int >= 1: a record with a longer caption is skipped, counted and reported (its double synonym swaps grow with the square of its length: 400 words took 0.86 GB); COCO captions have at most ~50
-PARAPHRASE_ORDER = "generation"  # "generation" (deterministic) or "set" (the published order; depends on PYTHONHASHSEED)
+MAX_CAPTION_WORDS = 100  # int >= 1: a record with a longer caption is skipped, counted and reported (its double synonym
+#   swaps grow with the square of its length: 400 words took 0.86 GB); COCO captions have at most ~50
+PARAPHRASE_ORDER = (
+    "generation"  # "generation" (deterministic) or "set" (the published order; depends on PYTHONHASHSEED)
+)
 SEED = 42  # int: seed of the single random stream (42 reproduces the published outputs)
 CONFIG = common.configure(globals())
 
@@ -32,8 +38,10 @@ def check_length(rec):
     random call, so the records after it get what they would get without it."""
     for i, c in enumerate(rec["orig_captions"]):
         if len(c.split()) > MAX_CAPTION_WORDS:
-            raise common.SkipRecord("caption_over_MAX_CAPTION_WORDS", f"field 'orig_captions[{i}]' has "
-                                    f"{len(c.split()):,} words, over MAX_CAPTION_WORDS={MAX_CAPTION_WORDS}")
+            raise common.SkipRecord(
+                "caption_over_MAX_CAPTION_WORDS",
+                f"field 'orig_captions[{i}]' has {len(c.split()):,} words, over MAX_CAPTION_WORDS={MAX_CAPTION_WORDS}",
+            )
 
 
 def perturb(rec, rng, stats):
@@ -61,7 +69,7 @@ def perturb(rec, rng, stats):
 
 def main():
     if PARAPHRASE_ORDER not in ("generation", "set"):  # (the counts and SEED: lgip.settings, checked by run_main)
-        raise common.ConfigError(f"PARAPHRASE_ORDER must be \"generation\" or \"set\", got {PARAPHRASE_ORDER!r}")
+        raise common.ConfigError(f'PARAPHRASE_ORDER must be "generation" or "set", got {PARAPHRASE_ORDER!r}')
     common.require_int(CONFIG, "MAX_CAPTION_WORDS", 1)
     output = OUTPUT_JSONL or common.default_output(INPUT_JSONL, "_with_fliptypes.jsonl", "rebuttal_enhanced_")
     common.run_generator(__file__, CONFIG, INPUT_JSONL, output, perturb)
@@ -69,7 +77,8 @@ def main():
 
 
 def run(**constants):
-    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry); returns the output's path."""
+    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry);
+    returns the output's path."""
     with common.script_call(globals(), constants):
         return main()
 

@@ -9,9 +9,10 @@ positive rate, Spearman's rho across models), the text-prior controls and paired
 of run_lgip_multi.py and run_lgip_by_fliptype.py (how much of each model's positive rate the text
 alone reaches: two table columns, a line per model in plain words, a figure, the comparisons as a
 table; a gallery flip says whether the model prefers it on the average other image too, when its
-score file has the flip's prior gap), and explain_flips.py's word attribution of the same flips when it ran (localization accuracy per model; the gallery flips it explained get their words
-coloured by score; a line per model on whether F-CLIPScore tells captions from flips better than
-CLIPScore), and writes next to JSONL_PATH. On an imported benchmark (import_benchmark.py's file) the
+score file has the flip's prior gap), and explain_flips.py's word attribution of the same flips when
+it ran (localization accuracy per model; the gallery flips it explained get their words coloured by
+score; a line per model on whether F-CLIPScore tells captions from flips better than CLIPScore), and
+writes next to JSONL_PATH. On an imported benchmark (import_benchmark.py's file) the
 per-type columns and figure follow the benchmark's own types, and a section reads like its own table.
 Across the models, what predicts robustness: their model cards against their figures (LGIP_SPEC.md 12).
 run_lgip_images.py's image side when it ran: three table columns, a line per model beside its text
@@ -44,51 +45,120 @@ file, model or line, and field (exit status 2), the previous report left whole. 
 in lgip/report/ (a module per concern).
   python report.py --JSONL_PATH=lgip_coco_native5_train2017.jsonl
 """
+
 import os
 import sys
 
 import common
-from lgip.report import (OutputSet, Report, add_benchmark_means, altered_items, attach_attributions,
-                         benchmark_source, build_rows, comparison_files, compute_factors, console_table, csv_columns,
-                         demo_note, explain_files, find_metrics, fliptype_figures, gallery_items, image_roots,
-                         image_score_files, load_comparisons, load_metrics, model_colors_hex, page_context,
-                         plot_factors, plot_fliptypes, plot_frontier, plot_image_side, plot_prior, plot_retrieval,
-                         random_init_note, render_page, report_types, scan_altered, scan_scores, score_files, seeds,
-                         subtitle, unmeasured_notes, write_csv, write_factors, write_markdown, write_page)
+from lgip.report import (
+    OutputSet,
+    Report,
+    add_benchmark_means,
+    altered_items,
+    attach_attributions,
+    benchmark_source,
+    build_rows,
+    comparison_files,
+    compute_factors,
+    console_table,
+    csv_columns,
+    demo_note,
+    explain_files,
+    find_metrics,
+    fliptype_figures,
+    gallery_items,
+    image_roots,
+    image_score_files,
+    load_comparisons,
+    load_metrics,
+    model_colors_hex,
+    page_context,
+    plot_factors,
+    plot_fliptypes,
+    plot_frontier,
+    plot_image_side,
+    plot_prior,
+    plot_retrieval,
+    random_init_note,
+    render_page,
+    report_types,
+    scan_altered,
+    scan_scores,
+    score_files,
+    seeds,
+    subtitle,
+    unmeasured_notes,
+    write_csv,
+    write_factors,
+    write_markdown,
+    write_page,
+)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL, or the input of any of the three evaluations
-OUTPUT_DIR = None  # folder the evaluations wrote their metrics to (their OUTPUT_DIR), and the report's folder; None = beside JSONL_PATH
-OUTPUT_PREFIX = None  # str: outputs are <OUTPUT_PREFIX>report.md, ...frontier.png, ...; None = "<JSONL folder>/<JSONL stem>__LGIP_" (with MODELS: "...__LGIP_<MODELS>_")
-MODELS = None  # None = every model in the metrics; or a list of model names or fnmatch patterns (or one string "a,b"), e.g. ["epoch*", "openclip_ViT-B-16_openai"]: the report of those alone
-HEADLINE = "auto"  # evaluation giving the table's and frontier's invariance error, gap, positive rate: "auto" (multi, else fliptypes, else enhanced, per model), "multi", "fliptypes", "enhanced"
+JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # base JSONL,
+#   or the input of any of the three evaluations
+OUTPUT_DIR = None  # folder the evaluations wrote their metrics to (their OUTPUT_DIR),
+#   and the report's folder; None = beside JSONL_PATH
+OUTPUT_PREFIX = None  # str: outputs are <OUTPUT_PREFIX>report.md, ...frontier.png, ...;
+#   None = "<JSONL folder>/<JSONL stem>__LGIP_" (with MODELS: "...__LGIP_<MODELS>_")
+MODELS = None  # None = every model in the metrics; or a list of model names or fnmatch patterns (or one string "a,b"),
+#   e.g. ["epoch*", "openclip_ViT-B-16_openai"]: the report of those alone
+HEADLINE = "auto"  # evaluation giving the table's and frontier's invariance error, gap, positive rate: "auto" (multi,
+#   else fliptypes, else enhanced, per model), "multi", "fliptypes", "enhanced"
 TOP_K = 10  # int >= 0: rows in each top list; 0 = no lists (score files not read)
-TOP_K_PER_MODEL = False  # True: the markdown lists the top K of each model; False: the top K over all models (the page has both)
-SCORE_SOURCES = None  # evaluations whose score files feed the top lists: None = all found, or a list of "multi", "fliptypes", "enhanced"
+TOP_K_PER_MODEL = False  # True: the markdown lists the top K of each model;
+#   False: the top K over all models (the page has both)
+SCORE_SOURCES = None  # evaluations whose score files feed the top lists: None = all found,
+#   or a list of "multi", "fliptypes", "enhanced"
 LABELS = {}  # dict model tag -> its label in the figures and tables; unlisted tags are shortened automatically
 MAX_TEXT_CHARS = 90  # int: captions longer than this are cut with "…" in the markdown top lists; 0 = never
 DPI = 150  # int: resolution of the PNGs (dots per inch; the frontier is 8 x 6 inches)
-IMAGE_ROOT = None  # folder the score files' image paths are relative to, for the page's thumbnails; None = the one each evaluation used (its IMAGE_ROOT, else its JSONL's folder), then the metrics' folder
+IMAGE_ROOT = None  # folder the score files' image paths are relative to, for the page's thumbnails;
+#   None = the one each evaluation used (its IMAGE_ROOT, else its JSONL's folder), then the metrics' folder
 THUMB_PX = 200  # int > 0: the page's thumbnails fit in THUMB_PX x THUMB_PX pixels (JPEG inside the page)
-BOOTSTRAP = 1000  # int >= 0: resamples of the models for the 95% intervals of the factors' rank correlations (<stem>__LGIP_factors.metrics.json); 0 = none
+BOOTSTRAP = 1000  # int >= 0: resamples of the models for the 95% intervals of the factors' rank correlations
+#   (<stem>__LGIP_factors.metrics.json); 0 = none
 BOOTSTRAP_SEED = 0  # int: seed of those resamples
 _OWN_RULES = ("MODELS",)  # (checked here: names or patterns of the metrics' models, not the shared rule's specs)
 CONFIG = common.configure(globals())
-from lgip.report import (FACTOR_FIGURES, FRONTIER_FIGURES, HEADLINE_KEYS, IMAGE_SIDE_FIGURES, PRIOR_FIGURES,  # noqa: E402
-                         RETRIEVAL_FIGURES, SCORE_KEYS)  # (after CONFIG: not settings)
+# (after CONFIG: not settings)
+from lgip.report import (  # noqa: E402
+    FACTOR_FIGURES,
+    FRONTIER_FIGURES,
+    HEADLINE_KEYS,
+    IMAGE_SIDE_FIGURES,
+    PRIOR_FIGURES,
+    RETRIEVAL_FIGURES,
+    SCORE_KEYS,
+)
 
-OUTPUTS = ("report.html", "report.md", "report.csv", "frontier.png", "prior.png", "fliptypes.png", "retrieval.png",
-           "image_side.png", "factors.metrics.json", "factors.png")
-NOT_WRITTEN = {"frontier.png": "no headline metrics", "prior.png": "no text-prior controls in the metrics",
-               "fliptypes.png": "no per-type metrics", "retrieval.png": "no run_lgip_retrieval.py metrics",
-               "image_side.png": "no model with both run_lgip_images.py's figures and the text side's",
-               "factors.png": "fewer than two models with a parameter count (model_card) and a positive rate"}
+OUTPUTS = (
+    "report.html",
+    "report.md",
+    "report.csv",
+    "frontier.png",
+    "prior.png",
+    "fliptypes.png",
+    "retrieval.png",
+    "image_side.png",
+    "factors.metrics.json",
+    "factors.png",
+)
+NOT_WRITTEN = {
+    "frontier.png": "no headline metrics",
+    "prior.png": "no text-prior controls in the metrics",
+    "fliptypes.png": "no per-type metrics",
+    "retrieval.png": "no run_lgip_retrieval.py metrics",
+    "image_side.png": "no model with both run_lgip_images.py's figures and the text side's",
+    "factors.png": "fewer than two models with a parameter count (model_card) and a positive rate",
+}
 
 
 def chosen_tag():
     """'' for a report of every model; else MODELS made file-safe, so that a report of some models
     never replaces the report of all (e.g. 'epoch-_' for ['epoch*'])."""
     import re
+
     patterns = model_patterns()
     return "" if patterns is None else re.sub(r"[^A-Za-z0-9._-]", "-", "+".join(patterns))[:80] + "_"
 
@@ -106,20 +176,31 @@ def check_config(config):
     if not isinstance(config["TOP_K_PER_MODEL"], bool):
         raise common.ConfigError(f"TOP_K_PER_MODEL must be True or False, got {config['TOP_K_PER_MODEL']!r}")
     labels = config["LABELS"]
-    if not (isinstance(labels, dict) and all(isinstance(k, str) and isinstance(v, str) and v for k, v in labels.items())):
-        raise common.ConfigError(f"LABELS must be a dict of model tag -> label, both strings (e.g. "
-                                 f"{{'tiny_siglip': 'SigLIP (tiny)'}}), got {labels!r}")
+    if not (
+        isinstance(labels, dict) and all(isinstance(k, str) and isinstance(v, str) and v for k, v in labels.items())
+    ):
+        raise common.ConfigError(
+            f"LABELS must be a dict of model tag -> label, both strings (e.g. "
+            f"{{'tiny_siglip': 'SigLIP (tiny)'}}), got {labels!r}"
+        )
     if config["HEADLINE"] not in ("auto", *HEADLINE_KEYS):
-        raise common.ConfigError(f"HEADLINE must be one of {', '.join(map(repr, ('auto', *HEADLINE_KEYS)))}, "
-                                 f"got {config['HEADLINE']!r}")
+        raise common.ConfigError(
+            f"HEADLINE must be one of {', '.join(map(repr, ('auto', *HEADLINE_KEYS)))}, got {config['HEADLINE']!r}"
+        )
     sources = config["SCORE_SOURCES"]
     if sources is not None and not (isinstance(sources, (list, tuple)) and set(sources) <= set(SCORE_KEYS)):
-        raise common.ConfigError(f"SCORE_SOURCES must be None or a list of {', '.join(map(repr, SCORE_KEYS))}, got {sources!r}")
+        raise common.ConfigError(
+            f"SCORE_SOURCES must be None or a list of {', '.join(map(repr, SCORE_KEYS))}, got {sources!r}"
+        )
     models = config["MODELS"]
-    if not (models is None or (isinstance(models, str) and models.strip(",").strip())
-            or (isinstance(models, (list, tuple)) and models and all(isinstance(m, str) and m for m in models))):
-        raise common.ConfigError(f"MODELS must be None, a list of model names or patterns, or one string \"a,b\", "
-                                 f"got {models!r}")
+    if not (
+        models is None
+        or (isinstance(models, str) and models.strip(",").strip())
+        or (isinstance(models, (list, tuple)) and models and all(isinstance(m, str) and m for m in models))
+    ):
+        raise common.ConfigError(
+            f'MODELS must be None, a list of model names or patterns, or one string "a,b", got {models!r}'
+        )
     for name, may_be_none in (("JSONL_PATH", False), ("OUTPUT_PREFIX", True), ("IMAGE_ROOT", True)):
         value = config[name]
         if not ((value is None and may_be_none) or (isinstance(value, str) and value)):
@@ -131,9 +212,12 @@ def find_inputs():
     (The paired comparisons beside them are read by `comparisons`.)"""
     found, looked = find_metrics(JSONL_PATH)
     if not set(found) & set(HEADLINE_KEYS):  # explain_flips.py's figures alone are no report
-        raise common.InputError(f"no LGIP metrics found for {JSONL_PATH}; looked for:\n  " + "\n  ".join(looked)
-                                + "\n(run run_lgip_multi.py, run_lgip_by_fliptype.py or "
-                                  "rebuttal_enhanced_lgip_by_transformation.py first)")
+        raise common.InputError(
+            f"no LGIP metrics found for {JSONL_PATH}; looked for:\n  "
+            + "\n  ".join(looked)
+            + "\n(run run_lgip_multi.py, run_lgip_by_fliptype.py or "
+            "rebuttal_enhanced_lgip_by_transformation.py first)"
+        )
     metrics = {k: load_metrics(p, k) for k, p in found.items()}
     chosen = chosen_models(metrics)
     return found, {k: [m for m in rows if m["model_tag"] in chosen] for k, rows in metrics.items()}
@@ -148,14 +232,17 @@ def chosen_models(metrics):
     """The model tags the report is about: every one, or those MODELS names or matches (fnmatch,
     case-sensitive); a name or pattern that matches none is an error naming the models there are."""
     import fnmatch
+
     tags = list(dict.fromkeys(m["model_tag"] for rows in metrics.values() for m in rows))
     patterns = model_patterns()
     if patterns is None:
         return set(tags)
     unmatched = [p for p in patterns if not fnmatch.filter(tags, p)]
     if unmatched:
-        raise common.ConfigError(f"MODELS: {', '.join(map(repr, unmatched))} matches no model of the metrics; "
-                                 f"their models: {', '.join(tags)}")
+        raise common.ConfigError(
+            f"MODELS: {', '.join(map(repr, unmatched))} matches no model of the metrics; "
+            f"their models: {', '.join(tags)}"
+        )
     return {t for t in tags if any(fnmatch.fnmatchcase(t, p) for p in patterns)}
 
 
@@ -172,6 +259,7 @@ def provenance():
     for package in ("matplotlib", "jinja2"):
         try:
             from importlib import metadata
+
             prov["versions"][package] = metadata.version(package)
         except Exception:  # the version is only informative
             pass
@@ -188,8 +276,17 @@ def main():
     chosen = {m["model_tag"] for rows_ in metrics.values() for m in rows_}
     prefix = OUTPUT_PREFIX or common.metrics_path(JSONL_PATH, "LGIP_" + chosen_tag())
     out = {name: prefix + name for name in OUTPUTS}
-    report = Report(JSONL_PATH, rows, metrics, found, provenance(), top_k_per_model=TOP_K_PER_MODEL,
-                    max_text_chars=MAX_TEXT_CHARS, comparisons=comparisons(found, chosen), benchmark=bench)
+    report = Report(
+        JSONL_PATH,
+        rows,
+        metrics,
+        found,
+        provenance(),
+        top_k_per_model=TOP_K_PER_MODEL,
+        max_text_chars=MAX_TEXT_CHARS,
+        comparisons=comparisons(found, chosen),
+        benchmark=bench,
+    )
     # what predicts robustness, across the models (LGIP_SPEC.md 12): their cards against their figures
     found_factors = compute_factors(rows, metrics, report.comparisons, BOOTSTRAP, BOOTSTRAP_SEED)
     factors_file = dict({"input": os.path.abspath(JSONL_PATH)}, **found_factors, run=report.prov)
@@ -218,36 +315,71 @@ def main():
     # before that leaves the previous report whole). The figures and the CSV first: the markdown
     # links them, the page embeds them
     with OutputSet() as written:
-        report.front = plot_frontier(rows, out["frontier.png"],
-                                     subtitle(report.stem, rows, "headline_source", FRONTIER_FIGURES), DPI, written)
-        prior_png = plot_prior(rows, out["prior.png"],
-                               subtitle(report.stem, rows, "headline_source", PRIOR_FIGURES), DPI, written)
-        flip_png = plot_fliptypes(rows, out["fliptypes.png"], subtitle(report.stem, rows, "flip_type_source",
-                                                                       fliptype_figures(rows)), DPI, written,
-                                  bench)
-        retrieval_png = plot_retrieval(rows, out["retrieval.png"],
-                                       subtitle(report.stem, rows, "headline_source", RETRIEVAL_FIGURES), DPI, written)
-        report.image_side_png = plot_image_side(rows, out["image_side.png"],
-                                                subtitle(report.stem, rows, "headline_source", IMAGE_SIDE_FIGURES,
-                                                         also=("images",)), DPI, written)
-        report.factors_png = plot_factors(rows, out["factors.png"], found_factors,
-                                          subtitle(report.stem, rows, "headline_source", FACTOR_FIGURES), DPI, written)
-        pngs = {"frontier.png": out["frontier.png"] if report.front is not None else None, "prior.png": prior_png,
-                "fliptypes.png": flip_png, "retrieval.png": retrieval_png, "image_side.png": report.image_side_png,
-                "factors.png": report.factors_png}
+        report.front = plot_frontier(
+            rows, out["frontier.png"], subtitle(report.stem, rows, "headline_source", FRONTIER_FIGURES), DPI, written
+        )
+        prior_png = plot_prior(
+            rows, out["prior.png"], subtitle(report.stem, rows, "headline_source", PRIOR_FIGURES), DPI, written
+        )
+        flip_png = plot_fliptypes(
+            rows,
+            out["fliptypes.png"],
+            subtitle(report.stem, rows, "flip_type_source", fliptype_figures(rows)),
+            DPI,
+            written,
+            bench,
+        )
+        retrieval_png = plot_retrieval(
+            rows, out["retrieval.png"], subtitle(report.stem, rows, "headline_source", RETRIEVAL_FIGURES), DPI, written
+        )
+        report.image_side_png = plot_image_side(
+            rows,
+            out["image_side.png"],
+            subtitle(report.stem, rows, "headline_source", IMAGE_SIDE_FIGURES, also=("images",)),
+            DPI,
+            written,
+        )
+        report.factors_png = plot_factors(
+            rows,
+            out["factors.png"],
+            found_factors,
+            subtitle(report.stem, rows, "headline_source", FACTOR_FIGURES),
+            DPI,
+            written,
+        )
+        pngs = {
+            "frontier.png": out["frontier.png"] if report.front is not None else None,
+            "prior.png": prior_png,
+            "fliptypes.png": flip_png,
+            "retrieval.png": retrieval_png,
+            "image_side.png": report.image_side_png,
+            "factors.png": report.factors_png,
+        }
         write_factors(out["factors.metrics.json"], factors_file, written)
-        for name, alt in (("frontier.png", "Invariance error against positive rate"),
-                          ("prior.png", "Positive rate against prior positive rate (the same flips with any image: "
-                                        "the average other image); on the diagonal, all of it is text prior"),
-                          ("fliptypes.png", "Positive rate by flip type" if not bench else
-                           f"{bench['name']}'s accuracy by type (the positive rate)" if bench["accuracy"] else
-                           f"{bench['name']}: the positive rate by type"),
-                          ("retrieval.png", "LGIP positive rate against retrieval recall and the flip top-1 rate")):
+        for name, alt in (
+            ("frontier.png", "Invariance error against positive rate"),
+            (
+                "prior.png",
+                "Positive rate against prior positive rate (the same flips with any image: "
+                "the average other image); on the diagonal, all of it is text prior",
+            ),
+            (
+                "fliptypes.png",
+                "Positive rate by flip type"
+                if not bench
+                else f"{bench['name']}'s accuracy by type (the positive rate)"
+                if bench["accuracy"]
+                else f"{bench['name']}: the positive rate by type",
+            ),
+            ("retrieval.png", "LGIP positive rate against retrieval recall and the flip top-1 rate"),
+        ):
             if pngs[name]:
                 report.figures.append((pngs[name], alt))
         write_csv(out["report.csv"], rows, csv_columns(found, types, extra), written)
         write_markdown(out["report.md"], report, written)
-        context = page_context(report, gallery, model_colors_hex([r["model"] for r in rows]), out["report.csv"], written)
+        context = page_context(
+            report, gallery, model_colors_hex([r["model"] for r in rows]), out["report.csv"], written
+        )
         write_page(out["report.html"], render_page(context), written)
 
     if hasattr(sys.stdout, "reconfigure"):
@@ -266,10 +398,15 @@ def main():
         else:
             print(f"-> {out[name]}")
     unreadable = len({i["path"] for items in (gallery or {}).values() for i in items if "error" in i["thumb"]})
-    print(f"-> {out['report.html']} ({os.path.getsize(out['report.html']) / 1e6:.2f} MB"
-          + (f"; {unreadable} gallery image{'' if unreadable == 1 else 's'} missing or unreadable, "
-             "shown as placeholders" if unreadable else "")
-          + "): open it in a browser")
+    print(
+        f"-> {out['report.html']} ({os.path.getsize(out['report.html']) / 1e6:.2f} MB"
+        + (
+            f"; {unreadable} gallery image{'' if unreadable == 1 else 's'} missing or unreadable, shown as placeholders"
+            if unreadable
+            else ""
+        )
+        + "): open it in a browser"
+    )
     return {name: path for name, path in out.items() if name not in pngs or pngs[name] is not None}
 
 

@@ -17,9 +17,9 @@ knows nothing), every output marked as a demo. Models named in MODELS are never 
 cannot be had stops the run before any step, naming it and what to do.
 
 Steps (names for STEPS), in order, each its script's run(**settings) in this process (STEP_START "fresh": each
-a new Python process), its output as it comes; README's pipeline table says what each reads and writes: make_base (COCO only), diff_gen_caption,
-make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype,
-run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report.
+a new Python process), its output as it comes; README's pipeline table says what each reads and writes:
+make_base (COCO only), diff_gen_caption, make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi,
+run_lgip_by_fliptype, run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report.
 
 A step is skipped ("up to date") when all its outputs exist, none is older than its inputs
 or its script, and it was made with the same settings: after each step run_all records the
@@ -27,47 +27,90 @@ settings that shape its results in `<output>.run_all.meta.json` (without that re
 reads the settings the output stores itself). FORCE=True re-runs the chosen steps. The
 first failing step stops the run with its exit status.
 """
+
 import os
 import time
 
 import common
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-ANNOTATIONS_JSON = os.path.join(_HERE, "annotations", "captions_train2017.json")  # COCO captions_train2017.json (make_base's input)
-IMAGE_DIR = os.path.join(_HERE, "train2017", "train2017")  # folder of the COCO images (make_base checks each file there)
-BASE_JSONL = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # COCO base JSONL (made by make_base when missing); outputs go beside it
-DEMO_JSONL = os.path.join(_HERE, "demo", "lgip_demo.jsonl")  # the bundled demo base JSONL (12 records); its outputs go beside it
-BENCHMARK_JSONL = None  # an imported benchmark's records (import_benchmark.py: SugarCrepe, SugarCrepe++, RoCOCO): the evaluations and the report run on it, no generator step; None = none
-DATA = "auto"  # "auto" (the benchmark when BENCHMARK_JSONL is set, else COCO when ANNOTATIONS_JSON or BASE_JSONL exists, else the demo), "coco", "demo" or "benchmark"
-MODELS = None  # list of model specs or names (see run_lgip_multi.py; "demo": the bundled tiny random model); None = the nine published models for COCO, the smallest (openclip_ViT-B-16_openai, downloaded on first use) for the demo, the demo model when those cannot be had
-SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS: one job of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT); the steps get this shard's models
-ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run) or "skip" (it is left out and recorded in each row's run.skipped_models; the run fails only when every model does)
+ANNOTATIONS_JSON = os.path.join(_HERE, "annotations", "captions_train2017.json")  # COCO captions_train2017.json
+#   (make_base's input)
+IMAGE_DIR = os.path.join(_HERE, "train2017", "train2017")  # folder of the COCO images (make_base checks each file
+#   there)
+BASE_JSONL = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # COCO base JSONL (made by make_base when
+#   missing); outputs go beside it
+DEMO_JSONL = os.path.join(_HERE, "demo", "lgip_demo.jsonl")  # the bundled demo base JSONL (12 records); its outputs
+#   go beside it
+BENCHMARK_JSONL = None  # an imported benchmark's records (import_benchmark.py: SugarCrepe, SugarCrepe++, RoCOCO):
+#   the evaluations and the report run on it, no generator step; None = none
+DATA = "auto"  # "auto" (the benchmark when BENCHMARK_JSONL is set, else COCO when ANNOTATIONS_JSON or BASE_JSONL
+#   exists, else the demo), "coco", "demo" or "benchmark"
+MODELS = None  # list of model specs or names (see run_lgip_multi.py; "demo": the bundled tiny random model); None =
+#   the nine published models for COCO, the smallest (openclip_ViT-B-16_openai, downloaded on first use) for the
+#   demo, the demo model when those cannot be had
+SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS: one job
+#   of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT);
+#   the steps get this shard's models
+ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run) or "skip" (it is left
+#   out and recorded in each row's run.skipped_models; the run fails only when every model does)
 PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = None  # int: images per forward pass in the evaluations; None = their default
 TEXT_BATCH_SIZE = None  # int: texts per forward pass in the evaluations; None = their default
 NUM_WORKERS = None  # int: image-decoding workers in the evaluations; None = their default (from the CPU count)
-OUTPUT_DIR = None  # folder for every evaluation's outputs and the report (a training run's own), created when missing; None = beside their inputs (the generators' outputs stay beside the base JSONL)
-SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAME, e.g. {"BOOTSTRAP": 0, "N_IMAGES": 1000, "CACHE_DIR": None}; a NAME no step has is an error
-STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption, make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype, run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report
+OUTPUT_DIR = None  # folder for every evaluation's outputs and the report (a training run's own), created when
+#   missing; None = beside their inputs (the generators' outputs stay beside the base JSONL)
+SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAME, e.g. {"BOOTSTRAP": 0,
+#   "N_IMAGES": 1000, "CACHE_DIR": None}; a NAME no step has is an error
+STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption,
+#   make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype, run_lgip_retrieval,
+#   explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
-STEP_START = "process"  # "process" (each step its script's run(**settings) in this process: torch and the libraries imported once, a step's models freed after it) or "fresh" (each step a new Python process, isolated)
+STEP_START = "process"  # "process" (each step its script's run(**settings) in this process: torch and the
+#   libraries imported once, a step's models freed after it) or "fresh" (each step a new Python process, isolated)
 # step name -> its script, in the order they run
-_SCRIPTS = {"make_base": "make_base_jsonl.py", "diff_gen_caption": "diff_gen_caption.py",
-            "make_perturb_with_fliptypes": "make_perturb_with_fliptypes.py",
-            "rebuttal_enhanced_perturb": "rebuttal_enhanced_perturb_with_fliptypes.py",
-            "run_lgip_multi": "run_lgip_multi.py", "run_lgip_by_fliptype": "run_lgip_by_fliptype.py",
-            "run_lgip_retrieval": "run_lgip_retrieval.py", "explain_flips": "explain_flips.py",
-            "rebuttal_enhanced_lgip": "rebuttal_enhanced_lgip_by_transformation.py",
-            "run_lgip_images": "run_lgip_images.py", "report": "report.py"}
+_SCRIPTS = {
+    "make_base": "make_base_jsonl.py",
+    "diff_gen_caption": "diff_gen_caption.py",
+    "make_perturb_with_fliptypes": "make_perturb_with_fliptypes.py",
+    "rebuttal_enhanced_perturb": "rebuttal_enhanced_perturb_with_fliptypes.py",
+    "run_lgip_multi": "run_lgip_multi.py",
+    "run_lgip_by_fliptype": "run_lgip_by_fliptype.py",
+    "run_lgip_retrieval": "run_lgip_retrieval.py",
+    "explain_flips": "explain_flips.py",
+    "rebuttal_enhanced_lgip": "rebuttal_enhanced_lgip_by_transformation.py",
+    "run_lgip_images": "run_lgip_images.py",
+    "report": "report.py",
+}
 # Settings run_all sets itself (SETTINGS may not).
-_OWN = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "OUTPUT_PREFIX", "ANNOTATIONS_JSON", "IMAGE_DIR", "MODELS",
-        "PROTOCOL", "DEVICE", "DTYPE", "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "UNSUPPORTED", "SHARD",
-        "ON_MODEL_ERROR", "OUTPUT_DIR"}
-CONFIG = common.configure(globals(), unknown_hint=lambda key, value: common.step_setting_hint(
-    key, value, [os.path.join(_HERE, s) for s in _SCRIPTS.values()], _OWN))
+_OWN = {
+    "INPUT_JSONL",
+    "OUTPUT_JSONL",
+    "JSONL_PATH",
+    "OUTPUT_PREFIX",
+    "ANNOTATIONS_JSON",
+    "IMAGE_DIR",
+    "MODELS",
+    "PROTOCOL",
+    "DEVICE",
+    "DTYPE",
+    "IMAGE_BATCH_SIZE",
+    "TEXT_BATCH_SIZE",
+    "NUM_WORKERS",
+    "UNSUPPORTED",
+    "SHARD",
+    "ON_MODEL_ERROR",
+    "OUTPUT_DIR",
+}
+CONFIG = common.configure(
+    globals(),
+    unknown_hint=lambda key, value: common.step_setting_hint(
+        key, value, [os.path.join(_HERE, s) for s in _SCRIPTS.values()], _OWN
+    ),
+)
 SCRIPTS = _SCRIPTS
 
 DEMO_MODEL = "openclip_ViT-B-16_openai"  # the smallest published model: the demo's default
@@ -79,12 +122,19 @@ def choose_data():
         raise common.ConfigError(f"DATA must be 'auto', 'coco', 'demo' or 'benchmark', got {DATA!r}")
     mode = DATA
     if mode == "auto":
-        mode = ("benchmark" if BENCHMARK_JSONL else
-                "coco" if os.path.isfile(ANNOTATIONS_JSON) or os.path.isfile(BASE_JSONL) else "demo")
+        mode = (
+            "benchmark"
+            if BENCHMARK_JSONL
+            else "coco"
+            if os.path.isfile(ANNOTATIONS_JSON) or os.path.isfile(BASE_JSONL)
+            else "demo"
+        )
     if mode == "benchmark":
         if not isinstance(BENCHMARK_JSONL, str) or not os.path.isfile(BENCHMARK_JSONL):
-            raise common.ConfigError(f"BENCHMARK_JSONL={BENCHMARK_JSONL!r} is not a file: give import_benchmark.py's "
-                                     f"output (DATA='benchmark' needs it)")
+            raise common.ConfigError(
+                f"BENCHMARK_JSONL={BENCHMARK_JSONL!r} is not a file: give import_benchmark.py's "
+                f"output (DATA='benchmark' needs it)"
+            )
         print(f"data: imported benchmark {common.show(BENCHMARK_JSONL)} (evaluations and report only)")
         return mode, os.path.abspath(BENCHMARK_JSONL)
     if mode == "coco":
@@ -115,13 +165,20 @@ def choose_models(mode, base, steps):
     if not problems:
         return mode, base, models
     names = [n for n in problems][:3] + (["..."] if len(problems) > 3 else [])
-    print(f"note: the default model{'s' if len(models) > 1 else ''} ({', '.join(names)}) cannot be had here:\n  "
-          + "\n  ".join(common.describe_model_problems(problems)))
+    print(
+        f"note: the default model{'s' if len(models) > 1 else ''} ({', '.join(names)}) cannot be had here:\n  "
+        + "\n  ".join(common.describe_model_problems(problems))
+    )
     if mode == "coco":
-        print("  COCO is here, but without weights there is nothing to evaluate it with: pass --MODELS=<specs> "
-              "(README \"Models\"), or --MODELS=demo --DATA=coco to run the demo model over it")
-    print(f"so run_all runs the bundled demo instead: {common.show(DEMO_JSONL)} (synthetic images) with "
-          f"{common.DEMO_ABOUT}. Every output says it is a demo.", flush=True)
+        print(
+            "  COCO is here, but without weights there is nothing to evaluate it with: pass --MODELS=<specs> "
+            '(README "Models"), or --MODELS=demo --DATA=coco to run the demo model over it'
+        )
+    print(
+        f"so run_all runs the bundled demo instead: {common.show(DEMO_JSONL)} (synthetic images) with "
+        f"{common.DEMO_ABOUT}. Every output says it is a demo.",
+        flush=True,
+    )
     return "demo", os.path.abspath(DEMO_JSONL), [common.DEMO_MODEL]
 
 
@@ -135,15 +192,32 @@ def plan(mode, base, models):
     perturb = base if mode == "benchmark" else common.default_output(base, "_with_perturb.jsonl")
     fliptypes = base if mode == "benchmark" else common.default_output(base, "_with_fliptypes.jsonl")
     enhanced = common.default_output(base, "_with_fliptypes.jsonl", prefix="rebuttal_enhanced_")
-    metrics = [common.metrics_path(perturb, "LGIP_ALL.metrics.json"),
-               common.metrics_path(fliptypes, "LGIP_fliptypes.metrics.json"),
-               common.metrics_path(enhanced, "ENHANCED_LGIP_analysis.json"),
-               common.metrics_path(fliptypes, "LGIP_retrieval.metrics.json")]
+    metrics = [
+        common.metrics_path(perturb, "LGIP_ALL.metrics.json"),
+        common.metrics_path(fliptypes, "LGIP_fliptypes.metrics.json"),
+        common.metrics_path(enhanced, "ENHANCED_LGIP_analysis.json"),
+        common.metrics_path(fliptypes, "LGIP_retrieval.metrics.json"),
+    ]
     explained = common.metrics_path(fliptypes, "LGIP_explain.metrics.json")
     images = common.metrics_path(fliptypes, "LGIP_images.metrics.json")
-    evaluation = {"MODELS": models, "PROTOCOL": PROTOCOL, "DEVICE": DEVICE, "DTYPE": DTYPE, "ON_MODEL_ERROR": ON_MODEL_ERROR}
-    evaluation.update({k: v for k, v in (("IMAGE_BATCH_SIZE", IMAGE_BATCH_SIZE), ("TEXT_BATCH_SIZE", TEXT_BATCH_SIZE),
-                                         ("NUM_WORKERS", NUM_WORKERS)) if v is not None})
+    evaluation = {
+        "MODELS": models,
+        "PROTOCOL": PROTOCOL,
+        "DEVICE": DEVICE,
+        "DTYPE": DTYPE,
+        "ON_MODEL_ERROR": ON_MODEL_ERROR,
+    }
+    evaluation.update(
+        {
+            k: v
+            for k, v in (
+                ("IMAGE_BATCH_SIZE", IMAGE_BATCH_SIZE),
+                ("TEXT_BATCH_SIZE", TEXT_BATCH_SIZE),
+                ("NUM_WORKERS", NUM_WORKERS),
+            )
+            if v is not None
+        }
+    )
     out_dir = {"OUTPUT_DIR": os.path.abspath(OUTPUT_DIR)} if OUTPUT_DIR is not None else {}
     evaluation.update(out_dir)
     steps = []
@@ -151,14 +225,29 @@ def plan(mode, base, models):
         note = None
         if not os.path.isfile(ANNOTATIONS_JSON) and os.path.isfile(base):
             note = f"no annotations at {common.show(ANNOTATIONS_JSON)}; using the existing base"
-        steps.append(step("make_base", {"ANNOTATIONS_JSON": os.path.abspath(ANNOTATIONS_JSON),
-                                        "IMAGE_DIR": os.path.abspath(IMAGE_DIR), "OUTPUT_JSONL": base},
-                          [os.path.abspath(ANNOTATIONS_JSON)], [base], note,
-                          needs=[os.path.abspath(ANNOTATIONS_JSON), os.path.abspath(IMAGE_DIR)]))
-    steps += [] if mode == "benchmark" else [
-        step("diff_gen_caption", {"INPUT_JSONL": base}, [base], [perturb]),
-        step("make_perturb_with_fliptypes", {"INPUT_JSONL": base}, [base], [fliptypes]),
-        step("rebuttal_enhanced_perturb", {"INPUT_JSONL": base}, [base], [enhanced])]
+        steps.append(
+            step(
+                "make_base",
+                {
+                    "ANNOTATIONS_JSON": os.path.abspath(ANNOTATIONS_JSON),
+                    "IMAGE_DIR": os.path.abspath(IMAGE_DIR),
+                    "OUTPUT_JSONL": base,
+                },
+                [os.path.abspath(ANNOTATIONS_JSON)],
+                [base],
+                note,
+                needs=[os.path.abspath(ANNOTATIONS_JSON), os.path.abspath(IMAGE_DIR)],
+            )
+        )
+    steps += (
+        []
+        if mode == "benchmark"
+        else [
+            step("diff_gen_caption", {"INPUT_JSONL": base}, [base], [perturb]),
+            step("make_perturb_with_fliptypes", {"INPUT_JSONL": base}, [base], [fliptypes]),
+            step("rebuttal_enhanced_perturb", {"INPUT_JSONL": base}, [base], [enhanced]),
+        ]
+    )
     steps += [
         step("run_lgip_multi", dict(evaluation, JSONL_PATH=perturb), [perturb], [metrics[0]]),
         step("run_lgip_by_fliptype", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [metrics[1]]),
@@ -166,9 +255,16 @@ def plan(mode, base, models):
         step("run_lgip_retrieval", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [metrics[3]]),
         # (after the score files it takes TOP_K from; a model whose family it cannot explain is left out, said)
         # (its TEXT_BATCH_SIZE counts texts per forward and backward pass with the attention kept: not the evaluations')
-        step("explain_flips",
-             dict({k: v for k, v in evaluation.items() if k != "TEXT_BATCH_SIZE"}, JSONL_PATH=fliptypes, UNSUPPORTED="skip"),
-             [fliptypes, metrics[1]], [explained]),
+        step(
+            "explain_flips",
+            dict(
+                {k: v for k, v in evaluation.items() if k != "TEXT_BATCH_SIZE"},
+                JSONL_PATH=fliptypes,
+                UNSUPPORTED="skip",
+            ),
+            [fliptypes, metrics[1]],
+            [explained],
+        ),
     ]
     if mode != "benchmark":  # (its records have no combined_caps: the rebuttal analysis is LGIP's own)
         steps.append(step("rebuttal_enhanced_lgip", dict(evaluation, JSONL_PATH=enhanced), [enhanced], [metrics[2]]))
@@ -176,16 +272,27 @@ def plan(mode, base, models):
     # as it is), so its galleries hold the same records, and its captions and original images are in the cache
     steps.append(step("run_lgip_images", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [images]))
     steps += [
-        step("report", dict({"JSONL_PATH": base}, **out_dir), metrics + [explained, images],  # the page colours explained flips
-             [common.metrics_path(base, "LGIP_report.md"), common.metrics_path(base, "LGIP_report.csv"),
-              common.metrics_path(base, "LGIP_report.html"), common.metrics_path(base, "LGIP_factors.metrics.json")], needs=[]),
+        step(
+            "report",
+            dict({"JSONL_PATH": base}, **out_dir),
+            metrics + [explained, images],  # the page colours explained flips
+            [
+                common.metrics_path(base, "LGIP_report.md"),
+                common.metrics_path(base, "LGIP_report.csv"),
+                common.metrics_path(base, "LGIP_report.html"),
+                common.metrics_path(base, "LGIP_factors.metrics.json"),
+            ],
+            needs=[],
+        ),
     ]
     return steps
 
 
 def check_settings(steps):
     common.check_step_settings(SETTINGS, CONFIG, [os.path.join(_HERE, s) for s in SCRIPTS.values()], _OWN)
-    return common.select_steps(steps, STEPS, list(SCRIPTS), {"make_base": "runs only on COCO data (pass --DATA='coco')"})
+    return common.select_steps(
+        steps, STEPS, list(SCRIPTS), {"make_base": "runs only on COCO data (pass --DATA='coco')"}
+    )
 
 
 def main():
@@ -208,8 +315,10 @@ def main():
         pending.update(s.outputs)
         ran += 1
     verb = "would run" if DRY_RUN else "ran"
-    print(f"run_all: {verb} {ran} of {len(steps)} steps ({len(steps) - ran} up to date) "
-          f"in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"run_all: {verb} {ran} of {len(steps)} steps ({len(steps) - ran} up to date) "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
     common.say_report(base)
     demo_model = any(isinstance(m, dict) and m.get("demo") for m in models)
     if demo_model or mode == "demo":

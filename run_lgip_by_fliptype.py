@@ -7,6 +7,7 @@ input's `diff_caps_<type>` lists, in order of first appearance: LGIP's color, nu
 imported benchmark's own (import_benchmark.py: its positive rate per type is its accuracy).
   python run_lgip_by_fliptype.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes.jsonl
 """
+
 import os
 
 import numpy as np
@@ -14,24 +15,38 @@ import numpy as np
 import common
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: make_perturb_with_fliptypes.py output (or import_benchmark.py's)
+JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input:
+#   make_perturb_with_fliptypes.py output (or import_benchmark.py's)
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
 OUTPUT_DIR = None  # folder for the outputs (metrics, score files), created when missing; None = beside JSONL_PATH
-MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type": "openclip"|"transformers"|"siglip"|"python"|"generative"|"itm", + "model_name"/"pretrained" | "model_id" (+ "score", "prompt", "question" for generative) | "loader"/"kwargs"}, or names: "demo" (the bundled tiny random model), a published model's name (README "Models")
-SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS: one job of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT)
-ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run) or "skip" (it is left out and recorded in each row's run.skipped_models; the run fails only when every model does)
+MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type":
+#   "openclip"|"transformers"|"siglip"|"python"|"generative"|"itm", + "model_name"/"pretrained" | "model_id" (+ "score",
+#   "prompt", "question" for generative) | "loader"/"kwargs"}, or names: "demo" (the bundled tiny random model), a
+#   published model's name (README "Models")
+SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS: one job
+#   of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT)
+ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run) or "skip" (it is left
+#   out and recorded in each row's run.skipped_models; the run fails only when every model does)
 PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = 64  # int >= 1: images per forward pass
-TEXT_BATCH_SIZE = "auto"  # int >= 1, or "auto" (2048 on CUDA, 64 on CPU): texts per forward pass (CLIP family: about 16 token positions per text, in prefix packs of 128)
-NUM_WORKERS = None  # int >= 0 (0: decoded in the main process): image-decoding worker processes; None = from the CPU count
+TEXT_BATCH_SIZE = "auto"  # int >= 1, or "auto" (2048 on CUDA, 64 on CPU): texts per forward pass (CLIP family:
+#   about 16 token positions per text, in prefix packs of 128)
+NUM_WORKERS = None  # int >= 0 (0: decoded in the main process): image-decoding worker processes; None = from the
+#   CPU count
 CACHE_DIR = "auto"  # embedding cache folder; "auto" = .lgip_cache beside the input; None = no cache
-CACHE_FLUSH_S = 60  # float >= 0: cache chunks are also written after this many seconds of work, so a crash loses at most about that much
-PIXEL_MEMORY_GB = "auto"  # float >= 0: host memory for decoded pixels kept for the next model with the same preprocessing (each image decoded once per geometry); "auto" = a quarter of the memory this process may use (per torchrun process on a node), 0 = off
-LOOKAHEAD = True  # True: while a model runs, the later models' tokenizing and image decoding are done in low-priority background workers (their GPU then never waits for them); False: each model does its own
-ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off, or "all": the plain computation (slower; the same numbers to float rounding)
-PRIOR_IMAGES = 3  # int >= 1: a joint scorer's (type generative or itm) text-prior controls score each text with this many other images (LGIP_SPEC.md 13); dual encoders use every other image
+CACHE_FLUSH_S = 60  # float >= 0: cache chunks are also written after this many seconds of work, so a crash loses
+#   at most about that much
+PIXEL_MEMORY_GB = "auto"  # float >= 0: host memory for decoded pixels kept for the next model with the same
+#   preprocessing (each image decoded once per geometry); "auto" = a quarter of the memory this process may use (per
+#   torchrun process on a node), 0 = off
+LOOKAHEAD = True  # True: while a model runs, the later models' tokenizing and image decoding are done in
+#   low-priority background workers (their GPU then never waits for them); False: each model does its own
+ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off, or "all": the plain computation
+#   (slower; the same numbers to float rounding)
+PRIOR_IMAGES = 3  # int >= 1: a joint scorer's (type generative or itm) text-prior controls score each text with
+#   this many other images (LGIP_SPEC.md 13); dual encoders use every other image
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_fliptypes_<model>.scores.jsonl
@@ -69,12 +84,14 @@ def published_calls(records, ks, calls):
     fields = ["same_caps", "diff_caps"] + ["diff_caps_" + t for t in common.flip_types(records)]
     for k in ks:
         rec = records[k][1]
-        orig = calls.add_call(rec["orig_captions"], PUBLISHED_TEXT_BATCH, captions_of=k)  # the published calls: 5 originals, then each list per caption
+        orig = calls.add_call(
+            rec["orig_captions"], PUBLISHED_TEXT_BATCH, captions_of=k
+        )  # the published calls: 5 originals, then each list per caption
         for i in range(len(rec["orig_captions"])):
             for field in fields:  # diff_caps is its own call (the global figures), then each typed list
                 texts = common.caption_texts(rec, field, i)
                 pairs = inv if field == "same_caps" else flips if field == "diff_caps" else typed
-                pairs.add(k, i, orig[i], calls.add_call(texts, PUBLISHED_TEXT_BATCH), texts, field[len("diff_caps_"):])
+                pairs.add(k, i, orig[i], calls.add_call(texts, PUBLISHED_TEXT_BATCH), texts, field[len("diff_caps_") :])
     return inv, flips, typed
 
 
@@ -106,18 +123,26 @@ def evaluate(run):
         sidecar = common.ScoreSidecar(run.records, run.enc.score_kind)
         sidecar.add("paraphrases", inv)
         prior = common.prior_values(typed)[0]  # (None with fewer than 2 images: no prior_gap written)
-        sidecar.add("flips", typed, type=typed.label,
-                    **({} if prior is None else {"prior_gap": common.PerModel([round(float(v), 6) for v in prior])}))
+        sidecar.add(
+            "flips",
+            typed,
+            type=typed.label,
+            **({} if prior is None else {"prior_gap": common.PerModel([round(float(v), 6) for v in prior])}),
+        )
         path = common.metrics_path(JSONL_PATH, f"LGIP_fliptypes_{run.enc.name}.scores.jsonl")
-        m["scores_file"] = sidecar.save(path)  # its name; None when it could not be written (said; the metrics still are)
+        m["scores_file"] = sidecar.save(
+            path
+        )  # its name; None when it could not be written (said; the metrics still are)
     return m
 
 
 def summary(m):
     by = ", ".join(f"{t} {common.fmt(b['pos_rate'], '.3f')}" for t, b in m["by_flip_type"].items())
-    return (f"invariance error {common.fmt(m['invariance_error_mean'])}, "
-            f"positive rate {common.fmt(m['global_sensitivity']['pos_rate'], '.3f')} ({by}; with any image "
-            f"{common.fmt(m['prior_pos_rate'], '.3f')}, grounded {common.fmt(m['grounded_pos_rate'], '.3f')})")
+    return (
+        f"invariance error {common.fmt(m['invariance_error_mean'])}, "
+        f"positive rate {common.fmt(m['global_sensitivity']['pos_rate'], '.3f')} ({by}; with any image "
+        f"{common.fmt(m['prior_pos_rate'], '.3f')}, grounded {common.fmt(m['grounded_pos_rate'], '.3f')})"
+    )
 
 
 def run(**constants):

@@ -9,30 +9,44 @@ it. Its texts are run_lgip_by_fliptype.py's published calls, so after that scrip
   python run_lgip_retrieval.py --GALLERY_SIZE=1000            # the COCO 1k protocol
   torchrun --nproc_per_node=4 run_lgip_retrieval.py ...        # records sharded, galleries searched on rank 0
 """
+
 import os
 
 import common
 import run_lgip_by_fliptype as by_fliptype  # its published calls: the texts, paddings and so cache keys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: make_perturb_with_fliptypes.py (or diff_gen_caption.py) output
+JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input:
+#   make_perturb_with_fliptypes.py (or diff_gen_caption.py) output
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
 OUTPUT_DIR = None  # folder for the outputs (metrics, score files), created when missing; None = beside JSONL_PATH
-MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type": "openclip"|"transformers"|"siglip"|"python", + "model_name"/"pretrained" | "model_id" | "loader"/"kwargs"} (generative and itm models are left out here: they give no embeddings), or names: "demo" (the bundled tiny random model), a published model's name (README "Models")
-SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS: one job of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT)
-ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run) or "skip" (it is left out and recorded in each row's run.skipped_models; the run fails only when every model does)
+MODELS = common.PUBLISHED_MODELS  # list of specs {"name", "type": "openclip"|"transformers"|"siglip"|"python", +
+#   "model_name"/"pretrained" | "model_id" | "loader"/"kwargs"} (generative and itm models are left out here: they give
+#   no embeddings), or names: "demo" (the bundled tiny random model), a published model's name (README "Models")
+SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS:
+#   one job of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT)
+ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run)
+#   or "skip" (it is left out and recorded in each row's run.skipped_models; the run fails only when every model does)
 PROTOCOL = "corrected"  # "corrected" (texts encoded as each model was trained) or "reference" (as the published code)
-GALLERY_SIZE = 5000  # int >= 1: records per gallery, searched on its own (5000: the COCO 5k protocol; the last may be smaller); None = one gallery of all records
+GALLERY_SIZE = 5000  # int >= 1: records per gallery, searched on its own (5000: the COCO 5k protocol;
+#   the last may be smaller); None = one gallery of all records
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16"
 IMAGE_BATCH_SIZE = 64  # int >= 1: images per forward pass
-TEXT_BATCH_SIZE = "auto"  # int >= 1, or "auto" (2048 on CUDA, 64 on CPU): texts per forward pass (CLIP family: about 16 token positions per text, in prefix packs of 128)
-NUM_WORKERS = None  # int >= 0 (0: decoded in the main process): image-decoding worker processes; None = from the CPU count
-CACHE_DIR = "auto"  # embedding cache folder; "auto" = .lgip_cache beside the input (shared with the other evaluations); None = no cache
-CACHE_FLUSH_S = 60  # float >= 0: cache chunks are also written after this many seconds of work, so a crash loses at most about that much
-PIXEL_MEMORY_GB = "auto"  # float >= 0: host memory for decoded pixels kept for the next model with the same preprocessing; "auto" = a quarter of the memory this process may use, 0 = off
-LOOKAHEAD = True  # True: while a model runs, the later models' tokenizing and image decoding are done in low-priority background workers; False: each model does its own
-ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off, or "all": the plain computation (slower; the same numbers to float rounding)
+TEXT_BATCH_SIZE = "auto"  # int >= 1, or "auto" (2048 on CUDA, 64 on CPU): texts per forward pass (CLIP family:
+#   about 16 token positions per text, in prefix packs of 128)
+NUM_WORKERS = None  # int >= 0 (0: decoded in the main process): image-decoding worker processes;
+#   None = from the CPU count
+CACHE_DIR = "auto"  # embedding cache folder; "auto" = .lgip_cache beside the input (shared with the other evaluations);
+#   None = no cache
+CACHE_FLUSH_S = 60  # float >= 0: cache chunks are also written after this many seconds of work,
+#   so a crash loses at most about that much
+PIXEL_MEMORY_GB = "auto"  # float >= 0: host memory for decoded pixels kept for the next model with the same
+#   preprocessing; "auto" = a quarter of the memory this process may use, 0 = off
+LOOKAHEAD = True  # True: while a model runs, the later models' tokenizing and image decoding are done in low-priority
+#   background workers; False: each model does its own
+ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off, or "all": the plain computation
+#   (slower; the same numbers to float rounding)
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 CONFIG = common.configure(globals())
@@ -62,8 +76,16 @@ def flip_types(records):
 def evaluate(run):
     captions, flips, typed, paras = run.pairs(retrieval_calls)  # (built once per run)
     scored = run.score(keep_embeddings=True)  # every text and image encoded, or read from the cache; no pair to score
-    mine = common.Gallery.from_pairs(scored.ok, scored.image_embeddings, *scored.text_embeddings, captions, flips, typed, paras,
-                                     flip_types(run.records))
+    mine = common.Gallery.from_pairs(
+        scored.ok,
+        scored.image_embeddings,
+        *scored.text_embeddings,
+        captions,
+        flips,
+        typed,
+        paras,
+        flip_types(run.records),
+    )
     scored.text_embeddings = None  # (the gallery has what it needs: the text table's memory back)
     parts = run.gathered(mine.to_host()) if run.world > 1 else [mine]  # galleries need every record
     if not run.is_main:
@@ -74,15 +96,19 @@ def evaluate(run):
     run.seconds.update({f"retrieval_{part}": v for part, v in found.seconds.items()})  # (the search's parts, of it)
     for figure, image, hit in common.retrieval_compared(found):
         run.compare(figure, None, image, hit)  # (paired model comparisons, LGIP_SPEC.md 9 and 12)
-    return {"model_tag": run.enc.name,
-            **common.retrieval_figures(found, run.config["BOOTSTRAP"], run.config["BOOTSTRAP_SEED"])}
+    return {
+        "model_tag": run.enc.name,
+        **common.retrieval_figures(found, run.config["BOOTSTRAP"], run.config["BOOTSTRAP_SEED"]),
+    }
 
 
 def summary(m):
     f = lambda key: common.fmt(m[key], ".3f")
-    return (f"i2t R@1 {f('i2t_recall@1')}, with flips {f('i2t_flip_recall@1')}, top-1 a flip "
-            f"{f('i2t_flip_top1_rate')}, own flip preferred {f('own_flip_preferred_rate')}, t2i R@1 {f('t2i_recall@1')} "
-            f"({m['num_blocks']} galler{'y' if m['num_blocks'] == 1 else 'ies'} of {m['gallery_size']})")
+    return (
+        f"i2t R@1 {f('i2t_recall@1')}, with flips {f('i2t_flip_recall@1')}, top-1 a flip "
+        f"{f('i2t_flip_top1_rate')}, own flip preferred {f('own_flip_preferred_rate')}, t2i R@1 {f('t2i_recall@1')} "
+        f"({m['num_blocks']} galler{'y' if m['num_blocks'] == 1 else 'ies'} of {m['gallery_size']})"
+    )
 
 
 def run(**constants):

@@ -10,15 +10,21 @@ flips in one call, padded to its longest text). Also writes the table to
 `<stem>__siglip_sanity.json` next to the input.
   python siglip_sanity_check.py --JSONL_PATH=lgip_coco_native5_train2017_with_perturb.jsonl
 """
+
 import os
 import random
 
 import common
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_perturb.jsonl")  # any JSONL with diff_caps (published default: the diff_gen_caption output)
+JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_perturb.jsonl")  # any JSONL with diff_caps
+#   (published default: the diff_gen_caption output)
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
-MODEL = {"name": "siglip_google_siglip-base-patch16-224", "type": "siglip", "model_id": "google/siglip-base-patch16-224"}  # one model spec
+MODEL = {  # one model spec
+    "name": "siglip_google_siglip-base-patch16-224",
+    "type": "siglip",
+    "model_id": "google/siglip-base-patch16-224",
+}
 N_RECORDS = 10  # int >= 1: records drawn (among those with at least one flip); published: 10
 MAX_FLIPS = 5  # int >= 1: flips shown per caption (sampled when a caption has more); published: 5
 SEED = 42  # int: seed of the draws (one random.Random, in the published order of calls); published: 42
@@ -79,8 +85,10 @@ def main():
     _, readable, report = imgs["corrected"]
     if not readable:
         first = (report.get("failed_images") or [{}])[0]
-        raise common.InputError(f"none of the {len(selected)} drawn records' images could be read (IMAGE_ROOT "
-                                f"{image_root}; first: {first.get('path')}: {first.get('error')}); nothing written")
+        raise common.InputError(
+            f"none of the {len(selected)} drawn records' images could be read (IMAGE_ROOT "
+            f"{image_root}; first: {first.get('path')}: {first.get('error')}); nothing written"
+        )
     picks = draw(selected, set(readable), rng)
     results = {p: similarities(enc, imgs[p][0], selected, picks) for p, enc in encoders.items()}
     rows = []
@@ -98,8 +106,17 @@ def main():
             dc, dr = ("", "") if j == 0 else (f"{c - corr[0]:+.4f}", f"{r - ref[0]:+.4f}")
             label = text if j == 0 else "  flip: " + text
             print(f"{label[:60]:<60} {c:7.4f} {dc:>7} | {r:7.4f} {dr:>7}")
-            rows.append({"line": line, "image_path": rec["image_path"], "caption_index": i, "text": text,
-                         "is_flip": j > 0, "sim_corrected": c, "sim_reference": r})
+            rows.append(
+                {
+                    "line": line,
+                    "image_path": rec["image_path"],
+                    "caption_index": i,
+                    "text": text,
+                    "is_flip": j > 0,
+                    "sim_corrected": c,
+                    "sim_reference": r,
+                }
+            )
     flips = [r for r in rows if r["is_flip"]]
     for p in common.PROTOCOLS:
         base = {(r["line"], r["caption_index"]): r[f"sim_{p}"] for r in rows if not r["is_flip"]}
@@ -112,7 +129,8 @@ def main():
 
 
 def run(**constants):
-    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry); returns the output's path."""
+    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry);
+    returns the output's path."""
     with common.script_call(globals(), constants):
         return main()
 

@@ -1,4 +1,4 @@
-"""bench_host: the host's (CPU, main thread) cost per text of the project's evaluation pass.
+r"""bench_host: the host's (CPU, main thread) cost per text of the project's evaluation pass.
 
 A fast GPU leaves the host as the bound: building pairs, de-duplicating and batching texts,
 gathering token ids, confidence intervals, the score file. This runs bench.py's project pass
@@ -11,8 +11,10 @@ DTYPE and CACHE make the stand-in's embeddings as wide, stored and cached as a r
 copies and file writes are host work there too, in the writer's thread).
   python benchmarks/bench_host.py                       # 3072 records, ~127k texts: prints us per text
   python benchmarks/bench_host.py --N_IMAGES=512 --REPEATS=5
-  python benchmarks/bench_host.py --N_IMAGES=40000 --WIDTH=768 --DTYPE=bf16 --CACHE=True --REPEATS=1   # a 40,000-image run's host
+  python benchmarks/bench_host.py --N_IMAGES=40000 --WIDTH=768 --DTYPE=bf16 --CACHE=True \
+    --REPEATS=1                                           # a 40,000-image run's host
 """
+
 import os
 import shutil
 import sys
@@ -29,7 +31,8 @@ REPEATS = 3  # int >= 1: timed passes; the fastest is reported
 TEXT_BATCH_SIZE = 2048  # int: texts per batch (2048: "auto" on CUDA, where the host is the bound)
 WORK_DIR = None  # scratch folder; None = a temp dir removed at the end
 WIDTH = 32  # int: width of the stand-in's embeddings (768: ViT-L-14, SigLIP base; 1024: ViT-H-14, SigLIP large)
-DTYPE = "fp32"  # "fp32", or "bf16": embeddings stored as fp16 values, as a bf16 GPU run's (the stand-in computes nothing)
+DTYPE = "fp32"  # "fp32", or "bf16": embeddings stored as fp16 values,
+#   as a bf16 GPU run's (the stand-in computes nothing)
 CACHE = False  # True: the embedding cache on, cold at every pass, as a user's first run
 CONFIG = common.configure(globals())
 
@@ -38,9 +41,12 @@ def instant_encoder():
     """The fixture's tiny open_clip model with every costly step replaced by an instant one."""
     import torch
     from PIL import Image
-    spec = {"name": "host", "type": "openclip",
-            "model_name": "local-dir:" + os.path.join(_ROOT,
-                                                      "tests", "fixtures", "models", "openclip-tiny")}
+
+    spec = {
+        "name": "host",
+        "type": "openclip",
+        "model_name": "local-dir:" + os.path.join(_ROOT, "tests", "fixtures", "models", "openclip-tiny"),
+    }
     enc = common.load_model(spec, "corrected", "cpu")
     enc.dtype = common.resolve_dtype(DTYPE, "cpu")
     zeros = torch.zeros(1, WIDTH)  # expanded, never allocated: the stand-in's own cost stays out
@@ -49,8 +55,9 @@ def instant_encoder():
     enc.encode_images = lambda batch: zeros.expand(batch.shape[0], WIDTH)
     enc.image_transform = lambda img: torch.zeros(3, 8, 8)
     # One id per word (a real tokenizer's prefix structure, at no cost): texts that start alike share ids.
-    enc.tokenize = lambda texts: [[49406] + [1000 + zlib.crc32(w.encode()) % 48000 for w in t.lower().split()][:75] + [49407]
-                                  for t in texts]
+    enc.tokenize = lambda texts: [
+        [49406] + [1000 + zlib.crc32(w.encode()) % 48000 for w in t.lower().split()][:75] + [49407] for t in texts
+    ]
     enc.tokenizer_key = ("bench_host", "one id per word")  # a table of its own, shared by the later passes
     enc.pixels = None  # the stand-in transform above, not the real geometry
     tiny = Image.new("RGB", (4, 4))
@@ -64,8 +71,13 @@ def main():
         records = common.load_records(jsonl, ("same_caps", "diff_caps"))
         spec, enc = instant_encoder()
         cache = os.path.join(work, "cache") if CACHE else None
-        config = dict(bench.eval_config(jsonl, work, cache), NUM_WORKERS=0, DEVICE="cpu", DTYPE=DTYPE,
-                      TEXT_BATCH_SIZE=TEXT_BATCH_SIZE)
+        config = dict(
+            bench.eval_config(jsonl, work, cache),
+            NUM_WORKERS=0,
+            DEVICE="cpu",
+            DTYPE=DTYPE,
+            TEXT_BATCH_SIZE=TEXT_BATCH_SIZE,
+        )
         for label, fresh in (("first model", True), ("later model", False)):
             times = []
             for _ in range(REPEATS):
@@ -75,9 +87,11 @@ def main():
                     res = bench.project_pass(enc, spec, records, config, fresh=fresh)
                 times.append(t.seconds)
             texts = res["unique_texts_encoded"]
-            print(f"{len(records)} records, {texts} texts, {label}: host pass {min(times):.3f} s (runs: "
-                  f"{', '.join(f'{x:.3f}' for x in times)}), {min(times) / texts * 1e6:.2f} us per text, "
-                  f"phases {res['seconds_by_phase']}")
+            print(
+                f"{len(records)} records, {texts} texts, {label}: host pass {min(times):.3f} s (runs: "
+                f"{', '.join(f'{x:.3f}' for x in times)}), {min(times) / texts * 1e6:.2f} us per text, "
+                f"phases {res['seconds_by_phase']}"
+            )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ build is outside its timing (a training loop has it); the spec's load is inside 
   python benchmarks/bench_in_memory.py                      # ViT-B-16, the demo's 12 records, CPU
   python benchmarks/bench_in_memory.py --JSONL_PATH=lgip_coco_native5_train2017_with_perturb.jsonl --REPEATS=1
 """
+
 import os
 import shutil
 import subprocess
@@ -35,8 +36,15 @@ def records():
     work = tempfile.mkdtemp(prefix="lgip_bench_in_memory_")
     shutil.copy(os.path.join(_ROOT, "demo", "lgip_demo.jsonl"), work)
     shutil.copytree(os.path.join(_ROOT, "demo", "images"), os.path.join(work, "images"))
-    subprocess.run([sys.executable, os.path.join(_ROOT, "diff_gen_caption.py"),
-                    f"--INPUT_JSONL={os.path.join(work, 'lgip_demo.jsonl')}"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            os.path.join(_ROOT, "diff_gen_caption.py"),
+            f"--INPUT_JSONL={os.path.join(work, 'lgip_demo.jsonl')}",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return os.path.join(work, "lgip_demo_with_perturb.jsonl"), IMAGE_ROOT or work, work
 
 
@@ -44,6 +52,7 @@ def main():
     import open_clip
     import torch
     import run_lgip_multi
+
     jsonl, image_root, work = records()
     device = common.resolve_device(DEVICE)
     t0 = time.perf_counter()
@@ -55,8 +64,9 @@ def main():
     torch.save(model.state_dict(), weights)
     spec = {"name": "spec", "type": "openclip", "model_name": ARCH, "pretrained": weights}
     mine = {"name": "in_memory", "type": "python", "loader": (model, preprocess, open_clip.get_tokenizer(ARCH))}
-    settings = dict(JSONL_PATH=jsonl, IMAGE_ROOT=image_root, DEVICE=DEVICE, CACHE_DIR=None, BOOTSTRAP=0,
-                    WRITE_SCORES=False)
+    settings = dict(
+        JSONL_PATH=jsonl, IMAGE_ROOT=image_root, DEVICE=DEVICE, CACHE_DIR=None, BOOTSTRAP=0, WRITE_SCORES=False
+    )
     times, rows = {"spec": [], "in_memory": []}, {}
     try:
         for _ in range(REPEATS):
@@ -72,8 +82,10 @@ def main():
     print(f"\n{ARCH} on {device}, {rows['spec']['num_samples']} records (in-memory build {built_s:.1f} s, not timed)")
     for name in times:
         ran = [k for k, on in rows[name]["run"]["accelerations"].items() if on]
-        print(f"  {name:10s} {', '.join(f'{s:.2f}' for s in times[name])} s (fastest {best[name]:.2f} s); "
-              f"accelerations that ran: {', '.join(ran)}")
+        print(
+            f"  {name:10s} {', '.join(f'{s:.2f}' for s in times[name])} s (fastest {best[name]:.2f} s); "
+            f"accelerations that ran: {', '.join(ran)}"
+        )
     print(f"  in-memory / spec: {best['in_memory'] / best['spec']:.2f}x")
     for key in ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate"):
         print(f"  {key:24s} spec {rows['spec'][key]:.6f}  in memory {rows['in_memory'][key]:.6f}")

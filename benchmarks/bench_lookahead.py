@@ -14,6 +14,7 @@ The sequence: open_clip (first: tokenizes, decodes), its twin (same tokens and p
 Choose the device times so the twin is device-bound for longer than SigLIP's tokenizing and
 decoding take on this machine's workers (on an H100 with 15 workers that holds by far: BENCHMARKS.md).
 """
+
 import os
 import sys
 import time
@@ -32,14 +33,21 @@ WORK_DIR = None  # scratch folder; None = a temp dir removed at the end
 CONFIG = common.configure(globals())
 
 _FIXTURES = os.path.join(_ROOT, "tests", "fixtures", "models")
-SPECS = [{"name": "open_clip", "type": "openclip", "model_name": "local-dir:" + os.path.join(_FIXTURES, "openclip-tiny")},
-         {"name": "open_clip_twin", "type": "openclip", "model_name": "local-dir:" + os.path.join(_FIXTURES, "openclip-tiny")},
-         {"name": "siglip", "type": "siglip", "model_id": os.path.join(_FIXTURES, "siglip-tiny")}]
+SPECS = [
+    {"name": "open_clip", "type": "openclip", "model_name": "local-dir:" + os.path.join(_FIXTURES, "openclip-tiny")},
+    {
+        "name": "open_clip_twin",
+        "type": "openclip",
+        "model_name": "local-dir:" + os.path.join(_FIXTURES, "openclip-tiny"),
+    },
+    {"name": "siglip", "type": "siglip", "model_id": os.path.join(_FIXTURES, "siglip-tiny")},
+]
 
 
 def on_simulated_device(spec):
     """The model's Encoder (its tokenizer, geometry, batching) whose forward passes only wait."""
     import torch
+
     enc = common.load_model(spec, "corrected", "cpu")
 
     def busy(n, us):
@@ -70,24 +78,35 @@ def main():
         scale = (records, jsonl, work, counts)
         encs = [on_simulated_device(s) for s in SPECS]
         workers = common.default_num_workers() if NUM_WORKERS is None else NUM_WORKERS
-        print(f"{counts['images']} images, {counts['texts']} texts; {workers} workers; simulated device "
-              f"{DEVICE_US_PER_TEXT:g} us/text, {DEVICE_US_PER_IMAGE:g} us/image", flush=True)
+        print(
+            f"{counts['images']} images, {counts['texts']} texts; {workers} workers; simulated device "
+            f"{DEVICE_US_PER_TEXT:g} us/text, {DEVICE_US_PER_IMAGE:g} us/image",
+            flush=True,
+        )
         best = {}
         for _ in range(REPEATS):
             for lookahead in (False, True):
                 total, passes = sequence(encs, scale, lookahead)
-                print(f"lookahead {lookahead!s:5s}: {total:.2f} s  (" + ", ".join(
-                    f"{s['name']} {p['total_s']:.2f} s" for s, p in zip(SPECS, passes)) + ")", flush=True)
+                print(
+                    f"lookahead {lookahead!s:5s}: {total:.2f} s  ("
+                    + ", ".join(f"{s['name']} {p['total_s']:.2f} s" for s, p in zip(SPECS, passes))
+                    + ")",
+                    flush=True,
+                )
                 if lookahead not in best or total < best[lookahead][0]:
                     best[lookahead] = (total, passes)
         for lookahead, (total, passes) in best.items():
             last = passes[-1]
-            print(f"\nlookahead {lookahead}: sequence {total:.2f} s (fastest of {REPEATS}); SigLIP's pass "
-                  f"{last['total_s']:.2f} s, phases {last['seconds_by_phase']}, images {last['image_sources']}, "
-                  f"done ahead {last['lookahead']}")
+            print(
+                f"\nlookahead {lookahead}: sequence {total:.2f} s (fastest of {REPEATS}); SigLIP's pass "
+                f"{last['total_s']:.2f} s, phases {last['seconds_by_phase']}, images {last['image_sources']}, "
+                f"done ahead {last['lookahead']}"
+            )
         saved = best[False][0] - best[True][0]
-        print(f"\nthe lookahead took {saved:.2f} s off the sequence ({best[False][0]:.2f} -> {best[True][0]:.2f} s); "
-              f"SigLIP's own pass {best[False][1][-1]['total_s']:.2f} -> {best[True][1][-1]['total_s']:.2f} s")
+        print(
+            f"\nthe lookahead took {saved:.2f} s off the sequence ({best[False][0]:.2f} -> {best[True][0]:.2f} s); "
+            f"SigLIP's own pass {best[False][1][-1]['total_s']:.2f} -> {best[True][1][-1]['total_s']:.2f} s"
+        )
 
 
 if __name__ == "__main__":

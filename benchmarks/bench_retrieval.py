@@ -13,6 +13,7 @@ host's own cost and WIDTH=768 adds the products a GPU would do (their count is p
   python benchmarks/bench_retrieval.py                                              # 3072 records
   python benchmarks/bench_retrieval.py --N_IMAGES=40000 --WIDTH=768 --DTYPE=bf16    # a 40,000-image run
 """
+
 import os
 import subprocess
 import sys
@@ -26,7 +27,10 @@ import common  # noqa: E402
 N_IMAGES = 3072  # int >= 1: records (synthetic, as bench.py makes them; their flips by make_perturb_with_fliptypes.py)
 WIDTH = 32  # int: width of the stand-in's embeddings (768: ViT-L-14, SigLIP base; 1024: ViT-H-14, SigLIP large)
 DTYPE = "fp32"  # "fp32", or "bf16": embeddings stored as fp16 values, as a bf16 GPU run's
-GALLERY_SIZES = [5000, None]  # list of GALLERY_SIZE values to time the retrieval with (None: one gallery of all records)
+GALLERY_SIZES = [
+    5000,
+    None,
+]  # list of GALLERY_SIZE values to time the retrieval with (None: one gallery of all records)
 WORK_DIR = None  # scratch folder; None = a temp dir removed at the end
 CONFIG = common.configure(globals())
 
@@ -34,6 +38,7 @@ CONFIG = common.configure(globals())
 def stand_in():
     """bench_host's instant encoder at this WIDTH and DTYPE, its images and texts random unit vectors."""
     import torch
+
     bench_host.WIDTH, bench_host.DTYPE = WIDTH, DTYPE
     spec, enc = bench_host.instant_encoder()
     gen = torch.Generator().manual_seed(0)
@@ -56,29 +61,46 @@ def product_count(m, width):
 def main():
     import run_lgip_by_fliptype
     import run_lgip_retrieval
+
     with bench.scratch_dir(WORK_DIR, "lgip_bench_retrieval_") as work:
         bench.make_records(work, N_IMAGES, 0, placeholder_images=True)  # (never decoded)
         base = os.path.join(work, "bench_base.jsonl")
-        proc = subprocess.run([sys.executable, os.path.join(_ROOT,
-                                                            "make_perturb_with_fliptypes.py"), f"--INPUT_JSONL={base}"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, os.path.join(_ROOT, "make_perturb_with_fliptypes.py"), f"--INPUT_JSONL={base}"],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise SystemExit(f"make_perturb_with_fliptypes.py failed:\n{proc.stdout}\n{proc.stderr}")
         jsonl = common.default_output(base, "_with_fliptypes.jsonl")
         records = common.load_records(jsonl, run_lgip_by_fliptype.FIELDS)
         spec, enc = stand_in()
-        config = dict(bench.eval_config(jsonl, work, os.path.join(work, "cache")), NUM_WORKERS=0, DEVICE="cpu",
-                      DTYPE=DTYPE, TEXT_BATCH_SIZE=2048, BOOTSTRAP=1000, BOOTSTRAP_SEED=0, PROTOCOL="corrected")
+        config = dict(
+            bench.eval_config(jsonl, work, os.path.join(work, "cache")),
+            NUM_WORKERS=0,
+            DEVICE="cpu",
+            DTYPE=DTYPE,
+            TEXT_BATCH_SIZE=2048,
+            BOOTSTRAP=1000,
+            BOOTSTRAP_SEED=0,
+            PROTOCOL="corrected",
+        )
         run_lgip_by_fliptype.JSONL_PATH = jsonl  # its score file goes beside the records
         m, seconds, phases = bench.one_pass(run_lgip_by_fliptype, spec, enc, records, config)
-        print(f"{len(records)} records, width {WIDTH}, {DTYPE}: run_lgip_by_fliptype pass {seconds:.2f} s "
-              f"({m['global_sensitivity']['count']:,} flips scored), phases {phases}", flush=True)
+        print(
+            f"{len(records)} records, width {WIDTH}, {DTYPE}: run_lgip_by_fliptype pass {seconds:.2f} s "
+            f"({m['global_sensitivity']['count']:,} flips scored), phases {phases}",
+            flush=True,
+        )
         for size in GALLERY_SIZES:
             m, seconds, phases = bench.one_pass(run_lgip_retrieval, spec, enc, records, dict(config, GALLERY_SIZE=size))
-            print(f"{len(records)} records, width {WIDTH}, {DTYPE}: run_lgip_retrieval pass, GALLERY_SIZE={size} "
-                  f"({m['num_blocks']} galleries; {m['num_captions']:,} captions, {m['num_flips']:,} flips, "
-                  f"{m['num_paraphrases']:,} paraphrases; {product_count(m, WIDTH) / 1e9:,.0f} G multiply-adds at "
-                  f"most): {seconds:.2f} s, phases {phases} (retrieval_*: the search's parts)", flush=True)
+            print(
+                f"{len(records)} records, width {WIDTH}, {DTYPE}: run_lgip_retrieval pass, GALLERY_SIZE={size} "
+                f"({m['num_blocks']} galleries; {m['num_captions']:,} captions, {m['num_flips']:,} flips, "
+                f"{m['num_paraphrases']:,} paraphrases; {product_count(m, WIDTH) / 1e9:,.0f} G multiply-adds at "
+                f"most): {seconds:.2f} s, phases {phases} (retrieval_*: the search's parts)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

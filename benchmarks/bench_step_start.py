@@ -9,6 +9,7 @@ outputs are the same but for their times (benchmarks/compare_outputs.py).
   python benchmarks/bench_step_start.py                       # the demo model, every step, 2 repeats
   python benchmarks/bench_step_start.py --MODELS="['demo', 'demo']" --REPEATS=3
 """
+
 import os
 import re
 import shutil
@@ -33,14 +34,23 @@ def run(folder, mode):
     os.makedirs(folder)
     shutil.copy(os.path.join(_ROOT, "demo", "lgip_demo.jsonl"), folder)
     shutil.copytree(os.path.join(_ROOT, "demo", "images"), os.path.join(folder, "images"))
-    args = [sys.executable, os.path.join(_ROOT, "run_all.py"), f"--DEMO_JSONL={os.path.join(folder, 'lgip_demo.jsonl')}",
-            "--DATA=demo", f"--MODELS={MODELS!r}", "--DEVICE=cpu", f"--STEP_START={mode}"]
+    args = [
+        sys.executable,
+        os.path.join(_ROOT, "run_all.py"),
+        f"--DEMO_JSONL={os.path.join(folder, 'lgip_demo.jsonl')}",
+        "--DATA=demo",
+        f"--MODELS={MODELS!r}",
+        "--DEVICE=cpu",
+        f"--STEP_START={mode}",
+    ]
     if STEPS is not None:
         args.append(f"--STEPS={STEPS!r}")
     proc = subprocess.run(args, capture_output=True, text=True, cwd=_ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"run_all ({mode}) failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    steps = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\[\d+/\d+\] (\w+)  done in ([\d.]+) s", proc.stdout, re.M)}
+    steps = {
+        m.group(1): float(m.group(2)) for m in re.finditer(r"^\[\d+/\d+\] (\w+)  done in ([\d.]+) s", proc.stdout, re.M)
+    }
     total = float(re.search(r"^run_all: ran \d+ of \d+ steps .* in ([\d.]+) s", proc.stdout, re.M).group(1))
     return steps, total
 
@@ -54,19 +64,26 @@ def main():
         for mode in MODES:
             steps, total = run(folder, mode)
             old_steps, old_total = best[mode]
-            best[mode] = ({k: min(v, old_steps.get(k, v)) for k, v in steps.items()},
-                          total if old_total is None else min(total, old_total))
+            best[mode] = (
+                {k: min(v, old_steps.get(k, v)) for k, v in steps.items()},
+                total if old_total is None else min(total, old_total),
+            )
             print(f"repeat {r + 1} {mode}: run_all {total:.1f} s", flush=True)
             if mode == a and r == REPEATS - 1:
                 shutil.copytree(folder, os.path.join(work, a))
-    same = subprocess.run([sys.executable, os.path.join(_ROOT, "benchmarks", "compare_outputs.py"),
-                           os.path.join(work, a), folder], capture_output=True, text=True)
+    same = subprocess.run(
+        [sys.executable, os.path.join(_ROOT, "benchmarks", "compare_outputs.py"), os.path.join(work, a), folder],
+        capture_output=True,
+        text=True,
+    )
     print(f"\n{'step':<30}{a + ' s':>10}{b + ' s':>10}")
     for name, seconds in best[a][0].items():
         print(f"{name:<30}{seconds:>10.1f}{best[b][0].get(name, float('nan')):>10.1f}")
     ta, tb = best[a][1], best[b][1]
     print(f"{'run_all total':<30}{ta:>10.1f}{tb:>10.1f}   ({ta / tb:.2f}x)")
-    print(f"outputs: {same.stdout.strip().splitlines()[-1]} (benchmarks/compare_outputs.py, last {a} run vs last {b} run)")
+    print(
+        f"outputs: {same.stdout.strip().splitlines()[-1]} (benchmarks/compare_outputs.py, last {a} run vs last {b} run)"
+    )
     shutil.rmtree(work, ignore_errors=True)
     sys.exit(same.returncode)
 

@@ -10,28 +10,45 @@ timings and run_all's recorded output mtimes. A refactor that must leave every o
 
 Prints a line per file that is not byte-identical and the counts; exits 1 when any differs.
 """
+
 import json
 import os
 import re
 import sys
 
 a, b = sys.argv[1], sys.argv[2]
-VOLATILE = {"created", "seconds", "seconds_by_phase", "lookahead", "elapsed_s", "wall_s", "outputs"}  # (outputs: mtimes)
+VOLATILE = {
+    "created",
+    "seconds",
+    "seconds_by_phase",
+    "lookahead",
+    "elapsed_s",
+    "wall_s",
+    "outputs",
+}  # (outputs: mtimes)
+
+
 def scrub(o):
     if isinstance(o, dict):
         return {k: ("<t>" if k in VOLATILE else scrub(v)) for k, v in o.items()}
     if isinstance(o, list):
         return [scrub(v) for v in o]
     return o
+
+
 def text_scrub(s):
     import base64
+
     def uri(m):  # an embedded CSV: its times masked too
         body = base64.b64decode(m.group(2)).decode()
         return m.group(1) + text_scrub(body)
+
     s = re.sub(r"(data:text/csv;base64,)([A-Za-z0-9+/=]+)", uri, s)
     s = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4}", "<time>", s)
     s = re.sub(r"\d+\.\d+ s\b", "<s>", s)
     return s
+
+
 files = sorted(set(os.listdir(a)) | set(os.listdir(b)))
 same = masked = differ = 0
 for f in files:
@@ -39,20 +56,27 @@ for f in files:
     if os.path.isdir(pa) or os.path.isdir(pb):
         continue
     if not (os.path.exists(pa) and os.path.exists(pb)):
-        print("ONLY IN", a if os.path.exists(pa) else b, f); differ += 1; continue
+        print("ONLY IN", a if os.path.exists(pa) else b, f)
+        differ += 1
+        continue
     ba, bb = open(pa, "rb").read(), open(pb, "rb").read()
     if ba == bb:
-        same += 1; continue
+        same += 1
+        continue
     ok = False
     if f.endswith(".json"):
         ok = scrub(json.loads(ba)) == scrub(json.loads(bb))
     elif f.endswith(".jsonl"):
-        ok = [scrub(json.loads(l)) for l in ba.splitlines() if l.strip()] == [scrub(json.loads(l)) for l in bb.splitlines() if l.strip()]
+        ok = [scrub(json.loads(l)) for l in ba.splitlines() if l.strip()] == [
+            scrub(json.loads(l)) for l in bb.splitlines() if l.strip()
+        ]
     elif f.endswith((".md", ".html", ".csv")):
         ok = text_scrub(ba.decode()) == text_scrub(bb.decode())
     if ok:
-        masked += 1; print("same but times:", f)
+        masked += 1
+        print("same but times:", f)
     else:
-        differ += 1; print("DIFFERS:", f)
+        differ += 1
+        print("DIFFERS:", f)
 print(f"{same} byte-identical, {masked} identical but for times, {differ} differ")
 sys.exit(1 if differ else 0)

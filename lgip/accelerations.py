@@ -12,39 +12,96 @@ what it gained where it was measured. The switches are read when a model loads o
     False
     >>> accelerations.restore(before)
 """
+
 from .errors import ConfigError
 
 
-PREFIX_PACKS = True  # CLIP-family texts packed as prefix trees, a shared start computed once (lgip/models/prefix_packs.py); False: batches of one exact length
-POOLED_LAST_BLOCK = True  # the last block of open_clip's text and image towers and SigLIP's last text layer run for the pooled position only (lgip/models/towers.py); False: the towers' own forward
-TRIMMED_TEXT = True  # CLIP-family text batches cut to their longest text, blocks through SDPA with is_causal (lgip/models/towers.py); False: 77 positions through open_clip's encode_text
-FAST_CLIP_TOKENIZER = True  # open_clip's CLIP tokenizer through a fast path with its exact ids (lgip/models/clip_tokenizer.py); False: SimpleTokenizer.encode
-PIXELS_ON_DEVICE = True  # decoding workers send uint8 pixels, scaled and normalised on the device (lgip/models/pixels.py); False: the CPU transform in the workers
-PIXEL_MEMORY = True  # decoded pixels kept for the run's later models of the same geometry (lgip/pixel_memory.py; needs PIXELS_ON_DEVICE); False: each model decodes its images
-LOOKAHEAD = True  # the later models' tokenizing and decoding done in background workers (lgip/lookahead.py); False: each model does its own
-SHARED_TOKENS = True  # models that tokenize alike share one token table and prefix plan (lgip/tokens.py, lgip/texts.py); False: each model tokenizes and plans
-SHARED_CALLS = True  # the published calls, pairs, keys and token-table rows built once per run (lgip/texts.py RunCalls, lgip/evaluation.py); False: per model
-SHARED_SCORE_LAYOUT = True  # a score file's text less its numbers made once per run (lgip/scorefile.py); False: per model
-DEVICE_TABLES = True  # embeddings kept and scored on the model's device, uploads pinned and non-blocking (lgip/device.py); False: tables and scoring on the host
-BUILD_ON_DEVICE = True  # open_clip models built directly on the GPU, not initialised on the CPU (lgip/models/openclip.py); False: built on the CPU, then moved
-PREFIX_REUSE = True  # a joint scorer's shared start run once per image (LGIP_SPEC.md 13: a generative model's image and prompt tokens, their key-value cache reused for every text; BLIP's vision tower), texts in batches (lgip/models/generative.py, itm.py); False: the whole model per (image, text)
-CONVERSATION_SPLICE = True  # a generative model's conversations of one image: the image processed once, the texts tokenized in one batch with the image's tokens spliced in, checked against the processor's own (lgip/models/conversations.py); False: the processor per text
-TEXT_PACKS = True  # a generative model's texts on its reused prefix packed into rows of PACK_TOKENS with a block mask, no cache copy per text (lgip/models/generative.py; the families of PACKED_FAMILIES); False: batches of TEXT_BATCH on repeated caches
-IMAGE_GROUPS = True  # a generative model's images run GROUP_IMAGES at a time in one forward, each image's row its prefix and packed texts under a block mask, no key-value cache (lgip/models/image_groups.py; GROUP_FAMILIES; needs JOINT_PIPELINE); False: per image, the prefix then its texts on its cache
-JOINT_PIPELINE = True  # a joint scorer prepares the next image (tokenizing, launching its forwards) while the device runs the last one's (lgip/joint_scorer.py); False: each image's scores waited for before the next
-SHARED_BOOTSTRAP_DRAWS = True  # bootstrap resamples drawn once per (images, resamples, seed), shared by every interval (lgip/scoring.py); False: drawn per interval
+PREFIX_PACKS = True  # CLIP-family texts packed as prefix trees, a shared start computed once
+#   (lgip/models/prefix_packs.py); False: batches of one exact length
+POOLED_LAST_BLOCK = True  # the last block of open_clip's text and image towers and SigLIP's last text layer run for
+#   the pooled position only (lgip/models/towers.py); False: the towers' own forward
+TRIMMED_TEXT = True  # CLIP-family text batches cut to their longest text, blocks through SDPA with is_causal
+#   (lgip/models/towers.py); False: 77 positions through open_clip's encode_text
+FAST_CLIP_TOKENIZER = True  # open_clip's CLIP tokenizer through a fast path with its exact ids
+#   (lgip/models/clip_tokenizer.py); False: SimpleTokenizer.encode
+PIXELS_ON_DEVICE = True  # decoding workers send uint8 pixels, scaled and normalised on the device
+#   (lgip/models/pixels.py); False: the CPU transform in the workers
+PIXEL_MEMORY = True  # decoded pixels kept for the run's later models of the same geometry (lgip/pixel_memory.py;
+#   needs PIXELS_ON_DEVICE); False: each model decodes its images
+LOOKAHEAD = True  # the later models' tokenizing and decoding done in background workers (lgip/lookahead.py);
+#   False: each model does its own
+SHARED_TOKENS = True  # models that tokenize alike share one token table and prefix plan (lgip/tokens.py,
+#   lgip/texts.py); False: each model tokenizes and plans
+SHARED_CALLS = True  # the published calls, pairs, keys and token-table rows built once per run (lgip/texts.py RunCalls,
+#   lgip/evaluation.py); False: per model
+SHARED_SCORE_LAYOUT = True  # a score file's text less its numbers made once per run (lgip/scorefile.py);
+#   False: per model
+DEVICE_TABLES = True  # embeddings kept and scored on the model's device, uploads pinned and non-blocking
+#   (lgip/device.py); False: tables and scoring on the host
+BUILD_ON_DEVICE = True  # open_clip models built directly on the GPU, not initialised on the CPU
+#   (lgip/models/openclip.py); False: built on the CPU, then moved
+PREFIX_REUSE = True  # a joint scorer's shared start run once per image (LGIP_SPEC.md 13:
+#   a generative model's image and prompt tokens, their key-value cache reused for every text;
+#   BLIP's vision tower), texts in batches (lgip/models/generative.py, itm.py); False: the whole model per (image, text)
+CONVERSATION_SPLICE = True  # a generative model's conversations of one image: the image processed once,
+#   the texts tokenized in one batch with the image's tokens spliced in, checked against the processor's own
+#   (lgip/models/conversations.py); False: the processor per text
+TEXT_PACKS = True  # a generative model's texts on its reused prefix packed into rows of PACK_TOKENS with a block mask,
+#   no cache copy per text (lgip/models/generative.py; the families of PACKED_FAMILIES);
+#   False: batches of TEXT_BATCH on repeated caches
+IMAGE_GROUPS = True  # a generative model's images run GROUP_IMAGES at a time in one forward,
+#   each image's row its prefix and packed texts under a block mask, no key-value cache (lgip/models/image_groups.py;
+#   GROUP_FAMILIES; needs JOINT_PIPELINE); False: per image, the prefix then its texts on its cache
+JOINT_PIPELINE = True  # a joint scorer prepares the next image (tokenizing, launching its forwards)
+#   while the device runs the last one's (lgip/joint_scorer.py); False: each image's scores waited for before the next
+SHARED_BOOTSTRAP_DRAWS = True  # bootstrap resamples drawn once per (images, resamples, seed), shared by every interval
+#   (lgip/scoring.py); False: drawn per interval
 
-NAMES = ["PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "PIXELS_ON_DEVICE", "PIXEL_MEMORY",
-         "LOOKAHEAD", "SHARED_TOKENS", "SHARED_CALLS", "SHARED_SCORE_LAYOUT", "DEVICE_TABLES", "BUILD_ON_DEVICE",
-         "SHARED_BOOTSTRAP_DRAWS", "PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "IMAGE_GROUPS", "JOINT_PIPELINE"]
+NAMES = [
+    "PREFIX_PACKS",
+    "POOLED_LAST_BLOCK",
+    "TRIMMED_TEXT",
+    "FAST_CLIP_TOKENIZER",
+    "PIXELS_ON_DEVICE",
+    "PIXEL_MEMORY",
+    "LOOKAHEAD",
+    "SHARED_TOKENS",
+    "SHARED_CALLS",
+    "SHARED_SCORE_LAYOUT",
+    "DEVICE_TABLES",
+    "BUILD_ON_DEVICE",
+    "SHARED_BOOTSTRAP_DRAWS",
+    "PREFIX_REUSE",
+    "CONVERSATION_SPLICE",
+    "TEXT_PACKS",
+    "IMAGE_GROUPS",
+    "JOINT_PIPELINE",
+]
 
 
 # the switches that act inside a model's encoders: on, they apply only to the towers and preprocessing that admit
 # them (an Encoder's `accelerations` says which of the first five; PIXELS_ON_DEVICE and PIXEL_MEMORY need its pixels)
-PER_MODEL = ("PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "BUILD_ON_DEVICE",
-             "PIXELS_ON_DEVICE", "PIXEL_MEMORY", "PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "IMAGE_GROUPS",
-             "JOINT_PIPELINE")
-JOINT_ONLY = ("PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "IMAGE_GROUPS", "JOINT_PIPELINE")  # a joint scorer's alone
+PER_MODEL = (
+    "PREFIX_PACKS",
+    "POOLED_LAST_BLOCK",
+    "TRIMMED_TEXT",
+    "FAST_CLIP_TOKENIZER",
+    "BUILD_ON_DEVICE",
+    "PIXELS_ON_DEVICE",
+    "PIXEL_MEMORY",
+    "PREFIX_REUSE",
+    "CONVERSATION_SPLICE",
+    "TEXT_PACKS",
+    "IMAGE_GROUPS",
+    "JOINT_PIPELINE",
+)
+JOINT_ONLY = (  # a joint scorer's alone
+    "PREFIX_REUSE",
+    "CONVERSATION_SPLICE",
+    "TEXT_PACKS",
+    "IMAGE_GROUPS",
+    "JOINT_PIPELINE",
+)
 
 
 def state():
@@ -58,19 +115,27 @@ def applied(enc):
     ran = set(getattr(enc, "accelerations", ()) or ())
     if getattr(enc, "pixels", None) is not None:
         ran |= {"PIXELS_ON_DEVICE", "PIXEL_MEMORY"}
-    why = ("the model's weights were not loaded: every embedding came from the cache"
-           if not getattr(enc, "weights_loaded", True) else
-           "a model of one's own: its encode_text and encode_image run as given"
-           if getattr(enc, "type", None) == "python" and not getattr(enc, "accelerations", ()) else
-           "not for this model's towers or preprocessing (docs/performance.md, Accelerations)")
+    why = (
+        "the model's weights were not loaded: every embedding came from the cache"
+        if not getattr(enc, "weights_loaded", True)
+        else "a model of one's own: its encode_text and encode_image run as given"
+        if getattr(enc, "type", None) == "python" and not getattr(enc, "accelerations", ())
+        else "not for this model's towers or preprocessing (docs/performance.md, Accelerations)"
+    )
     on_cpu = str(getattr(enc, "device", "cpu")).startswith("cpu")
     on = state()
     record = {n: v and (n not in PER_MODEL or n in ran) for n, v in on.items()}
     joint = "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"
     own = getattr(enc, "why_not", None) or {}  # (a joint model's own reasons)
-    return record, {n: "the model runs on the CPU" if n == "BUILD_ON_DEVICE" and on_cpu else
-                    joint if n in JOINT_ONLY and getattr(enc, "entries", "text") != "pair" else own.get(n, why)
-                    for n, v in on.items() if v and not record[n]}
+    return record, {
+        n: "the model runs on the CPU"
+        if n == "BUILD_ON_DEVICE" and on_cpu
+        else joint
+        if n in JOINT_ONLY and getattr(enc, "entries", "text") != "pair"
+        else own.get(n, why)
+        for n, v in on.items()
+        if v and not record[n]
+    }
 
 
 def switch_off(names):
@@ -80,7 +145,9 @@ def switch_off(names):
     if names == "all":
         names = NAMES
     if isinstance(names, str) or not all(isinstance(n, str) for n in names):
-        raise ConfigError(f"ACCELERATIONS_OFF is a list of names or \"all\", got {names!r}; valid names: {', '.join(NAMES)}")
+        raise ConfigError(
+            f'ACCELERATIONS_OFF is a list of names or "all", got {names!r}; valid names: {", ".join(NAMES)}'
+        )
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         raise ConfigError(f"unknown acceleration(s) {', '.join(map(repr, unknown))}; valid: {', '.join(NAMES)}")

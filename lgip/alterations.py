@@ -21,6 +21,7 @@ and the BICUBIC resizes are Pillow's own code).
     >>> mentions_left_or_right("A dog on the Left."), mentions_left_or_right("leftover pizza")
     (True, False)
 """
+
 import math
 import random
 import string
@@ -40,6 +41,7 @@ FORMAT = "alter1"  # in every altered image's cache key: bumped should an altera
 def _jpeg(x):
     import io
     from PIL import Image
+
     buf = io.BytesIO()
     x.save(buf, format="JPEG", quality=JPEG_QUALITY)
     buf.seek(0)
@@ -50,6 +52,7 @@ def _jpeg(x):
 
 def _downscale(x):
     from PIL import Image
+
     w, h = x.size
     return x.resize((max(1, w // 2), max(1, h // 2)), Image.BICUBIC).resize((w, h), Image.BICUBIC)
 
@@ -63,18 +66,21 @@ def _crop(x):
 
 def _hflip(x):
     from PIL import ImageOps
+
     return ImageOps.mirror(x)
 
 
 def other_at_size(y, size):
     """The other image as the flips use it: RGB, resized to x's (W, H) with BICUBIC."""
     from PIL import Image
+
     return y.convert("RGB").resize(size, Image.BICUBIC)
 
 
 def _mix(x, y):
     import numpy as np
     from PIL import Image
+
     a = np.asarray(x, dtype=np.float64)
     b = np.asarray(other_at_size(y, x.size), dtype=np.float64)
     return Image.fromarray(np.clip(np.rint(0.9 * a + 0.1 * b), 0, 255).astype(np.uint8), "RGB")
@@ -85,6 +91,7 @@ def patch_box(size, seed, r):
     (its index among the readable records): cut = int(side * sqrt(1 - lam)), the centre drawn by
     numpy.random.default_rng([seed, r]).integers(W), then .integers(H), the box clipped to the image."""
     import numpy as np
+
     w, h = size
     cut_w, cut_h = int(w * math.sqrt(1 - LAM)), int(h * math.sqrt(1 - LAM))
     rng = np.random.default_rng([seed, r])
@@ -96,6 +103,7 @@ def patch_box(size, seed, r):
 def _patch(x, y, seed, r):
     import numpy as np
     from PIL import Image
+
     x1, y1, x2, y2 = patch_box(x.size, seed, r)
     out = np.array(x, dtype=np.uint8)  # (a copy: x is left as it is)
     out[y1:y2, x1:x2] = np.asarray(other_at_size(y, x.size), dtype=np.uint8)[y1:y2, x1:x2]
@@ -133,8 +141,10 @@ def partner(r, n, k):
 def _strip_punctuation(word):
     """The word less the punctuation at its ends: ASCII's, and Unicode's (curly quotes, guillemets, an
     ellipsis: COCO's captions have them)."""
+
     def punct(c):
         return c in string.punctuation or unicodedata.category(c).startswith("P")
+
     i, j = 0, len(word)
     while i < j and punct(word[i]):
         i += 1
@@ -158,6 +168,7 @@ class AlteredImage(NamedTuple):
     for patch, on r, so a flip's key adds the other image's key and r (a record made unreadable
     before it moves every later r, and their flips are made again). Its key never equals an
     original image's, so neither the cache nor the pixel memory confuses the two."""
+
     source: str
     kind: str
     other: Optional[str] = None
@@ -172,6 +183,7 @@ class AlteredImage(NamedTuple):
     def cache_key(self, key_of):
         """key_of(path): an image file's cache key (OSError when it is missing)."""
         import PIL
+
         key = f"{key_of(self.source)}|{self.kind}|seed={self.seed}|{FORMAT}|pillow={PIL.__version__}"
         if self.kind in FLIP_KINDS:
             key += f"|other={key_of(self.other)}|r={self.r}"

@@ -33,6 +33,7 @@ Worked example (the tiny random-init open_clip fixture; v: its embedding of fixt
     >>> [round(w, 4) for w in ws], changed_words("a red bus", "a blue bus"), blamed_word(ws)
     ([0.0221, -0.0043, 0.0017], [1], 1)                  # blamed: "blue", the changed word (a hit)
 """
+
 import contextlib
 import itertools
 import math
@@ -42,14 +43,18 @@ from .errors import ModelError
 from .models.towers import _plain_blocks
 
 
-FAMILIES = ("open_clip CLIP/CustomTextCLIP text towers of plain ResidualAttentionBlocks (CLIP, OpenCLIP, EVA02)",
-            "transformers CLIPModel / MetaClip2Model", "transformers SiglipModel / Siglip2Model (SigLIP, SigLIP2)")
+FAMILIES = (
+    "open_clip CLIP/CustomTextCLIP text towers of plain ResidualAttentionBlocks (CLIP, OpenCLIP, EVA02)",
+    "transformers CLIPModel / MetaClip2Model",
+    "transformers SiglipModel / Siglip2Model (SigLIP, SigLIP2)",
+)
 
 
 def _attend(q, k, v, heads, scale, mask, edit):
     """Multi-head attention written out on [N, L, W] q, k, v: softmax(q k^T * scale + mask) v,
     with edit(A) -> A given the probabilities [N, heads, L, L] before they weigh the values."""
     import torch
+
     n, length, width = q.shape
     q, k, v = (t.reshape(n, length, heads, width // heads).transpose(1, 2) for t in (q, k, v))
     scores = (q @ k.transpose(-1, -2)) * scale
@@ -63,6 +68,7 @@ def _attend(q, k, v, heads, scale, mask, edit):
 
 def _causal_mask(length, dtype, device):
     import torch
+
     return torch.full((length, length), float("-inf"), dtype=dtype, device=device).triu(1)
 
 
@@ -78,6 +84,7 @@ class TextTower:
         """Text features [N, D] of padded ids [N, L]. edit(l, A) -> A sees each layer's attention
         probabilities; layers before grad_from run without autograd (nothing to differentiate there)."""
         import torch
+
         grad_from = self.n_layers if grad_from is None else grad_from
         with torch.no_grad():
             x, mask = self.embed(ids)
@@ -111,6 +118,7 @@ class _OpenClipTower(TextTower):
         b = self.blocks[l]
         a = b.attn
         import torch.nn.functional as F
+
         q, k, v = F.linear(b.ln_1(x), a.in_proj_weight, a.in_proj_bias).chunk(3, dim=-1)
         y = _attend(q, k, v, a.num_heads, (x.shape[-1] // a.num_heads) ** -0.5, mask, edit)
         x = x + b.ls_1(a.out_proj(y))
@@ -121,6 +129,7 @@ class _OpenClipTower(TextTower):
 
     def head(self, x, p):
         import torch
+
         x = self.tower.ln_final(x[torch.arange(x.shape[0], device=x.device), p])
         proj = self.tower.text_projection
         if proj is not None:
@@ -129,9 +138,10 @@ class _OpenClipTower(TextTower):
 
     def reference(self, ids):
         import torch
+
         context = self.tower.positional_embedding.shape[0]
         full = torch.zeros(ids.shape[0], context, dtype=ids.dtype, device=ids.device)
-        full[:, :ids.shape[1]] = ids  # (causal: what follows the end of text never reaches it)
+        full[:, : ids.shape[1]] = ids  # (causal: what follows the end of text never reaches it)
         return self.model.encode_text(full)
 
 
@@ -163,6 +173,7 @@ class _TransformersTower(TextTower):
 
     def pooled(self, ids):
         import torch
+
         if not self.causal:
             return torch.full((ids.shape[0],), ids.shape[1] - 1, dtype=torch.long, device=ids.device)
         if self.legacy_eos:
@@ -171,6 +182,7 @@ class _TransformersTower(TextTower):
 
     def head(self, x, p):
         import torch
+
         x = self.tower.final_layer_norm(x[torch.arange(x.shape[0], device=x.device), p])
         return self.model.text_projection(x) if self.causal else self.tower.head(x)
 
@@ -180,8 +192,10 @@ class _TransformersTower(TextTower):
 
 
 def _unsupported(model, why=""):
-    return ModelError(f"word attribution does not support this model ({type(model).__module__}.{type(model).__name__}"
-                      f"{': ' + why if why else ''}); supported: {'; '.join(FAMILIES)}")
+    return ModelError(
+        f"word attribution does not support this model ({type(model).__module__}.{type(model).__name__}"
+        f"{': ' + why if why else ''}); supported: {'; '.join(FAMILIES)}"
+    )
 
 
 def text_tower(model):
@@ -191,6 +205,7 @@ def text_tower(model):
     if module.startswith("open_clip"):
         import open_clip
         from open_clip.transformer import TextTransformer
+
         if isinstance(model, open_clip.CLIP):
             tower, pool = model, getattr(model, "text_pool_type", "argmax")
         elif isinstance(getattr(model, "text", None), TextTransformer):
@@ -227,6 +242,7 @@ def in_fp32(enc):
         ...     s, scores = attribute(text_tower(enc.model), ids, v)
     """
     import torch
+
     model, kept = getattr(enc, "model", None), []
     if isinstance(model, torch.nn.Module):
         for t in itertools.chain(model.parameters(), model.buffers()):
@@ -250,13 +266,18 @@ def check_tower(tower, ids, tolerance=1e-4):
     the model's own text forward on these ids; a ModelError above `tolerance` (a variant of a
     family whose layers compute something the plain forward does not)."""
     import torch
+
     with torch.no_grad():
-        mine, own = (torch.nn.functional.normalize(t.float(), dim=-1) for t in (tower.features(ids), tower.reference(ids)))
+        mine, own = (
+            torch.nn.functional.normalize(t.float(), dim=-1) for t in (tower.features(ids), tower.reference(ids))
+        )
     diff = float((mine - own).abs().max())
     if not diff <= tolerance:
-        raise ModelError(f"word attribution: the plain forward of this {tower.family} text tower does not give the model's "
-                         f"own text embedding (max difference {diff:.2e} > {tolerance:g}); its layers are not the ones "
-                         f"lgip.attribution writes out")
+        raise ModelError(
+            f"word attribution: the plain forward of this {tower.family} text tower does not give the model's "
+            f"own text embedding (max difference {diff:.2e} > {tolerance:g}); its layers are not the ones "
+            f"lgip.attribution writes out"
+        )
     return diff
 
 
@@ -265,6 +286,7 @@ def attention_grads(tower, ids, image_emb, layers=3, edit=None):
     each of the last `layers` layers its attention probabilities A [N, H, L, L] and dS/dA (the
     texts of a batch are independent: one backward of sum(s) gives every text's own gradient)."""
     import torch
+
     first = max(0, tower.n_layers - layers)
     kept = []
 
@@ -283,12 +305,14 @@ def attention_grads(tower, ids, image_emb, layers=3, edit=None):
 def similarity(tower, ids, image_emb):
     """s [N] = cos(image_emb[n], text n) through the plain forward, no gradients kept."""
     import torch
+
     with torch.no_grad():
         return _cos(tower.features(ids), image_emb)
 
 
 def _cos(t, v):
     import torch
+
     dtype = torch.promote_types(t.dtype, torch.float32)  # s in fp32 (or the model's float64)
     t, v = t.to(dtype), v.to(device=t.device, dtype=dtype)
     return (t * v).sum(-1) / (t.norm(dim=-1) * v.norm(dim=-1)).clamp_min(1e-12)
@@ -298,6 +322,7 @@ def attribute(tower, ids, image_emb, layers=3):
     """(s [N], token scores [N, L]): a_j = mean over the last `layers` layers and their heads of
     dS/dA[p, j] * A[p, j], at every position j of the padded ids (callers keep the text's tokens)."""
     import torch
+
     s, probs, grads = attention_grads(tower, ids, image_emb, layers)
     rows = torch.arange(ids.shape[0], device=ids.device)
     p = tower.pooled(ids)
@@ -310,10 +335,11 @@ def pad_ids(enc, id_lists):
     protocol (SigLIP: 64 with its pad id; causal towers: to the longest, nothing after a text's end
     reaching it), on the Encoder's device."""
     import torch
+
     length = enc.pad_length([len(x) for x in id_lists]) or max(map(len, id_lists))
     out = torch.full((len(id_lists), length), enc.pad_id, dtype=torch.long)
     for r, ids in enumerate(id_lists):
-        out[r, :len(ids)] = torch.tensor(ids[:length], dtype=torch.long)
+        out[r, : len(ids)] = torch.tensor(ids[:length], dtype=torch.long)
     return out.to(enc.device)
 
 
@@ -358,9 +384,9 @@ def align_words(tokenize, texts, template=""):
 
 
 def _core(ids, lead, trail):
-    if len(ids) < len(lead) + len(trail) or ids[:len(lead)] != lead or ids[len(ids) - len(trail):] != trail:
+    if len(ids) < len(lead) + len(trail) or ids[: len(lead)] != lead or ids[len(ids) - len(trail) :] != trail:
         return None
-    return ids[len(lead):len(ids) - len(trail)]
+    return ids[len(lead) : len(ids) - len(trail)]
 
 
 def _align(text, template, prefix_ids, ids, lead, trail):
@@ -369,7 +395,7 @@ def _align(text, template, prefix_ids, ids, lead, trail):
     token_word, done = [], []
     for k, p in enumerate(prefix_ids):
         p = _core(p, lead, trail)
-        if core is None or p is None or p[:len(done)] != done:
+        if core is None or p is None or p[: len(done)] != done:
             return None
         token_word += [k - n_template if k >= n_template else None] * (len(p) - len(done))
         done = p
@@ -424,9 +450,11 @@ def token_namer(enc):
     with (`enc.tokenizer`); ids as strings when it names none."""
     tok = getattr(enc, "tokenizer", None)
     if hasattr(tok, "decoder") and hasattr(tok, "byte_decoder"):  # open_clip's CLIP BPE
+
         def name(i):
             piece = tok.decoder.get(i, "")
             return bytearray(tok.byte_decoder[c] for c in piece).decode("utf-8", "replace").replace("</w>", "")
+
         return lambda ids: [name(i) for i in ids]
     tok = getattr(tok, "tokenizer", tok)  # (open_clip's HFTokenizer holds a transformers one)
     if hasattr(tok, "convert_ids_to_tokens"):

@@ -8,6 +8,7 @@ what is on disk stays usable.
 
     >>> cache = EmbeddingCache(".lgip_cache", enc, spec); pos, emb = cache.lookup("text", keys)
 """
+
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import time
 
 from .alterations import AlteredImage
 from .errors import CacheError, OutputError
-from .models.registry import MODEL_CACHE_FILES
+from .models.families import FAMILIES
 from .util import package_versions
 from .outputs import atomic_open, write_json
 
@@ -69,8 +70,13 @@ class EmbeddingCache:
 
     def __init__(self, root, enc, spec, chunk_rows=8192, flush_s=60.0):
         import hashlib
-        ident = {"spec": {k: v for k, v in spec.items() if k != "name"}, "protocol": enc.protocol,
-                 "dtype": str(enc.dtype), "versions": package_versions(("open_clip_torch", "transformers", "torch"))}
+
+        ident = {
+            "spec": {k: v for k, v in spec.items() if k != "name"},
+            "protocol": enc.protocol,
+            "dtype": str(enc.dtype),
+            "versions": package_versions(("open_clip_torch", "transformers", "torch")),
+        }
         for key in ("pretrained", "model_id", "model_name"):
             path = str(spec.get(key, "")).replace("local-dir:", "")
             if path and os.path.exists(path):
@@ -79,14 +85,17 @@ class EmbeddingCache:
             # a default given or left out is one setting)
             ident["settings"] = settings = dict(getattr(enc, "settings", {}))
             ident["spec"] = {k: v for k, v in ident["spec"].items() if k not in settings}
-        files = MODEL_CACHE_FILES.get(spec.get("type"))  # (a loader of one's own: its code, its kwargs' files)
+        kind = FAMILIES.get(spec.get("type"))
+        files = kind.cache_files if kind is not None else None  # (a loader of one's own: its code, its kwargs' files)
         if files is not None:
             ident["loader_stat"] = [_tree_stat(f) for f in files(spec) if f and os.path.exists(f)]
         digest = hashlib.sha1(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.get("name", "model"))[:80]
         self.root, self.dir = os.path.abspath(root), os.path.join(root, f"{slug}-{digest}")
         self.chunk_rows = chunk_rows
-        self.flush_s = flush_s  # a chunk is also written once its oldest row is this old: a crash loses at most that much work
+        self.flush_s = (
+            flush_s  # a chunk is also written once its oldest row is this old: a crash loses at most that much work
+        )
         self.fp16 = enc.rounds_to_fp16  # then stored rows are fp16 values
         self._index = {}
         # write_error: why this run stopped writing the cache (None: it did not)
@@ -113,14 +122,18 @@ class EmbeddingCache:
             if self.root in _UNWRITABLE:
                 return
             _UNWRITABLE[self.root] = why
-        print(f"warning: the embedding cache cannot be written ({path}: {why}); the run goes on without caching "
-              f"the rest: its results are the same, what is cached stays usable, and a re-run encodes again what "
-              f"was not cached. Free space there (or get write permission), or pass --CACHE_DIR=<a writable folder "
-              f"with room> (None: no cache).",
-              file=sys.stderr, flush=True)
+        print(
+            f"warning: the embedding cache cannot be written ({path}: {why}); the run goes on without caching "
+            f"the rest: its results are the same, what is cached stays usable, and a re-run encodes again what "
+            f"was not cached. Free space there (or get write permission), or pass --CACHE_DIR=<a writable folder "
+            f"with room> (None: no cache).",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _load(self, kind):
         import numpy as np
+
         if kind in self._index:
             return self._index[kind]
         index, arrays = {}, []
@@ -142,8 +155,11 @@ class EmbeddingCache:
                 if emb.ndim != 2 or len(keys) != emb.shape[0]:
                     raise CacheError(f"{len(keys)} keys for {emb.shape} embeddings")
             except Exception as e:  # any unreadable chunk is rebuilt, never trusted
-                print(f"warning: cache chunk {path} is corrupt ({type(e).__name__}: {e}); "
-                      f"deleted, its entries will be encoded again", file=sys.stderr)
+                print(
+                    f"warning: cache chunk {path} is corrupt ({type(e).__name__}: {e}); "
+                    f"deleted, its entries will be encoded again",
+                    file=sys.stderr,
+                )
                 self.stats["corrupt_chunks"] += 1
                 try:
                     os.unlink(path)
@@ -163,13 +179,15 @@ class EmbeddingCache:
 
     def has_entries(self, kind):
         """True when a chunk of this kind is on disk (a re-run; nothing is read)."""
-        return os.path.isdir(self.dir) and any(n.startswith(kind + "-") and n.endswith(".npz")
-                                               for n in os.listdir(self.dir))
+        return os.path.isdir(self.dir) and any(
+            n.startswith(kind + "-") and n.endswith(".npz") for n in os.listdir(self.dir)
+        )
 
     def lookup(self, kind, keys):
         """(positions of keys found, their rows as a float32 tensor: embeddings, or a pair's scores)."""
         import numpy as np
         import torch
+
         index, arrays = self._load(kind)
         pos = [p for p, k in enumerate(keys) if k in index]
         if not pos:
@@ -226,6 +244,7 @@ class _ChunkWriter:
     def flush(self):
         import concurrent.futures as cf
         import torch
+
         parts, self.parts, self.n = self.parts, [], 0
         if not parts or not self.cache.writable:
             return
@@ -240,6 +259,7 @@ class _ChunkWriter:
         import uuid
         import numpy as np
         import torch
+
         if not self.cache.writable:
             return
         if self.cache.fp16 and self.kind != "pair":  # (a pair's score is kept as it was computed)

@@ -8,6 +8,7 @@ and how to resume.
     JSONL_PATH = "x.jsonl"  # path to the input
     CONFIG = configure(globals())   # applies --JSONL_PATH=... from sys.argv, prints each override
 """
+
 import ast
 import os
 import re
@@ -22,17 +23,44 @@ from .filenames import set_output_dir
 _CONST_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)\s*=\s*(.*?)\s*(?:#\s*(.*))?$")
 
 
+_CONTINUED = "#   "  # a comment line right after a constant's that goes on with its comment (lines under 120)
+
+
 def _constant_docs(path):
-    """NAME -> (source expression, comment) for the top-level constants of a script."""
-    docs = {}
+    """NAME -> (source expression, comment) for the top-level constants of a script, read from its syntax
+    tree (a value the formatter spread over lines included). A constant's comment is every comment within its
+    lines, then the lines right after it that start with _CONTINUED:
+        MODELS = None  # list of model specs or names; None = the nine
+        #   published models (each line of it within 120 characters)"""
+    import io
+    import tokenize
+
     try:
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                m = _CONST_LINE.match(line.rstrip("\n"))
-                if m and m.group(1) not in docs:
-                    docs[m.group(1)] = (m.group(2), m.group(3) or "")
-    except OSError:
-        pass
+            source = f.read()
+        tree = ast.parse(source)
+        comments = {
+            t.start[0]: t.string
+            for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type == tokenize.COMMENT
+        }
+    except (OSError, SyntaxError, tokenize.TokenError, ValueError):
+        return {}
+    lines = source.splitlines()
+    docs = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        name = node.targets[0].id
+        if not _CONST_LINE.match(name + " =") or name in docs:
+            continue
+        said = [comments[n].lstrip("#").strip() for n in range(node.lineno, node.end_lineno + 1) if n in comments]
+        n = node.end_lineno  # (1-based: lines[n] is the line after it)
+        while n < len(lines) and lines[n].startswith(_CONTINUED):
+            said.append(lines[n][len(_CONTINUED) :].strip())
+            n += 1
+        expr = " ".join((ast.get_source_segment(source, node.value) or "").split())
+        docs[name] = (expr, " ".join(w for w in said if w))
     return docs
 
 
@@ -59,8 +87,11 @@ def configure(namespace, argv=None, unknown_hint=None):
     """
     if argv is None:
         argv = sys.argv[1:] if namespace.get("__name__") == "__main__" else []
-    names = [k for k, v in namespace.items() if k.isupper() and not k.startswith("_")
-             and not callable(v) and not isinstance(v, type(sys))]
+    names = [
+        k
+        for k, v in namespace.items()
+        if k.isupper() and not k.startswith("_") and not callable(v) and not isinstance(v, type(sys))
+    ]
     script = namespace.get("__file__", "")
     if any(a in ("-h", "--help") for a in argv):
         docs = _constant_docs(script)
@@ -99,6 +130,7 @@ def _help_entry(name, value, comment, width=100):
     and its comment, wrapped to `width` columns."""
     import pprint
     import textwrap
+
     text = f"  --{name}={value!r}"
     if len(text) > width:
         if isinstance(value, (list, tuple)) and value:
@@ -124,12 +156,20 @@ def check_config(config, script, namespace=None):
     own = set(namespace.get("_OWN_RULES", ())) if namespace is not None else set()
     if own and isinstance(config, dict):
         config = {k: v for k, v in config.items() if k not in own}
-    sharded = isinstance(config, dict) and isinstance(config.get("MODELS"), ShardOfModels) \
-        and config["MODELS"].shard == config.get("SHARD")  # (run_main checked them, and run() checks again)
-    if isinstance(config, dict) and "MODELS" in config and not sharded and (
-            _has_names(config["MODELS"]) or config.get("SHARD") is not None):
+    sharded = (
+        isinstance(config, dict)
+        and isinstance(config.get("MODELS"), ShardOfModels)
+        and config["MODELS"].shard == config.get("SHARD")
+    )  # (run_main checked them, and run() checks again)
+    if (
+        isinstance(config, dict)
+        and "MODELS" in config
+        and not sharded
+        and (_has_names(config["MODELS"]) or config.get("SHARD") is not None)
+    ):
         from .models.registry import expand_models
         from .models.zoo import shard
+
         given = config["MODELS"]
         try:
             config["MODELS"] = expand_models(given)
@@ -139,7 +179,9 @@ def check_config(config, script, namespace=None):
             every = config["MODELS"]
             config["MODELS"] = ShardOfModels(shard(every, config["SHARD"]), config["SHARD"], len(every))
             if not config["MODELS"]:
-                raise NothingToDo(f"SHARD {config['SHARD']!r} has no model of the {len(every)} in MODELS: nothing to do")
+                raise NothingToDo(
+                    f"SHARD {config['SHARD']!r} has no model of the {len(every)} in MODELS: nothing to do"
+                )
             print(f"SHARD {config['SHARD']}: {len(config['MODELS'])} of {len(every)} models", flush=True)
         _say_expansion(given, config["MODELS"])
         if namespace is not None:
@@ -158,8 +200,10 @@ class ShardOfModels(list):
 
 def _has_names(models):
     """A MODELS value that expand_models changes: names, or a zoo entry."""
-    return isinstance(models, str) or (isinstance(models, (list, tuple)) and any(
-        isinstance(m, str) or (isinstance(m, dict) and m.get("type") == "openclip_zoo") for m in models))
+    return isinstance(models, str) or (
+        isinstance(models, (list, tuple))
+        and any(isinstance(m, str) or (isinstance(m, dict) and m.get("type") == "openclip_zoo") for m in models)
+    )
 
 
 def _say_expansion(given, models, shown=12):
@@ -167,13 +211,18 @@ def _say_expansion(given, models, shown=12):
     zoos = [m for m in given or [] if isinstance(m, dict) and m.get("type") == "openclip_zoo"]
     if zoos and isinstance(models, list):
         names = [m["name"] for m in models if isinstance(m, dict)]
-        print(f"MODELS: {len(zoos)} openclip_zoo entr{'y' if len(zoos) == 1 else 'ies'} -> {len(names)} models: "
-              + ", ".join(names[:shown]) + (f", ... (+{len(names) - shown})" if len(names) > shown else ""), flush=True)
+        print(
+            f"MODELS: {len(zoos)} openclip_zoo entr{'y' if len(zoos) == 1 else 'ies'} -> {len(names)} models: "
+            + ", ".join(names[:shown])
+            + (f", ... (+{len(names) - shown})" if len(names) > shown else ""),
+            flush=True,
+        )
 
 
 def close_names(name, valid):
     """The valid names closest to a mistyped one, best first ([] when none is close)."""
     import difflib
+
     close = difflib.get_close_matches(name, list(valid), n=3, cutoff=0.6)
     return close or [v for v in valid if name.lower() == v.lower()]
 
@@ -205,8 +254,10 @@ def output_folders(config):
         elsewhere = " or ".join(f"pass --{k}=<a writable path with room>" for k in named)
     else:  # evaluations: outputs beside their input, whose images are found relative to IMAGE_ROOT
         root = os.path.abspath(config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config[source])))
-        elsewhere = (f"the outputs go beside {source}: copy it to a writable folder with room and pass "
-                     f"--{source}=<the copy>" + (f" --IMAGE_ROOT={root}" if "IMAGE_ROOT" in config else ""))
+        elsewhere = (
+            f"the outputs go beside {source}: copy it to a writable folder with room and pass "
+            f"--{source}=<the copy>" + (f" --IMAGE_ROOT={root}" if "IMAGE_ROOT" in config else "")
+        )
     return folders, elsewhere
 
 
@@ -222,6 +273,7 @@ def _handle_sigterm():
     would raise for a DataLoader worker killed by a signal). Returns what restores the handlers."""
     import signal
     import threading
+
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
@@ -239,6 +291,7 @@ def _handle_sigterm():
         if before[1] is not None:
             signal.signal(signal.SIGCHLD, before[1])
         _SIGTERM.clear()
+
     return restore
 
 
@@ -276,8 +329,9 @@ def exit_status(main, step=False):
         started = True
         main()
         if OUTPUTS.unwritten:  # optional outputs the run went on without (said when they failed)
-            raise OutputError("not every output could be written (see the warnings above: the run went on "
-                              "without them)")
+            raise OutputError(
+                "not every output could be written (see the warnings above: the run went on without them)"
+            )
         return 0
     except OutputError as e:
         lines = OUTPUTS.summary(failed=e.path) + ["no partial file was left"] if started else []
@@ -291,7 +345,9 @@ def exit_status(main, step=False):
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Interrupted) as e:
-        said = str(e) if isinstance(e, Interrupted) else "no output file was left half-written; run the same command again"
+        said = (
+            str(e) if isinstance(e, Interrupted) else "no output file was left half-written; run the same command again"
+        )
         if _SIGTERM:
             print(f"\nstopped by SIGTERM: {said}", file=sys.stderr)
             return 143
@@ -299,15 +355,21 @@ def exit_status(main, step=False):
         return 130
     except Exception as e:
         if _SIGTERM:  # an error of the stopping itself (a worker killed by the same signal): the stop is the news
-            print(f"\nstopped by SIGTERM (while stopping: {type(e).__name__}: {e}); no output file was left "
-                  f"half-written; run the same command again", file=sys.stderr)
+            print(
+                f"\nstopped by SIGTERM (while stopping: {type(e).__name__}: {e}); no output file was left "
+                f"half-written; run the same command again",
+                file=sys.stderr,
+            )
             return 143
         torch = sys.modules.get("torch")  # imported by then if a model ran
         if torch is None or not isinstance(e, torch.cuda.OutOfMemoryError):
             raise
-        print(f"error: the GPU ran out of memory ({str(e).splitlines()[0]}). Lower --TEXT_BATCH_SIZE= "
-              f"(\"auto\" is 2048 on CUDA) or --IMAGE_BATCH_SIZE=, or use --DTYPE=bf16; finished cache chunks "
-              f"are kept, so a re-run resumes.", file=sys.stderr)
+        print(
+            f"error: the GPU ran out of memory ({str(e).splitlines()[0]}). Lower --TEXT_BATCH_SIZE= "
+            f'("auto" is 2048 on CUDA) or --IMAGE_BATCH_SIZE=, or use --DTYPE=bf16; finished cache chunks '
+            f"are kept, so a re-run resumes.",
+            file=sys.stderr,
+        )
         return 3
     finally:
         restore()

@@ -9,6 +9,7 @@ field in each error), captions grouped by image, images checked on disk, the see
     >>> make_record(9, "train2017/train2017/000000000009.jpg", by_image[9], 5)
     {'image_id': 9, 'image_path': 'train2017/train2017/000000000009.jpg', 'orig_captions': [...5 captions]}
 """
+
 import os
 import random
 
@@ -27,11 +28,11 @@ def load_coco(path, folder_hint):
         raise InputError(
             f"{path}: no such file. Download the COCO 2017 train/val annotations "
             f"(annotations_trainval2017.zip from cocodataset.org) and put captions_train2017.json in "
-            f"{folder_hint}/, or pass --ANNOTATIONS_JSON=<path>")
+            f"{folder_hint}/, or pass --ANNOTATIONS_JSON=<path>"
+        )
     data = read_json(path)  # (a byte-order mark at its start is fine)
     if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a JSON object with 'images' and 'annotations', "
-                                f"got {type(data).__name__}")
+        raise InputError(f"{path}: expected a JSON object with 'images' and 'annotations', got {type(data).__name__}")
     for key in ("images", "annotations"):
         if key not in data:
             raise InputError(f"{path}: missing field {key!r} (is this a COCO captions file?)")
@@ -63,8 +64,11 @@ def _check_annotation(ann, i, path):
     if not isinstance(ann, dict):
         raise InputError(f"{path}: annotations[{i}]: expected an object, got {type(ann).__name__}")
     where = f"{path}: annotations[{i}] (id {ann.get('id', '?')!r})"
-    for field, ok, kind in (("id", _is_int, "an int"), ("image_id", _is_int, "an int"),
-                            ("caption", lambda v: isinstance(v, str), "a string")):
+    for field, ok, kind in (
+        ("id", _is_int, "an int"),
+        ("image_id", _is_int, "an int"),
+        ("caption", lambda v: isinstance(v, str), "a string"),
+    ):
         if field not in ann:
             raise InputError(f"{where}: missing field {field!r}")
         if not ok(ann[field]):
@@ -108,7 +112,8 @@ def image_exists_fn(image_dir):
     if not os.path.isdir(image_dir):
         raise InputError(
             f"{image_dir}: image folder not found (expected COCO layout train2017/train2017/*.jpg beside the "
-            f"scripts); pass --IMAGE_DIR=<folder>, or --CHECK_IMAGES=False to write records without checking")
+            f"scripts); pass --IMAGE_DIR=<folder>, or --CHECK_IMAGES=False to write records without checking"
+        )
     entries = {e.name: e for e in os.scandir(image_dir)}
 
     def exists(file_name):
@@ -120,6 +125,7 @@ def image_exists_fn(image_dir):
             return entry is not None and entry.is_file() and entry.stat().st_size > 0
         except OSError:  # a dangling link
             return False
+
     return exists
 
 
@@ -153,6 +159,7 @@ def relative_path_fn(image_dir, out_dir):
         if "/" in file_name or os.sep in file_name or file_name in (".", ".."):
             return os.path.relpath(os.path.join(image_dir, file_name), start=out_dir).replace(os.sep, "/")
         return prefix + file_name
+
     return relative
 
 

@@ -23,6 +23,7 @@ pairs an evaluation already scored.
     {'script': 'run_lgip_multi.py', 'a': 'a', 'b': 'b', 'figure': 'sensitivity_pos_rate', 'flip_type': None,
      'diff': 0.021, 'diff_ci95': [0.004, 0.038], ...}
 """
+
 import numpy as np
 
 from .scoring import add_ci, bootstrap_draws, mean_or_none
@@ -54,8 +55,12 @@ def prior_figures(block, flips, paras, resamples, seed, paras_too=True):
         block.update({x: None for k in PRIOR_KEYS for x in (k, k + "_ci95")})
     else:
         rec = np.asarray(flips.rec)
-        for key, values in (("prior_gap_mean", prior), ("grounded_gap_mean", grounded),
-                            ("prior_pos_rate", prior > 0), ("grounded_pos_rate", grounded > 0)):
+        for key, values in (
+            ("prior_gap_mean", prior),
+            ("grounded_gap_mean", grounded),
+            ("prior_pos_rate", prior > 0),
+            ("grounded_pos_rate", grounded > 0),
+        ):
             block[key] = mean_or_none(values)
             add_ci(block, key, rec, values, resamples, seed)
     if paras_too:
@@ -64,8 +69,10 @@ def prior_figures(block, flips, paras, resamples, seed, paras_too=True):
             return block
         shift, prior_shift = paras.sim - paras.base_sim, paras.prior - paras.prior_base
         rec = np.asarray(paras.rec)
-        for key, values in (("invariance_error_prior_mean", np.abs(prior_shift)),
-                            ("invariance_error_grounded_mean", np.abs(shift - prior_shift))):
+        for key, values in (
+            ("invariance_error_prior_mean", np.abs(prior_shift)),
+            ("invariance_error_grounded_mean", np.abs(shift - prior_shift)),
+        ):
             block[key] = mean_or_none(values)
             add_ci(block, key, rec, values, resamples, seed)
     return block
@@ -84,6 +91,7 @@ def mark_hard_positives(flips, paras, txt_emb, rows):
     caption once, on the device of the text table. txt_emb None (a joint scorer, section 13: no text
     embeddings): text_only is not set, and text_only_rate is None."""
     from .device import cosines
+
     n_f = len(flips.rec)
     flips.has_para = np.zeros(n_f, dtype=bool)
     flips.robust = np.zeros(n_f, dtype=bool)
@@ -109,8 +117,8 @@ def mark_hard_positives(flips, paras, txt_emb, rows):
     if txt_emb is not None:
         row_of = lambda slots: rows[np.asarray(slots, dtype=np.int64)]  # noqa: E731
         f_slot, p_slot, c_slot = row_of(flips.slot), row_of(paras.slot), row_of(paras.base_slot)
-        cap_para = cosines(txt_emb, txt_emb, c_slot[q_of], p_slot[q_of])   # cos(t_i, t_p)
-        cap_flip = cosines(txt_emb, txt_emb, c_slot[q_of], f_slot[j_of])   # cos(t_i, t_f)
+        cap_para = cosines(txt_emb, txt_emb, c_slot[q_of], p_slot[q_of])  # cos(t_i, t_p)
+        cap_flip = cosines(txt_emb, txt_emb, c_slot[q_of], f_slot[j_of])  # cos(t_i, t_f)
         para_flip = cosines(txt_emb, txt_emb, p_slot[q_of], f_slot[j_of])  # cos(t_p, t_f)
         text_ok = (cap_para > cap_flip) & (cap_para > para_flip)
         flips.text_only[has] = np.logical_and.reduceat(text_ok, first[has])
@@ -127,8 +135,10 @@ def hard_positive_figures(block, flips, resamples, seed):
         return block
     rec = np.asarray(flips.rec)[has]
     text_only = getattr(flips, "text_only", None)  # (None: a joint scorer's, which has no text embeddings)
-    for key, values in (("robust_pos_rate", flips.robust[has]),
-                        ("text_only_rate", None if text_only is None else text_only[has])):
+    for key, values in (
+        ("robust_pos_rate", flips.robust[has]),
+        ("text_only_rate", None if text_only is None else text_only[has]),
+    ):
         if values is None:
             block[key], block[key + "_ci95"] = None, None
             continue
@@ -147,8 +157,10 @@ def relative_terms(parts):
     for r, i, kind, value in parts:
         (own if kind == "own" else other)[(r, i)] = value
     keys = sorted(k for k in own if k in other)
-    return (np.array([r for r, _ in keys], dtype=np.int64),
-            np.array([abs(own[k] - other[k]) for k in keys], dtype=np.float64))
+    return (
+        np.array([r for r, _ in keys], dtype=np.int64),
+        np.array([abs(own[k] - other[k]) for k in keys], dtype=np.float64),
+    )
 
 
 def relative_figures(block, key, rec, errors, terms, resamples, seed):
@@ -161,8 +173,9 @@ def relative_figures(block, key, rec, errors, terms, resamples, seed):
     if terms is not None and len(errors) and len(terms[1]) and terms[1].mean() > 0:
         value = float(errors.mean() / terms[1].mean())
     block[key] = value
-    block[key + "_ci95"] = (ratio_ci(rec, errors, terms[0], terms[1], resamples, seed)
-                            if value is not None and resamples else None)
+    block[key + "_ci95"] = (
+        ratio_ci(rec, errors, terms[0], terms[1], resamples, seed) if value is not None and resamples else None
+    )
     return block
 
 
@@ -175,13 +188,15 @@ def ratio_ci(rec_a, a, rec_b, b, resamples, seed, level=0.95):
 
     def sums(r, x):
         pos = np.searchsorted(used, r)
-        return (np.bincount(pos, weights=x, minlength=len(used)),
-                np.bincount(pos, minlength=len(used)).astype(np.float64))
+        return (
+            np.bincount(pos, weights=x, minlength=len(used)),
+            np.bincount(pos, minlength=len(used)).astype(np.float64),
+        )
 
     (sa, ca), (sb, cb) = sums(rec_a, a), sums(rec_b, b)
     stats = []
     for start in range(0, resamples, 50):
-        w = draws[start:start + 50].astype(np.float64)
+        w = draws[start : start + 50].astype(np.float64)
         num, den = (w @ sa) / np.maximum(w @ ca, 1e-300), (w @ sb) / np.maximum(w @ cb, 1e-300)
         stats.append(np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan))
     stats = np.concatenate(stats)
@@ -197,6 +212,7 @@ class Comparisons:
     A figure in a score's units (invariance_error_mean) is compared only between models of one
     score_kind (LGIP_SPEC.md 13); a ratio (invariance_error_rel: `denominator`) across kinds.
     >>> cmp.add(model, "grounded_pos_rate", "color", rec_of_each_pair, values_of_each_pair)"""
+
     IN_UNITS = ("invariance_error_mean",)  # figures in the score's units
 
     def __init__(self):
@@ -210,8 +226,9 @@ class Comparisons:
             self.models.append(model)
         self.kinds.setdefault(model, score_kind)
         parts = [(rec, values)] + ([denominator] if denominator is not None else [])
-        self.values[(model, figure, flip_type)] = [(np.asarray(r, dtype=np.int64), np.asarray(v, dtype=np.float64))
-                                                   for r, v in parts]
+        self.values[(model, figure, flip_type)] = [
+            (np.asarray(r, dtype=np.int64), np.asarray(v, dtype=np.float64)) for r, v in parts
+        ]
 
     def rows(self, script, resamples, seed):
         """One dict per pair of models a < b (in the order they were added), figure and flip type
@@ -222,21 +239,39 @@ class Comparisons:
         out = []
         keys = list(dict.fromkeys((figure, flip_type) for _, figure, flip_type in self.values))
         for ia, a in enumerate(self.models):
-            for b in self.models[ia + 1:]:
+            for b in self.models[ia + 1 :]:
                 for figure, flip_type in keys:
                     if figure in self.IN_UNITS and self.kinds.get(a) != self.kinds.get(b):
                         continue  # (a logprob and a cosine are not in one unit)
                     if (a, figure, flip_type) in self.values and (b, figure, flip_type) in self.values:
-                        out.append(dict(script=script, a=a, b=b, figure=figure, flip_type=flip_type,
-                                        **self._paired(self.values[(a, figure, flip_type)],
-                                                       self.values[(b, figure, flip_type)], resamples, seed)))
+                        out.append(
+                            dict(
+                                script=script,
+                                a=a,
+                                b=b,
+                                figure=figure,
+                                flip_type=flip_type,
+                                **self._paired(
+                                    self.values[(a, figure, flip_type)],
+                                    self.values[(b, figure, flip_type)],
+                                    resamples,
+                                    seed,
+                                ),
+                            )
+                        )
         return out
 
     @staticmethod
     def _paired(va, vb, resamples, seed):
         if any(not len(x) for _, x in va + vb):
-            return {"diff": None, "diff_ci95": None, "a_value": None, "b_value": None,
-                    "num_images": 0, "excludes_zero": None}
+            return {
+                "diff": None,
+                "diff_ci95": None,
+                "a_value": None,
+                "b_value": None,
+                "num_images": 0,
+                "excludes_zero": None,
+            }
         used = np.unique(np.concatenate([r for r, _ in va + vb]))  # the images either model has pairs of
         n = len(used)
 
@@ -253,14 +288,20 @@ class Comparisons:
         with np.errstate(invalid="ignore", divide="ignore"):
             a_value, b_value = float(figure(sa)), float(figure(sb))
         if not (np.isfinite(a_value) and np.isfinite(b_value)):
-            return {"diff": None, "diff_ci95": None, "a_value": None, "b_value": None,
-                    "num_images": int(n), "excludes_zero": None}
+            return {
+                "diff": None,
+                "diff_ci95": None,
+                "a_value": None,
+                "b_value": None,
+                "num_images": int(n),
+                "excludes_zero": None,
+            }
         ci = None
         if resamples:
             draws = bootstrap_draws(n, resamples, seed)
             stats = []
             for start in range(0, resamples, 50):
-                w = draws[start:start + 50].astype(np.float64)
+                w = draws[start : start + 50].astype(np.float64)
                 with np.errstate(invalid="ignore", divide="ignore"):
                     stats.append(figure(sa, w) - figure(sb, w))
             stats = np.concatenate(stats)
@@ -268,5 +309,11 @@ class Comparisons:
             if len(stats):
                 lo, hi = np.quantile(stats, [0.025, 0.975])
                 ci = [float(lo), float(hi)]
-        return {"diff": a_value - b_value, "diff_ci95": ci, "a_value": a_value, "b_value": b_value,
-                "num_images": int(n), "excludes_zero": None if ci is None else bool(ci[0] > 0 or ci[1] < 0)}
+        return {
+            "diff": a_value - b_value,
+            "diff_ci95": ci,
+            "a_value": a_value,
+            "b_value": b_value,
+            "num_images": int(n),
+            "excludes_zero": None if ci is None else bool(ci[0] > 0 or ci[1] < 0),
+        }

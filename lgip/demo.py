@@ -12,6 +12,7 @@ a model a user names that cannot be had stays an error.
     >>> demo_block(False, "coco/x_with_perturb.jsonl") is None
     True
 """
+
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project's folder
@@ -19,11 +20,21 @@ DEMO_DIR = os.path.join(ROOT, "demo")
 DEMO_JSONL = os.path.join(DEMO_DIR, "lgip_demo.jsonl")
 DEMO_MODEL_DIR = os.path.join(DEMO_DIR, "model")
 DEMO_NAME = "demo"  # what a user writes in MODELS
-DEMO_MODEL = {"name": "demo_tiny_random", "type": "openclip", "model_name": "local-dir:" + DEMO_MODEL_DIR, "demo": True,
-              "card": {"architecture": "tiny CLIP (width 32, 2 layers, 64 px)", "family": "demo",
-                       "training_data": "none (random init)"}}
-ABOUT_MODEL = ("the demo model (demo/model: a tiny random-init open_clip CLIP, width 32, 2 layers, 64 px, that "
-               "ships with the project and knows nothing)")
+DEMO_MODEL = {
+    "name": "demo_tiny_random",
+    "type": "openclip",
+    "model_name": "local-dir:" + DEMO_MODEL_DIR,
+    "demo": True,
+    "card": {
+        "architecture": "tiny CLIP (width 32, 2 layers, 64 px)",
+        "family": "demo",
+        "training_data": "none (random init)",
+    },
+}
+ABOUT_MODEL = (
+    "the demo model (demo/model: a tiny random-init open_clip CLIP, width 32, 2 layers, 64 px, that "
+    "ships with the project and knows nothing)"
+)
 
 
 def is_demo_model(spec):
@@ -49,8 +60,9 @@ def demo_message(model, data):
         what.append("synthetic images (not COCO photographs)")
     if model:
         what.append("a tiny random-init model that knows nothing")
-    return (f"Demo run: {' and '.join(what)}; these figures show that the pipeline works, not how "
-            + ("any model behaves." if model else "the models behave on real photographs."))
+    return f"Demo run: {' and '.join(what)}; these figures show that the pipeline works, not how " + (
+        "any model behaves." if model else "the models behave on real photographs."
+    )
 
 
 def demo_block(model, input_path, records=None):

@@ -1,5 +1,6 @@
 """lgip.device: embedding tables on the model's device, filled without waiting for it, and
 cosine similarities computed there (accelerations.DEVICE_TABLES: else on the host)."""
+
 import sys
 import time
 
@@ -31,6 +32,7 @@ class _DeviceRows:
 
     def flush(self):
         import torch
+
         if not self.items:
             return
         idx = [i for ii, _ in self.items for i in ii]
@@ -61,6 +63,7 @@ def _to_device(host, device):
     non-blocking (a copy from pageable memory waits for the device's queue to drain; the pinned
     copy is kept by torch until the transfer is done)."""
     import torch
+
     if torch.device(device).type != "cuda" or not accelerations.DEVICE_TABLES:
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
@@ -69,6 +72,7 @@ def _to_device(host, device):
 def _index_on(idx, device):
     """A LongTensor of idx on `device`, without waiting for the device."""
     import torch
+
     return _to_device(torch.as_tensor(idx, dtype=torch.long), device)
 
 
@@ -78,24 +82,30 @@ class _Rows:
 
     def __init__(self, n, fill=0.0, device="cpu", dtype=None):
         import torch
+
         device = device if accelerations.DEVICE_TABLES else "cpu"
         self.n, self.fill, self.device, self.dtype, self.data = n, fill, torch.device(device), dtype, None
 
     def put(self, idx, vectors):
         import torch
+
         if self.data is None:
             dtype = self.dtype or torch.float32
             try:
                 self.data = torch.full((self.n, vectors.shape[1]), self.fill, dtype=dtype, device=self.device)
             except torch.cuda.OutOfMemoryError:
-                print(f"warning: no room on {self.device} for {self.n} x {vectors.shape[1]} embeddings: kept on "
-                      f"the host (slower scoring)", file=sys.stderr)
+                print(
+                    f"warning: no room on {self.device} for {self.n} x {vectors.shape[1]} embeddings: kept on "
+                    f"the host (slower scoring)",
+                    file=sys.stderr,
+                )
                 self.device = torch.device("cpu")
                 self.data = torch.full((self.n, vectors.shape[1]), self.fill, dtype=dtype)
         self.data[_index_on(idx, self.device)] = vectors.to(self.device, self.data.dtype)
 
     def tensor(self):
         import torch
+
         return self.data if self.data is not None else torch.full((self.n, 1), self.fill, device=self.device)
 
 
@@ -113,7 +123,7 @@ def _upload_in_groups(items, device, max_ints=1 << 23):
         for key, arrays in group:
             views = []
             for a in arrays:
-                views.append(flat[offset:offset + a.size].view(a.shape))
+                views.append(flat[offset : offset + a.size].view(a.shape))
                 offset += a.size
             yield key, views
 
@@ -135,6 +145,7 @@ def cosines(a, b, ia, ib, chunk=None):
     2.5-5x faster than 262,144 at 768 dimensions, the same sums), 262,144 on a GPU."""
     import numpy as np
     import torch
+
     device = a.device if a.device == b.device else torch.device("cpu")  # (a table the device had no room for)
     a, b = a.to(device), b.to(device)
     chunk = chunk or (4096 if device.type == "cpu" else 1 << 18)
@@ -142,9 +153,9 @@ def cosines(a, b, ia, ib, chunk=None):
     ib = torch.from_numpy(np.asarray(ib, dtype=np.int64)).to(device)
     out = torch.empty(len(ia), dtype=torch.float64, device=device)
     for s in range(0, len(ia), chunk):
-        x = a[ia[s:s + chunk]].float()
-        y = b[ib[s:s + chunk]].float()
-        out[s:s + chunk] = (x * y).sum(dim=1).double()
+        x = a[ia[s : s + chunk]].float()
+        y = b[ib[s : s + chunk]].float()
+        out[s : s + chunk] = (x * y).sum(dim=1).double()
     return out.cpu().numpy()
 
 
@@ -153,8 +164,9 @@ def row_dots(table, vec, chunk=1 << 16):
     text's dot with the sum of a run's image embeddings (LGIP_SPEC.md section 9: one vector per
     model), exact enough that dividing by N - 1 leaves no float32 rounding of a 40,000-term sum."""
     import torch
+
     vec = vec.to(table.device, torch.float64)
     out = torch.empty(len(table), dtype=torch.float64, device=table.device)
     for s in range(0, len(table), chunk):
-        out[s:s + chunk] = table[s:s + chunk].double() @ vec
+        out[s : s + chunk] = table[s : s + chunk].double() @ vec
     return out.cpu().numpy()

@@ -5,15 +5,17 @@ arguments, in force for the call only, in a process state as fresh as a new proc
 Each call starts with no token tables, prefix plan, shared calls, score-file layout or
 remembered pixels left by an earlier one, and drops its own when it ends (the lookahead's workers
 end with its run, the accelerations' switches are restored by run_evaluation), so a second call
-gives what a fresh process gives. Its settings (lgip.settings) and output folders are checked to take a file before any work
-(lgip.cli.run_main does the same on the command line). The command line calls the same run()
+gives what a fresh process gives. Its settings (lgip.settings) and output folders are checked to take a file before
+any work (lgip.cli.run_main does the same on the command line). The command line calls the same run()
 with no arguments: its `--NAME=value` overrides are already the module's constants.
 
     >>> import run_lgip_multi
     >>> results = run_lgip_multi.run(JSONL_PATH="x_with_perturb.jsonl", WRITE_SCORES=False,
-    ...                              MODELS=[{"name": "epoch3", "type": "python", "loader": (model, preprocess, tokenizer)}])
+    ...                              MODELS=[{"name": "epoch3", "type": "python",
+    ...                                       "loader": (model, preprocess, tokenizer)}])
     >>> results[0]["sensitivity_pos_rate"]
 """
+
 import contextlib
 import os
 
@@ -34,8 +36,10 @@ def script_call(namespace, constants):
     if unknown:
         script = os.path.basename(namespace.get("__file__", "the script"))
         hints = "".join(closest(u, names) for u in unknown)
-        raise ConfigError(f"{script}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}{hints}; "
-                          f"valid settings: {', '.join(names)}")
+        raise ConfigError(
+            f"{script}: unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}{hints}; "
+            f"valid settings: {', '.join(names)}"
+        )
     saved = {k: namespace[k] for k in names + ["CONFIG"]}
     state = swap_process_state()  # (None: empty, a fresh process's)
     namespace.update(constants)

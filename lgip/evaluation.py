@@ -6,6 +6,7 @@ and what one process keeps across its models.
 
     >>> results = run_evaluation(__file__, CONFIG, ("same_caps", "diff_caps"), evaluate, summary)
 """
+
 import os
 import time
 from contextlib import closing
@@ -30,6 +31,7 @@ from .texts import RunCalls, TextBank, TextCalls, _LAST_PLAN, resolve_text_batch
 from .lookahead import Lookahead
 from .scorer import for_gathering, leave_out, merged, scorer_class, scorer_for
 from .controls import Comparisons
+from .ranks import _gather, distributed, is_main_process  # noqa: F401 (is_main_process: common.py's)
 from .results import write_rows
 from .scorefile import _SCORE_LAYOUT
 
@@ -51,11 +53,24 @@ def swap_process_state(state=None):
     the last run's calls and pairs and score-file layout, remembered pixels, the cache folders it
     could not write), taken out and replaced by `state` (None: empty, a fresh process's):
     bench.py runs passes of one simulated run between passes that must start fresh."""
-    old = {"token_tables": dict(_TOKEN_TABLES), "plan": list(_LAST_PLAN), "calls": list(_LAST_CALLS),
-           "pixels": list(_PIXEL_MEMORY), "score_layout": list(_SCORE_LAYOUT), "unwritable": dict(_UNWRITABLE),
-           "output_dir": list(OUTPUT_DIR)}
-    state = state or {"token_tables": {}, "plan": [], "calls": [], "pixels": [], "score_layout": [], "unwritable": {},
-                      "output_dir": []}
+    old = {
+        "token_tables": dict(_TOKEN_TABLES),
+        "plan": list(_LAST_PLAN),
+        "calls": list(_LAST_CALLS),
+        "pixels": list(_PIXEL_MEMORY),
+        "score_layout": list(_SCORE_LAYOUT),
+        "unwritable": dict(_UNWRITABLE),
+        "output_dir": list(OUTPUT_DIR),
+    }
+    state = state or {
+        "token_tables": {},
+        "plan": [],
+        "calls": [],
+        "pixels": [],
+        "score_layout": [],
+        "unwritable": {},
+        "output_dir": [],
+    }
     OUTPUT_DIR[:] = state["output_dir"]
     _TOKEN_TABLES.clear()
     _TOKEN_TABLES.update(state["token_tables"])
@@ -72,9 +87,18 @@ def eval_run_info(script, config, enc, image_report, n_records, scored=None, rec
     """Provenance block stored in each model's metrics: settings, model details, bad inputs (and, given
     the model's lgip.scorer.Scored, how many unique texts it scored)."""
     info = provenance(script, config)
-    info.update(model={"name": enc.name, "type": enc.type, "protocol": enc.protocol, "device": str(enc.device),
-                       "dtype": str(enc.dtype).replace("torch.", ""), **enc.info},
-                num_records_in_file=n_records, **image_report)
+    info.update(
+        model={
+            "name": enc.name,
+            "type": enc.type,
+            "protocol": enc.protocol,
+            "device": str(enc.device),
+            "dtype": str(enc.dtype).replace("torch.", ""),
+            **enc.info,
+        },
+        num_records_in_file=n_records,
+        **image_report,
+    )
     demo = demo_block(enc.demo, config.get("JSONL_PATH"), records)
     if demo is not None:  # (absent for an ordinary run)
         info["demo"] = demo
@@ -91,42 +115,18 @@ def write_comparisons(script, config, paired):
     for r in rows:
         if r["flip_type"] is None:
             ci = r["diff_ci95"]
-            print(f"{r['a']} - {r['b']}: {r['figure']} {r['diff']:+.4f}" + (
-                f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" + (": the interval excludes 0" if r["excludes_zero"] else "")
-                if ci else "") if r["diff"] is not None else f"{r['a']} - {r['b']}: {r['figure']} n/a", flush=True)
+            print(
+                f"{r['a']} - {r['b']}: {r['figure']} {r['diff']:+.4f}"
+                + (
+                    f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" + (": the interval excludes 0" if r["excludes_zero"] else "")
+                    if ci
+                    else ""
+                )
+                if r["diff"] is not None
+                else f"{r['a']} - {r['b']}: {r['figure']} n/a",
+                flush=True,
+            )
     print(f"-> {write_rows(metrics_path(config['JSONL_PATH'], 'LGIP_comparisons.metrics.json'), rows)}", flush=True)
-
-
-def distributed():
-    """(rank, world size), starting torch.distributed when launched by torchrun."""
-    import torch
-    import torch.distributed as dist
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 1
-    if not dist.is_initialized():
-        # Imported before the group exists: its functions take `group=group.WORLD` as a default
-        # argument, which binds the group itself when the module is first imported after it starts
-        # (open_clip and transformers import it while a model loads). Ten such references kept the
-        # group, and its gloo threads, alive after destroy_process_group, into the interpreter's
-        # exit, where a rank aborted now and then ("terminate called without an active exception").
-        import torch.distributed.nn  # noqa: F401
-        backend = "nccl" if torch.cuda.is_available() and os.environ.get("LGIP_DIST_BACKEND") != "gloo" else "gloo"
-        if backend == "nccl":
-            # NCCL's collectives (all_gather_object's tensors too) run on the current device, cuda:0
-            # unless set: every rank on one GPU is refused ("Duplicate GPU detected") or hangs.
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend)
-    return dist.get_rank(), dist.get_world_size()
-
-
-def _gather(obj, world):
-    import torch.distributed as dist
-    if world == 1:
-        return [obj]
-    out = [None] * world
-    dist.all_gather_object(out, obj)
-    return out
 
 
 class ModelRun:
@@ -151,8 +151,9 @@ class ModelRun:
         self.config, self.records, self.spec, self.device = config, records, spec, device
         cache_dir = config.get("CACHE_DIR") if cacheable(spec) else None  # (a model in memory: never cached)
         if cache_dir == "auto":  # beside the input, or in OUTPUT_DIR: nothing of a run's lands beside its input then
-            cache_dir = os.path.join(config.get("OUTPUT_DIR") or os.path.dirname(os.path.abspath(config["JSONL_PATH"])),
-                                     ".lgip_cache")
+            cache_dir = os.path.join(
+                config.get("OUTPUT_DIR") or os.path.dirname(os.path.abspath(config["JSONL_PATH"])), ".lgip_cache"
+            )
         flush_s = config.get("CACHE_FLUSH_S", 60)
         # A re-run may find every text and image in the cache: it starts with an Encoder that makes
         # the cache keys only, and loads the weights in score() if anything is missing. (The cache
@@ -191,6 +192,7 @@ class ModelRun:
         >>> inv, sens = run.score(*run.pairs(published_calls)).pairs
         """
         import copy
+
         if not accelerations.SHARED_CALLS:
             calls = TextCalls()
             pairs = build(self.records, self.ok, calls)
@@ -206,8 +208,9 @@ class ModelRun:
             _LAST_CALLS[:] = [(build, self.records, self.rank, self.world), self.bank.run_calls]
         return [copy.copy(p) for p in self.bank.run_calls.pairs]
 
-    def score(self, *pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(),
-              relative=False):
+    def score(
+        self, *pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(), relative=False
+    ):
         """Score each Pairs with this model (its scorer: lgip.scorer) and return the Scored, on rank 0
         every process's merged (None on the others, where its pairs are None).
         keep_embeddings: also keep this process's text table and slot -> row map (`text_embeddings`;
@@ -217,8 +220,15 @@ class ModelRun:
         section 10 says (lgip.controls).
         relative: also the relative invariance error's denominator terms (LGIP_SPEC.md 13: `relative`)."""
         self.seconds["pairs"] = round(time.perf_counter() - self._mark, 3)
-        local = self.scorer.score(self, list(pairs_list), text_cos=text_cos, keep_embeddings=keep_embeddings,
-                                  controls=controls, hard_positives=hard_positives, relative=relative)
+        local = self.scorer.score(
+            self,
+            list(pairs_list),
+            text_cos=text_cos,
+            keep_embeddings=keep_embeddings,
+            controls=controls,
+            hard_positives=hard_positives,
+            relative=relative,
+        )
         if self.world == 1:
             self._check_finite([local.nonfinite])
             self._check_usable(local.n_samples, local.image_report)
@@ -226,9 +236,13 @@ class ModelRun:
         gathered = _gather(for_gathering(local), self.world)
         self._check_finite([g.nonfinite for g in gathered])  # (on every rank: all stop together, or none)
         # every rank has every rank's counts (all_gather): all stop together, or none
-        self._check_usable(sum(g.n_samples for g in gathered),
-                           {"num_failed_images": sum(g.image_report["num_failed_images"] for g in gathered),
-                            "failed_images": [f for g in gathered for f in g.image_report["failed_images"]]})
+        self._check_usable(
+            sum(g.n_samples for g in gathered),
+            {
+                "num_failed_images": sum(g.image_report["num_failed_images"] for g in gathered),
+                "failed_images": [f for g in gathered for f in g.image_report["failed_images"]],
+            },
+        )
         if not self.is_main:
             self._scored(local)
             return replace(local, pairs=[None] * len(local.pairs))
@@ -255,19 +269,36 @@ class ModelRun:
             return
         first_image = next((r["first_image"] for r in reports if r["first_image"]), None)
         first_text = next((r["first_text"] for r in reports if r["first_text"]), None)
-        where = "; ".join(w for w in (
-            f"first image: line {first_image[0]}, {first_image[1]}" if first_image else "",
-            f"first text: {first_text[:120]!r}" if first_text is not None else "") if w)
+        where = "; ".join(
+            w
+            for w in (
+                f"first image: line {first_image[0]}, {first_image[1]}" if first_image else "",
+                f"first text: {first_text[:120]!r}" if first_text is not None else "",
+            )
+            if w
+        )
         dtype = str(self.enc.dtype).replace("torch.", "")
-        why = (f"Run in {dtype}, a model can overflow: run it with DTYPE=\"float32\"." if dtype in ("float16", "bfloat16")
-               else f"In {dtype} it is the model's own: NaN in its weights, or its code.")
-        cached = (f" Embeddings read from the cache are checked too: remove {self.cache.dir} to encode them again."
-                  if self.cache is not None else "")
-        counted = (f"{texts} image-text scores are" if self.enc.entries == "pair" else  # (a joint scorer's: LGIP_SPEC.md 13)
-                   f"{images} image and {texts} text embeddings are")
-        raise ModelError(f"model {self.enc.name!r}: {counted} not finite "
-                         f"(NaN or inf; {where}), so no figure of it can be computed. {why}{cached} "
-                         f"No metrics were written for it.")
+        why = (
+            f'Run in {dtype}, a model can overflow: run it with DTYPE="float32".'
+            if dtype in ("float16", "bfloat16")
+            else f"In {dtype} it is the model's own: NaN in its weights, or its code."
+        )
+        cached = (
+            f" Embeddings read from the cache are checked too: remove {self.cache.dir} to encode them again."
+            if self.cache is not None
+            else ""
+        )
+        counted = (
+            f"{texts} image-text scores are"
+            if self.enc.entries == "pair"
+            # (a joint scorer's: LGIP_SPEC.md 13)
+            else f"{images} image and {texts} text embeddings are"
+        )
+        raise ModelError(
+            f"model {self.enc.name!r}: {counted} not finite "
+            f"(NaN or inf; {where}), so no figure of it can be computed. {why}{cached} "
+            f"No metrics were written for it."
+        )
 
     def _check_usable(self, n_usable, image_report):
         """InputError (before any metrics or score file is written) when no record has both a
@@ -277,15 +308,18 @@ class ModelRun:
             return
         first = image_report["failed_images"][:1]
         why = f" (first: {first[0]['path']}: {first[0]['error']})" if first else ""
-        raise InputError(f"no usable records: {len(self.records)} in {self.config['JSONL_PATH']}, "
-                         f"{image_report['num_failed_images']} unreadable images{why}, "
-                         f"{sum(1 for _, r in self.records if not r['orig_captions'])} without captions "
-                         f"(IMAGE_ROOT: {self.image_root}). No metrics were written.")
+        raise InputError(
+            f"no usable records: {len(self.records)} in {self.config['JSONL_PATH']}, "
+            f"{image_report['num_failed_images']} unreadable images{why}, "
+            f"{sum(1 for _, r in self.records if not r['orig_captions'])} without captions "
+            f"(IMAGE_ROOT: {self.image_root}). No metrics were written."
+        )
 
     def gathered(self, obj):
         """`obj` of every process, in rank order, on rank 0 (None on the others); [obj] alone.
         Only rank 0 receives them (a retrieval gallery's embeddings are GBs at 40,000 records)."""
         import torch.distributed as dist
+
         if self.world == 1:
             return [obj]
         out = [None] * self.world if self.is_main else None
@@ -325,41 +359,62 @@ class ModelRun:
 
     def info(self, script):
         scored = self.scored
-        info = eval_run_info(script, self.config, self.enc, scored.image_report, len(self.records), scored,
-                             self.records)
+        info = eval_run_info(
+            script, self.config, self.enc, scored.image_report, len(self.records), scored, self.records
+        )
         info["num_processes"] = self.world
         # which of lgip/accelerations.py's switches were on and ran for this model; why not, for one on that did not
         info["accelerations"], info["accelerations_not_applied"] = accelerations.applied(self.enc)
-        info["seconds_by_phase"] = self.seconds  # in order: loading the model; building the pairs; waiting for work done ahead for this model; cache lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between); images left after; similarities (and gathering them from other processes); a script's own phases (phase_done: run_lgip_retrieval's "retrieval"); confidence intervals and score file
+        # in order: loading the model; building the pairs; waiting for work done ahead for this model; cache
+        # lookup + tokenizing; forking the tokenizers; forking the image decoders; texts (images polled between);
+        # images left after; similarities (and gathering them from other processes); a script's own phases
+        # (phase_done: run_lgip_retrieval's "retrieval"); confidence intervals and score file
+        info["seconds_by_phase"] = self.seconds
         info["lookahead"] = self.ahead  # jobs done ahead for this model while earlier ones ran (None: no Lookahead)
         info["text_batch_size"] = resolve_text_batch_size(self.config["TEXT_BATCH_SIZE"], self.enc.device)
         # token positions of the encoded texts; computed: fewer when prefixes are shared (pack_nodes 0: no prefix packs)
         packs = self.enc.encode_packs is not None and accelerations.PREFIX_PACKS
         info["text_positions"] = dict(scored.texts["positions"], pack_nodes=prefix_packs.PACK_NODES if packs else 0)
-        info["image_sources"] = scored.image_sources  # unique images: decoded here, from an earlier model's pixels, cached embeddings
+        info["image_sources"] = (
+            scored.image_sources
+        )  # unique images: decoded here, from an earlier model's pixels, cached embeddings
         if self.cache is not None:
             # resumed: [from the cache, in all] of this process's unique texts and images
             info["cache"] = {"dir": self.cache.dir, **self.cache.stats, "resumed": scored.resumed}
         elif not cacheable(self.spec):
-            info["cache"] = {"dir": None, "why": "a model in memory is never cached (nothing on disk names its weights)"}
+            info["cache"] = {
+                "dir": None,
+                "why": "a model in memory is never cached (nothing on disk names its weights)",
+            }
         return info
 
 
 def _interrupted(config, models, finished, per_model_files):
     """What an interrupted evaluation finished, and how to resume it."""
     current = (models[len(finished)] or {}).get("name") if len(finished) < len(models) else None
-    done = f"finished {len(finished)} of {len(models)} models ({', '.join(finished)})" if finished else "no model finished"
+    done = (
+        f"finished {len(finished)} of {len(models)} models ({', '.join(finished)})" if finished else "no model finished"
+    )
     scores = " and score files" if config.get("WRITE_SCORES") else ""
-    written = (f"their metrics{scores} are written; " if per_model_files and finished else
-               "no metrics file was written (it is written at the end)"
-               + (", the finished models' score files are; " if scores and finished else "; "))
+    written = (
+        f"their metrics{scores} are written; "
+        if per_model_files and finished
+        else "no metrics file was written (it is written at the end)"
+        + (", the finished models' score files are; " if scores and finished else "; ")
+    )
     cache = config.get("CACHE_DIR")
-    held = ("their embeddings, and the texts and images the interrupted one had encoded, are" if finished else
-            "the texts and images it had encoded are")
+    held = (
+        "their embeddings, and the texts and images the interrupted one had encoded, are"
+        if finished
+        else "the texts and images it had encoded are"
+    )
     where = ".lgip_cache " + (f"in {config['OUTPUT_DIR']}" if config.get("OUTPUT_DIR") else "beside the input")
-    resume = (f"{held} in the cache ({where if cache == 'auto' else cache}): the same "
-              f"command resumes there (a finished model is read from the cache, without loading its weights)" if cache else
-              "CACHE_DIR is None, so a re-run starts from the beginning")
+    resume = (
+        f"{held} in the cache ({where if cache == 'auto' else cache}): the same "
+        f"command resumes there (a finished model is read from the cache, without loading its weights)"
+        if cache
+        else "CACHE_DIR is None, so a re-run starts from the beginning"
+    )
     return f"during model {current}; {done}; {written}{resume}."
 
 
@@ -369,24 +424,35 @@ def check_records(path, records):
     counted twice, as the published scripts do: warned). InputError when the file holds no
     record at all, before any model is loaded."""
     if not records:
-        raise InputError(f"no usable records: 0 in {path} (the file is empty or holds only blank lines). "
-                         f"Nothing was run.")
+        raise InputError(
+            f"no usable records: 0 in {path} (the file is empty or holds only blank lines). Nothing was run."
+        )
     no_caps = [line for line, rec in records if not rec["orig_captions"]]
     if no_caps:
-        print(f"warning: {path}: {len(no_caps)} record(s) without captions, skipped (lines "
-              f"{', '.join(map(str, no_caps[:5]))}{', ...' if len(no_caps) > 5 else ''})", flush=True)
+        print(
+            f"warning: {path}: {len(no_caps)} record(s) without captions, skipped (lines "
+            f"{', '.join(map(str, no_caps[:5]))}{', ...' if len(no_caps) > 5 else ''})",
+            flush=True,
+        )
     seen, dup_lines = set(), []
     for line, rec in records:
         if rec["image_path"] in seen:
             dup_lines.append(line)
         seen.add(rec["image_path"])
     if dup_lines:
-        print(f"warning: {path}: {len(dup_lines)} record(s) repeat an earlier record's image_path (lines "
-              f"{', '.join(map(str, dup_lines[:5]))}{', ...' if len(dup_lines) > 5 else ''}); they are kept and "
-              f"counted again, as the published scripts do: num_samples counts them and the intervals narrow. "
-              f"Remove the repeats unless meant.", flush=True)
-    return {"num_records_without_captions": len(no_caps), "records_without_captions_lines": no_caps[:20],
-            "num_duplicate_image_paths": len(dup_lines), "duplicate_image_path_lines": dup_lines[:20]}
+        print(
+            f"warning: {path}: {len(dup_lines)} record(s) repeat an earlier record's image_path (lines "
+            f"{', '.join(map(str, dup_lines[:5]))}{', ...' if len(dup_lines) > 5 else ''}); they are kept and "
+            f"counted again, as the published scripts do: num_samples counts them and the intervals narrow. "
+            f"Remove the repeats unless meant.",
+            flush=True,
+        )
+    return {
+        "num_records_without_captions": len(no_caps),
+        "records_without_captions_lines": no_caps[:20],
+        "num_duplicate_image_paths": len(dup_lines),
+        "duplicate_image_path_lines": dup_lines[:20],
+    }
 
 
 def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs=(), per_model_files=False):
@@ -410,15 +476,20 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
     records = load_records(config["JSONL_PATH"], per_caption_fields)
     input_report = check_records(config["JSONL_PATH"], records)
     if config.get("CACHE_DIR"):  # said should an output not be written: the work is not lost
-        OUTPUTS.resume = ("the embeddings encoded so far are in the cache: once there is room, the same command "
-                          "re-runs from it (a model whose embeddings are all there without loading its weights)")
+        OUTPUTS.resume = (
+            "the embeddings encoded so far are in the cache: once there is room, the same command "
+            "re-runs from it (a model whose embeddings are all there without loading its weights)"
+        )
     results = []
     loop = ModelLoop(config, config["MODELS"], distributed=distributed()[1] > 1)  # (models that cannot be had: first)
     models = loop.runnable
     say_demo(models, config["JSONL_PATH"], records)
     switched = accelerations.switch_off(config.get("ACCELERATIONS_OFF", []))
-    ahead = (Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], config.get("PIXEL_MEMORY_GB", "auto"))
-             if config.get("LOOKAHEAD", True) and accelerations.LOOKAHEAD and len(models) > 1 else None)
+    ahead = (
+        Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], config.get("PIXEL_MEMORY_GB", "auto"))
+        if config.get("LOOKAHEAD", True) and accelerations.LOOKAHEAD and len(models) > 1
+        else None
+    )
     finished, paired = [], Comparisons()
     try:
         for spec in models:
@@ -438,10 +509,14 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
             finished.append(run.enc.name)
             yield row  # (the caller writes it: a per-model file at once)
             no_caps = input_report["num_records_without_captions"]
-            print(f"{run.enc.name}: {summary(row)} ({run.scored.n_samples} records, "
-                  f"{run.scored.image_report['num_failed_images']} unreadable images, "
-                  + (f"{no_caps} without captions (skipped), " if no_caps else "") + f"{t.seconds:.1f} s)"
-                  + loop.progress(), flush=True)
+            print(
+                f"{run.enc.name}: {summary(row)} ({run.scored.n_samples} records, "
+                f"{run.scored.image_report['num_failed_images']} unreadable images, "
+                + (f"{no_caps} without captions (skipped), " if no_caps else "")
+                + f"{t.seconds:.1f} s)"
+                + loop.progress(),
+                flush=True,
+            )
     except KeyboardInterrupt:
         raise Interrupted(_interrupted(config, models, finished, per_model_files)) from None
     finally:
@@ -458,6 +533,7 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
         # running aborted at interpreter exit now and then ("terminate called without an active
         # exception").
         import torch.distributed as dist
+
         dist.barrier()
         dist.destroy_process_group()
 
@@ -483,13 +559,8 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, needs=
     main = is_main_process()  # (asked before the loop: its end leaves torchrun's process group)
     with closing(evaluate_models(script, config, per_caption_fields, evaluate, summary, needs)) as rows:
         results = list(rows)
-    if needs and not any(all(n in scorer_class(m).provides for n in needs) for m in config["MODELS"]
-                         if isinstance(m, dict)):
+    if needs and not any(
+        all(n in scorer_class(m).provides for n in needs) for m in config["MODELS"] if isinstance(m, dict)
+    ):
         return None  # (every model was left out, and said so: nothing to write)
     return results if main else None
-
-
-def is_main_process():
-    """True on rank 0 (and in a run of one process): where the rows are and the outputs are written.
-    Ask before evaluate_models ends (under torchrun it then leaves the process group)."""
-    return distributed()[0] == 0

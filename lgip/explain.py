@@ -14,12 +14,24 @@ the same numbers.
     >>> m = explain_model(enc, records, flips, sample={0, 5}, cfg=CONFIG)   # writes <stem>__LGIP_explain_<model>.jsonl
     >>> m["localization_acc"], m["chance"]
 """
+
 import os
 
 import numpy as np
 
-from .attribution import (align_words, attribute, blamed_word, changed_words, check_tower, in_fp32, pad_ids,
-                          similarity, text_tower, token_namer, word_scores)
+from .attribution import (
+    align_words,
+    attribute,
+    blamed_word,
+    changed_words,
+    check_tower,
+    in_fp32,
+    pad_ids,
+    similarity,
+    text_tower,
+    token_namer,
+    word_scores,
+)
 from .errors import ModelError
 from .images import encode_record_images
 from .method import FLIP_TYPES, infer_flip_type
@@ -35,7 +47,7 @@ def all_flips(records):
     lists when the records have them, else diff_caps typed by the word lists ("other" if none)."""
     flips = []
     for k, (_, rec) in enumerate(records):
-        typed = [f[len("diff_caps_"):] for f in rec if f.startswith("diff_caps_")]
+        typed = [f[len("diff_caps_") :] for f in rec if f.startswith("diff_caps_")]
         for i, caption in enumerate(rec["orig_captions"]):
             if typed:
                 flips += [(k, i, f, t) for t in typed for f in caption_texts(rec, "diff_caps_" + t, i)]
@@ -50,8 +62,10 @@ def top_k(records, flips, name, cfg):
         path = metrics_path(cfg["JSONL_PATH"], suffix)
         if cfg["TOP_K"] and os.path.isfile(path):
             where = {(records[k][0], i, f): j for j, (k, i, f, _) in reversed(list(enumerate(flips)))}
-            gaps = sorted((gap, where[(line, i, f)]) for line, i, f, gap in read_flip_gaps(path) if (line, i, f) in where)
-            return {j for _, j in gaps[:cfg["TOP_K"]]}, path
+            gaps = sorted(
+                (gap, where[(line, i, f)]) for line, i, f, gap in read_flip_gaps(path) if (line, i, f) in where
+            )
+            return {j for _, j in gaps[: cfg["TOP_K"]]}, path
     return set(), None
 
 
@@ -71,12 +85,13 @@ def attribute_texts(enc, tower, keys, embs, cfg):
     """{(record, text): (s, Alignment, token scores)} for each (record position, text); None where
     the tokens cannot be put on the text's words."""
     import torch
+
     aligned = align_words(enc.tokenize, [text for _, text in keys], cfg["TEMPLATE"])
     out = {key: None for key, al in zip(keys, aligned) if al is None}
     todo = [(key, al) for key, al in zip(keys, aligned) if al is not None]
     size = cfg["TEXT_BATCH_SIZE"]
     for start in range(0, len(todo), size):
-        batch = todo[start:start + size]
+        batch = todo[start : start + size]
         ids = pad_ids(enc, [al.ids for _, al in batch])
         if start == 0:
             enc.info = dict(enc.info, attribution_embedding_diff=check_tower(tower, ids))
@@ -90,9 +105,10 @@ def similarities(enc, tower, keys, embs, cfg):
     """{(record, text): cos(image, text)} of the texts as written, as LGIP scores them (a TEMPLATE
     run's gap, and its detected / preferred split, are LGIP's)."""
     import torch
+
     out, size = {}, cfg["TEXT_BATCH_SIZE"]
     for start in range(0, len(keys), size):
-        batch = keys[start:start + size]
+        batch = keys[start : start + size]
         ids = pad_ids(enc, enc.tokenize([text for _, text in batch]))
         out.update(zip(batch, similarity(tower, ids, torch.stack([embs[k] for k, _ in batch])).tolist()))
     return out
@@ -102,16 +118,27 @@ def explain(enc, tower, records, flips, drawn, cfg):
     """The explain file's lines, the flips left out {why: count}, and the unreadable images' report."""
     root = cfg["IMAGE_ROOT"] or os.path.dirname(os.path.abspath(cfg["JSONL_PATH"]))
     names = token_namer(enc)
-    embs, ok, failed = encode_record_images(enc, records, root, cfg["IMAGE_BATCH_SIZE"], cfg["NUM_WORKERS"],
-                                            indices=sorted({flips[j][0] for j in drawn}))
+    embs, ok, failed = encode_record_images(
+        enc, records, root, cfg["IMAGE_BATCH_SIZE"], cfg["NUM_WORKERS"], indices=sorted({flips[j][0] for j in drawn})
+    )
     ok = set(ok)
     keep = [j for j in sorted(drawn) if flips[j][0] in ok]
-    keys = list(dict.fromkeys(key for j in keep for k, i, f, _ in [flips[j]]
-                              for key in ((k, records[k][1]["orig_captions"][i]), (k, f))))
+    keys = list(
+        dict.fromkeys(
+            key for j in keep for k, i, f, _ in [flips[j]] for key in ((k, records[k][1]["orig_captions"][i]), (k, f))
+        )
+    )
     done = attribute_texts(enc, tower, keys, embs, cfg)
     written = similarities(enc, tower, keys, embs, cfg) if cfg["TEMPLATE"] else None
-    lines, skipped = [], {"image_unreadable": len(drawn) - len(keep), "tokens_not_on_words": 0, "no_scored_changed_word": 0,
-                          "not_one_word_replaced": 0}
+    lines, skipped = (
+        [],
+        {
+            "image_unreadable": len(drawn) - len(keep),
+            "tokens_not_on_words": 0,
+            "no_scored_changed_word": 0,
+            "not_one_word_replaced": 0,
+        },
+    )
     for j in keep:
         k, i, flip, flip_type = flips[j]
         line, rec = records[k]
@@ -132,15 +159,37 @@ def explain(enc, tower, records, flips, drawn, cfg):
         cap_words = word_scores(cap_scores, cal.token_word, len(cal.words))
         sims = {"sim_caption": s_cap, "sim_flip": s_flip}
         if written is not None:  # LGIP's gap, as written; the template's similarities, attributed, beside it
-            sims = {"sim_caption": written[(k, caption)], "sim_flip": written[(k, flip)],
-                    "sim_caption_template": s_cap, "sim_flip_template": s_flip}
-        lines.append({"line": line, "image_path": rec["image_path"], "caption_index": i, "caption": caption, "flip": flip,
-                      "flip_type": flip_type, "drawn": drawn[j], **sims,
-                      "gap": sims["sim_caption"] - sims["sim_flip"], "tokens": names([al.ids[p] for p in al.token_pos]),
-                      "token_words": al.token_word, "token_scores": scores, "words": al.words, "word_scores": words,
-                      "changed": changed, "blamed": blamed, "hit": blamed in changed, "caption_words": cal.words,
-                      "caption_word_scores": cap_words, "fclipscore": fclipscore(words, s_flip),
-                      "caption_fclipscore": fclipscore(cap_words, s_cap)})
+            sims = {
+                "sim_caption": written[(k, caption)],
+                "sim_flip": written[(k, flip)],
+                "sim_caption_template": s_cap,
+                "sim_flip_template": s_flip,
+            }
+        lines.append(
+            {
+                "line": line,
+                "image_path": rec["image_path"],
+                "caption_index": i,
+                "caption": caption,
+                "flip": flip,
+                "flip_type": flip_type,
+                "drawn": drawn[j],
+                **sims,
+                "gap": sims["sim_caption"] - sims["sim_flip"],
+                "tokens": names([al.ids[p] for p in al.token_pos]),
+                "token_words": al.token_word,
+                "token_scores": scores,
+                "words": al.words,
+                "word_scores": words,
+                "changed": changed,
+                "blamed": blamed,
+                "hit": blamed in changed,
+                "caption_words": cal.words,
+                "caption_word_scores": cap_words,
+                "fclipscore": fclipscore(words, s_flip),
+                "caption_fclipscore": fclipscore(cap_words, s_cap),
+            }
+        )
     return lines, skipped, failed
 
 
@@ -187,13 +236,19 @@ def detection(lines, cfg):
     their difference detection_ap_gain (F minus s), each with its interval over records (the same
     resampled records for both); None with a single class."""
     from .scoring import bootstrap_draws
+
     items = {}
-    for x in lines:  # (a caption once, by its text: one written in two slots of a record is attributed once; its flips each once)
+    for x in (
+        lines
+    ):  # (a caption once, by its text: one written in two slots of a record is attributed once; its flips each once)
         s_cap = x.get("sim_caption_template", x["sim_caption"])
         items.setdefault(("caption", x["line"], x["caption"]), (x["line"], True, s_cap, x["caption_fclipscore"]))
         items[("flip", len(items))] = (x["line"], False, x.get("sim_flip_template", x["sim_flip"]), x["fclipscore"])
     keep = [v for v in items.values() if v[3] is not None]
-    block = {"detection_num_captions": sum(1 for v in keep if v[1]), "detection_num_flips": sum(1 for v in keep if not v[1])}
+    block = {
+        "detection_num_captions": sum(1 for v in keep if v[1]),
+        "detection_num_flips": sum(1 for v in keep if not v[1]),
+    }
     names = ("detection_ap_clipscore", "detection_ap_fclipscore", "detection_ap_gain")
     if not keep:
         return dict(block, **{k: None for n in names for k in (n, n + "_ci95")})
@@ -207,9 +262,11 @@ def detection(lines, cfg):
         draws = bootstrap_draws(len(used), cfg["BOOTSTRAP"], cfg["BOOTSTRAP_SEED"])
         stats = {}
         for start in range(0, len(draws), 100):  # (memory: 100 resamples x items at a time)
-            w = draws[start:start + 100][:, where].astype(np.float64)
-            for n, ap in (("detection_ap_clipscore", average_precision(by_s, positive, w)),
-                          ("detection_ap_fclipscore", average_precision(by_f, positive, w))):
+            w = draws[start : start + 100][:, where].astype(np.float64)
+            for n, ap in (
+                ("detection_ap_clipscore", average_precision(by_s, positive, w)),
+                ("detection_ap_fclipscore", average_precision(by_f, positive, w)),
+            ):
                 stats.setdefault(n, []).append(ap)
         stats = {n: np.concatenate(v) for n, v in stats.items()}
         stats["detection_ap_gain"] = stats["detection_ap_fclipscore"] - stats["detection_ap_clipscore"]
@@ -218,24 +275,31 @@ def detection(lines, cfg):
             cis[n] = [float(q) for q in np.quantile(v, [0.025, 0.975])] if len(v) else None
     for n in names:  # each figure's interval right after it
         block[n + "_ci95"] = cis[n]
-    return {k: block[k] for k in ("detection_num_captions", "detection_num_flips") + tuple(
-        x for n in names for x in (n, n + "_ci95"))}
+    return {
+        k: block[k]
+        for k in ("detection_num_captions", "detection_num_flips") + tuple(x for n in names for x in (n, n + "_ci95"))
+    }
 
 
 def detection_line(m):
     """CLIP4DM's claim, tested on one model, in words: does F-CLIPScore separate captions from flips
     better than CLIPScore, by how much, with the interval of the difference."""
-    ap_s, ap_f, gain, ci = (m.get(k) for k in ("detection_ap_clipscore", "detection_ap_fclipscore",
-                                               "detection_ap_gain", "detection_ap_gain_ci95"))
+    ap_s, ap_f, gain, ci = (
+        m.get(k)
+        for k in ("detection_ap_clipscore", "detection_ap_fclipscore", "detection_ap_gain", "detection_ap_gain_ci95")
+    )
     if gain is None:
         return "misalignment detection: n/a (needs explained flips and their captions)"
     verdict = "beats" if gain > 0 else "does not beat"
     where = ""
     if ci is not None:
-        where = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" + ("; the interval excludes 0" if ci[0] > 0 or ci[1] < 0 else
-                                                 "; the interval includes 0")
-    return (f"misalignment detection (captions vs flips): AP by F-CLIPScore {ap_f:.3f}, by CLIPScore {ap_s:.3f}: "
-            f"F {verdict} s by {gain:+.3f}{where}")
+        where = f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" + (
+            "; the interval excludes 0" if ci[0] > 0 or ci[1] < 0 else "; the interval includes 0"
+        )
+    return (
+        f"misalignment detection (captions vs flips): AP by F-CLIPScore {ap_f:.3f}, by CLIPScore {ap_s:.3f}: "
+        f"F {verdict} s by {gain:+.3f}{where}"
+    )
 
 
 def localization(lines, cfg):
@@ -258,8 +322,13 @@ def localization_compared(lines):
     """[(figure, each explained flip's record line, its value)]: the per-flip values of localization_acc,
     which models are compared on (LGIP_SPEC.md sections 9 and 12: resampling images, a flip with its
     record's image)."""
-    return [("localization_acc", np.array([x["line"] for x in lines], dtype=np.int64),
-             np.array([x["hit"] for x in lines], dtype=bool))]
+    return [
+        (
+            "localization_acc",
+            np.array([x["line"] for x in lines], dtype=np.int64),
+            np.array([x["hit"] for x in lines], dtype=bool),
+        )
+    ]
 
 
 def type_order(records, lines):
@@ -282,8 +351,11 @@ def explain_model(enc, records, flips, sample, cfg):
     top, score_file = top_k(records, flips, enc.name, cfg)
     protocol = score_file and score_protocol(score_file, cfg)
     if protocol not in (None, "corrected"):
-        print(f"{enc.name}: note: its TOP_K flips are those {os.path.basename(score_file)} scores lowest, under "
-              f"PROTOCOL={protocol!r}; they are explained as the corrected protocol encodes them", flush=True)
+        print(
+            f"{enc.name}: note: its TOP_K flips are those {os.path.basename(score_file)} scores lowest, under "
+            f"PROTOCOL={protocol!r}; they are explained as the corrected protocol encodes them",
+            flush=True,
+        )
     drawn = {j: ["random"] * (j in sample) + ["top_k"] * (j in top) for j in sample | top}
     with in_fp32(enc) as cast:  # (a model in memory runs in its own dtype: in fp32 here, then back)
         lines, skipped, failed = explain(enc, tower, records, flips, drawn, cfg)
@@ -293,10 +365,23 @@ def explain_model(enc, records, flips, sample, cfg):
     with atomic_open(path) as f:
         f.writelines(dump_jsonl_line(line) for line in lines)
     block = localization(lines, cfg)
-    return {"model_tag": enc.name, "num_flips": block.pop("count"), **block, "_compared": localization_compared(lines),
-            **detection(lines, cfg),
-            "by_flip_type": {ft: dict(localization(typed, cfg), **detection(typed, cfg))
-                             for ft in type_order(records, lines) for typed in [[x for x in lines if x["flip_type"] == ft]]},
-            "num_random": sum("random" in x["drawn"] for x in lines), "num_top_k": sum("top_k" in x["drawn"] for x in lines),
-            "skipped": skipped, "explain_file": os.path.basename(path), "score_file": score_file and os.path.basename(score_file),
-            "score_file_protocol": protocol, "image_report": failed, "family": tower.family}
+    return {
+        "model_tag": enc.name,
+        "num_flips": block.pop("count"),
+        **block,
+        "_compared": localization_compared(lines),
+        **detection(lines, cfg),
+        "by_flip_type": {
+            ft: dict(localization(typed, cfg), **detection(typed, cfg))
+            for ft in type_order(records, lines)
+            for typed in [[x for x in lines if x["flip_type"] == ft]]
+        },
+        "num_random": sum("random" in x["drawn"] for x in lines),
+        "num_top_k": sum("top_k" in x["drawn"] for x in lines),
+        "skipped": skipped,
+        "explain_file": os.path.basename(path),
+        "score_file": score_file and os.path.basename(score_file),
+        "score_file_protocol": protocol,
+        "image_report": failed,
+        "family": tower.family,
+    }

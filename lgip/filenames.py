@@ -5,6 +5,7 @@ names (`metrics_path`), so a script and its readers never disagree on where a fi
     >>> metrics_path("data/x_with_perturb.jsonl", "LGIP_ALL.metrics.json")
     'data/x_with_perturb__LGIP_ALL.metrics.json'
 """
+
 import os
 
 

@@ -1,5 +1,6 @@
 """lgip.generate: the generators' shared loop (stream records, add perturbation fields,
 write the JSONL atomically with a .meta.json beside it)."""
+
 import os
 import random
 
@@ -31,14 +32,17 @@ def run_generator(script, config, input_path, output_path, perturb):
     itself must stay byte-identical to the published format) and prints a summary.
     """
     from collections import Counter
+
     rng = random.Random(config["SEED"])
     stats = Counter()
     check_input_file(input_path)
     refuse_overwriting_input(output_path, input_path)
     stale = remove_stale_temps(output_path)
     if stale:
-        print(f"removed {len(stale)} temp file(s) a killed earlier run left for {os.path.basename(output_path)}: "
-              f"{', '.join(stale[:3])}")
+        print(
+            f"removed {len(stale)} temp file(s) a killed earlier run left for {os.path.basename(output_path)}: "
+            f"{', '.join(stale[:3])}"
+        )
     total = count_lines(input_path)
     try:
         with Timer() as timer, atomic_open(output_path) as out:
@@ -58,29 +62,51 @@ def run_generator(script, config, input_path, output_path, perturb):
                 out.write(dump_jsonl_line(rec))
                 stats["written"] += 1
             if not stats["written"]:  # (raised inside: the empty output is not left behind)
-                skipped = ", ".join(f"{v} {k[8:].replace('_', ' ')}" for k, v in stats.items() if k.startswith("skipped_"))
-                raise InputError(f"{input_path}: no record to write: " + (
-                    f"all {stats['records']:,} skipped ({skipped})" if stats["records"] else
-                    "the file is empty or holds only blank lines") + f"; {output_path} was not written")
+                skipped = ", ".join(
+                    f"{v} {k[8:].replace('_', ' ')}" for k, v in stats.items() if k.startswith("skipped_")
+                )
+                raise InputError(
+                    f"{input_path}: no record to write: "
+                    + (
+                        f"all {stats['records']:,} skipped ({skipped})"
+                        if stats["records"]
+                        else "the file is empty or holds only blank lines"
+                    )
+                    + f"; {output_path} was not written"
+                )
     except KeyboardInterrupt:
-        raise Interrupted(f"at record {stats['records']:,} of ~{total:,}; {output_path} was not written (no partial "
-                          f"file is left). The generator is quick and deterministic: run the same command again.") from None
+        raise Interrupted(
+            f"at record {stats['records']:,} of ~{total:,}; {output_path} was not written (no partial "
+            f"file is left). The generator is quick and deterministic: run the same command again."
+        ) from None
     rate = stats["records"] / max(timer.seconds, 1e-9)
     meta = provenance(script, config)
-    meta.update(input=os.path.abspath(input_path), output=os.path.abspath(output_path),
-                counts=dict(stats), seconds=round(timer.seconds, 3))
+    meta.update(
+        input=os.path.abspath(input_path),
+        output=os.path.abspath(output_path),
+        counts=dict(stats),
+        seconds=round(timer.seconds, 3),
+    )
     write_json(output_path + ".meta.json", meta)
     flips = ", ".join(f"{t} {stats['flips_' + t]}" for t in FLIP_TYPES)
-    line = (f"{os.path.basename(script)}: {stats['records']} records, {stats['captions']} captions, "
-            f"{stats['paraphrases']} paraphrases, flips: {flips}")
+    line = (
+        f"{os.path.basename(script)}: {stats['records']} records, {stats['captions']} captions, "
+        f"{stats['paraphrases']} paraphrases, flips: {flips}"
+    )
     if stats["combined"]:
         line += f", combined {stats['combined']}"
     print(line)
     skipped = {k: v for k, v in stats.items() if k.startswith("skipped_") and v}
     if skipped or stats["records_without_captions"]:
-        print(f"  written {stats['written']} records" + "".join(f"; {v} skipped ({k[8:].replace('_', ' ')})"
-                                                               for k, v in skipped.items())
-              + (f"; {stats['records_without_captions']} written without captions (no perturbations: the "
-                 f"evaluations skip and count them)" if stats["records_without_captions"] else ""))
+        print(
+            f"  written {stats['written']} records"
+            + "".join(f"; {v} skipped ({k[8:].replace('_', ' ')})" for k, v in skipped.items())
+            + (
+                f"; {stats['records_without_captions']} written without captions (no perturbations: the "
+                f"evaluations skip and count them)"
+                if stats["records_without_captions"]
+                else ""
+            )
+        )
     print(f"  {timer.seconds:.2f} s ({rate:,.0f} records/s) -> {output_path}")
     return stats

@@ -29,10 +29,20 @@ is more similar than its own image v1 (.8): rank 2, and the top-1 image is an al
     >>> rank.tolist(), top1.tolist()
     ([1, 2], [False, True])
 """
+
 import os
 import sys
 
-from .alterations import FLIP_KINDS, KINDS, PARAPHRASE_KINDS, AlteredImage, alter, flip_offset, mentions_left_or_right, partner
+from .alterations import (
+    FLIP_KINDS,
+    KINDS,
+    PARAPHRASE_KINDS,
+    AlteredImage,
+    alter,
+    flip_offset,
+    mentions_left_or_right,
+    partner,
+)
 from .cache import image_cache_keys
 from .device import cosines
 from .errors import ConfigError
@@ -52,8 +62,10 @@ def check_kinds(kinds):
         raise ConfigError(f"KINDS must be a non-empty list of image alterations from {', '.join(KINDS)}, got {kinds!r}")
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
-        raise ConfigError(f"KINDS: unknown image alteration{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                          f"valid: {', '.join(KINDS)}")
+        raise ConfigError(
+            f"KINDS: unknown image alteration{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"valid: {', '.join(KINDS)}"
+        )
     if len(set(kinds)) != len(kinds):
         raise ConfigError(f"KINDS names a kind twice: {list(kinds)!r}")
     return [k for k in KINDS if k in kinds]
@@ -71,6 +83,7 @@ class ImageSide:
 
     def __init__(self, run, scored, captions, kinds, seed):
         import numpy as np
+
         self.run, self.scored, self.kinds, self.seed = run, scored, list(kinds), seed
         # every process's readable records: N and each record's r agree everywhere
         self.readable = sorted(k for part in run.all_gathered(sorted(scored.ok)) for k in part)
@@ -132,39 +145,60 @@ class ImageSide:
             index = run.cache.index("image")
             if not all(key in index for key in keys.values()):
                 run.load_weights()
-        job = ImageEncoding(run.enc, self.items, run.config["IMAGE_BATCH_SIZE"], run.config["NUM_WORKERS"],
-                            desc="altered images", cache=run.cache,
-                            pixel_memory_gb=run.config.get("PIXEL_MEMORY_GB", "auto"))
+        job = ImageEncoding(
+            run.enc,
+            self.items,
+            run.config["IMAGE_BATCH_SIZE"],
+            run.config["NUM_WORKERS"],
+            desc="altered images",
+            cache=run.cache,
+            pixel_memory_gb=run.config.get("PIXEL_MEMORY_GB", "auto"),
+        )
         self.emb, self.failed = job.start().finish()
         self._drop_nonfinite()
-        self.sources = {"num": len(self.items), "decoded": job.n_decoded, "from_pixel_memory": job.n_remembered,
-                        "from_cache": job.n_cached}
+        self.sources = {
+            "num": len(self.items),
+            "decoded": job.n_decoded,
+            "from_pixel_memory": job.n_remembered,
+            "from_cache": job.n_cached,
+        }
         for j, err in list(self.failed.items())[:MAX_LISTED]:
             item = self.items[j]
-            print(f"warning: {run.enc.name}: altered image {item.kind} of {item.source} could not be made ({err})",
-                  file=sys.stderr)
+            print(
+                f"warning: {run.enc.name}: altered image {item.kind} of {item.source} could not be made ({err})",
+                file=sys.stderr,
+            )
         return self
 
     def _score_jointly(self):
         from .joint_scorer import score_items
+
         texts = {}
         for (k, kind), j in self.row.items():
             texts.setdefault(j, []).extend(self.run.records[k][1]["orig_captions"])
         jobs = [(item, list(dict.fromkeys(texts.get(j, [])))) for j, item in enumerate(self.items)]
         self.scores, self.failed, decoded = score_items(self.run, jobs)
-        self.sources = {"num": len(self.items), "decoded": decoded, "from_pixel_memory": 0,
-                        "from_cache": len(self.items) - decoded - len(self.failed)}
+        self.sources = {
+            "num": len(self.items),
+            "decoded": decoded,
+            "from_pixel_memory": 0,
+            "from_cache": len(self.items) - decoded - len(self.failed),
+        }
         for j, err in list(self.failed.items())[:MAX_LISTED]:
             item = self.items[j]
-            print(f"warning: {self.run.enc.name}: altered image {item.kind} of {item.source} could not be made ({err})",
-                  file=sys.stderr)
+            print(
+                f"warning: {self.run.enc.name}: altered image {item.kind} of {item.source} could not be made ({err})",
+                file=sys.stderr,
+            )
         return self
 
     def _joint_sims(self, alt, j):
         """Each pair's s(altered image, caption): the captions at positions j, their altered images' rows alt[j]."""
         import numpy as np
-        captions = [self.run.records[k][1]["orig_captions"][i] for k, i in zip(self.cap_rec[j].tolist(),
-                                                                               self.cap_i[j].tolist())]
+
+        captions = [
+            self.run.records[k][1]["orig_captions"][i] for k, i in zip(self.cap_rec[j].tolist(), self.cap_i[j].tolist())
+        ]
         return np.array([self.scores[(self.items[a], c)] for a, c in zip(alt[j].tolist(), captions)], dtype=np.float64)
 
     def _drop_nonfinite(self):
@@ -172,13 +206,16 @@ class ImageSide:
         and listed as not made, its row NaN as a failed one's: its pairs and gallery entries are left
         out, not scored as NaN. (The originals and captions: checked by ModelRun.score.)"""
         import torch
+
         if not len(self.emb):
             return
         bad = (~torch.isfinite(self.emb).all(dim=1)).nonzero().flatten().tolist()
         for j in bad:
             if j not in self.failed:
-                self.failed[j] = (f"its embedding by {self.run.enc.name} is not finite (NaN or inf): the model "
-                                  f"overflowed on it (in {str(self.run.enc.dtype).replace('torch.', '')})")
+                self.failed[j] = (
+                    f"its embedding by {self.run.enc.name} is not finite (NaN or inf): the model "
+                    f"overflowed on it (in {str(self.run.enc.dtype).replace('torch.', '')})"
+                )
                 self.emb[j] = float("nan")
 
     def part(self):
@@ -186,12 +223,14 @@ class ImageSide:
         under torchrun), the altered images' counts and failures."""
         import numpy as np
         import torch
+
         run = self.run
         failed = np.zeros(len(self.items), dtype=bool)
         failed[list(self.failed)] = True
         if self.joint:
-            base = np.array([self.base_of[(k, i)] for k, i in zip(self.cap_rec.tolist(), self.cap_i.tolist())],
-                            dtype=np.float64)
+            base = np.array(
+                [self.base_of[(k, i)] for k, i in zip(self.cap_rec.tolist(), self.cap_i.tolist())], dtype=np.float64
+            )
         else:
             txt_emb, rows = self.scored.text_embeddings
             img_emb = self.scored.image_embeddings
@@ -205,9 +244,17 @@ class ImageSide:
             if kind == "hflip":
                 use &= ~self.cap_lr
             j = np.flatnonzero(use)
-            where.append(j), kind_no.append(np.full(len(j), n)), sims.append(
-                np.zeros(0) if not len(j) else self._joint_sims(alt, j) if self.joint else
-                cosines(self.emb, txt_emb, alt[j], rows[self.cap_slot[j]]))
+            (
+                where.append(j),
+                kind_no.append(np.full(len(j), n)),
+                sims.append(
+                    np.zeros(0)
+                    if not len(j)
+                    else self._joint_sims(alt, j)
+                    if self.joint
+                    else cosines(self.emb, txt_emb, alt[j], rows[self.cap_slot[j]])
+                ),
+            )
         where, kind_no, sims = np.concatenate(where), np.concatenate(kind_no), np.concatenate(sims)
         order = np.lexsort((kind_no, where))  # (record, caption, kind): the score file's order
         where, kind_no = where[order], kind_no[order]
@@ -227,25 +274,41 @@ class ImageSide:
                 at = torch.as_tensor([self.row[k, kind] for k in self.mine], dtype=torch.long, device=self.emb.device)
                 altered[kind] = host(self.emb[at])  # (NaN rows: not made)
             caps = torch.as_tensor(rows[self.cap_slot], dtype=torch.long, device=txt_emb.device)
-            gallery = {"records": np.asarray(self.mine, dtype=np.int64), "images": host(img_emb[mine]),
-                       "altered": altered, "cap_rec": self.cap_rec, "captions": host(txt_emb[caps])}
-        failures = [{"image": self.items[j].source, "kind": self.items[j].kind, "error": e}
-                    for j, e in list(self.failed.items())[:MAX_LISTED]]
-        return {"pairs": pairs.state(), "gallery": gallery, "sources": self.sources,
-                "num_failed": len(self.failed), "failed": failures}
+            gallery = {
+                "records": np.asarray(self.mine, dtype=np.int64),
+                "images": host(img_emb[mine]),
+                "altered": altered,
+                "cap_rec": self.cap_rec,
+                "captions": host(txt_emb[caps]),
+            }
+        failures = [
+            {"image": self.items[j].source, "kind": self.items[j].kind, "error": e}
+            for j, e in list(self.failed.items())[:MAX_LISTED]
+        ]
+        return {
+            "pairs": pairs.state(),
+            "gallery": gallery,
+            "sources": self.sources,
+            "num_failed": len(self.failed),
+            "failed": failures,
+        }
 
     def figures(self, parts, gallery_size, resamples, seed):
         """Section 11's figures from every process's part (rank 0): the metrics after model_tag,
         and the merged pairs (for the score file)."""
         import numpy as np
+
         pairs = Pairs.merged([p["pairs"] for p in parts])
         rec, labels = np.asarray(pairs.rec, dtype=np.int64), np.asarray(pairs.label, dtype=object)
         base, sim = np.asarray(pairs.base_sim), np.asarray(pairs.sim)
         m = {"num_samples": self.scored.n_samples}
         side = {"para": np.isin(labels, PARAPHRASE_KINDS), "flip": np.isin(labels, FLIP_KINDS)}
         err, gap = np.abs(sim - base), base - sim
-        headline = (("image_invariance_error_mean", "para", err), ("image_sensitivity_gap_mean", "flip", gap),
-                    ("image_sensitivity_pos_rate", "flip", gap > 0))
+        headline = (
+            ("image_invariance_error_mean", "para", err),
+            ("image_sensitivity_gap_mean", "flip", gap),
+            ("image_sensitivity_pos_rate", "flip", gap > 0),
+        )
         for key, which, values in headline:
             _figure(m, key, rec[side[which]], values[side[which]], resamples, seed)
         found = self._search([p["gallery"] for p in parts], gallery_size)
@@ -259,19 +322,24 @@ class ImageSide:
             _figure(block, "image_sensitivity_gap_mean", rec[mask], gap[mask], resamples, seed)
             _figure(block, "image_sensitivity_pos_rate", rec[mask], gap[mask] > 0, resamples, seed)
             if self.joint:
-                block["note"] = ("no text-to-image search: the model scores a pair jointly, and a gallery needs every "
-                                 "caption scored with every image (LGIP_SPEC.md 13)")
+                block["note"] = (
+                    "no text-to-image search: the model scores a pair jointly, and a gallery needs every "
+                    "caption scored with every image (LGIP_SPEC.md 13)"
+                )
                 continue
             q_rec, rank, top1 = found.get(kind, (np.zeros(0, dtype=np.int64),) * 3)
             for k in KS:
                 _figure(block, f"t2i_flip_recall@{k}", q_rec, rank <= k, resamples, seed)
             _figure(block, "t2i_flip_top1_rate", q_rec, top1, resamples, seed)
             if self.offset is None:
-                block["note"] = (f"no image flips: {self.n} readable image{'s' if self.n != 1 else ''}, and a flip needs "
-                                 f"another record's image (N >= 2)")
+                block["note"] = (
+                    f"no image flips: {self.n} readable image{'s' if self.n != 1 else ''}, and a flip needs "
+                    f"another record's image (N >= 2)"
+                )
         size = check_gallery_size(gallery_size) or max(self.n, 1)
-        m.update(num_images=self.n, flip_offset=self.offset, gallery_size=min(size, self.n),
-                 num_blocks=-(-self.n // size))
+        m.update(
+            num_images=self.n, flip_offset=self.offset, gallery_size=min(size, self.n), num_blocks=-(-self.n // size)
+        )
         sources = {key: sum(p["sources"][key] for p in parts) for key in parts[0]["sources"]}
         failed = [f for p in parts for f in p["failed"]]
         m["altered_images"] = dict(sources, num_failed=sum(p["num_failed"] for p in parts), failed=failed[:MAX_LISTED])
@@ -282,6 +350,7 @@ class ImageSide:
         galleries of every process merged in record order (rank 0)."""
         import numpy as np
         import torch
+
         galleries = [g for g in galleries if g is not None]
         if not galleries:
             return {}
@@ -290,12 +359,14 @@ class ImageSide:
         order = np.argsort(records, kind="stable")
         cap_rec = np.concatenate([g["cap_rec"] for g in galleries])
         cap_order = np.argsort(cap_rec, kind="stable")  # (a record's captions all come from one process, in order)
-        joined = lambda get, o: torch.cat([get(g).to(device) for g in galleries])[torch.as_tensor(o, device=device)]  # noqa: E731
+        joined = lambda get, o: torch.cat([get(g).to(device) for g in galleries])[torch.as_tensor(o, device=device)]
         images, captions = joined(lambda g: g["images"], order), joined(lambda g: g["captions"], cap_order)
         cap_pos = np.searchsorted(records[order], cap_rec[cap_order])
         out = {}
         for kind in galleries[0]["altered"]:
-            rank, top1 = flip_search(images, joined(lambda g: g["altered"][kind], order), cap_pos, captions, gallery_size)
+            rank, top1 = flip_search(
+                images, joined(lambda g: g["altered"][kind], order), cap_pos, captions, gallery_size
+            )
             out[kind] = (cap_rec[cap_order], rank, top1)
         return out
 
@@ -305,6 +376,7 @@ class ImageSide:
         index among the readable ones, which with SEED fixes patch's box: the report remakes the
         altered image from these})."""
         import numpy as np
+
         labels = np.asarray(pairs.label, dtype=object)
         para = pairs.subset(np.flatnonzero(np.isin(labels, PARAPHRASE_KINDS)))
         flips = pairs.subset(np.flatnonzero(np.isin(labels, FLIP_KINDS)))
@@ -318,6 +390,7 @@ def image_flip_positives(pairs):
     image): the per-pair values of image_sensitivity_pos_rate, which models are compared on
     (LGIP_SPEC.md sections 9 and 12)."""
     import numpy as np
+
     flip = np.isin(np.asarray(pairs.label, dtype=object), FLIP_KINDS)
     gap = np.asarray(pairs.base_sim) - np.asarray(pairs.sim)
     return np.asarray(pairs.rec, dtype=np.int64)[flip], gap[flip] > 0
@@ -325,6 +398,7 @@ def image_flip_positives(pairs):
 
 def _figure(block, key, records, values, resamples, seed):
     import numpy as np
+
     values = np.asarray(values, dtype=np.float64)
     block[key] = mean_or_none(values)
     add_ci(block, key, records, values, resamples, seed)
@@ -338,6 +412,7 @@ def flip_search(images, altered, cap_pos, cap_emb, size=5000, chunk_elements=Non
     (rank of each caption's own original, whether its top-1 image is an altered one), numpy."""
     import numpy as np
     import torch
+
     n = len(images)
     size = check_gallery_size(size) or max(n, 1)
     device = images.device
@@ -359,16 +434,16 @@ def flip_search(images, altered, cap_pos, cap_emb, size=5000, chunk_elements=Non
                 first, col = _distinct_rows(gallery)  # copies of an embedding: one column, counted as often
                 emb = gallery[torch.as_tensor(first, device=device)].float()
                 weight = torch.as_tensor(np.bincount(col, minlength=len(first)).astype(np.float32), device=device)
-                originals = torch.as_tensor(np.unique(col[:hi - lo]), device=device)
-                made = torch.as_tensor(np.unique(col[hi - lo:]), dtype=torch.long, device=device)
+                originals = torch.as_tensor(np.unique(col[: hi - lo]), device=device)
+                made = torch.as_tensor(np.unique(col[hi - lo :]), dtype=torch.long, device=device)
                 own = torch.as_tensor(col[cap_pos[a:b] - lo], device=device)
                 for c0, c1 in _chunks(b - a, len(first), budget):
-                    sims = cap_emb[a + c0:a + c1].to(device).float() @ emb.T
+                    sims = cap_emb[a + c0 : a + c1].to(device).float() @ emb.T
                     target = sims.gather(1, own[c0:c1, None])
-                    rank[a + c0:a + c1] = (1 + (sims > target).float() @ weight).round().long().cpu().numpy()
+                    rank[a + c0 : a + c1] = (1 + (sims > target).float() @ weight).round().long().cpu().numpy()
                     best = sims.index_select(1, originals).amax(dim=1)
                     if len(made):
-                        top1[a + c0:a + c1] = (sims.index_select(1, made).amax(dim=1) > best).cpu().numpy()
+                        top1[a + c0 : a + c1] = (sims.index_select(1, made).amax(dim=1) > best).cpu().numpy()
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     return rank, top1
@@ -378,6 +453,7 @@ def save_examples(folder, records, readable, image_root, kinds, seed, count):
     """The first `count` readable records' altered images (and each original), as PNG files in
     `folder` for looking at: `<line>_<kind>.png`, `<line>_original.png`. Returns the folder."""
     from .outputs import atomic_open
+
     os.makedirs(folder, exist_ok=True)
     n, offset = len(readable), flip_offset(len(readable), seed)
     path = lambda k: os.path.join(image_root, records[k][1]["image_path"])  # noqa: E731

@@ -6,6 +6,7 @@ batches (`ImageEncoding`: start, poll between text batches, finish); the images 
     >>> for batch in text_batches: encode(batch); job.poll()
     >>> emb, failed = job.finish()
 """
+
 import os
 import sys
 
@@ -25,6 +26,7 @@ def open_rgb(path):
     one under MIN_SIDE px a side (transformers' processors read a 50x1 image's side as its channels
     and stop a batch, a 100x3 one's and give a wrong embedding)."""
     from PIL import Image
+
     with Image.open(path) as img:
         if min(img.size) < MIN_SIDE:
             raise OSError(f"image too small ({img.size[0]}x{img.size[1]} px; at least {MIN_SIDE} px a side)")
@@ -45,6 +47,7 @@ class _ImageFiles:
     item is an image file's path, or an AlteredImage (lgip.alterations), made here from its
     decoded source (and other image): the few files decoded last are kept, so the kinds of one
     record, listed together, decode its files once in a worker."""
+
     RECENT = 4  # decoded files kept (an altered image's source and other image)
 
     def __init__(self, paths, transform):
@@ -73,6 +76,7 @@ class _ImageFiles:
 
 def _collate_images(items):
     import torch
+
     good = [(i, x) for i, x, err in items if err is None]
     bad = [(i, err) for i, x, err in items if err is not None]
     if not good:
@@ -99,6 +103,7 @@ class ImageEncoding:
     >>> for batch in text_batches: encode(batch); job.poll()
     >>> emb, failed = job.finish()
     """
+
     _END = object()
 
     def __init__(self, enc, paths, batch_size=64, num_workers=None, desc="images", cache=None, pixel_memory_gb="auto"):
@@ -132,6 +137,7 @@ class ImageEncoding:
         import queue
         import threading
         import torch
+
         if self._queue is not None or not (self.todo or self.remembered):
             return self
         self._writer = self.cache.writer("image") if self.cache is not None else None
@@ -141,16 +147,25 @@ class ImageEncoding:
         # A worker decodes a whole batch: a small job gets smaller batches so every worker has one.
         per_worker = -(-len(self.todo) // max(1, self.num_workers))
         decode_batch = max(1, min(self.batch_size, per_worker))
-        self._bar = progress_bar(-(-len(self.todo) // decode_batch) + -(-len(self.remembered) // self.batch_size),
-                                 desc=f"{self.enc.name}: {self.desc}", unit="batch", min_total=20)
+        self._bar = progress_bar(
+            -(-len(self.todo) // decode_batch) + -(-len(self.remembered) // self.batch_size),
+            desc=f"{self.enc.name}: {self.desc}",
+            unit="batch",
+            min_total=20,
+        )
         if not self.todo:
             self._ended = True
             return self
         transform = self.enc.pixels.geometry if self.enc.pixels is not None else self.enc.image_transform
         loader = torch.utils.data.DataLoader(
             _ImageFiles([self.paths[i] for i in self.todo], transform),
-            batch_size=decode_batch, shuffle=False, num_workers=self.num_workers,
-            collate_fn=_collate_images, pin_memory=str(self.enc.device).startswith("cuda"), persistent_workers=False)
+            batch_size=decode_batch,
+            shuffle=False,
+            num_workers=self.num_workers,
+            collate_fn=_collate_images,
+            pin_memory=str(self.enc.device).startswith("cuda"),
+            persistent_workers=False,
+        )
         batches = iter(loader)  # forks the workers, before the helper thread exists
         self._thread = threading.Thread(target=self._hand_over, args=(batches,), daemon=True)
         self._thread.start()
@@ -167,6 +182,7 @@ class ImageEncoding:
 
     def _put(self, item):
         import queue
+
         while not self._closed.is_set():
             try:
                 self._queue.put(item, timeout=0.2)
@@ -205,6 +221,7 @@ class ImageEncoding:
     def _encode(self, batch):
         """Embeddings of one batch: a uint8 one (enc.pixels.geometry's) gets its arithmetic on the device first."""
         import torch
+
         if torch.is_tensor(batch) and batch.dtype == torch.uint8:
             batch = self.enc.pixels.to_input(batch, self.enc.device, self.enc.dtype)
         return self.enc.encode_images(batch)
@@ -213,7 +230,7 @@ class ImageEncoding:
         """Encode one batch of remembered pixels (False when none is left)."""
         if not self.remembered:
             return False
-        take, self.remembered = self.remembered[:self.batch_size], self.remembered[self.batch_size:]
+        take, self.remembered = self.remembered[: self.batch_size], self.remembered[self.batch_size :]
         pinned = str(self.enc.device).startswith("cuda")
         self._rows.add(take, self._encode(PixelMemory.batch(self._known, [self.keys[i] for i in take], pinned)))
         self._bar.update(1)
@@ -222,6 +239,7 @@ class ImageEncoding:
     def poll(self):
         """Encode the batches already decoded, and one remembered batch; never waits."""
         import queue
+
         if self._queue is None:
             return
         self._recall()
@@ -261,41 +279,67 @@ class RecordImages(ImageEncoding):
     {num_failed_images, failed_images: [{path, error}] (first few)}).
     """
 
-    def __init__(self, enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20,
-                 pixel_memory_gb="auto"):
+    def __init__(
+        self,
+        enc,
+        records,
+        image_root,
+        batch_size,
+        num_workers,
+        indices=None,
+        cache=None,
+        max_listed=20,
+        pixel_memory_gb="auto",
+    ):
         self.n_records, self.max_listed = len(records), max_listed
         self.indices = range(len(records)) if indices is None else indices
         self.path_of = {k: os.path.join(image_root, records[k][1]["image_path"]) for k in self.indices}
-        super().__init__(enc, list(dict.fromkeys(self.path_of.values())), batch_size, num_workers, cache=cache,
-                         pixel_memory_gb=pixel_memory_gb)
+        super().__init__(
+            enc,
+            list(dict.fromkeys(self.path_of.values())),
+            batch_size,
+            num_workers,
+            cache=cache,
+            pixel_memory_gb=pixel_memory_gb,
+        )
 
     def finish(self):
         import numpy as np
         import torch
+
         emb, failed = super().finish()
         where = {p: j for j, p in enumerate(self.paths)}
         full = torch.full((self.n_records, emb.shape[1]), float("nan"), dtype=emb.dtype, device=emb.device)
         if self.path_of:
             ks = list(self.path_of)
             full[torch.as_tensor(ks, device=emb.device)] = emb[
-                torch.as_tensor(np.array([where[self.path_of[k]] for k in ks]), device=emb.device)]
+                torch.as_tensor(np.array([where[self.path_of[k]] for k in ks]), device=emb.device)
+            ]
         bad_paths = {self.paths[j]: err for j, err in failed.items()}
-        for p, err in list(bad_paths.items())[:self.max_listed]:
+        for p, err in list(bad_paths.items())[: self.max_listed]:
             print(f"warning: {self.enc.name}: skipping unreadable image {p} ({err})", file=sys.stderr)
         if len(bad_paths) > self.max_listed:
-            print(f"warning: {self.enc.name}: ... and {len(bad_paths) - self.max_listed} more unreadable images",
-                  file=sys.stderr)
+            print(
+                f"warning: {self.enc.name}: ... and {len(bad_paths) - self.max_listed} more unreadable images",
+                file=sys.stderr,
+            )
         ok = [k for k in self.indices if self.path_of[k] not in bad_paths]
-        report = {"num_failed_images": len(bad_paths),
-                  "failed_images": [{"path": p, "error": e} for p, e in list(bad_paths.items())[:self.max_listed]]}
+        report = {
+            "num_failed_images": len(bad_paths),
+            "failed_images": [{"path": p, "error": e} for p, e in list(bad_paths.items())[: self.max_listed]],
+        }
         return full, ok, report
 
 
-def encode_record_images(enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20,
-                         pixel_memory_gb="auto"):
+def encode_record_images(
+    enc, records, image_root, batch_size, num_workers, indices=None, cache=None, max_listed=20, pixel_memory_gb="auto"
+):
     """RecordImages(...) run to the end: (embeddings, usable indices, failure report)."""
-    return RecordImages(enc, records, image_root, batch_size, num_workers, indices, cache, max_listed,
-                        pixel_memory_gb).start().finish()
+    return (
+        RecordImages(enc, records, image_root, batch_size, num_workers, indices, cache, max_listed, pixel_memory_gb)
+        .start()
+        .finish()
+    )
 
 
 class _ImageBatches:
@@ -308,4 +352,6 @@ class _ImageBatches:
         return -(-len(self.files) // self.batch)
 
     def __getitem__(self, n):
-        return _collate_images([self.files[i] for i in range(n * self.batch, min((n + 1) * self.batch, len(self.files)))])
+        return _collate_images(
+            [self.files[i] for i in range(n * self.batch, min((n + 1) * self.batch, len(self.files)))]
+        )

@@ -14,6 +14,7 @@ records before it (the model runs the image's shared prefix once for all of them
 and again only for the few pairs that order cannot reach (the first records' wrap-around; under torchrun,
 the neighbours on other processes; texts cached for some images and not others).
 """
+
 import json
 import os
 import sys
@@ -39,12 +40,18 @@ def decoded(run, paths):
     """(path, PIL image or None, error) for each path (a file, or an AlteredImage), in order, decoded in
     the run's worker processes."""
     import torch
+
     if not paths:
         return
     workers = run.config.get("NUM_WORKERS")
     workers = default_num_workers() if workers is None else workers
-    loader = torch.utils.data.DataLoader(_ImageFiles(paths, _as_image), batch_size=1, shuffle=False,
-                                         num_workers=min(workers, len(paths)), collate_fn=_first)
+    loader = torch.utils.data.DataLoader(
+        _ImageFiles(paths, _as_image),
+        batch_size=1,
+        shuffle=False,
+        num_workers=min(workers, len(paths)),
+        collate_fn=_first,
+    )
     for i, img, err in loader:
         yield paths[i], img, err
 
@@ -68,6 +75,7 @@ class _Store:
 
     def __init__(self, run):
         from . import accelerations
+
         self.run, self.scores, self.image_keys, self.n_computed, self.n_hits = run, {}, {}, 0, 0
         self.writer = run.cache.writer("pair") if run.cache is not None else None
         # (with JOINT_PIPELINE, one image's scores are collected after the next image's work has begun)
@@ -119,6 +127,7 @@ class _Store:
 
     def _collect(self):
         import torch
+
         path, texts, pending, t0 = self.pending.pop(0)
         values = pending.result()
         for t, v in zip(texts, values):
@@ -132,11 +141,14 @@ class _Store:
 
 class JointScorer(PairScorer):
     """Scores of a JointModel (module docstring): scores and the text-prior controls; no embeddings."""
+
     provides = frozenset({"scores", "prior"})
 
-    def score(self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(),
-              relative=False):
+    def score(
+        self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(), relative=False
+    ):
         import numpy as np
+
         records, texts_of_slot = run.records, run.bank.calls.texts
         ahead = run.lookahead
         waited, run.ahead = ahead.settle(run.enc) if ahead is not None else (0.0, None)
@@ -180,11 +192,17 @@ class JointScorer(PairScorer):
         bad = [(k, t) for (k, t) in ((k, t) for k in ok for t in own[k]) if not np.isfinite(s[(path_of[k], t)])]
         nonfinite = {"images": 0, "texts": len(bad), "first_image": None, "first_text": bad[0][1] if bad else None}
         unread = list(dict.fromkeys(path_of[k] for k in failed))
-        report = {"num_failed_images": len(unread),
-                  "failed_images": [{"path": p, "error": failed_why} for p, failed_why in
-                                    ((p, why.get(p, "unreadable")) for p in unread[:20])]}
+        report = {
+            "num_failed_images": len(unread),
+            "failed_images": [
+                {"path": p, "error": failed_why}
+                for p, failed_why in ((p, why.get(p, "unreadable")) for p in unread[:20])
+            ],
+        }
         for item in report["failed_images"]:
-            print(f"warning: {run.enc.name}: skipping unreadable image {item['path']} ({item['error']})", file=sys.stderr)
+            print(
+                f"warning: {run.enc.name}: skipping unreadable image {item['path']} ({item['error']})", file=sys.stderr
+            )
         n_samples = sum(1 for k in ok if records[k][1]["orig_captions"])
         looked = store.n_hits + store.n_computed
         resumed = None
@@ -192,16 +210,27 @@ class JointScorer(PairScorer):
             run.cache.stats["pair_hits"] = store.n_hits
             resumed = {"pairs": [store.n_hits, looked]}
             if store.n_hits:
-                print(f"{run.enc.name}: from the cache: {store.n_hits:,} of {looked:,} image-text scores"
-                      + ("" if run.enc.weights_loaded else " (all of them: the model's weights were not loaded)"),
-                      flush=True)
-        return Scored(pairs=pairs_list, ok=ok, failed=sorted(failed), n_ok=len(ok), n_samples=n_samples,
-                      image_report=report, nonfinite=nonfinite, provides=self.provides,
-                      texts={"unique": len({t for k in ok for t in own[k]}), "encoded": store.n_computed,
-                             "positions": {}},
-                      image_sources={"decoded": n_decoded, "from_cache": len(ok) - min(len(ok), n_decoded)},
-                      resumed=resumed, scoring_started=scoring_started,
-                      prior_images=j_max if controls else None, relative=rel)
+                print(
+                    f"{run.enc.name}: from the cache: {store.n_hits:,} of {looked:,} image-text scores"
+                    + ("" if run.enc.weights_loaded else " (all of them: the model's weights were not loaded)"),
+                    flush=True,
+                )
+        return Scored(
+            pairs=pairs_list,
+            ok=ok,
+            failed=sorted(failed),
+            n_ok=len(ok),
+            n_samples=n_samples,
+            image_report=report,
+            nonfinite=nonfinite,
+            provides=self.provides,
+            texts={"unique": len({t for k in ok for t in own[k]}), "encoded": store.n_computed, "positions": {}},
+            image_sources={"decoded": n_decoded, "from_cache": len(ok) - min(len(ok), n_decoded)},
+            resumed=resumed,
+            scoring_started=scoring_started,
+            prior_images=j_max if controls else None,
+            relative=rel,
+        )
 
     def _own_and_before(self, run, own, path_of, store, prior_n):
         """Phase one, this process's records in file order: each image with its own texts and (one process)
@@ -280,6 +309,7 @@ class JointScorer(PairScorer):
     @staticmethod
     def _prior(scores, nexts, texts):
         import numpy as np
+
         if not nexts or not nexts[0]:
             return np.full(len(texts), np.nan)
         return np.array([sum(scores[(p, t)] for p in ps) / len(ps) for ps, t in zip(nexts, texts)], dtype=np.float64)

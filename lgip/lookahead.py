@@ -1,19 +1,22 @@
 """lgip.lookahead: the later models' CPU work (tokenizing, decoding) done in low-priority
 worker processes while the current model keeps the GPU busy (accelerations.LOOKAHEAD)."""
+
 import os
 import sys
 import time
 
 from . import accelerations
 from .util import default_num_workers
-from .models import MODEL_PREPARERS
+from .models import FAMILIES
 from .tokens import TokenTable, _TextChunks, install_token_table
 from .cache import image_cache_keys
 from .pixel_memory import pixel_memory, resolve_pixel_memory
 from .images import _ImageBatches, _ImageFiles
 
 
-LOOKAHEAD_STALL_S = 120  # a Lookahead job with no batch done for this long is abandoned (its model does the work itself)
+LOOKAHEAD_STALL_S = (
+    120  # a Lookahead job with no batch done for this long is abandoned (its model does the work itself)
+)
 
 
 _AHEAD_ITEMS = []  # in a Lookahead worker process: the job's items (inherited through fork)
@@ -25,6 +28,7 @@ def _ahead_worker_start(items):
     (not the main process's handler, inherited through fork): a scheduler's ends it at once."""
     import signal
     import torch
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(1)
@@ -46,7 +50,7 @@ class Lookahead:
     geometry decodes every image, while the GPU waits (the paper's SigLIP and SigLIP2 models:
     two more tokenizations, two more geometries, ~1.5-2 min of a 40,000-image run). Once a model
     of the run has texts to encode, a helper thread prepares each later model without its
-    weights (`MODEL_PREPARERS`: its tokenizer and pixel geometry) and, one job at a time, in
+    weights (its family's `prepare`: its tokenizer and pixel geometry) and, one job at a time, in
     worker processes at the lowest CPU priority, tokenizes the run's texts for each tokenization
     no model has had yet and decodes its images for each geometry not yet remembered (into the
     PixelMemory, only where they fit without evicting). `settle(enc)`, called as a model starts,
@@ -61,6 +65,7 @@ class Lookahead:
 
     def __init__(self, specs, protocol, num_workers, pixel_memory_gb="auto", chunk=2048, image_batch=64):
         import threading
+
         self.specs, self.protocol, self.chunk, self.image_batch = list(specs), protocol, chunk, image_batch
         self.num_workers = default_num_workers() if num_workers is None else num_workers
         self.budget = resolve_pixel_memory(pixel_memory_gb) if accelerations.PIXEL_MEMORY else 0
@@ -80,6 +85,7 @@ class Lookahead:
         """Begin (once per run) with the texts of `calls` (a TextBank's TextCalls) and
         the image `paths`; `enc`'s own tokenization and geometry are not repeated."""
         import threading
+
         if self._thread is not None or not self.active:
             return
         self._thread = threading.Thread(target=self._work, args=(self._needs(enc), calls, list(paths)), daemon=True)
@@ -105,13 +111,18 @@ class Lookahead:
                         j["state"] = "abandoned"
                 if any(j["state"] == "running" for j in running):
                     self._cond.wait(0.5)
-            mine = [j for j in self.jobs if (j["kind"], j["key"]) in wanted
-                    or (j["kind"] == "prepare" and j["model"] == enc.name)]
+            mine = [
+                j
+                for j in self.jobs
+                if (j["kind"], j["key"]) in wanted or (j["kind"] == "prepare" and j["model"] == enc.name)
+            ]
             table = self._tables.pop(enc.tokenizer_key, None)
         if table is not None:
             install_token_table(enc.tokenizer_key, table)
-        report = [{k: j[k] for k in ("kind", "model", "state", "seconds", "items", "error") if j.get(k) is not None}
-                  for j in mine]
+        report = [
+            {k: j[k] for k in ("kind", "model", "state", "seconds", "items", "error") if j.get(k) is not None}
+            for j in mine
+        ]
         return round(time.perf_counter() - t0, 3), report
 
     def close(self):
@@ -125,20 +136,31 @@ class Lookahead:
         for spec in self.specs:
             if self._stop.is_set():
                 return
-            preparer = MODEL_PREPARERS.get(spec.get("type"))
+            preparer = FAMILIES[spec["type"]].prepare if spec.get("type") in FAMILIES else None
             if preparer is None:  # (a loader of one's own: nothing can be had without running it)
                 continue
             try:
                 prep = preparer(spec, self.protocol)
             except Exception as e:  # the model's own load reports it properly
-                self._record({"model": spec.get("name"), "kind": "prepare", "key": None, "state": "failed",
-                              "error": f"{type(e).__name__}: {e}"})
+                self._record(
+                    {
+                        "model": spec.get("name"),
+                        "kind": "prepare",
+                        "key": None,
+                        "state": "failed",
+                        "error": f"{type(e).__name__}: {e}",
+                    }
+                )
                 continue
             for kind, key in sorted(self._needs(prep), key=lambda job: job[0] != "tokens"):  # tokens first
                 if self._stop.is_set():
                     return
-                if (key is None or (kind, key) in done or (kind == "pixels" and self.budget <= 0)
-                        or (kind == "tokens" and not accelerations.SHARED_TOKENS)):  # (a table no model would take)
+                if (
+                    key is None
+                    or (kind, key) in done
+                    or (kind == "pixels" and self.budget <= 0)
+                    or (kind == "tokens" and not accelerations.SHARED_TOKENS)
+                ):  # (a table no model would take)
                     continue
                 done.add((kind, key))
                 if kind == "tokens" and texts is None:
@@ -151,8 +173,14 @@ class Lookahead:
             self._cond.notify_all()
 
     def _job(self, prep, kind, key, items):
-        job = {"model": prep.name, "kind": kind, "key": key, "state": "running", "progress_at": time.perf_counter(),
-               "t0": time.perf_counter()}
+        job = {
+            "model": prep.name,
+            "kind": kind,
+            "key": key,
+            "state": "running",
+            "progress_at": time.perf_counter(),
+            "t0": time.perf_counter(),
+        }
         with self._cond:
             if (kind, key) in self._claimed:
                 job["state"] = "dropped"  # its model started first: it does the work itself
@@ -165,15 +193,20 @@ class Lookahead:
             n = self._tokenize(prep, items, job) if kind == "tokens" else self._decode(prep, items, job)
         except Exception as e:
             n, error = None, f"{type(e).__name__}: {e}"
-            print(f"warning: looking ahead for {prep.name} ({kind}) failed, it does that itself: {error}",
-                  file=sys.stderr)
+            print(
+                f"warning: looking ahead for {prep.name} ({kind}) failed, it does that itself: {error}", file=sys.stderr
+            )
         with self._cond:
             if job["state"] == "running":  # (not abandoned by settle meanwhile)
                 job["state"] = "failed" if error else "done" if n is not None else "stopped"
             if job["state"] == "done" and kind == "tokens":
                 self._tables[key] = n[1]
-            job.update(seconds=round(time.perf_counter() - t0, 3), items=n[0] if kind == "tokens" and n else n,
-                       error=error, t1=time.perf_counter())
+            job.update(
+                seconds=round(time.perf_counter() - t0, 3),
+                items=n[0] if kind == "tokens" and n else n,
+                error=error,
+                t1=time.perf_counter(),
+            )
             self._cond.notify_all()
 
     def _batches(self, dataset, job):
@@ -184,8 +217,13 @@ class Lookahead:
         import collections
         import concurrent.futures as cf
         import multiprocessing
-        pool = cf.ProcessPoolExecutor(self.num_workers, mp_context=multiprocessing.get_context("fork"),
-                                      initializer=_ahead_worker_start, initargs=(dataset,))
+
+        pool = cf.ProcessPoolExecutor(
+            self.num_workers,
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=_ahead_worker_start,
+            initargs=(dataset,),
+        )
         pending, sent, finished = collections.deque(), 0, False
         try:
             while sent < len(dataset) or pending:
@@ -218,7 +256,7 @@ class Lookahead:
         table = TokenTable()
         chunks = _TextChunks(texts, prep.tokenize, self.chunk)
         for n, (flat, lengths) in enumerate(self._batches(chunks, job), 1):
-            table.add(texts[(n - 1) * self.chunk:n * self.chunk], flat, lengths)
+            table.add(texts[(n - 1) * self.chunk : n * self.chunk], flat, lengths)
         return (len(table), table) if len(table) == len(texts) else None
 
     def _decode(self, prep, paths, job):
@@ -231,7 +269,9 @@ class Lookahead:
         todo = [(paths[i], k) for i, k in image_cache_keys(paths).items() if k not in known]
         batches = _ImageBatches(_ImageFiles([p for p, _ in todo], prep.pixels.geometry), self.image_batch)
         n = done = 0
-        for b, (idx, batch, _bad) in enumerate(self._batches(batches, job), 1):  # unreadable: their model retries and reports
+        for b, (idx, batch, _bad) in enumerate(
+            self._batches(batches, job), 1
+        ):  # unreadable: their model retries and reports
             memory.add(key, [todo[j][1] for j in idx], batch, evict=False)  # idx: indices into todo
             n, done = n + len(idx), b
         return n if done == len(batches) else None

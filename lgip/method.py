@@ -5,6 +5,7 @@ or paraphrase rule; pure functions over strings and a random.Random.
     >>> typed_flips("a red bus", random.Random(42))
     [('a gray bus', 'color'), ('a red bicycle', 'object')]
 """
+
 import functools
 import re
 
@@ -31,26 +32,47 @@ PREFIXES = ["In this image, {}", "In the picture, {}", "This image shows {}"]
 
 
 # (type, pattern, {word: the other words of its list}); the alternatives keep list order.
-_FLIP_PATTERNS = [(t, re.compile(r"\b(" + "|".join(words) + r")\b"), {w: [x for x in words if x != w] for w in words})
-                  for t, words in FLIP_LISTS]
+_FLIP_PATTERNS = [
+    (t, re.compile(r"\b(" + "|".join(words) + r")\b"), {w: [x for x in words if x != w] for w in words})
+    for t, words in FLIP_LISTS
+]
 
 
 _PASSIVE_RULES = [
-    (re.compile(r"^A (\w+) (is|are|sits|sitting|stands|standing|lies|lying) "
-                r"(on|in|at|by|next to|behind|in front of) (.+)\.$", re.I), r"A \4 \2 \3 \1."),
-    (re.compile(r"^(\w+) (is|are|sits|sitting|stands|standing|lies|lying) "
-                r"(on|in|at|by|next to|behind|in front of) (.+)\.$", re.I), r"\4 \2 \3 \1."),
-    (re.compile(r"^A (\w+) (is|are) (going|running|moving) (down|along|through) (.+)\.$", re.I),
-     r"\5 \2 \3 \1 \4 them."),
+    (
+        re.compile(
+            r"^A (\w+) (is|are|sits|sitting|stands|standing|lies|lying) "
+            r"(on|in|at|by|next to|behind|in front of) (.+)\.$",
+            re.I,
+        ),
+        r"A \4 \2 \3 \1.",
+    ),
+    (
+        re.compile(
+            r"^(\w+) (is|are|sits|sitting|stands|standing|lies|lying) "
+            r"(on|in|at|by|next to|behind|in front of) (.+)\.$",
+            re.I,
+        ),
+        r"\4 \2 \3 \1.",
+    ),
+    (
+        re.compile(r"^A (\w+) (is|are) (going|running|moving) (down|along|through) (.+)\.$", re.I),
+        r"\5 \2 \3 \1 \4 them.",
+    ),
 ]
 
 
 SYNONYMS = {
-    "cat": ["feline", "kitty"], "dog": ["canine", "puppy", "hound"],
-    "person": ["individual", "human", "man", "woman"], "sits": ["rests", "perches"],
-    "stands": ["stands", "poses"], "large": ["big", "huge", "enormous"],
-    "small": ["little", "tiny", "miniature"], "red": ["crimson", "scarlet"],
-    "blue": ["azure", "navy"], "green": ["emerald", "lime"],
+    "cat": ["feline", "kitty"],
+    "dog": ["canine", "puppy", "hound"],
+    "person": ["individual", "human", "man", "woman"],
+    "sits": ["rests", "perches"],
+    "stands": ["stands", "poses"],
+    "large": ["big", "huge", "enormous"],
+    "small": ["little", "tiny", "miniature"],
+    "red": ["crimson", "scarlet"],
+    "blue": ["azure", "navy"],
+    "green": ["emerald", "lime"],
 }
 
 
@@ -98,7 +120,7 @@ def synonym_paraphrases(c):
         for syn in SYNONYMS[tokens[i]]:
             emit([(i, syn)])
     for a, i in enumerate(slots):
-        for j in slots[a + 1:]:
+        for j in slots[a + 1 :]:
             for syn_i in SYNONYMS[tokens[i]]:
                 for syn_j in SYNONYMS[tokens[j]]:
                     emit([(i, syn_i), (j, syn_j)])
@@ -138,7 +160,7 @@ def typed_flips(c, rng):
         if not m:
             continue
         new = rng.choice(alternatives[m.group(1)])
-        flipped = c[:m.start()] + new + c[m.end():]  # = pattern.sub(new, c, count=1)
+        flipped = c[: m.start()] + new + c[m.end() :]  # = pattern.sub(new, c, count=1)
         if flipped != c:
             out.append((flipped.strip(), ftype))
     seen, kept = set(), []

@@ -11,6 +11,7 @@ weights fail does not cost the other 99. A run where every model fails ends with
     ...     if ok: rows.append(metrics); print(loop.progress(spec["name"]))
     >>> loop.finish(rows)                             # run.skipped_models stamped; all failed: ModelError
 """
+
 import sys
 import time
 from contextlib import contextmanager
@@ -52,9 +53,15 @@ class ModelLoop:
                 raise
             ok.value = False
             error = f"{type(e).__name__}: {e}".strip()
-            self.skipped.append({"name": spec.get("name") if isinstance(spec, dict) else str(spec), "error": error[:2000]})
-            print(f"warning: ON_MODEL_ERROR=skip: model {self.skipped[-1]['name']!r} failed and is left out: "
-                  f"{error.splitlines()[0][:300]}", file=sys.stderr, flush=True)
+            self.skipped.append(
+                {"name": spec.get("name") if isinstance(spec, dict) else str(spec), "error": error[:2000]}
+            )
+            print(
+                f"warning: ON_MODEL_ERROR=skip: model {self.skipped[-1]['name']!r} failed and is left out: "
+                f"{error.splitlines()[0][:300]}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def progress(self, name=None):
         """'[k/n]' and, over several models, done / left / failed and the time so far."""
@@ -63,8 +70,10 @@ class ModelLoop:
         if n <= 1:
             return ""
         minutes = (time.perf_counter() - self.t0) / 60
-        return (f" [{self.done + len(self.skipped)}/{n}: {self.done} done, {n - self.done - len(self.skipped)} left, "
-                f"{len(self.skipped)} failed, {minutes:.1f} min]")
+        return (
+            f" [{self.done + len(self.skipped)}/{n}: {self.done} done, {n - self.done - len(self.skipped)} left, "
+            f"{len(self.skipped)} failed, {minutes:.1f} min]"
+        )
 
     def finish(self, rows):
         """Every row's run block gets `skipped_models` (with ON_MODEL_ERROR "skip"); ModelError when
@@ -75,10 +84,14 @@ class ModelLoop:
                     row["run"]["skipped_models"] = list(self.skipped)
         if self.skipped:
             names = ", ".join(s["name"] for s in self.skipped)
-            print(f"{len(self.skipped)} of {len(self.models)} models skipped (ON_MODEL_ERROR=skip): {names}", flush=True)
+            print(
+                f"{len(self.skipped)} of {len(self.models)} models skipped (ON_MODEL_ERROR=skip): {names}", flush=True
+            )
         if self.skipped and not rows and len(self.skipped) == len(self.models):
-            raise ModelError(f"every model failed ({len(self.skipped)}), so nothing was written:\n  "
-                             + "\n  ".join(f"{s['name']}: {s['error'].splitlines()[0][:300]}" for s in self.skipped))
+            raise ModelError(
+                f"every model failed ({len(self.skipped)}), so nothing was written:\n  "
+                + "\n  ".join(f"{s['name']}: {s['error'].splitlines()[0][:300]}" for s in self.skipped)
+            )
         return rows
 
 

@@ -8,6 +8,7 @@ and `output_error` says why one could not be written and what to do (the errno t
     >>> check_writable(["data"])                            # OutputError now, not after an hour of work
     >>> with OutputSet() as out: ...                        # several files renamed into place together, or none
 """
+
 import errno
 import json
 import os
@@ -32,10 +33,13 @@ def refuse_overwriting_input(output, *inputs, setting="OUTPUT_JSONL"):
     """InputError (exit 2, before any work) when `output` is one of `inputs`: writing it would
     replace the input with what is made from it."""
     from .errors import InputError
+
     for path in inputs:
         if same_file(output, path):
-            raise InputError(f"{setting}={output} is the input file {path}: writing it would replace the input. "
-                             f"Give another {setting} (or leave it None for the default name). Nothing was written.")
+            raise InputError(
+                f"{setting}={output} is the input file {path}: writing it would replace the input. "
+                f"Give another {setting} (or leave it None for the default name). Nothing was written."
+            )
 
 
 def remove_stale_temps(path, min_age_s=60):
@@ -123,8 +127,9 @@ def check_writable(folders):
             probe = os.path.dirname(probe)
         try:
             if not os.path.isdir(probe):
-                raise OutputError(f"cannot write in {folder}: {probe} is a file, not a folder. Nothing was run.",
-                                  folder)
+                raise OutputError(
+                    f"cannot write in {folder}: {probe} is a file, not a folder. Nothing was run.", folder
+                )
             fd, tmp = tempfile.mkstemp(prefix=".lgip-write-check-", dir=probe)
             try:
                 os.write(fd, b"\n")
@@ -273,7 +278,7 @@ def _failed(path, e, output):
 def write_json(path, obj, output=True, files=None):
     """`obj` as indented JSON at `path`, whole or not at all; files: the OutputSet it belongs to
     (written with the set's other files, or none of them)."""
-    with (files.open(path) if files is not None else atomic_open(path, output=output)) as f:
+    with files.open(path) if files is not None else atomic_open(path, output=output) as f:
         json.dump(obj, f, indent=2, ensure_ascii=False)
         f.write("\n")
     return path

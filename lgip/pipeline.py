@@ -14,6 +14,7 @@ Example:
     if reason:
         run_step(step, 1, 1, reason)              # its output as it comes; a failure exits with its status
 """
+
 import ast
 import json
 import os
@@ -30,9 +31,21 @@ from .outputs import write_json
 
 # Settings that never change a step's results: left out of the recorded settings, so that
 # changing them re-runs nothing.
-NO_EFFECT = {"INPUT_JSONL", "OUTPUT_JSONL", "JSONL_PATH", "ANNOTATIONS_JSON", "IMAGE_DIR", "DEVICE",
-             "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE", "NUM_WORKERS", "CACHE_DIR", "PIXEL_MEMORY_GB", "LOOKAHEAD",
-             "ON_MODEL_ERROR"}  # (ON_MODEL_ERROR: which rows a failure leaves, never a row's figures)
+NO_EFFECT = {
+    "INPUT_JSONL",
+    "OUTPUT_JSONL",
+    "JSONL_PATH",
+    "ANNOTATIONS_JSON",
+    "IMAGE_DIR",
+    "DEVICE",
+    "IMAGE_BATCH_SIZE",
+    "TEXT_BATCH_SIZE",
+    "NUM_WORKERS",
+    "CACHE_DIR",
+    "PIXEL_MEMORY_GB",
+    "LOOKAHEAD",
+    "ON_MODEL_ERROR",
+}  # (ON_MODEL_ERROR: which rows a failure leaves, never a row's figures)
 
 
 class Step:
@@ -80,8 +93,14 @@ def script_settings(path):
         return set()
     names = set()
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and "configure" in ast.dump(node.value.func):
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and "configure" in ast.dump(node.value.func)
+        ):
             break
         names.update(t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper() and not t.id.startswith("_"))
     return names
@@ -118,10 +137,16 @@ def recorded_settings(step):
 
 
 def write_stamp(step):
-    write_json(step.stamp, {
-        "step": step.name, "script": os.path.basename(step.script), "settings": step.recorded,
-        "outputs": {os.path.basename(p): os.stat(p).st_mtime_ns for p in step.outputs},
-        "note": "written by run_all.py: the settings these outputs were made with"})
+    write_json(
+        step.stamp,
+        {
+            "step": step.name,
+            "script": os.path.basename(step.script),
+            "settings": step.recorded,
+            "outputs": {os.path.basename(p): os.stat(p).st_mtime_ns for p in step.outputs},
+            "note": "written by run_all.py: the settings these outputs were made with",
+        },
+    )
 
 
 def reason_to_run(step, pending, force=False, dry_run=False):
@@ -145,8 +170,11 @@ def reason_to_run(step, pending, force=False, dry_run=False):
     if recorded is None:
         return "settings of the existing outputs unknown" if step.recorded else None
     wanted = json.loads(json.dumps(step.recorded))  # as read back: tuples are lists
-    changed = sorted(k for k in set(wanted) | set(recorded if stamped else wanted)
-                     if recorded.get(k, "<unset>") != wanted.get(k, "<unset>"))
+    changed = sorted(
+        k
+        for k in set(wanted) | set(recorded if stamped else wanted)
+        if recorded.get(k, "<unset>") != wanted.get(k, "<unset>")
+    )
     if changed:
         return f"settings changed ({', '.join(changed)})"
     if not stamped and not dry_run:
@@ -158,6 +186,7 @@ def step_setting_hint(key, value, scripts, own):
     """run_all's word on an unknown --NAME that is a step's setting, or close to one: where it goes
     (SETTINGS), as a command line that works; '' when no step has anything like it."""
     from .cli import close_names
+
     known = set().union(*(script_settings(s) for s in scripts)) - set(own)
     if key in known:
         name, said = key, f"{key} is a step's setting."
@@ -177,14 +206,19 @@ def check_step_settings(settings, config, scripts, own):
     before any step's work); run_all's FORCE and DRY_RUN True or False."""
     from .errors import ConfigError
     from .settings import check_settings
+
     if not isinstance(settings, dict):
         raise ConfigError(f"SETTINGS must be a dict {{NAME: value}}, got {settings!r}")
     known = set().union(*(script_settings(s) for s in scripts))
     for key in settings:
         if key in own:
-            raise ConfigError(f"SETTINGS may not set {key}: " + (f"use --{key}=..." if key in config else "run_all sets it"))
+            raise ConfigError(
+                f"SETTINGS may not set {key}: " + (f"use --{key}=..." if key in config else "run_all sets it")
+            )
         if key not in known:
-            raise ConfigError(f"SETTINGS: no step has a setting {key!r}; the steps' settings: {', '.join(sorted(known - own))}")
+            raise ConfigError(
+                f"SETTINGS: no step has a setting {key!r}; the steps' settings: {', '.join(sorted(known - own))}"
+            )
     check_settings(settings)
     for name in ("FORCE", "DRY_RUN"):
         if not isinstance(config[name], bool):
@@ -195,12 +229,15 @@ def select_steps(steps, names, valid, absent_why=None):
     """The steps STEPS names (None: all; a list of names, or one string "a,b"), in run order; a
     valid name with no step in this plan is an error saying why (`absent_why`: {name: why})."""
     from .errors import ConfigError
+
     names = names.split(",") if isinstance(names, str) else names
     if names is None:
         return steps
     if not isinstance(names, (list, tuple)):
-        raise ConfigError(f"STEPS must be None, a list of step names or one string \"a,b\", got {names!r}; "
-                          f"valid names: {', '.join(valid)}")
+        raise ConfigError(
+            f'STEPS must be None, a list of step names or one string "a,b", got {names!r}; '
+            f"valid names: {', '.join(valid)}"
+        )
     names = [str(n).strip() for n in names if str(n).strip()]
     for n in names:
         if n not in valid:
@@ -213,11 +250,25 @@ def select_steps(steps, names, valid, absent_why=None):
 def say_report(base):
     """Where the report of a base JSONL is: the page to open, and the other files written."""
     from .filenames import metrics_path
+
     page = metrics_path(base, "LGIP_report.html")
-    others = [show(p) for p in (metrics_path(base, name) for name in (
-        "LGIP_report.md", "LGIP_report.csv", "LGIP_frontier.png", "LGIP_prior.png", "LGIP_fliptypes.png", "LGIP_retrieval.png", "LGIP_image_side.png",
-        "LGIP_factors.png"))
-        if os.path.isfile(p)]
+    others = [
+        show(p)
+        for p in (
+            metrics_path(base, name)
+            for name in (
+                "LGIP_report.md",
+                "LGIP_report.csv",
+                "LGIP_frontier.png",
+                "LGIP_prior.png",
+                "LGIP_fliptypes.png",
+                "LGIP_retrieval.png",
+                "LGIP_image_side.png",
+                "LGIP_factors.png",
+            )
+        )
+        if os.path.isfile(p)
+    ]
     if os.path.isfile(page):
         print(f"report: open {show(page)} in a browser" + (f" (also {', '.join(others)})" if others else ""))
     elif others:
@@ -232,17 +283,24 @@ def blockers(steps, models, skip_models=False):
     every model), inputs a step needs that are neither there nor made by an earlier step. Lines to
     print, [] when none."""
     from .models.hub import check_models, describe
+
     lines, made = [], set()
     if any("MODELS" in s.args for s in steps):
         problems = check_models(models)
         said = [f"{len(problems)} of {len(models)} models cannot be had:"] + ["  " + x for x in describe(problems)]
         if problems and skip_models and len(problems) < len(models):
-            print("\n".join(said[:1] + [x for x in said[1:]]) + "\n(ON_MODEL_ERROR=skip: the steps leave them out)", flush=True)
+            print(
+                "\n".join(said[:1] + [x for x in said[1:]]) + "\n(ON_MODEL_ERROR=skip: the steps leave them out)",
+                flush=True,
+            )
         elif problems:
             lines += said
     for s in steps:
-        lines += [f"step {s.name}: {show(p)} is not there (and no earlier step makes it)"
-                  for p in s.needs if p not in made and not os.path.exists(p) and not s.note]
+        lines += [
+            f"step {s.name}: {show(p)} is not there (and no earlier step makes it)"
+            for p in s.needs
+            if p not in made and not os.path.exists(p) and not s.note
+        ]
         made.update(s.outputs)
     return lines
 
@@ -270,6 +328,7 @@ def _in_process(step):
     import gc
     from . import scripts
     from .cli import exit_status
+
     module = scripts.load(os.path.splitext(os.path.basename(step.script))[0])
     try:
         return exit_status(lambda: module.run(**step.args), step=True)
@@ -280,6 +339,7 @@ def _in_process(step):
         return 1
     except Exception:  # a bug: its traceback, as a new process would print it, and status 1
         import traceback
+
         traceback.print_exc()
         return 1
     finally:  # (the step's models and tensors are its own: freed before the next step)
@@ -292,6 +352,7 @@ def _in_process(step):
 def in_process(step):
     """Whether run_all may run `step` in its own process: its script is one of the checkout's (lgip.scripts)."""
     from . import scripts
+
     name = os.path.splitext(os.path.basename(step.script))[0]
     return name in scripts.SCRIPTS and os.path.dirname(os.path.abspath(step.script)) == scripts.ROOT
 
@@ -329,16 +390,21 @@ def run_step(step, k, n, reason, dry_run=False, start="process"):
     rc = _in_process(step) if start == "process" and in_process(step) else _new_process(step)
     if rc in (130, 143, -signal.SIGINT, -signal.SIGTERM):
         stopped = rc in (143, -signal.SIGTERM)
-        print(f"\nerror: {'stopped by SIGTERM' if stopped else 'interrupted'} during step "
-              f"{step.name}; later steps not run. Run the same command again to go on: finished steps are skipped, "
-              f"an interrupted evaluation resumes from its cache", file=sys.stderr)
+        print(
+            f"\nerror: {'stopped by SIGTERM' if stopped else 'interrupted'} during step "
+            f"{step.name}; later steps not run. Run the same command again to go on: finished steps are skipped, "
+            f"an interrupted evaluation resumes from its cache",
+            file=sys.stderr,
+        )
         raise SystemExit(143 if stopped else 130)
     seconds = time.perf_counter() - t0
     if rc != 0:
         status = rc if rc > 0 else 128 - rc  # killed by a signal: the shell's convention
         print(f"{tag}  FAILED after {seconds:.1f} s (exit status {status})", flush=True)
-        print(f"error: step {step.name} failed (exit status {status}); later steps not run. "
-              f"Its command:\n  {shown}", file=sys.stderr)
+        print(
+            f"error: step {step.name} failed (exit status {status}); later steps not run. Its command:\n  {shown}",
+            file=sys.stderr,
+        )
         raise SystemExit(status)
     write_stamp(step)
     print(f"{tag}  done in {seconds:.1f} s -> {show(step.outputs[0])}", flush=True)

@@ -1,6 +1,7 @@
 """lgip.pixel_memory: decoded uint8 pixels kept in host memory for the run's later models
 of the same geometry (accelerations.PIXEL_MEMORY; PIXEL_MEMORY_GB), so an image is decoded once
 per geometry, not once per model."""
+
 import os
 
 from .errors import ModelError
@@ -24,7 +25,7 @@ def resolve_pixel_memory(value):
         return total // 4 // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     if not isinstance(value, (int, float)) or value < 0:
         raise ModelError(f"PIXEL_MEMORY_GB must be a number >= 0 or 'auto', got {value!r}")
-    return int(value * 2 ** 30)
+    return int(value * 2**30)
 
 
 class PixelMemory:
@@ -33,13 +34,15 @@ class PixelMemory:
     open_clip models share 224 px resize-and-crop pixels, its SigLIP 384 models theirs, its two
     SigLIP 224 models theirs, so each image is decoded once per geometry, not once per model.
     Keyed like the embedding cache (path, size, mtime); an unreadable file is not remembered (a
-    later model tries it again, as its error may have been passing). Holds up to `budget` bytes: a geometry being decoded evicts the least recently used
-    others, then, when still full, its further images are simply not kept (decoded again later).
+    later model tries it again, as its error may have been passing). Holds up to `budget` bytes: a
+    geometry being decoded evicts the least recently used others, then, when still full, its further
+    images are simply not kept (decoded again later).
     """
 
     def __init__(self, budget):
         import collections
         import threading
+
         self.budget, self.bytes = budget, 0
         self.geometries = collections.OrderedDict()  # key -> {"where": {image key: (chunk, row)}, "chunks", "bytes"}
         self.lock = threading.Lock()  # a Lookahead fills a later model's geometry from its own thread
@@ -55,6 +58,7 @@ class PixelMemory:
         """Keep a uint8 batch of one geometry; evict=False (pixels decoded ahead for a later
         model) keeps it only if it fits without dropping another geometry."""
         import torch
+
         if not image_keys or not torch.is_tensor(batch) or batch.dtype != torch.uint8:
             return
         if not evict and self.bytes + batch.numel() > self.budget:
@@ -84,6 +88,7 @@ class PixelMemory:
         """uint8 [len(image_keys), 3, H, W] of remembered images of geometry `g` (a `get` result,
         held by the caller: an eviction meanwhile frees nothing it still uses), pinned for a GPU copy."""
         import torch
+
         first = g["chunks"][g["where"][image_keys[0]][0]]
         out = torch.empty((len(image_keys), *first.shape[1:]), dtype=torch.uint8, pin_memory=pin)
         # each image by numpy's memcpy on this thread: a torch copy per image is split over torch's intra-op

@@ -10,6 +10,7 @@ ends; UTF-16 or text that is not UTF-8 is an error saying so.
     >>> for line, value in iter_json_lines("x__LGIP_m.scores.jsonl"): ...
     >>> coco = read_json("annotations/captions_train2017.json")
 """
+
 import json
 import os
 
@@ -24,16 +25,20 @@ def _expect_str_list(value, where, field, nonblank=False):
         if not isinstance(s, str):
             raise InputError(f"{where}: field '{field}[{j}]' is {type(s).__name__}, expected a string")
         if nonblank and not s.strip():
-            raise InputError(f"{where}: field '{field}[{j}]' is {'empty' if not s else 'blank'} ({s!r}): "
-                             f"a caption needs text (remove it, or the record)")
+            raise InputError(
+                f"{where}: field '{field}[{j}]' is {'empty' if not s else 'blank'} ({s!r}): "
+                f"a caption needs text (remove it, or the record)"
+            )
 
 
 # the script that writes a file holding each per-caption field (named when a record lacks it)
-MADE_BY = {"same_caps": "diff_gen_caption.py (or either fliptypes generator)",
-           "diff_caps": "diff_gen_caption.py (or either fliptypes generator)",
-           "diff_caps_*": "make_perturb_with_fliptypes.py or rebuttal_enhanced_perturb_with_fliptypes.py",
-           "diff_caps_+": "make_perturb_with_fliptypes.py (or either fliptypes generator, or import_benchmark.py)",
-           "combined_caps": "rebuttal_enhanced_perturb_with_fliptypes.py"}
+MADE_BY = {
+    "same_caps": "diff_gen_caption.py (or either fliptypes generator)",
+    "diff_caps": "diff_gen_caption.py (or either fliptypes generator)",
+    "diff_caps_*": "make_perturb_with_fliptypes.py or rebuttal_enhanced_perturb_with_fliptypes.py",
+    "diff_caps_+": "make_perturb_with_fliptypes.py (or either fliptypes generator, or import_benchmark.py)",
+    "combined_caps": "rebuttal_enhanced_perturb_with_fliptypes.py",
+}
 
 
 def validate_record(rec, where, per_caption_fields=()):
@@ -57,20 +62,29 @@ def validate_record(rec, where, per_caption_fields=()):
         # "diff_caps_*": every field with that prefix, however many (none is fine)
         fields = [f for f in rec if f.startswith(pattern[:-1])] if pattern[-1] in "*+" else [pattern]
         if pattern.endswith("+") and not fields:
-            raise InputError(f"{where}: no field {pattern[:-1]}<type> (the flips of one type): this script reads the "
-                             f"output of {MADE_BY.get(pattern, 'the generator')}")
+            raise InputError(
+                f"{where}: no field {pattern[:-1]}<type> (the flips of one type): this script reads the "
+                f"output of {MADE_BY.get(pattern, 'the generator')}"
+            )
         for field in fields:
             block = rec.get(field)
             if block is None:
-                raise InputError(f"{where}: missing field {field!r}: this script reads the output of "
-                                 f"{MADE_BY.get(pattern, 'the generator')}")
+                raise InputError(
+                    f"{where}: missing field {field!r}: this script reads the output of "
+                    f"{MADE_BY.get(pattern, 'the generator')}"
+                )
             if not isinstance(block, dict):
-                raise InputError(f"{where}: field {field!r} is {type(block).__name__}, expected an object keyed by caption index")
+                raise InputError(
+                    f"{where}: field {field!r} is {type(block).__name__}, expected an object keyed by caption index"
+                )
             for key, items in block.items():
                 if key not in _index_keys(n):
-                    raise InputError(f"{where}: field {field!r} has key {key!r}, not a caption index "
-                                     f"(\"0\"..\"{n - 1}\" for this record's {n} captions)" if n else
-                                     f"{where}: field {field!r} has key {key!r}, but the record has no captions")
+                    raise InputError(
+                        f"{where}: field {field!r} has key {key!r}, not a caption index "
+                        f'("0".."{n - 1}" for this record\'s {n} captions)'
+                        if n
+                        else f"{where}: field {field!r} has key {key!r}, but the record has no captions"
+                    )
                 if field == "combined_caps":
                     _expect_combined(items, where, f"{field}.{key}")
                 else:
@@ -117,8 +131,12 @@ def _expect_combined(items, where, field):
 
 
 _BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
-_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
-               (b"\xfe\xff", "UTF-16"))
+_OTHER_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
 
 
 def _start(path, head):
@@ -126,8 +144,9 @@ def _start(path, head):
     (their byte-order marks) raise InputError saying how to fix the file."""
     for bom, name in _OTHER_BOMS:
         if head.startswith(bom):
-            raise InputError(f"{path}: {name} text (it starts with the byte-order mark {bom.hex(' ').upper()}); "
-                             f"save it as UTF-8")
+            raise InputError(
+                f"{path}: {name} text (it starts with the byte-order mark {bom.hex(' ').upper()}); save it as UTF-8"
+            )
     return len(_BOM) if head.startswith(_BOM) else 0
 
 
@@ -135,8 +154,10 @@ def _decode(raw, where, of_line=False):
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start}{' of the line' if of_line else ''}); "
-                         f"save the file as UTF-8") from None
+        raise InputError(
+            f"{where}: not UTF-8 text ({e.reason} at byte {e.start}{' of the line' if of_line else ''}); "
+            f"save the file as UTF-8"
+        ) from None
 
 
 def check_input_file(path, kind="JSONL"):
@@ -155,7 +176,7 @@ def iter_json_lines(path):
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             if lineno == 1:
-                raw = raw[_start(path, raw):]
+                raw = raw[_start(path, raw) :]
             line = _decode(raw, f"{path}:{lineno}", of_line=True)
             if not line.strip():
                 continue
@@ -173,8 +194,10 @@ def iter_json_lines(path):
 def _refuse_lone_surrogates(value, where):
     field = _lone_surrogate(value)
     if field:
-        raise InputError(f"{where}: field {field!r} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without "
-                         f"its pair): not text; fix or remove it")
+        raise InputError(
+            f"{where}: field {field!r} holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape without "
+            f"its pair): not text; fix or remove it"
+        )
 
 
 def read_json(path, object_pairs_hook=None):
@@ -184,7 +207,7 @@ def read_json(path, object_pairs_hook=None):
     check_input_file(path, "JSON")
     with open(path, "rb") as f:
         data = f.read()
-    text = _decode(data[_start(path, data[:4]):], path)
+    text = _decode(data[_start(path, data[:4]) :], path)
     try:
         value = json.loads(text, object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as e:
@@ -197,7 +220,7 @@ def read_json(path, object_pairs_hook=None):
 
 
 def _unreadable(e):
-    return ("nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0].split(":")[0])
+    return "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0].split(":")[0]
 
 
 def iter_records(path, per_caption_fields=()):
@@ -228,7 +251,7 @@ def flip_types(records):
     >>> flip_types([(1, {"diff_caps_color": {}, "diff_caps_object": {}}), (2, {"diff_caps_number": {}})])
     ['color', 'object', 'number']
     """
-    return list(dict.fromkeys(f[len("diff_caps_"):] for _, rec in records for f in rec if f.startswith("diff_caps_")))
+    return list(dict.fromkeys(f[len("diff_caps_") :] for _, rec in records for f in rec if f.startswith("diff_caps_")))
 
 
 def caption_texts(rec, field, i):

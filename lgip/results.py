@@ -33,6 +33,7 @@ back once the file is mended or removed.
     >>> write_rows("x_with_perturb__LGIP_ALL.metrics.json", results)   # what a script does: locked, merged, renamed
     'x_with_perturb__LGIP_ALL.metrics.json'
 """
+
 import errno
 import os
 import sys
@@ -52,7 +53,13 @@ except ImportError:  # (Windows)
 LOCK_TIMEOUT_S = 300  # a lock is held for the read-merge-write only (well under a second): longer is a hung holder
 LOCK_SAY_AFTER_S = 10  # waiting this long for the lock is said on the console
 STALE_LOCK_S = 120  # the exclusive-file lock (no flock): a lock file this old was left by a killed process
-_UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}  # flock refused by the file system
+_UNSUPPORTED = {
+    errno.ENOLCK,
+    errno.EOPNOTSUPP,
+    errno.ENOTSUP,
+    errno.ENOSYS,
+    errno.EINVAL,
+}  # flock refused by the file system
 _BUSY = {errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK}
 _THREADS = {}  # lock file -> threading.Lock: threads of one process (a POSIX lock, flock over NFS, does not part them)
 _THREADS_GUARD = threading.Lock()
@@ -80,8 +87,14 @@ def merge_rows(old, new, path="the file"):
     for i, row in enumerate(old):
         tag = _tag(row)
         if tag is None:
-            raise Unmergeable(f"{path}: row #{i + 1} of {len(old)} " + (
-                "has no 'model_tag' (a non-empty string)" if isinstance(row, dict) else f"is a JSON {_kind(row)}, not an object"))
+            raise Unmergeable(
+                f"{path}: row #{i + 1} of {len(old)} "
+                + (
+                    "has no 'model_tag' (a non-empty string)"
+                    if isinstance(row, dict)
+                    else f"is a JSON {_kind(row)}, not an object"
+                )
+            )
         if tag in where:
             raise Unmergeable(f"{path}: model {tag} is listed twice (rows #{where[tag] + 1} and #{i + 1})")
         where[tag] = i
@@ -139,8 +152,11 @@ def write_rows(path, rows, timeout_s=LOCK_TIMEOUT_S):
     kept = [_tag(r) for r in old if _tag(r) not in mine]
     if kept:
         shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-        print(f"{os.path.basename(path)}: {len(rows)} model{'' if len(rows) == 1 else 's'} written, "
-              f"{len(kept)} kept from earlier runs ({shown})", flush=True)
+        print(
+            f"{os.path.basename(path)}: {len(rows)} model{'' if len(rows) == 1 else 's'} written, "
+            f"{len(kept)} kept from earlier runs ({shown})",
+            flush=True,
+        )
     return path
 
 
@@ -153,13 +169,17 @@ def _stamped(row):
 
 
 def _beside(path, rows, why):
-    stem = path[:-len(".json")] if path.endswith(".json") else path
+    stem = path[: -len(".json")] if path.endswith(".json") else path
     beside = f"{stem}.unmerged-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.json"
     write_json(beside, rows)
     models = ", ".join(_tag(r) for r in rows)
-    print(f"warning: {why}. This run's rows cannot be merged into it: it is left as it was, and the rows of "
-          f"{models} are written beside it, to {beside}. Mend or remove {path}, then merge them back: "
-          f"python -m lgip.results {path} {beside}", file=sys.stderr, flush=True)
+    print(
+        f"warning: {why}. This run's rows cannot be merged into it: it is left as it was, and the rows of "
+        f"{models} are written beside it, to {beside}. Mend or remove {path}, then merge them back: "
+        f"python -m lgip.results {path} {beside}",
+        file=sys.stderr,
+        flush=True,
+    )
     OUTPUTS.unwritten.append((path, f"not merged: its rows are in {os.path.basename(beside)}"))
     return beside
 
@@ -173,8 +193,9 @@ def locked(path, timeout_s=LOCK_TIMEOUT_S):
     with _THREADS_GUARD:
         in_process = _THREADS.setdefault(os.path.realpath(lock), threading.Lock())
     if not in_process.acquire(timeout=timeout_s):
-        raise LockTimeout(f"{path}: its lock {lock} was not given within {timeout_s} s (another thread of this "
-                          f"process holds it)")
+        raise LockTimeout(
+            f"{path}: its lock {lock} was not given within {timeout_s} s (another thread of this process holds it)"
+        )
     try:
         release = _acquire(path, lock, time.monotonic() + timeout_s)
         try:
@@ -254,8 +275,12 @@ def _acquire_exclusive(path, lock, deadline, waited):
             except FileNotFoundError:
                 continue
             if age > STALE_LOCK_S:
-                print(f"warning: removing the lock file {lock}, left {age:.0f} s ago by a process that did not end "
-                      f"its write", file=sys.stderr, flush=True)
+                print(
+                    f"warning: removing the lock file {lock}, left {age:.0f} s ago by a process that did not end "
+                    f"its write",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 try:
                     _remove(lock)
                 except OSError as e:
@@ -280,8 +305,10 @@ class _Waiting:
     def tick(self, deadline):
         now = time.monotonic()
         if now > deadline:
-            raise LockTimeout(f"{self.path}: its lock {self.lock} was not given within {now - self.start:.0f} s "
-                              f"(held by a process that does not end its write)")
+            raise LockTimeout(
+                f"{self.path}: its lock {self.lock} was not given within {now - self.start:.0f} s "
+                f"(held by a process that does not end its write)"
+            )
         if not self.said and now - self.start > LOCK_SAY_AFTER_S:
             print(f"waiting for {self.lock} (another run is writing the same file)", file=sys.stderr, flush=True)
             self.said = True

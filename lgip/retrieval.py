@@ -11,7 +11,8 @@ a chunk of queries at a time on the embeddings' device: the memory is a chunk x 
 gallery, never records x texts. Rank = 1 + the number of gallery items strictly more similar
 (ties favour the correct item); a gallery text or image whose embedding occurs several times,
 byte for byte (a caption repeated, two texts that tokenize alike, one image in two records), is
-one column counted as often as it occurs, so its copies tie exactly. `retrieval_figures` turns the ranks into the section 7 figures with bootstrap intervals.
+one column counted as often as it occurs, so its copies tie exactly. `retrieval_figures` turns the
+ranks into the section 7 figures with bootstrap intervals.
 
 Worked example: two records; image 0 = (1, 0) with caption a = (1, 0) and flip f = (.8, .6);
 image 1 = (0, 1) with captions b = (.6, .8) and d = (s, s), s = 1/sqrt(2), flip g = (0, 1), and a
@@ -32,6 +33,7 @@ image ranks 1; its most similar image is then image 0 (first on ties), while p's
     >>> f["t2i_recall@1"], f["t2i_paraphrase_recall@1"], f["t2i_paraphrase_agreement@1"]
     (1.0, 1.0, 0.0)
 """
+
 import time
 
 from .errors import ConfigError
@@ -39,7 +41,10 @@ from .scoring import add_ci, mean_or_none
 
 
 KS = (1, 5, 10)  # the k of every recall@k
-CHUNK_ELEMENTS = {"cpu": 1 << 22, "cuda": 1 << 25}  # similarities per query chunk (float32: 16 MB on a CPU, 128 MB on a GPU)
+CHUNK_ELEMENTS = {
+    "cpu": 1 << 22,
+    "cuda": 1 << 25,
+}  # similarities per query chunk (float32: 16 MB on a CPU, 128 MB on a GPU)
 
 
 class Items:
@@ -48,6 +53,7 @@ class Items:
 
     def __init__(self, pos=(), row=(), cap=None):
         import numpy as np
+
         self.pos, self.row = np.asarray(pos, dtype=np.int64), np.asarray(row, dtype=np.int64)
         self.cap = np.full(len(self.pos), -1, dtype=np.int64) if cap is None else np.asarray(cap, dtype=np.int64)
         if not (len(self.pos) == len(self.row) == len(self.cap)):
@@ -61,6 +67,7 @@ class Items:
     def span(self, lo, hi):
         """The items of records lo..hi-1 (a block)."""
         import numpy as np
+
         a, b = np.searchsorted(self.pos, [lo, hi])
         return Items(self.pos[a:b] - lo, self.row[a:b], self.cap[a:b])
 
@@ -73,9 +80,12 @@ class Gallery:
 
     def __init__(self, images, texts, captions, flips, paraphrases, typed=None, records=None):
         import numpy as np
+
         self.images, self.texts = images, texts
         self.captions, self.flips, self.paraphrases, self.typed = captions, flips, paraphrases, dict(typed or {})
-        self.records = np.arange(len(images), dtype=np.int64) if records is None else np.asarray(records, dtype=np.int64)
+        self.records = (
+            np.arange(len(images), dtype=np.int64) if records is None else np.asarray(records, dtype=np.int64)
+        )
 
     @classmethod
     def from_pairs(cls, ok, img_emb, txt_emb, rows, captions, flips, typed, paraphrases, types):
@@ -84,6 +94,7 @@ class Gallery:
         Pairs (rec, cap, slot; typed flips labelled by type, `types` the ones to keep)."""
         import numpy as np
         import torch
+
         ok = np.asarray(sorted(ok), dtype=np.int64)
         pos_of = np.full(len(img_emb), -1, dtype=np.int64)  # record -> its image's place; -1: unreadable
         pos_of[ok] = np.arange(len(ok))
@@ -96,13 +107,21 @@ class Gallery:
 
         labels = np.asarray(typed.label, dtype=object)
         images = img_emb[torch.as_tensor(ok, device=img_emb.device)] if len(ok) else img_emb[:0]
-        return cls(images, txt_emb, items(captions), items(flips), items(paraphrases),
-                   {t: items(typed, labels == t) for t in types}, records=ok)
+        return cls(
+            images,
+            txt_emb,
+            items(captions),
+            items(flips),
+            items(paraphrases),
+            {t: items(typed, labels == t) for t in types},
+            records=ok,
+        )
 
     def to_host(self):
         """The same gallery on the CPU, its text table cut to the rows it uses (a torchrun process's
         part, to gather on rank 0)."""
         import numpy as np
+
         used = self._used_rows()
         part = self._renumbered(used, used, np.arange(len(used)))
         part.images, part.texts = part.images.cpu(), part.texts.cpu()
@@ -119,17 +138,27 @@ class Gallery:
 
     def _used_rows(self):
         import numpy as np
+
         kinds = [self.captions, self.flips, self.paraphrases, *self.typed.values()]
         return np.unique(np.concatenate([it.row for it in kinds])) if kinds else np.zeros(0, dtype=np.int64)
 
     def _renumbered(self, used, keep, number):
-        """This gallery with the table texts[keep]: row used[i] (the rows its items use, ascending) becomes number[i]."""
+        """This gallery with the table texts[keep]: row used[i] (the rows its items use, ascending)
+        becomes number[i]."""
         import numpy as np
+
         new = np.zeros(int(used.max()) + 1 if len(used) else 0, dtype=np.int64)
         new[used] = number
         moved = lambda it: Items(it.pos, new[it.row], it.cap)
-        return Gallery(self.images, self.texts[_index(keep, self.texts)], moved(self.captions), moved(self.flips),
-                       moved(self.paraphrases), {t: moved(it) for t, it in self.typed.items()}, self.records)
+        return Gallery(
+            self.images,
+            self.texts[_index(keep, self.texts)],
+            moved(self.captions),
+            moved(self.flips),
+            moved(self.paraphrases),
+            {t: moved(it) for t, it in self.typed.items()},
+            self.records,
+        )
 
     @classmethod
     def merged(cls, parts, device="cpu"):
@@ -137,6 +166,7 @@ class Gallery:
         (search_galleries makes its texts distinct, as in a single process)."""
         import numpy as np
         import torch
+
         records = np.concatenate([p.records for p in parts])
         order = np.argsort(records, kind="stable")
         new_pos = np.empty(len(records), dtype=np.int64)
@@ -153,14 +183,20 @@ class Gallery:
             return Items(pos[keep], row[keep], cap[keep])
 
         types = list(parts[0].typed)
-        return cls(torch.cat([p.images for p in parts])[torch.as_tensor(order)].to(device),
-                   torch.cat([p.texts for p in parts]).to(device), joined(lambda p: p.captions), joined(lambda p: p.flips),
-                   joined(lambda p: p.paraphrases), {t: joined(lambda p, t=t: p.typed[t]) for t in types},
-                   records[order])
+        return cls(
+            torch.cat([p.images for p in parts])[torch.as_tensor(order)].to(device),
+            torch.cat([p.texts for p in parts]).to(device),
+            joined(lambda p: p.captions),
+            joined(lambda p: p.flips),
+            joined(lambda p: p.paraphrases),
+            {t: joined(lambda p, t=t: p.typed[t]) for t in types},
+            records[order],
+        )
 
 
 def _index(rows, x):
     import torch
+
     return torch.as_tensor(rows, dtype=torch.int64, device=x.device)
 
 
@@ -171,14 +207,17 @@ def _distinct_rows(x, hashes=None):
     alike (odds about 2**-60 a pair), the rows' bytes are grouped on the host instead."""
     import numpy as np
     import torch
+
     if len(x) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     bits = x.detach().contiguous().view(torch.int16)  # any float dtype: its bit pattern, 16 bits at a time
     h = (hashes or _row_hashes)(bits).cpu().numpy()
-    first, number = _unique_first(np.ascontiguousarray(h).view(np.dtype((np.void, h.dtype.itemsize * h.shape[1]))).ravel())
+    first, number = _unique_first(
+        np.ascontiguousarray(h).view(np.dtype((np.void, h.dtype.itemsize * h.shape[1]))).ravel()
+    )
     lead = _index(first[number], bits)
     step = max(1, (1 << 24) // bits.shape[1])
-    if all(bool((bits[a:a + step] == bits[lead[a:a + step]]).all()) for a in range(0, len(bits), step)):
+    if all(bool((bits[a : a + step] == bits[lead[a : a + step]]).all()) for a in range(0, len(bits), step)):
         return first, number
     return _unique_first(_row_bytes(x))
 
@@ -187,17 +226,24 @@ def _row_hashes(bits):
     """[rows, 2] int64: each row's int16 values times fixed random weights below 2**30, summed
     (below 2**62 for rows of up to 2**17 values: no overflow, so the sums are exact)."""
     import torch
-    weights = torch.randint(1, 1 << 30, (bits.shape[1], 2), generator=torch.Generator().manual_seed(0),
-                            dtype=torch.int64).to(bits.device)
+
+    weights = torch.randint(
+        1, 1 << 30, (bits.shape[1], 2), generator=torch.Generator().manual_seed(0), dtype=torch.int64
+    ).to(bits.device)
     step = max(1, (1 << 22) // bits.shape[1])
-    return torch.cat([torch.stack([(bits[a:a + step].long() * w).sum(dim=1) for w in weights.T], dim=1)
-                      for a in range(0, len(bits), step)])
+    return torch.cat(
+        [
+            torch.stack([(bits[a : a + step].long() * w).sum(dim=1) for w in weights.T], dim=1)
+            for a in range(0, len(bits), step)
+        ]
+    )
 
 
 def _row_bytes(x):
     """Each row of a tensor as one bytes value (equal rows, equal values)."""
     import numpy as np
     import torch
+
     x = x.detach().cpu()
     a = np.ascontiguousarray((x.view(torch.int16) if x.dtype == torch.bfloat16 else x).numpy())
     return a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).ravel() if a.size else np.zeros(len(a), "V1")
@@ -207,6 +253,7 @@ def _unique_first(keys):
     """(index of each distinct key's first occurrence, in order of first occurrence; each key's
     number among them): distinct values numbered as they first appear."""
     import numpy as np
+
     if len(keys) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
@@ -227,6 +274,7 @@ class _Columns:
     def __init__(self, vectors, cols, device):
         import numpy as np
         import torch
+
         n = len(vectors)
         weight = np.stack([np.bincount(c, minlength=n) for c in cols], axis=1) if n else np.zeros((0, len(cols)), int)
         code = ((weight > 0) << np.arange(len(cols))).sum(axis=1)
@@ -241,8 +289,12 @@ class _Columns:
         self.extra = []
         for k in range(len(cols)):
             more = np.flatnonzero(weight[:, k] > 1)
-            self.extra.append((torch.as_tensor(more, device=device),
-                               torch.as_tensor((weight[more, k] - 1).astype(np.float32), device=device)))
+            self.extra.append(
+                (
+                    torch.as_tensor(more, device=device),
+                    torch.as_tensor((weight[more, k] - 1).astype(np.float32), device=device),
+                )
+            )
 
     def __len__(self):
         return len(self.emb)
@@ -250,6 +302,7 @@ class _Columns:
     def best(self, group_max, k):
         """The most similar column of kind k per row, from each group's maxima (-inf: none)."""
         import torch
+
         got = [m for (_, _, code), m in zip(self.groups, group_max) if code >> k & 1]
         if not got:
             return torch.full((len(group_max[0]) if group_max else 0,), float("-inf"), device=self.emb.device)
@@ -258,10 +311,13 @@ class _Columns:
     def above(self, greater, k):
         """How many items of kind k (columns with their repeats) each row's `greater` mask holds."""
         import torch
+
         out = torch.zeros(len(greater), device=self.emb.device)
         for s, e, code in self.groups:
             if code >> k & 1:
-                out += greater[:, s:e].view(torch.uint8).sum(dim=1)  # (as bytes: several times faster than bool on a CPU)
+                out += (
+                    greater[:, s:e].view(torch.uint8).sum(dim=1)
+                )  # (as bytes: several times faster than bool on a CPU)
         more, times = self.extra[k]
         if len(more):
             out += greater.index_select(1, more).float() @ times
@@ -275,6 +331,7 @@ def _own(items, col, n, device):
     """([records, most per record] the columns of each record's own items, -1 padded; whether it has any)."""
     import numpy as np
     import torch
+
     per = np.bincount(items.pos, minlength=n)
     starts = np.concatenate([[0], np.cumsum(per)[:-1]])
     own = np.full((n, int(per.max()) if len(col) else 0), -1, dtype=np.int64)
@@ -286,6 +343,7 @@ def _own_max(sims, own):
     """Per query row, its most similar own item (-inf when it has none): taken from `sims`
     itself, so an item compares equal to itself."""
     import torch
+
     if own.shape[1] == 0:
         return torch.full((len(sims),), float("-inf"), device=sims.device)
     vals = sims.gather(1, own.clamp(min=0))
@@ -303,8 +361,10 @@ class Found:
 def check_gallery_size(size):
     """GALLERY_SIZE: a positive int or None; else a ConfigError naming both."""
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise ConfigError(f"GALLERY_SIZE must be a positive int (records per gallery, 5000: the COCO 5k protocol) "
-                          f"or None (one gallery of all records), got {size!r}")
+        raise ConfigError(
+            f"GALLERY_SIZE must be a positive int (records per gallery, 5000: the COCO 5k protocol) "
+            f"or None (one gallery of all records), got {size!r}"
+        )
     return size
 
 
@@ -313,6 +373,7 @@ def search_galleries(gallery, size=5000, chunk_elements=None):
     Returns a Found (numpy arrays, in record order)."""
     import numpy as np
     import torch
+
     check_gallery_size(size)
     n = len(gallery.images)
     size = size or max(n, 1)
@@ -331,14 +392,31 @@ def search_galleries(gallery, size=5000, chunk_elements=None):
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     found = Found()
-    for name in ("img_pos", "i2t_rank", "i2t_flip_rank", "flip_top1", "own_flip", "has_own_flip",
-                 "cap_pos", "t2i_rank", "para_pos", "para_rank", "para_agree"):
+    for name in (
+        "img_pos",
+        "i2t_rank",
+        "i2t_flip_rank",
+        "flip_top1",
+        "own_flip",
+        "has_own_flip",
+        "cap_pos",
+        "t2i_rank",
+        "para_pos",
+        "para_rank",
+        "para_agree",
+    ):
         setattr(found, name, np.concatenate([p[name] for p in parts]) if parts else np.zeros(0, dtype=np.int64))
-    found.typed = {t: tuple(np.concatenate([p["typed"][t][j] for p in parts]) if parts else np.zeros(0, dtype=bool)
-                            for j in range(3)) for t in gallery.typed}
+    found.typed = {
+        t: tuple(
+            np.concatenate([p["typed"][t][j] for p in parts]) if parts else np.zeros(0, dtype=bool) for j in range(3)
+        )
+        for t in gallery.typed
+    }
     # where the time went (the text queries include their columns, images made distinct)
-    found.seconds = {"distinct_texts": round(distinct, 3),
-                     **{k: round(sum(p["seconds"][k] for p in parts), 3) for k in ("columns", "image_queries", "text_queries")}}
+    found.seconds = {
+        "distinct_texts": round(distinct, 3),
+        **{k: round(sum(p["seconds"][k] for p in parts), 3) for k in ("columns", "image_queries", "text_queries")},
+    }
     found.records, found.num_blocks, found.gallery_size = gallery.records, len(parts), min(size, n)
     found.num_captions, found.num_flips = len(gallery.captions), len(gallery.flips)
     return found
@@ -353,6 +431,7 @@ def _block(g, lo, hi, device, budget):
     """The figures' raw material for the records lo..hi-1, searched against each other only."""
     import numpy as np
     import torch
+
     t0 = time.perf_counter()
     n = hi - lo
     caps, flips, paras = g.captions.span(lo, hi), g.flips.span(lo, hi), g.paraphrases.span(lo, hi)
@@ -361,8 +440,11 @@ def _block(g, lo, hi, device, budget):
     rows = np.concatenate([it.row for it in kinds])
     first, col = _unique_first(rows)  # a text that occurs in several places or kinds: one column
     bounds = np.cumsum([0] + [len(it) for it in kinds])
-    texts = _Columns(g.texts[torch.as_tensor(rows[first], device=g.texts.device)],
-                     [col[bounds[k]:bounds[k + 1]] for k in range(len(kinds))], device)
+    texts = _Columns(
+        g.texts[torch.as_tensor(rows[first], device=g.texts.device)],
+        [col[bounds[k] : bounds[k + 1]] for k in range(len(kinds))],
+        device,
+    )
     own, has = zip(*(_own(it, texts.col[k], n, device) for k, it in enumerate(kinds)))
     C, F = 0, 1
     queries = np.flatnonzero(has[C])  # images with a caption of their own: they have a target
@@ -387,12 +469,18 @@ def _block(g, lo, hi, device, budget):
             out_typed[j][0].append(texts.best(maxima, 2 + j) > best_c)
             out_typed[j][1].append(_own_max(sims, own[2 + j][q]) > target)
     nq = len(queries)
-    res = {"img_pos": lo + queries, "i2t_rank": _host(out["i2t_rank"], nq).astype(np.int64),
-           "i2t_flip_rank": _host(out["i2t_flip_rank"], nq).astype(np.int64),
-           "flip_top1": _host(out["flip_top1"], nq).astype(bool), "own_flip": _host(out["own_flip"], nq).astype(bool),
-           "has_own_flip": has[F][queries]}
-    res["typed"] = {t: (_host(out_typed[j][0], nq).astype(bool), _host(out_typed[j][1], nq).astype(bool),
-                        has[2 + j][queries]) for j, t in enumerate(types)}
+    res = {
+        "img_pos": lo + queries,
+        "i2t_rank": _host(out["i2t_rank"], nq).astype(np.int64),
+        "i2t_flip_rank": _host(out["i2t_flip_rank"], nq).astype(np.int64),
+        "flip_top1": _host(out["flip_top1"], nq).astype(bool),
+        "own_flip": _host(out["own_flip"], nq).astype(bool),
+        "has_own_flip": has[F][queries],
+    }
+    res["typed"] = {
+        t: (_host(out_typed[j][0], nq).astype(bool), _host(out_typed[j][1], nq).astype(bool), has[2 + j][queries])
+        for j, t in enumerate(types)
+    }
     t2 = time.perf_counter()  # (the results on the host: the device's work is done)
     rank, best = _text_queries(g.texts, [caps, paras], g.images[lo:hi], device, budget)
     nc = len(caps)
@@ -402,8 +490,13 @@ def _block(g, lo, hi, device, budget):
     at = np.minimum(np.searchsorted(cap_key, para_key), max(nc - 1, 0))
     if len(paras) and (nc == 0 or (cap_key[at] != para_key).any()):
         raise ValueError("a paraphrase whose caption is not among the gallery's captions")
-    res.update(cap_pos=lo + caps.pos, t2i_rank=rank[:nc], para_pos=lo + paras.pos, para_rank=rank[nc:],
-               para_agree=best[nc:] == best[:nc][at] if len(paras) else np.zeros(0, dtype=bool))
+    res.update(
+        cap_pos=lo + caps.pos,
+        t2i_rank=rank[:nc],
+        para_pos=lo + paras.pos,
+        para_rank=rank[nc:],
+        para_agree=best[nc:] == best[:nc][at] if len(paras) else np.zeros(0, dtype=bool),
+    )
     res["seconds"] = {"columns": t1 - t0, "image_queries": t2 - t1, "text_queries": time.perf_counter() - t2}
     return res
 
@@ -413,6 +506,7 @@ def _text_queries(table, kinds, images, device, budget):
     image: the first on ties, in block order). A text that occurs several times is one query."""
     import numpy as np
     import torch
+
     first_img, img_col = _distinct_rows(images)  # one image in two records: one column
     gallery = _Columns(images[torch.as_tensor(first_img, device=images.device)], [img_col], device)
     # (one kind: a single group, in block order of first occurrence, as argmax's ties need)
@@ -439,11 +533,13 @@ def _text_queries(table, kinds, images, device, budget):
 def _host(pieces, n):
     import numpy as np
     import torch
+
     return torch.cat(pieces).cpu().numpy() if pieces else np.zeros(n)
 
 
 def _rate(block, key, hits, records, resamples, seed):
     import numpy as np
+
     hits = np.asarray(hits, dtype=np.float64)
     block[key] = mean_or_none(hits)
     if resamples:
@@ -464,9 +560,15 @@ def retrieval_figures(found, resamples=1000, seed=0):
     rec = found.records
     img, cap, para = rec[found.img_pos.astype(int)], rec[found.cap_pos.astype(int)], rec[found.para_pos.astype(int)]
     with_flip = found.has_own_flip.astype(bool)
-    m = {"num_samples": int(len(found.img_pos)), "gallery_size": int(found.gallery_size),
-         "num_blocks": int(found.num_blocks), "num_captions": int(found.num_captions), "num_flips": int(found.num_flips),
-         "num_paraphrases": int(len(found.para_pos)), "num_images_with_flips": int(with_flip.sum())}
+    m = {
+        "num_samples": int(len(found.img_pos)),
+        "gallery_size": int(found.gallery_size),
+        "num_blocks": int(found.num_blocks),
+        "num_captions": int(found.num_captions),
+        "num_flips": int(found.num_flips),
+        "num_paraphrases": int(len(found.para_pos)),
+        "num_images_with_flips": int(with_flip.sum()),
+    }
     for k in KS:
         _rate(m, f"i2t_recall@{k}", found.i2t_rank <= k, img, resamples, seed)
     for k in KS:

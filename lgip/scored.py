@@ -3,6 +3,7 @@ process, and `Scored`, what it gives back; `PROVIDES`, what a scorer can give be
 implementations: lgip.scorer.EmbeddingScorer (a dual encoder) and lgip.joint_scorer.JointScorer (a model
 that reads a pair jointly, LGIP_SPEC.md 13).
 """
+
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -13,6 +14,7 @@ PROVIDES = ("scores", "prior", "text_cos", "embeddings")
 @dataclass
 class Scored:
     """What scoring one model's pairs gave (on rank 0, every process's merged: `merged`)."""
+
     pairs: list  # the Pairs given, each with base_sim, sim, labels (and what was asked: text_cos, prior_*, ...)
     ok: list  # this process's records whose image was read
     failed: list  # records whose image could not be read (merged: every process's, sorted)
@@ -37,11 +39,13 @@ class PairScorer(ABC):
     """What scores the pairs of one model: `score(run, pairs_list, ...) -> Scored` for this process's
     records. `provides` (a class attribute: known before any model loads) names what its Scored can
     hold beyond the scores (PROVIDES)."""
+
     provides = frozenset({"scores"})
 
     @abstractmethod
-    def score(self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(),
-              relative=False):
+    def score(
+        self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(), relative=False
+    ):
         """Score each Pairs of `pairs_list` over `run`'s records on this process (lgip.evaluation.ModelRun:
         its records, text bank, cache, config); text_cos, keep_embeddings, controls, hard_positives and
         relative as ModelRun.score says. Returns this process's Scored (ModelRun.score gathers them)."""

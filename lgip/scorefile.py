@@ -6,6 +6,7 @@ column at a time; its text less the numbers is made once per run (accelerations.
     >>> read_flip_gaps(path)[0]   # (line, caption index, flip, caption sim - flip sim)
     (1, 0, 'A blue bus parked on the side of the street.', 0.012345)
 """
+
 import itertools
 import json
 import operator
@@ -22,6 +23,7 @@ def _json_values(values):
     """[json.dumps(v, ensure_ascii=False) for v in values], at C speed for the str, int, None
     and float values of a score file (texts, similarities, labels)."""
     import math
+
     values = values.tolist() if hasattr(values, "tolist") else list(values)
     kinds = set(map(type, values))
     if kinds <= {str}:
@@ -30,8 +32,12 @@ def _json_values(values):
         return list(map(float.__repr__, values))
     if kinds <= {int}:
         return list(map(int.__repr__, values))
-    fast = {str: json.encoder.encode_basestring, int: int.__repr__, type(None): lambda v: "null",
-            float: lambda v: float.__repr__(v) if math.isfinite(v) else json.dumps(v)}  # NaN, Infinity as json writes them
+    fast = {
+        str: json.encoder.encode_basestring,
+        int: int.__repr__,
+        type(None): lambda v: "null",
+        float: lambda v: float.__repr__(v) if math.isfinite(v) else json.dumps(v),
+    }  # NaN, Infinity as json writes them
     if kinds <= set(fast):
         return [fast[type(v)](v) for v in values]
     return [json.dumps(v, ensure_ascii=False) for v in values]
@@ -42,7 +48,9 @@ def _rounded(values, digits=6):
     return [round(v, digits) for v in map(float, values.tolist() if hasattr(values, "tolist") else values)]
 
 
-_SCORE_LAYOUT = []  # [(the objects and values it was made from), _ScoreLayout]: the last score file's layout, for the run's next model (~0.4 GB at 40,000 images)
+# [(the objects and values it was made from), _ScoreLayout]: the last score file's layout, for the run's next model
+# (~0.4 GB at 40,000 images)
+_SCORE_LAYOUT = []
 
 
 def _rounded_json(values):
@@ -54,6 +62,7 @@ def _rounded_json(values):
     ['0.123457', '0.5', '3e-05']
     """
     import numpy as np
+
     x = np.asarray(values, dtype=np.float64)
     with np.errstate(invalid="ignore"):
         other = np.flatnonzero(~((np.abs(x) >= 2e-4) & (np.abs(x) < 0.99)))
@@ -73,6 +82,7 @@ class PerModel:
 
     def __init__(self, values):
         import numpy as np
+
         self.values = np.asarray(values, dtype=np.float64)
 
     def __len__(self):
@@ -92,9 +102,14 @@ class _ScoreLayout:
 
     def __init__(self, records, groups):
         import numpy as np
+
         width = 1 + max(int(np.max(p.cap)) for _, p, _ in groups)
         keys, grps, positions, srcs, raws, befores, afters = [], [], [], [], [], [], []
-        line_keys, line_src, offset = [], [], 0  # per group: its lines, and the value each would give its caption's "sim"
+        line_keys, line_src, offset = (
+            [],
+            [],
+            0,
+        )  # per group: its lines, and the value each would give its caption's "sim"
         for g, (name, pairs, labels) in enumerate(groups):
             n = len(pairs)
             key = np.asarray(pairs.rec, dtype=np.int64) * width + np.asarray(pairs.cap, dtype=np.int64)
@@ -107,9 +122,17 @@ class _ScoreLayout:
             order_list, last_list = order.tolist(), last.tolist()
             head = ", " + _json_values([name])[0] + ": ["
             texts = _json_values(pairs.text)
-            slot_befores = [[(head if f else ", ") + '{"text": ' + texts[j] + ', "sim": '
-                             for j, f in zip(order_list, first.tolist())]]
-            slot_afters, form, columns = [], "", []  # the text after each number of an item: its labels up to the next number
+            slot_befores = [
+                [
+                    (head if f else ", ") + '{"text": ' + texts[j] + ', "sim": '
+                    for j, f in zip(order_list, first.tolist())
+                ]
+            ]
+            slot_afters, form, columns = (
+                [],
+                "",
+                [],
+            )  # the text after each number of an item: its labels up to the next number
             for label, values in [*labels.items(), (None, None)]:
                 if label is not None and not isinstance(values, PerModel):
                     form += ", " + _json_values([label])[0].replace("%", "%%") + ": %s"
@@ -134,15 +157,31 @@ class _ScoreLayout:
             sim_src[np.searchsorted(lines, k)] = src  # (a later group's caption sim wins, as the groups were added)
         recs = [records[k] for k in (lines // width).tolist()]
         caps = (lines % width).tolist()
-        heads = zip(_json_values([line for line, _ in recs]), _json_values([r.get("image_id") for _, r in recs]),
-                    _json_values([r["image_path"] for _, r in recs]), caps,
-                    _json_values([r["orig_captions"][i] for (_, r), i in zip(recs, caps)]))
-        keys.insert(0, lines), grps.insert(0, np.full(len(lines), -1)), positions.insert(0, np.zeros(len(lines), dtype=np.int64))
+        heads = zip(
+            _json_values([line for line, _ in recs]),
+            _json_values([r.get("image_id") for _, r in recs]),
+            _json_values([r["image_path"] for _, r in recs]),
+            caps,
+            _json_values([r["orig_captions"][i] for (_, r), i in zip(recs, caps)]),
+        )
+        (
+            keys.insert(0, lines),
+            grps.insert(0, np.full(len(lines), -1)),
+            positions.insert(0, np.zeros(len(lines), dtype=np.int64)),
+        )
         srcs.insert(0, sim_src), raws.insert(0, np.zeros(len(lines), dtype=bool)), afters.insert(0, [""] * len(lines))
-        befores.insert(0, [f'{{"line": {line}, "image_id": {image_id}, "image_path": {path}, "caption_index": {i}, '
-                           f'"caption": {caption}, "sim": ' for line, image_id, path, i, caption in heads])
+        befores.insert(
+            0,
+            [
+                f'{{"line": {line}, "image_id": {image_id}, "image_path": {path}, "caption_index": {i}, '
+                f'"caption": {caption}, "sim": '
+                for line, image_id, path, i, caption in heads
+            ],
+        )
         key = np.concatenate(keys)
-        slot = np.lexsort((np.concatenate(positions), np.concatenate(grps), key))  # per line: its sim, then each group's items
+        slot = np.lexsort(
+            (np.concatenate(positions), np.concatenate(grps), key)
+        )  # per line: its sim, then each group's items
         self.src = np.concatenate(srcs)[slot]
         self.raw = np.flatnonzero(np.concatenate(raws)[slot])
         before, after = list(itertools.chain.from_iterable(befores)), list(itertools.chain.from_iterable(afters))
@@ -155,8 +194,14 @@ class _ScoreLayout:
     def text(self, groups):
         """The file's text, with these groups' similarities and PerModel labels."""
         import numpy as np
-        values = np.concatenate([np.asarray(x, dtype=np.float64) for _, p, labels in groups for x in
-                                 (p.base_sim, p.sim, *(v.values for v in labels.values() if isinstance(v, PerModel)))])
+
+        values = np.concatenate(
+            [
+                np.asarray(x, dtype=np.float64)
+                for _, p, labels in groups
+                for x in (p.base_sim, p.sim, *(v.values for v in labels.values() if isinstance(v, PerModel)))
+            ]
+        )
         values = values[self.src]
         numbers = _rounded_json(values)
         for j, number in zip(self.raw.tolist(), _json_values(values[self.raw])):
@@ -181,7 +226,10 @@ class ScoreSidecar:
     """
 
     def __init__(self, records, score_kind=None):
-        self.records, self.score_kind = records, score_kind  # score_kind: what "sim" holds (LGIP_SPEC.md 13), each line's
+        self.records, self.score_kind = (
+            records,
+            score_kind,
+        )  # score_kind: what "sim" holds (LGIP_SPEC.md 13), each line's
         self.groups = []  # (group name, Pairs, labels), in the order added
 
     def add(self, group, pairs, **labels):
@@ -192,20 +240,36 @@ class ScoreSidecar:
             raise ValueError(f"score group {group!r} added twice: add all its pairs in one call")
         for name, values in labels.items():
             if len(values) != len(pairs):
-                raise ValueError(f"score label {name!r} of group {group!r} has {len(values)} values for {len(pairs)} pairs")
+                raise ValueError(
+                    f"score label {name!r} of group {group!r} has {len(values)} values for {len(pairs)} pairs"
+                )
         self.groups.append((group, pairs, labels))
 
     def _layout(self, groups):
         """The layout of these groups: the last one made, when made from the same records, pair
         lists (the run's models share them: ModelRun.pairs) and labels."""
         objects = [self.records, *(seq for _, p, _ in groups for seq in (p.rec, p.cap, p.text))]  # the same ones
-        values = [(name, len(p), list(labels), [None if isinstance(v, PerModel) else v.tolist() if hasattr(v, "tolist")
-                                                else list(v) for v in labels.values()]) for name, p, labels in groups]
+        values = [
+            (
+                name,
+                len(p),
+                list(labels),
+                [
+                    None if isinstance(v, PerModel) else v.tolist() if hasattr(v, "tolist") else list(v)
+                    for v in labels.values()
+                ],
+            )
+            for name, p, labels in groups
+        ]
         if not accelerations.SHARED_SCORE_LAYOUT:
             return _ScoreLayout(self.records, groups)
         if _SCORE_LAYOUT:
             (last_objects, last_values), layout = _SCORE_LAYOUT
-            if len(last_objects) == len(objects) and all(map(operator.is_, last_objects, objects)) and last_values == values:
+            if (
+                len(last_objects) == len(objects)
+                and all(map(operator.is_, last_objects, objects))
+                and last_values == values
+            ):
                 return layout
         _SCORE_LAYOUT[:] = [(objects, values), _ScoreLayout(self.records, groups)]
         return _SCORE_LAYOUT[1]
@@ -237,9 +301,13 @@ class ScoreSidecar:
         try:
             return os.path.basename(self.write(path))
         except OutputError as e:
-            print(f"warning: {e} The run goes on without this score file (--WRITE_SCORES=False writes none): "
-                  f"its metrics are still written (on the command line it then ends with exit status 4; from "
-                  f"Python its metrics say scores_file null).", file=sys.stderr, flush=True)
+            print(
+                f"warning: {e} The run goes on without this score file (--WRITE_SCORES=False writes none): "
+                f"its metrics are still written (on the command line it then ends with exit status 4; from "
+                f"Python its metrics say scores_file null).",
+                file=sys.stderr,
+                flush=True,
+            )
             return None
 
 
@@ -249,6 +317,7 @@ def iter_score_lines(path, numbers=("caption_index",)):
     `flips` (when there) are objects with a `text` and a `sim`; an InputError names path:line and
     the field of any other (a wrong file, not a traceback). A byte-order mark at its start is fine."""
     from .records import iter_json_lines
+
     for lineno, row in iter_json_lines(path):
         where = f"{path}:{lineno}"
         if not isinstance(row, dict):
@@ -257,7 +326,9 @@ def iter_score_lines(path, numbers=("caption_index",)):
             if not finite_number(row.get(field)):
                 raise InputError(f"{where}: field {field!r} missing or not a number (not a *.scores.jsonl line)")
         if "sim" not in row:
-            raise InputError(f"{where}: field 'sim' missing (the caption's similarity, or null: not a *.scores.jsonl line)")
+            raise InputError(
+                f"{where}: field 'sim' missing (the caption's similarity, or null: not a *.scores.jsonl line)"
+            )
         if row["sim"] is not None and not finite_number(row["sim"]):
             raise InputError(f"{where}: field 'sim' is {row['sim']!r}, not a finite number or null")
         for field in ("caption", "image_path"):
@@ -267,7 +338,11 @@ def iter_score_lines(path, numbers=("caption_index",)):
             if row.get(field) is not None and not isinstance(row[field], list):
                 raise InputError(f"{where}: field {field!r} is {type(row[field]).__name__}, not a list of objects")
             for j, item in enumerate(row.get(field) or []):
-                if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not finite_number(item.get("sim")):
+                if (
+                    not isinstance(item, dict)
+                    or not isinstance(item.get("text"), str)
+                    or not finite_number(item.get("sim"))
+                ):
                     raise InputError(f"{where}: field '{field}[{j}]' is not an object with 'text' and a finite 'sim'")
         yield lineno, row
 
@@ -275,5 +350,8 @@ def iter_score_lines(path, numbers=("caption_index",)):
 def read_flip_gaps(path):
     """[(record line, caption index, flip text, gap)] of every flip of a score file, gap = the
     caption's similarity less the flip's (in file order)."""
-    return [(row["line"], row["caption_index"], item["text"], row["sim"] - item["sim"])
-            for _, row in iter_score_lines(path, ("line", "caption_index", "sim")) for item in row.get("flips") or []]
+    return [
+        (row["line"], row["caption_index"], item["text"], row["sim"] - item["sim"])
+        for _, row in iter_score_lines(path, ("line", "caption_index", "sim"))
+        for item in row.get("flips") or []
+    ]

@@ -19,6 +19,7 @@ What a scorer provides (`provides`; an evaluation names what it needs: lgip.eval
     >>> inv, sens = scored.pairs
     >>> scored.n_samples, scored.image_report["num_failed_images"]
 """
+
 import time
 from dataclasses import replace
 
@@ -27,7 +28,7 @@ from .controls import mark_hard_positives
 from .device import cosines, row_dots
 from .images import RecordImages
 from .joint_scorer import JointScorer
-from .models import MODEL_SCORERS
+from .models import FAMILIES
 from .texts import resolve_text_batch_size
 from .util import Timer
 
@@ -40,6 +41,7 @@ def score_by_cosine(pairs, img_emb, txt_emb, rows, text_cos=False, image_sum=Non
     sum S of the N evaluated images' embeddings, the mean cosine of the caption and of the text with the
     N - 1 OTHER images (prior_base, prior: LGIP_SPEC.md section 9; NaN when N < 2). Returns `pairs`."""
     import numpy as np
+
     base, other = rows[np.asarray(pairs.base_slot, dtype=np.int64)], rows[np.asarray(pairs.slot, dtype=np.int64)]
     pairs.base_sim = cosines(img_emb, txt_emb, pairs.rec, base)
     pairs.sim = cosines(img_emb, txt_emb, pairs.rec, other)
@@ -61,19 +63,28 @@ class EmbeddingScorer(PairScorer):
     cache where they are there, the weights loaded only when something is not), a pair scored by
     cosine. The images decode in the loader's workers while the texts encode; the later models'
     work starts once this one's own is done (lgip.lookahead)."""
+
     provides = frozenset(PROVIDES)
 
-    def score(self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(),
-              relative=False):
+    def score(
+        self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(), relative=False
+    ):
         ahead = run.lookahead
         waited, run.ahead = ahead.settle(run.enc) if ahead is not None else (0.0, None)
         if not run.enc.weights_loaded and not self.all_in_cache(run):
             run.load_weights()
             more, run.ahead = ahead.settle(run.enc) if ahead is not None else (0.0, None)
             waited += more
-        images = RecordImages(run.enc, run.records, run.image_root, run.config["IMAGE_BATCH_SIZE"],
-                              run.config["NUM_WORKERS"], run.mine, run.cache,
-                              pixel_memory_gb=run.config.get("PIXEL_MEMORY_GB", "auto"))
+        images = RecordImages(
+            run.enc,
+            run.records,
+            run.image_root,
+            run.config["IMAGE_BATCH_SIZE"],
+            run.config["NUM_WORKERS"],
+            run.mine,
+            run.cache,
+            pixel_memory_gb=run.config.get("PIXEL_MEMORY_GB", "auto"),
+        )
         batch = resolve_text_batch_size(run.config["TEXT_BATCH_SIZE"], run.enc.device)
         # The later models' tokenizing and decoding begin once this model's own are done.
         then = (lambda: ahead.start(run.enc, run.bank.calls, images.paths)) if ahead is not None else None
@@ -99,15 +110,28 @@ class EmbeddingScorer(PairScorer):
             mark_hard_positives(pairs_list[f], pairs_list[p], txt_emb, rows)
         # the published scripts count a record once its image and captions encode: not one without captions
         n_samples = sum(1 for k in ok if run.records[k][1]["orig_captions"])
-        return Scored(pairs=pairs_list, ok=ok, failed=failed, n_ok=len(ok), n_samples=n_samples,
-                      image_report=image_report, nonfinite=nonfinite, provides=self.provides,
-                      texts={"unique": run.bank.n_unique, "encoded": run.bank.n_encoded,
-                             "positions": dict(run.bank.positions)},
-                      image_sources={"decoded": images.n_decoded, "from_pixel_memory": images.n_remembered,
-                                     "from_cache": images.n_cached},
-                      image_embeddings=img_emb, text_embeddings=(txt_emb, rows) if keep_embeddings else None,
-                      resumed=resumed, scoring_started=scoring_started, prior_images="all" if controls else None,
-                      relative=self.relative(run, ok, img_emb, txt_emb, rows) if relative else None)
+        return Scored(
+            pairs=pairs_list,
+            ok=ok,
+            failed=failed,
+            n_ok=len(ok),
+            n_samples=n_samples,
+            image_report=image_report,
+            nonfinite=nonfinite,
+            provides=self.provides,
+            texts={"unique": run.bank.n_unique, "encoded": run.bank.n_encoded, "positions": dict(run.bank.positions)},
+            image_sources={
+                "decoded": images.n_decoded,
+                "from_pixel_memory": images.n_remembered,
+                "from_cache": images.n_cached,
+            },
+            image_embeddings=img_emb,
+            text_embeddings=(txt_emb, rows) if keep_embeddings else None,
+            resumed=resumed,
+            scoring_started=scoring_started,
+            prior_images="all" if controls else None,
+            relative=self.relative(run, ok, img_emb, txt_emb, rows) if relative else None,
+        )
 
     @staticmethod
     def relative(run, ok, img_emb, txt_emb, rows):
@@ -119,6 +143,7 @@ class EmbeddingScorer(PairScorer):
         captions."""
         import numpy as np
         import torch
+
         records, captions = run.records, run.bank.calls.captions
         mine = [k for k in ok if records[k][1]["orig_captions"]]
         if any(k not in captions for k in mine):
@@ -150,6 +175,7 @@ class EmbeddingScorer(PairScorer):
         """True when every text of the calls and every image file of this process's records has
         its embedding in the cache (a file that is not there needs no model: it is reported)."""
         import os
+
         hits, n = run.bank.in_cache(run.cache)
         if hits < n:
             return False
@@ -162,13 +188,18 @@ class EmbeddingScorer(PairScorer):
         """(every text row's dot with S, N): S the sum of the embeddings of the N images evaluated
         (readable, their record with captions), over every process: section 9's one vector per model."""
         import torch
+
         idx = [k for k in ok if run.records[k][1]["orig_captions"]]
         # (no image here: the text table's width, the image table's being unknown)
-        total = (img_emb[idx].double().sum(0) if idx else
-                 torch.zeros(txt_emb.shape[1], dtype=torch.float64, device=txt_emb.device))
+        total = (
+            img_emb[idx].double().sum(0)
+            if idx
+            else torch.zeros(txt_emb.shape[1], dtype=torch.float64, device=txt_emb.device)
+        )
         n = torch.tensor([float(len(idx))], dtype=torch.float64, device=total.device)
         if run.world > 1:
             import torch.distributed as dist
+
             dist.all_reduce(total)
             dist.all_reduce(n)
         return row_dots(txt_emb, total), int(n.item())
@@ -180,6 +211,7 @@ class EmbeddingScorer(PairScorer):
         An unreadable image's row is NaN by design and not counted."""
         import numpy as np
         import torch
+
         out = {"images": 0, "texts": 0, "first_image": None, "first_text": None}
         if ok:
             at = torch.as_tensor(ok, dtype=torch.long, device=img_emb.device)
@@ -201,9 +233,12 @@ class EmbeddingScorer(PairScorer):
             return None
         stats = run.cache.stats
         if stats["text_hits"] or stats["image_hits"]:
-            print(f"{run.enc.name}: from the cache: {stats['text_hits']:,} of {run.bank.n_unique:,} texts, "
-                  f"{stats['image_hits']:,} of {n_images:,} images"
-                  + ("" if run.enc.weights_loaded else " (all of them: the model's weights were not loaded)"), flush=True)
+            print(
+                f"{run.enc.name}: from the cache: {stats['text_hits']:,} of {run.bank.n_unique:,} texts, "
+                f"{stats['image_hits']:,} of {n_images:,} images"
+                + ("" if run.enc.weights_loaded else " (all of them: the model's weights were not loaded)"),
+                flush=True,
+            )
         return {"texts": [stats["text_hits"], run.bank.n_unique], "images": [stats["image_hits"], n_images]}
 
 
@@ -218,23 +253,36 @@ def merged(local, parts):
     listed. What is this process's own stays `local`'s (its records read, its embeddings: a gallery
     gathers them itself, lgip.evaluation.ModelRun.gathered)."""
     from .scoring import Pairs
+
     return replace(
-        local, pairs=[Pairs.merged([p.pairs[j] for p in parts]) for j in range(len(local.pairs))],
-        failed=sorted(k for p in parts for k in p.failed), n_ok=sum(p.n_ok for p in parts),
+        local,
+        pairs=[Pairs.merged([p.pairs[j] for p in parts]) for j in range(len(local.pairs))],
+        failed=sorted(k for p in parts for k in p.failed),
+        n_ok=sum(p.n_ok for p in parts),
         n_samples=sum(p.n_samples for p in parts),
-        image_report={"num_failed_images": sum(p.image_report["num_failed_images"] for p in parts),
-                      "failed_images": [f for p in parts for f in p.image_report["failed_images"]][:20]},
-        texts={"unique": sum(p.texts["unique"] for p in parts), "encoded": sum(p.texts["encoded"] for p in parts),
-               "positions": {k: sum(p.texts["positions"].get(k, 0) for p in parts) for k in ("tokens", "computed")}},
-        relative=None if any(p.relative is None for p in parts) else [t for p in parts for t in p.relative])
+        image_report={
+            "num_failed_images": sum(p.image_report["num_failed_images"] for p in parts),
+            "failed_images": [f for p in parts for f in p.image_report["failed_images"]][:20],
+        },
+        texts={
+            "unique": sum(p.texts["unique"] for p in parts),
+            "encoded": sum(p.texts["encoded"] for p in parts),
+            "positions": {k: sum(p.texts["positions"].get(k, 0) for p in parts) for k in ("tokens", "computed")},
+        },
+        relative=None if any(p.relative is None for p in parts) else [t for p in parts for t in p.relative],
+    )
 
 
-SCORERS = {"embeddings": EmbeddingScorer, "joint": JointScorer}  # lgip.models.registry.MODEL_SCORERS' kinds -> their PairScorer
+SCORERS = {
+    "embeddings": EmbeddingScorer,
+    "joint": JointScorer,
+}  # a family's scorer (lgip.models.families: Family.scorer) -> its PairScorer
 
 
 def scorer_class(spec):
-    """The PairScorer class for a model spec, by its type (lgip.models.registry.MODEL_SCORERS)."""
-    return SCORERS[MODEL_SCORERS.get(spec.get("type"), "embeddings")]
+    """The PairScorer class for a model spec, by its family's scorer (lgip.models.families)."""
+    kind = FAMILIES.get(spec.get("type"))
+    return SCORERS[kind.scorer if kind is not None else "embeddings"]
 
 
 def scorer_for(spec):
@@ -251,11 +299,17 @@ def leave_out(models, needs, script):
     for spec in models:
         missing = [n for n in needs if isinstance(spec, dict) and n not in scorer_class(spec).provides]
         if missing:
-            print(f"{script}: model {spec.get('name')!r} (type {spec.get('type')!r}) is left out: it scores a pair "
-                  f"jointly and gives no {', '.join(missing)}, which this step needs", flush=True)
+            print(
+                f"{script}: model {spec.get('name')!r} (type {spec.get('type')!r}) is left out: it scores a pair "
+                f"jointly and gives no {', '.join(missing)}, which this step needs",
+                flush=True,
+            )
             continue
         kept.append(spec)
     if models and not kept:
-        print(f"{script}: every model of MODELS is left out (none gives {', '.join(needs)}): nothing to do, "
-              f"nothing written", flush=True)
+        print(
+            f"{script}: every model of MODELS is left out (none gives {', '.join(needs)}): nothing to do, "
+            f"nothing written",
+            flush=True,
+        )
     return kept

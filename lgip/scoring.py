@@ -5,6 +5,7 @@ intervals over images. The room for a new metric.
     >>> inv, sens = run.score(inv, sens).pairs; err = abs(inv.base_sim - inv.sim)
     >>> add_ci(m, "invariance_error_mean", inv.rec, err, resamples=1000, seed=0)
 """
+
 import itertools
 
 from . import accelerations
@@ -21,7 +22,8 @@ class Pairs:
 
     def __init__(self):
         self.rec, self.cap, self.base_slot, self.slot, self.text, self.label = [], [], [], [], [], []
-        self._subsets = {}  # idx bytes -> the subset's lists; shared by shallow copies (the run's models: ModelRun.pairs)
+        # idx bytes -> the subset's lists; shared by shallow copies (the run's models: ModelRun.pairs)
+        self._subsets = {}
 
     def add(self, k, i, base_slot, slots, texts, label):
         n = len(texts)
@@ -46,6 +48,7 @@ class Pairs:
     def merged(cls, states):
         """Pairs from several processes, in record order (as one process would list them)."""
         import numpy as np
+
         out = cls()
         rec = np.concatenate([np.asarray(st["rec"], dtype=np.int64) for st in states])
         order = np.argsort(rec, kind="stable")  # each process lists its records in order
@@ -62,6 +65,7 @@ class Pairs:
         these pairs, when there was one: the run's later models take the same subsets (of the
         images that decode; the typed flips), and a score file's layout is made for those lists."""
         import numpy as np
+
         key = np.asarray(idx, dtype=np.int64).tobytes()
         fields = self._subsets.get(key)  # (the lists only grow while pairs are built: positions keep their pair)
         if fields is None:
@@ -80,6 +84,7 @@ class Pairs:
 
 def mean_or_none(values):
     import numpy as np
+
     return float(np.mean(values)) if len(values) else None
 
 
@@ -99,6 +104,7 @@ def bootstrap_draws(n, resamples, seed, chunk=50):
     [3, 3, 3, 3]
     """
     import numpy as np
+
     key = (n, resamples, seed, chunk)
     draws = _BOOTSTRAP_DRAWS.pop(key, None) if accelerations.SHARED_BOOTSTRAP_DRAWS else None
     if draws is None:
@@ -108,7 +114,7 @@ def bootstrap_draws(n, resamples, seed, chunk=50):
             block = rng.multinomial(n, np.full(n, 1.0 / n), size=min(chunk, resamples - start))
             if draws.dtype == np.uint8 and block.max() > 255:  # (n > 255 draws landing on one record)
                 draws = draws.astype(np.int64)
-            draws[start:start + len(block)] = block
+            draws[start : start + len(block)] = block
     if not accelerations.SHARED_BOOTSTRAP_DRAWS:
         return draws
     _BOOTSTRAP_DRAWS[key] = draws
@@ -127,6 +133,7 @@ def bootstrap_ci(record_idx, values, resamples=1000, seed=0, level=0.95, chunk=5
     [0.33, 1.0]
     """
     import numpy as np
+
     values = np.asarray(values, dtype=np.float64)
     if len(values) == 0 or not resamples:
         return None
@@ -137,8 +144,10 @@ def bootstrap_ci(record_idx, values, resamples=1000, seed=0, level=0.95, chunk=5
     counts = np.bincount(pos, minlength=len(used)).astype(np.float64)
     draws = bootstrap_draws(len(used), resamples, seed, chunk)
     stats = []
-    for start in range(0, resamples, chunk):  # float64 blocks of the shape the draws came in: the same sums, bit for bit
-        w = draws[start:start + chunk].astype(np.float64)
+    for start in range(
+        0, resamples, chunk
+    ):  # float64 blocks of the shape the draws came in: the same sums, bit for bit
+        w = draws[start : start + chunk].astype(np.float64)
         stats.append((w @ sums) / np.maximum(w @ counts, 1e-300))
     stats = np.concatenate(stats)
     alpha = (1.0 - level) / 2

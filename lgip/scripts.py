@@ -9,6 +9,7 @@ the user's own may be: while a script loads, our names replace the user's, which
     ...                                                    "loader": (model, preprocess, tokenizer)}])
 An editable install is needed: a plain `pip install .` copies the package without the scripts.
 """
+
 import importlib
 import os
 import sys
@@ -16,10 +17,22 @@ import sys
 from .errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout: the scripts' folder
-SCRIPTS = ("diff_gen_caption", "make_perturb_with_fliptypes", "rebuttal_enhanced_perturb_with_fliptypes",
-           "make_base_jsonl", "run_lgip_multi", "run_lgip_by_fliptype", "rebuttal_enhanced_lgip_by_transformation",
-           "run_lgip_retrieval", "explain_flips", "run_lgip_images", "import_benchmark", "siglip_sanity_check",
-           "report", "run_all")
+SCRIPTS = (
+    "diff_gen_caption",
+    "make_perturb_with_fliptypes",
+    "rebuttal_enhanced_perturb_with_fliptypes",
+    "make_base_jsonl",
+    "run_lgip_multi",
+    "run_lgip_by_fliptype",
+    "rebuttal_enhanced_lgip_by_transformation",
+    "run_lgip_retrieval",
+    "explain_flips",
+    "run_lgip_images",
+    "import_benchmark",
+    "siglip_sanity_check",
+    "report",
+    "run_all",
+)
 _OURS = ("common",) + SCRIPTS  # the top-level names the scripts import one another by
 _LOADED = {}  # name -> our module (kept here, not in sys.modules under its bare name)
 
@@ -30,12 +43,18 @@ def load(name):
         return _LOADED[name]
     if name not in SCRIPTS:
         import difflib
+
         close = difflib.get_close_matches(name, SCRIPTS, n=1)
-        raise ConfigError(f"no script {name!r} in lgip.scripts" + (f" (did you mean {close[0]!r}?)" if close else "")
-                          + f"; the scripts: {', '.join(SCRIPTS)}")
+        raise ConfigError(
+            f"no script {name!r} in lgip.scripts"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f"; the scripts: {', '.join(SCRIPTS)}"
+        )
     if not os.path.isfile(os.path.join(ROOT, name + ".py")):
-        raise ConfigError(f"{name}.py is not beside the lgip package ({ROOT}): install the checkout editable "
-                          f"(pip install --no-build-isolation -e <checkout>), so the scripts stay where they are")
+        raise ConfigError(
+            f"{name}.py is not beside the lgip package ({ROOT}): install the checkout editable "
+            f"(pip install --no-build-isolation -e <checkout>), so the scripts stay where they are"
+        )
     theirs = {n: sys.modules.pop(n) for n in _OURS if n in sys.modules}
     sys.modules.update(_LOADED)  # (a script importing another gets the copy already loaded)
     sys.path.insert(0, ROOT)

@@ -12,6 +12,7 @@ comment says what None means: run_all's MODELS, IMAGE_BATCH_SIZE, ...).
     >>> check_settings({"MODELS": [{"name": "a/b", "type": "openclip", "model_name": "ViT-B-16"}]})
     ConfigError: MODELS: model name 'a/b' is not file-safe (it names output files): use letters, digits, ...
 """
+
 import numbers
 import re
 
@@ -39,22 +40,30 @@ def _device(v, here=True):
     if not isinstance(v, str):
         return False
     import torch
+
     try:
         device = torch.device(v)
     except (RuntimeError, ValueError):
         return False
-    if device.type == "cuda" and here:  # (else the first model's loading fails with a driver message, after the data work)
+    if (
+        device.type == "cuda" and here
+    ):  # (else the first model's loading fails with a driver message, after the data work)
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise ConfigError(f"DEVICE is {v!r} but CUDA is not available here (torch.cuda.is_available() is False): "
-                              f"use \"cpu\" or \"auto\" (cuda if available)")
+            raise ConfigError(
+                f"DEVICE is {v!r} but CUDA is not available here (torch.cuda.is_available() is False): "
+                f'use "cpu" or "auto" (cuda if available)'
+            )
         if device.index is not None and device.index >= count:
-            raise ConfigError(f"DEVICE is {v!r} but this machine has {count} CUDA device(s): cuda:0 to cuda:{count - 1}")
+            raise ConfigError(
+                f"DEVICE is {v!r} but this machine has {count} CUDA device(s): cuda:0 to cuda:{count - 1}"
+            )
     return True
 
 
 def _accelerations(v):
     from . import accelerations
+
     try:
         accelerations.restore(accelerations.switch_off(v))  # (its own check, which names the valid names)
     except ConfigError as e:
@@ -66,10 +75,13 @@ def check_models(models, name="MODELS"):
     """A non-empty list of model specs (lgip.models' rules: a dict with a known type and its field),
     each "name" file-safe (it names the output files) and used once (else two models' files are one)."""
     from .models.registry import _check_spec
+
     if not isinstance(models, (list, tuple)) or not models:
-        raise ConfigError(f"{name} is empty: give a list of one or more model specs (README \"Models\"), got {models!r}"
-                          if isinstance(models, (list, tuple)) else
-                          f"{name} must be a list of model specs (dicts with \"name\" and \"type\"), got {models!r}")
+        raise ConfigError(
+            f'{name} is empty: give a list of one or more model specs (README "Models"), got {models!r}'
+            if isinstance(models, (list, tuple))
+            else f'{name} must be a list of model specs (dicts with "name" and "type"), got {models!r}'
+        )
     seen = set()
     for spec in models:
         try:
@@ -78,17 +90,21 @@ def check_models(models, name="MODELS"):
             raise ConfigError(f"{name}: {e}") from None
         tag = spec["name"]
         if not isinstance(tag, str) or not SAFE_NAME.match(tag):
-            raise ConfigError(f"{name}: model name {tag!r} is not file-safe (it names output files): use {SAFE_NAME_TEXT}, "
-                              f"e.g. 'openclip_ViT-B-16_openai'")
+            raise ConfigError(
+                f"{name}: model name {tag!r} is not file-safe (it names output files): use {SAFE_NAME_TEXT}, "
+                f"e.g. 'openclip_ViT-B-16_openai'"
+            )
         if tag in seen:
-            raise ConfigError(f"{name}: two models are named {tag!r} (their output files would be one): give each a "
-                              f"different \"name\"")
+            raise ConfigError(
+                f'{name}: two models are named {tag!r} (their output files would be one): give each a different "name"'
+            )
         seen.add(tag)
     return True
 
 
 def _shard(v):
     from .models.zoo import shard_of
+
     shard_of(v)  # (its own ConfigError says what is wrong: a malformed "i/n", SLURM's variables not set)
     return True
 
@@ -109,31 +125,50 @@ RULES = {
     "BOOTSTRAP": (_int(0), "an int >= 0 (bootstrap resamples; 0 = no intervals)"),
     "BOOTSTRAP_SEED": (_int(), "an int (the bootstrap's seed)"),
     "SEED": (_int(), "an int (a seed)"),
-    "PRIOR_IMAGES": (_int(1), "an int >= 1 (other images each text of a joint scorer is scored with for the "
-                              "text-prior controls, LGIP_SPEC.md 13)"),
+    "PRIOR_IMAGES": (
+        _int(1),
+        "an int >= 1 (other images each text of a joint scorer is scored with for the "
+        "text-prior controls, LGIP_SPEC.md 13)",
+    ),
     "IMAGE_BATCH_SIZE": (_int(1), "an int >= 1 (images per forward pass)"),
-    "TEXT_BATCH_SIZE": (lambda v: v == "auto" or _int(1)(v), "an int >= 1 or \"auto\" (texts per forward pass)"),
-    "NUM_WORKERS": (lambda v: v is None or _int(0)(v), "an int >= 0 or None (image-decoding worker processes; "
-                                                       "0 = in the main process, None = from the CPU count)"),
-    "DEVICE": (_device, "\"auto\" or a torch device: \"cpu\", \"cuda\", \"cuda:1\", \"mps\", ..."),
+    "TEXT_BATCH_SIZE": (lambda v: v == "auto" or _int(1)(v), 'an int >= 1 or "auto" (texts per forward pass)'),
+    "NUM_WORKERS": (
+        lambda v: v is None or _int(0)(v),
+        "an int >= 0 or None (image-decoding worker processes; 0 = in the main process, None = from the CPU count)",
+    ),
+    "DEVICE": (_device, '"auto" or a torch device: "cpu", "cuda", "cuda:1", "mps", ...'),
     "DTYPE": (lambda v: v in _DTYPES, "one of " + ", ".join(map(repr, _DTYPES))),
     "PROTOCOL": (lambda v: v in _PROTOCOLS, "one of " + ", ".join(map(repr, _PROTOCOLS))),
     "MODELS": (_models, "a non-empty list of model specs"),
     "MODEL": (_model, "a model spec"),
     "OUTPUT_DIR": (lambda v: isinstance(v, str) and v != "", "a folder path (None: beside the input)"),
-    "CACHE_DIR": (lambda v: v is None or (isinstance(v, str) and v != ""),
-                  "a folder path, \"auto\" (.lgip_cache beside the input, or in OUTPUT_DIR) or None (no cache)"),
+    "CACHE_DIR": (
+        lambda v: v is None or (isinstance(v, str) and v != ""),
+        'a folder path, "auto" (.lgip_cache beside the input, or in OUTPUT_DIR) or None (no cache)',
+    ),
     "CACHE_FLUSH_S": (_number(0), "a number >= 0 (seconds between cache writes)"),
-    "PIXEL_MEMORY_GB": (lambda v: v == "auto" or _number(0)(v), "a number >= 0 or \"auto\" (GB of decoded pixels kept; 0 = off)"),
+    "PIXEL_MEMORY_GB": (
+        lambda v: v == "auto" or _number(0)(v),
+        'a number >= 0 or "auto" (GB of decoded pixels kept; 0 = off)',
+    ),
     "LOOKAHEAD": (lambda v: isinstance(v, bool), "True or False"),
     "WRITE_SCORES": (lambda v: isinstance(v, bool), "True or False"),
-    "ACCELERATIONS_OFF": (_accelerations, "a list of names from lgip/accelerations.py, or \"all\""),
-    "SHARD": (_shard, "None, \"i/n\" (0 <= i < n: this job runs models i, i + n, ...) or \"slurm\" (i and n from "
-                      "SLURM_ARRAY_TASK_ID, _MIN and _COUNT)"),
-    "STEP_START": (lambda v: v in ("process", "fresh"), "\"process\" (each of run_all's steps its script's run() in "
-                                                        "run_all's process) or \"fresh\" (every step a new process)"),
-    "ON_MODEL_ERROR": (lambda v: v in ("stop", "skip"), "\"stop\" (a model that fails stops the run) or \"skip\" (it is "
-                                                        "left out, recorded in skipped_models; the others go on)"),
+    "ACCELERATIONS_OFF": (_accelerations, 'a list of names from lgip/accelerations.py, or "all"'),
+    "SHARD": (
+        _shard,
+        'None, "i/n" (0 <= i < n: this job runs models i, i + n, ...) or "slurm" (i and n from '
+        "SLURM_ARRAY_TASK_ID, _MIN and _COUNT)",
+    ),
+    "STEP_START": (
+        lambda v: v in ("process", "fresh"),
+        "\"process\" (each of run_all's steps its script's run() in "
+        'run_all\'s process) or "fresh" (every step a new process)',
+    ),
+    "ON_MODEL_ERROR": (
+        lambda v: v in ("stop", "skip"),
+        '"stop" (a model that fails stops the run) or "skip" (it is '
+        "left out, recorded in skipped_models; the others go on)",
+    ),
     "MAX_SAME_PER_CAP": (_int(0), f"{_COUNT} (paraphrases kept per caption)"),
     "MAX_DIFF_PER_CAP": (_int(0), f"{_COUNT} (flips kept per caption)"),
     "MAX_COMBINED_PER_CAP": (_int(0), f"{_COUNT} (paraphrase+flip texts kept per caption)"),
@@ -143,14 +178,15 @@ RULES = {
 
 def require_int(config, name, low=None, none_ok=False):
     """A script's own int setting (a count, a size): its value, else a ConfigError in the shared form.
-        >>> require_int({"TOP_K": -1}, "TOP_K", 0)
-        ConfigError: TOP_K must be an int >= 0, got -1
+    >>> require_int({"TOP_K": -1}, "TOP_K", 0)
+    ConfigError: TOP_K must be an int >= 0, got -1
     """
     value = config[name]
     if (value is None and none_ok) or _int(low)(value):
         return value
-    raise ConfigError(f"{name} must be an int{f' >= {low}' if low is not None else ''}{' or None' if none_ok else ''}, "
-                      f"got {value!r}")
+    raise ConfigError(
+        f"{name} must be an int{f' >= {low}' if low is not None else ''}{' or None' if none_ok else ''}, got {value!r}"
+    )
 
 
 def check_settings(config, none_ok=()):

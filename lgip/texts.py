@@ -6,6 +6,7 @@ length or packed by shared prefix (`TextBank`); what a run's models share of the
     >>> slots = bank.add_call(["a red bus", "a blue bus"])   # one published call
     >>> emb, rows = bank.encode(batch_size=512)             # emb[rows[slots]] are the vectors
 """
+
 import time
 
 from . import accelerations
@@ -58,7 +59,7 @@ class TextCalls:
         first = len(self.texts)
         step = batch or len(texts)
         for b in range(0, len(texts), max(step, 1)):
-            self.add(texts[b:b + step])
+            self.add(texts[b : b + step])
         slots = list(range(first, len(self.texts)))
         if captions_of is not None:
             self.captions[captions_of] = slots
@@ -67,7 +68,7 @@ class TextCalls:
     def __iter__(self):
         """(first slot, texts) per call."""
         for n, first in enumerate(self.starts):
-            yield first, self.texts[first:self.starts[n + 1] if n + 1 < len(self.starts) else len(self.texts)]
+            yield first, self.texts[first : self.starts[n + 1] if n + 1 < len(self.starts) else len(self.texts)]
 
     def __len__(self):
         return len(self.starts)
@@ -123,6 +124,7 @@ class TextBank:
         processes (tokenizers are pure Python and would otherwise bound a GPU run). Returns the
         seconds spent forking those workers (a cost per run, not per text: reported apart)."""
         import torch
+
         texts = [t for t in dict.fromkeys(texts) if t not in tokens]
         if not texts:
             return 0.0
@@ -132,9 +134,10 @@ class TextBank:
         t0 = time.perf_counter()
         loader = iter(loader)  # forks the workers
         forks = time.perf_counter() - t0
-        for n, (flat, lengths) in enumerate(progress(loader, total=len(chunks), desc=f"{self.enc.name}: tokenize",
-                                                     unit="chunk", min_total=50)):
-            tokens.add(texts[n * chunk:(n + 1) * chunk], flat, lengths)
+        for n, (flat, lengths) in enumerate(
+            progress(loader, total=len(chunks), desc=f"{self.enc.name}: tokenize", unit="chunk", min_total=50)
+        ):
+            tokens.add(texts[n * chunk : (n + 1) * chunk], flat, lengths)
         return forks
 
     def adopt(self, run_calls):
@@ -166,6 +169,7 @@ class TextBank:
 
     def _make_keys(self, tokens):
         import numpy as np
+
         key_row, keys = {}, []
         rows = np.empty(self.n_slots, dtype=np.int64)
         fixed = None if self.enc.pad_needs_lengths else self.enc.pad_length(None)
@@ -173,7 +177,11 @@ class TextBank:
         for first, texts in self.calls:
             if not texts:
                 continue
-            pad = self.enc.pad_length([int(lengths[tokens.row[t]]) for t in texts]) if self.enc.pad_needs_lengths else fixed
+            pad = (
+                self.enc.pad_length([int(lengths[tokens.row[t]]) for t in texts])
+                if self.enc.pad_needs_lengths
+                else fixed
+            )
             for j, t in enumerate(texts):
                 key = (t, pad)
                 row = key_row.get(key)
@@ -205,6 +213,7 @@ class TextBank:
         started once the texts are tokenized and polled between text batches; `then`: called
         at that point too, when there are texts to encode (ModelRun starts a Lookahead)."""
         import numpy as np
+
         tokens = self._tokens()
         t0 = time.perf_counter()
         keys, rows, forks = self._keys(tokens)
@@ -223,8 +232,13 @@ class TextBank:
         known = self.run_calls.table_rows.get((id(tokens), padding)) if self.run_calls else None
         if known is None or known[0] is not tokens:
             forks += self._tokenize((keys[k][0] for k in todo), tokens)
-        packs = (accelerations.PREFIX_PACKS and prefix_packs.PACK_NODES > 0 and self.enc.encode_packs is not None
-                 and bool(todo) and all(keys[k][1] is None for k in todo))
+        packs = (
+            accelerations.PREFIX_PACKS
+            and prefix_packs.PACK_NODES > 0
+            and self.enc.encode_packs is not None
+            and bool(todo)
+            and all(keys[k][1] is None for k in todo)
+        )
         writer = cache.writer("text") if cache is not None and todo else None
         rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
         t_start = time.perf_counter()
@@ -249,8 +263,9 @@ class TextBank:
             self.positions = {"tokens": held, "computed": held}  # (texts padded longer compute their padding too)
             n_batches, uploaded = len(batches), self._on_device(batches, texts_of, tokens)
         try:
-            for batch, inputs in progress(uploaded, total=n_batches, desc=f"{self.enc.name}: {desc}", unit="batch",
-                                          min_total=20):
+            for batch, inputs in progress(
+                uploaded, total=n_batches, desc=f"{self.enc.name}: {desc}", unit="batch", min_total=20
+            ):
                 rows_out.add(batch, self.enc.encode_packs(*inputs) if packs else self.enc.encode_tokens(*inputs))
                 if beside is not None:
                     beside.poll()
@@ -260,8 +275,12 @@ class TextBank:
             raise
         if writer is not None:
             writer.close()
-        self.seconds = {"lookup_and_tokenize": round(t_start - t0 - forks, 3), "start_tokenizers": round(forks, 3),
-                        "start_images": round(t1 - t_start, 3), "texts": round(time.perf_counter() - t1, 3)}
+        self.seconds = {
+            "lookup_and_tokenize": round(t_start - t0 - forks, 3),
+            "start_tokenizers": round(forks, 3),
+            "start_images": round(t1 - t_start, 3),
+            "texts": round(time.perf_counter() - t1, 3),
+        }
         self.n_unique, self.n_encoded = len(keys), len(todo)
         return out.tensor(), rows
 
@@ -273,6 +292,7 @@ class TextBank:
         no padding at all. Stable: equal keys keep their order. text_row: the token-table row
         of each todo key, when the caller has them."""
         import numpy as np
+
         if text_row is None:
             text_row = np.fromiter((tokens.row[keys[k][0]] for k in todo), dtype=np.int64, count=len(todo))
         lengths = tokens.packed()[2][text_row]
@@ -285,8 +305,8 @@ class TextBank:
         batches, texts_of = [], []
         for lo, hi in zip(np.concatenate([[0], starts]), np.concatenate([starts, [len(todo)]])):
             for b in range(lo, hi, batch_size):
-                sel = order[b:min(b + batch_size, hi)]
-                batch = todo_sorted[b:min(b + batch_size, hi)].tolist()
+                sel = order[b : min(b + batch_size, hi)]
+                batch = todo_sorted[b : min(b + batch_size, hi)].tolist()
                 texts_of.append((text_row[sel], None if cut[sel[0]] else int(pads[sel[0]])))
                 batches.append(batch)
         return batches, texts_of
@@ -296,12 +316,16 @@ class TextBank:
         cut to its longest text."""
         flat, starts, lengths = tokens.packed()
         lengths = lengths[text_rows]
-        return padded_ids(flat, starts[text_rows], lengths, pad if pad is not None else int(lengths.max()), self.enc.pad_id)
+        return padded_ids(
+            flat, starts[text_rows], lengths, pad if pad is not None else int(lengths.max()), self.enc.pad_id
+        )
 
     def _on_device(self, batches, texts_of, tokens, max_tokens=1 << 23):
         """(batch, (its token ids on the device, whether all its texts have the batch's exact
         length)) for each batch; the ids of several batches travel in one copy (_upload_in_groups)."""
-        items = (((batch, texts_of[n][1] is None), [self._ids(*texts_of[n], tokens)]) for n, batch in enumerate(batches))
+        items = (
+            ((batch, texts_of[n][1] is None), [self._ids(*texts_of[n], tokens)]) for n, batch in enumerate(batches)
+        )
         for (batch, exact), (ids,) in _upload_in_groups(items, self.enc.device, max_tokens):
             yield batch, (ids, exact)
 
@@ -311,13 +335,15 @@ class TextBank:
         family (the paper's five open_clip models tokenize alike) encoding the same texts
         does not sort and pack them again (~2 s per 1.7M texts)."""
         import hashlib
+
         size = max(prefix_packs.PACK_NODES, int(tokens.packed()[2][rows].max()))  # a pack holds at least one whole text
         ppb = max(1, batch_size * prefix_packs.PACK_TOKENS_PER_TEXT // size)
         key = (hashlib.sha1(rows.tobytes()).hexdigest(), size, ppb)  # a table only grows: a row's ids never change
         if accelerations.SHARED_TOKENS and _LAST_PLAN and _LAST_PLAN[0][0] is tokens and _LAST_PLAN[0][1:] == key:
             return _LAST_PLAN[1]
-        plan = prefix_packs.PrefixPacks(*tokens.packed(), rows, size=size, packs_per_batch=ppb,
-                                        sort_columns=prefix_packs.PACK_SORT_COLUMNS)
+        plan = prefix_packs.PrefixPacks(
+            *tokens.packed(), rows, size=size, packs_per_batch=ppb, sort_columns=prefix_packs.PACK_SORT_COLUMNS
+        )
         _LAST_PLAN[:] = [(tokens, *key), plan] if accelerations.SHARED_TOKENS else []
         return plan
 
@@ -325,6 +351,8 @@ class TextBank:
         """(batch, its PrefixPacks arrays on the device) per batch of the plan, the arrays of
         several batches travelling in one copy (_upload_in_groups)."""
         import numpy as np
+
         todo = np.asarray(todo, dtype=np.int64)
-        yield from _upload_in_groups(((todo[where].tolist(), arrays) for where, arrays in plan.batches()),
-                                     self.enc.device, max_ints)
+        yield from _upload_in_groups(
+            ((todo[where].tolist(), arrays) for where, arrays in plan.batches()), self.enc.device, max_ints
+        )

@@ -4,6 +4,7 @@ processes, and the table shared by the models of a process that tokenize alike
 
     >>> table = shared_token_table(enc.tokenizer_key); table.add(texts, *_pack(enc.tokenize(texts)))
 """
+
 import itertools
 
 from . import accelerations
@@ -43,6 +44,7 @@ def padded_ids(flat, starts, lengths, width, fill):
     >>> padded_ids(np.array([5, 6, 7, 8]), np.array([0, 2]), np.array([2, 2]), 3, -1)  # [[5, 6, -1], [7, 8, -1]]
     """
     import numpy as np
+
     cols = np.arange(width)
     if (lengths == width).all():
         return flat[starts[:, None] + cols]
@@ -55,6 +57,7 @@ def padded_ids(flat, starts, lengths, width, fill):
 def _pack(seqs):
     """Token id lists -> (flat int64 ids, int64 lengths): compact to pickle and to index."""
     import numpy as np
+
     lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
     flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum()))
     return flat, lengths
@@ -70,7 +73,7 @@ class _TextChunks:
         return -(-len(self.texts) // self.chunk)
 
     def __getitem__(self, n):
-        return _pack(self.tokenize(self.texts[n * self.chunk:(n + 1) * self.chunk]))
+        return _pack(self.tokenize(self.texts[n * self.chunk : (n + 1) * self.chunk]))
 
 
 class TokenTable:
@@ -82,6 +85,7 @@ class TokenTable:
 
     def __init__(self):
         import numpy as np
+
         self.row = {}
         self.flat, self.starts, self.lengths = (np.empty(0, dtype=np.int64) for _ in range(3))
         self._parts = []
@@ -100,6 +104,7 @@ class TokenTable:
     def packed(self):
         """(flat, starts, lengths) over every text added so far."""
         import numpy as np
+
         if self._parts:
             flats, lens = zip(*self._parts)
             self.flat = np.concatenate([self.flat, *flats])
@@ -111,4 +116,4 @@ class TokenTable:
     def ids(self, text):
         flat, starts, lengths = self.packed()
         r = self.row[text]
-        return flat[starts[r]:starts[r] + lengths[r]]
+        return flat[starts[r] : starts[r] + lengths[r]]

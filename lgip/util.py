@@ -5,6 +5,7 @@ Writing outputs safely is lgip.outputs; where they go, lgip.filenames.
     >>> with Timer() as t: ...
     >>> provenance(__file__, CONFIG)   # {"script", "config", "versions", "created"}
 """
+
 import math
 import os
 import platform
@@ -37,6 +38,7 @@ def finite_number(v):
 
 def package_versions(names=("torch", "torchvision", "open_clip_torch", "transformers", "numpy", "pillow")):
     from importlib import metadata
+
     out = {"python": platform.python_version()}
     for name in names:
         try:
@@ -86,6 +88,7 @@ def progress_bar(total, desc="", unit="it", min_total=2000):
     if total < min_total:
         return _NoBar()
     from tqdm import tqdm
+
     return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, mininterval=0.5)
 
 
@@ -94,6 +97,7 @@ def progress(iterable, total=None, desc="", unit="it", min_total=2000):
     if total is not None and total < min_total:
         return iterable
     from tqdm import tqdm
+
     return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True, mininterval=0.5)
 
 
@@ -105,6 +109,7 @@ def gc_paused():
     run_lgip_multi's 1.35 -> 0.66 s, the rebuttal's 3.5 -> 1.7 s; the next full collection
     then takes 0.1-0.2 s longer)."""
     import gc
+
     was = gc.isenabled()
     gc.disable()
     try:
@@ -134,5 +139,3 @@ def fmt(value, spec=".4f"):
     ('0.1235', 'n/a')
     """
     return "n/a" if value is None else format(value, spec)
-
-

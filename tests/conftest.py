@@ -1,5 +1,4 @@
 import contextlib
-import functools
 import glob
 import importlib
 import io
@@ -34,6 +33,7 @@ def _here(path, args):
     new interpreter spends importing torch, open_clip and transformers again."""
     import runpy
     import traceback
+
     out, err = io.StringIO(), io.StringIO()
     argv, cwd, rc = sys.argv, os.getcwd(), 0
     sys.argv = [path, *args]
@@ -64,8 +64,9 @@ def run_script(script, *args, env=None, check=True, fresh=False):
     path = os.path.join(ROOT, script)
     # (a benchmark is a process of its own: it sets the switches and module constants it measures and leaves them)
     if env is not None or fresh or script.startswith("benchmarks") or os.environ.get("LGIP_TEST_FRESH"):
-        proc = subprocess.run([sys.executable, path, *args], cwd=ROOT, env=dict(os.environ, **(env or {})),
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, path, *args], cwd=ROOT, env=dict(os.environ, **(env or {})), capture_output=True, text=True
+        )
     else:
         proc = _here(path, args)
     if check and proc.returncode != 0:
@@ -96,6 +97,7 @@ def fresh_process_state():
     by another test, and the Hub not yet asked (lgip.models.hub keeps its answer for the process)."""
     from lgip.models import hub
     from lgip.evaluation import swap_process_state
+
     swap_process_state()
     hub._HUB.clear()
     yield
@@ -108,6 +110,7 @@ def hub_cache_env(folder, specs):
     (an empty file) for every Hub file the specs need, offline: lgip.models.hub then finds them
     cached, so a dry run plans them as a machine that downloaded them would (nothing is loaded)."""
     from lgip.models.hub import hub_files
+
     for spec in specs:
         for repo, names in hub_files(spec) or []:
             snapshot = os.path.join(folder, "hub", f"models--{repo.replace('/', '--')}", "snapshots", "0" * 40)
@@ -123,32 +126,55 @@ def hub_cache_env(folder, specs):
 def base_jsonl():
     return BASE_JSONL
 
-OPENCLIP_TINY = {"name": "tiny_openclip", "type": "openclip",
-                 "model_name": "local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny")}
+
+OPENCLIP_TINY = {
+    "name": "tiny_openclip",
+    "type": "openclip",
+    "model_name": "local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny"),
+}
 SIGLIP_TINY = {"name": "tiny_siglip", "type": "siglip", "model_id": os.path.join(FIXTURES, "models", "siglip-tiny")}
 TINY_MODELS = [OPENCLIP_TINY, SIGLIP_TINY]
 # words split into uneven pieces: the flips of a caption differ in token length, so the published
 # grouping of texts into calls shows in its SigLIP numbers (reference/siglip-tiny-pieces/)
-SIGLIP_PIECES = {"name": "tiny_siglip_pieces", "type": "siglip",
-                 "model_id": os.path.join(FIXTURES, "models", "siglip-tiny-pieces")}
+SIGLIP_PIECES = {
+    "name": "tiny_siglip_pieces",
+    "type": "siglip",
+    "model_id": os.path.join(FIXTURES, "models", "siglip-tiny-pieces"),
+}
 
 
 def eval_args(jsonl, protocol="reference", models=TINY_MODELS, image_root=FIXTURES, **extra):
     """Command-line overrides for an evaluation script on CPU with the tiny fixture models."""
-    args = [f"--JSONL_PATH={jsonl}", f"--IMAGE_ROOT={image_root}", f"--PROTOCOL={protocol}",
-            "--DEVICE=cpu", "--NUM_WORKERS=0", f"--MODELS={models!r}"]
+    args = [
+        f"--JSONL_PATH={jsonl}",
+        f"--IMAGE_ROOT={image_root}",
+        f"--PROTOCOL={protocol}",
+        "--DEVICE=cpu",
+        "--NUM_WORKERS=0",
+        f"--MODELS={models!r}",
+    ]
     return args + [f"--{k}={v!r}" for k, v in extra.items()]
 
 
 def eval_settings(jsonl, protocol="reference", models=TINY_MODELS, image_root=FIXTURES, **extra):
     """The same settings as run()'s keyword arguments (run_here)."""
-    return dict(dict(JSONL_PATH=str(jsonl), IMAGE_ROOT=str(image_root), PROTOCOL=protocol, DEVICE="cpu", NUM_WORKERS=0,
-                     MODELS=models), **extra)
+    return dict(
+        dict(
+            JSONL_PATH=str(jsonl),
+            IMAGE_ROOT=str(image_root),
+            PROTOCOL=protocol,
+            DEVICE="cpu",
+            NUM_WORKERS=0,
+            MODELS=models,
+        ),
+        **extra,
+    )
 
 
 def embed_image(enc, img):
     """One decoded image (PIL) through the model's own preprocessing, encoded on its own: float32 numpy."""
     import torch
+
     x = enc.image_transform(img)
     x = {k: v[None] for k, v in x.items()} if isinstance(x, dict) else x[None]
     with torch.no_grad():
@@ -159,6 +185,7 @@ def encode_texts(enc, texts):
     """text -> embedding (float32 numpy), each padded as the corrected protocol pads it alone (SigLIP:
     64; open_clip: its own length), a batch per padded length."""
     import torch
+
     by_length = {}
     for t in sorted(set(texts)):
         ids = enc.tokenize([t])[0]
@@ -173,12 +200,25 @@ def encode_texts(enc, texts):
 
 
 CASES = [
-    ("run_lgip_multi.py", "fixture_with_perturb.jsonl",
-     ["fixture_with_perturb__LGIP_ALL.metrics.json", "fixture_with_perturb__LGIP_tiny_openclip.metrics.json",
-      "fixture_with_perturb__LGIP_tiny_siglip.metrics.json"]),
-    ("run_lgip_by_fliptype.py", "fixture_with_fliptypes.jsonl", ["fixture_with_fliptypes__LGIP_fliptypes.metrics.json"]),
-    ("rebuttal_enhanced_lgip_by_transformation.py", "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
-     ["rebuttal_enhanced_fixture_with_fliptypes__ENHANCED_LGIP_analysis.json"]),
+    (
+        "run_lgip_multi.py",
+        "fixture_with_perturb.jsonl",
+        [
+            "fixture_with_perturb__LGIP_ALL.metrics.json",
+            "fixture_with_perturb__LGIP_tiny_openclip.metrics.json",
+            "fixture_with_perturb__LGIP_tiny_siglip.metrics.json",
+        ],
+    ),
+    (
+        "run_lgip_by_fliptype.py",
+        "fixture_with_fliptypes.jsonl",
+        ["fixture_with_fliptypes__LGIP_fliptypes.metrics.json"],
+    ),
+    (
+        "rebuttal_enhanced_lgip_by_transformation.py",
+        "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
+        ["rebuttal_enhanced_fixture_with_fliptypes__ENHANCED_LGIP_analysis.json"],
+    ),
 ]
 
 
@@ -207,11 +247,19 @@ def pieces_runs(tmp_path_factory):
 
 # --- shared by the tests of the engine's concerns (texts, towers, images, device, lookahead, models) ---
 
-TEXTS = ["dog", "a red bus waiting at a stop", "two dogs on the beach", "A cat sits on a computer.",
-         "A very long caption about two white dogs and one person walking on the beach near a pier"]
+TEXTS = [
+    "dog",
+    "a red bus waiting at a stop",
+    "two dogs on the beach",
+    "A cat sits on a computer.",
+    "A very long caption about two white dogs and one person walking on the beach near a pier",
+]
 # three texts of very different lengths: batches cut to their longest, SigLIP calls padded to theirs
-UNEVEN_TEXTS = ["dog", "a red bus waiting at a stop",
-                "A very long caption about two white dogs and one person walking on the beach near a pier at sunset"]
+UNEVEN_TEXTS = [
+    "dog",
+    "a red bus waiting at a stop",
+    "A very long caption about two white dogs and one person walking on the beach near a pier at sunset",
+]
 
 
 def image_paths():
@@ -221,10 +269,12 @@ def image_paths():
 @pytest.fixture(scope="module")
 def enc():
     from lgip.models import load_model
+
     return load_model(OPENCLIP_TINY, "corrected", "cpu")
 
 
 @pytest.fixture(scope="module")
 def openclip_tiny():
     from lgip.models import load_model
+
     return load_model(OPENCLIP_TINY, "reference", "cpu")

@@ -8,6 +8,7 @@ what the mode puts in.
   mode "image":  a caption carries its OWN image's vector (the image named for it in `captions`):
                  it beats its flip on its image, not on the others.
 """
+
 import zlib
 
 import numpy as np
@@ -58,6 +59,7 @@ class Constructed(torch.nn.Module):
 def build(device="cpu", dtype=torch.float32, mode="random", captions=None, weight=3.0):
     """captions: {caption text: its image file} (modes "prior" and "image")."""
     from PIL import Image
+
     captions = captions or {}
     keys = {}
     for path in set(captions.values()):
@@ -72,7 +74,7 @@ def build(device="cpu", dtype=torch.float32, mode="random", captions=None, weigh
         ids = torch.zeros((len(texts), LENGTH), dtype=torch.long)
         for j, t in enumerate(texts):
             b = list(t.encode("utf-8"))[:LENGTH]
-            ids[j, :len(b)] = torch.tensor(b) + 1
+            ids[j, : len(b)] = torch.tensor(b) + 1
         return ids
 
     return model, preprocess, tokenizer

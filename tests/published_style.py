@@ -9,6 +9,7 @@ fixture. CPU, fp32, the tiny fixture models only.
     >>> vlm = PublishedVLM(spec, text_batch=64)
     >>> multi(vlm, records, image_root)["invariance_error_mean"]
 """
+
 import os
 from collections import defaultdict
 
@@ -35,11 +36,17 @@ class PublishedVLM:
         self._done = {}  # (kind, inputs, batch) -> the embeddings that call gave
         if self.siglip:
             from transformers import AutoModel, AutoProcessor
-            self.model, self.processor = AutoModel.from_pretrained(spec["model_id"]), AutoProcessor.from_pretrained(spec["model_id"])
+
+            self.model, self.processor = (
+                AutoModel.from_pretrained(spec["model_id"]),
+                AutoProcessor.from_pretrained(spec["model_id"]),
+            )
         else:
             import open_clip
-            self.model, _, self.preprocess = open_clip.create_model_and_transforms(spec["model_name"],
-                                                                                    pretrained=spec.get("pretrained"))
+
+            self.model, _, self.preprocess = open_clip.create_model_and_transforms(
+                spec["model_name"], pretrained=spec.get("pretrained")
+            )
             self.tokenizer = open_clip.get_tokenizer(spec["model_name"])
         self.model.eval()
 
@@ -74,7 +81,7 @@ class PublishedVLM:
     def _encode_text(self, texts, step):
         out = []
         for b in range(0, len(texts), step):
-            chunk = texts[b:b + step]
+            chunk = texts[b : b + step]
             if self.siglip:
                 inputs = self.processor(text=chunk, padding=True, truncation=True, return_tensors="pt")
                 feats = _features(self.model.get_text_features(**inputs))
@@ -116,9 +123,15 @@ def multi(vlm, records, root, tag):
         seen.add(id(rec))
         inv.extend(abs(base - s) for s in _similarities(vlm, rec, "same_caps", i, img))
         gaps.extend(base - s for s in _similarities(vlm, rec, "diff_caps", i, img))
-    return {"model_tag": tag, "num_samples": len(seen), "num_invariance_pairs": len(inv), "num_sensitivity_pairs": len(gaps),
-            "invariance_error_mean": _mean(inv), "sensitivity_gap_mean": _mean(gaps),
-            "sensitivity_pos_rate": _mean([g > 0 for g in gaps])}
+    return {
+        "model_tag": tag,
+        "num_samples": len(seen),
+        "num_invariance_pairs": len(inv),
+        "num_sensitivity_pairs": len(gaps),
+        "invariance_error_mean": _mean(inv),
+        "sensitivity_gap_mean": _mean(gaps),
+        "sensitivity_pos_rate": _mean([g > 0 for g in gaps]),
+    }
 
 
 def _gap_block(gaps):
@@ -132,8 +145,13 @@ def by_fliptype(vlm, records, root, tag):
         inv.extend(abs(base - s) for s in _similarities(vlm, rec, "same_caps", i, img))
         for field, out in [("diff_caps", gaps)] + [(f"diff_caps_{t}", typed[t]) for t in typed]:
             out.extend(base - s for s in _similarities(vlm, rec, field, i, img))
-    return {"model_tag": tag, "num_samples": len(seen), "invariance_error_mean": _mean(inv),
-            "global_sensitivity": _gap_block(gaps), "by_flip_type": {t: _gap_block(g) for t, g in typed.items()}}
+    return {
+        "model_tag": tag,
+        "num_samples": len(seen),
+        "invariance_error_mean": _mean(inv),
+        "global_sensitivity": _gap_block(gaps),
+        "by_flip_type": {t: _gap_block(g) for t, g in typed.items()},
+    }
 
 
 def _flip_type(field):
@@ -158,16 +176,21 @@ def _positive(g):
 def _bin_block(items):
     gaps, weights = [g for g, _ in items], [w for _, w in items]
     wsum = sum(weights)
-    return {"count": len(gaps), "gap_mean": _mean(gaps), "gap_std": _std(gaps), "pos_rate": _mean([_positive(g) for g in gaps]),
-            "w_gap_mean": sum(g * w for g, w in items) / wsum if items else None,
-            "w_pos_rate": sum(w for g, w in items if _positive(g)) / wsum if items else None}
+    return {
+        "count": len(gaps),
+        "gap_mean": _mean(gaps),
+        "gap_std": _std(gaps),
+        "pos_rate": _mean([_positive(g) for g in gaps]),
+        "w_gap_mean": sum(g * w for g, w in items) / wsum if items else None,
+        "w_pos_rate": sum(w for g, w in items if _positive(g)) / wsum if items else None,
+    }
 
 
 def enhanced(vlm, records, root, tag, image_batch=32):
     inv, inv_simple, inv_adv, gaps, weights, strengths, n_batches = [], [], [], [], [], [], 0
     per_type = defaultdict(list)  # type -> [(gap, weight, strength)], types in order of first appearance
     for start in range(0, len(records), image_batch):
-        batch = records[start:start + image_batch]
+        batch = records[start : start + image_batch]
         try:  # one unreadable image drops the whole batch
             imgs = vlm.encode_images([os.path.join(root, r["image_path"]) for r in batch])
         except Exception:
@@ -207,21 +230,40 @@ def enhanced(vlm, records, root, tag, image_batch=32):
         bins = {"weak": [], "medium": [], "strong": []}
         for g, w, s in rows:
             bins["weak" if s <= q[0] else "medium" if s <= q[1] else "strong"].append((g, w))
-        stats[ftype] = {"overall": _bin_block([(g, w) for g, w, _ in rows]), **{b: _bin_block(v) for b, v in bins.items()}}
+        stats[ftype] = {
+            "overall": _bin_block([(g, w) for g, w, _ in rows]),
+            **{b: _bin_block(v) for b, v in bins.items()},
+        }
     both = list(zip(gaps, weights))
-    return {"model_tag": tag, "num_samples": n_batches, "global_invariance_error_mean": _mean(inv),
-            "paraphrase_simple_inv_error_mean": _mean(inv_simple), "paraphrase_advanced_inv_error_mean": _mean(inv_adv),
-            "paraphrase_simple_count": len(inv_simple), "paraphrase_advanced_count": len(inv_adv),
-            "global_sensitivity": {"count": len(gaps), "gap_mean": _mean(gaps), "gap_std": _std(gaps),
-                                   "pos_rate": _mean([_positive(g) for g in gaps])},
-            "global_strength": {"count": len(strengths), "strength_mean": _mean(strengths), "q_low": q[0], "q_high": q[1]},
-            "global_weighted_sensitivity": {"count": len(gaps), "w_gap_mean": _bin_block(both)["w_gap_mean"],
-                                            "w_pos_rate": _bin_block(both)["w_pos_rate"]},
-            "error_type_stats": stats}
+    return {
+        "model_tag": tag,
+        "num_samples": n_batches,
+        "global_invariance_error_mean": _mean(inv),
+        "paraphrase_simple_inv_error_mean": _mean(inv_simple),
+        "paraphrase_advanced_inv_error_mean": _mean(inv_adv),
+        "paraphrase_simple_count": len(inv_simple),
+        "paraphrase_advanced_count": len(inv_adv),
+        "global_sensitivity": {
+            "count": len(gaps),
+            "gap_mean": _mean(gaps),
+            "gap_std": _std(gaps),
+            "pos_rate": _mean([_positive(g) for g in gaps]),
+        },
+        "global_strength": {"count": len(strengths), "strength_mean": _mean(strengths), "q_low": q[0], "q_high": q[1]},
+        "global_weighted_sensitivity": {
+            "count": len(gaps),
+            "w_gap_mean": _bin_block(both)["w_gap_mean"],
+            "w_pos_rate": _bin_block(both)["w_pos_rate"],
+        },
+        "error_type_stats": stats,
+    }
 
 
-EVALUATIONS = {"run_lgip_multi.py": (multi, 64), "run_lgip_by_fliptype.py": (by_fliptype, 64),
-               "rebuttal_enhanced_lgip_by_transformation.py": (enhanced, 512)}
+EVALUATIONS = {
+    "run_lgip_multi.py": (multi, 64),
+    "run_lgip_by_fliptype.py": (by_fliptype, 64),
+    "rebuttal_enhanced_lgip_by_transformation.py": (enhanced, 512),
+}
 
 
 def evaluate(script, specs, records, root):

@@ -4,6 +4,7 @@ ENOSPC once the folder's room is used up, as a full file system does. Linux (/pr
 
     install({"/tmp/out": 12_000, "/tmp/cache": 0})   # in a test's subprocess, before the script runs
 """
+
 import errno
 import os
 

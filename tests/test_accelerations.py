@@ -4,6 +4,7 @@ off gives every output number of the run with all of them on (metrics and score 
 Three models in one run, so what is shared between models is exercised too: an open_clip model,
 its twin (the same tokenization and pixels: shared token table, prefix plan, remembered pixels,
 calls and score-file layout) and the SigLIP whose words split unevenly."""
+
 import glob
 import json
 import math
@@ -30,8 +31,9 @@ def assert_same_numbers(a, b, path="$", tol=TOL):
         for i, (x, y) in enumerate(zip(a, b)):
             assert_same_numbers(x, y, f"{path}[{i}]", tol)
     elif isinstance(a, float) and not isinstance(b, bool):
-        assert isinstance(b, (int, float)) and (math.isclose(a, b, rel_tol=0, abs_tol=tol)
-                                                or (math.isnan(a) and math.isnan(b))), f"{path}: {a} != {b}"
+        assert isinstance(b, (int, float)) and (
+            math.isclose(a, b, rel_tol=0, abs_tol=tol) or (math.isnan(a) and math.isnan(b))
+        ), f"{path}: {a} != {b}"
     else:
         assert a == b, f"{path}: {a!r} != {b!r}"
 
@@ -41,12 +43,15 @@ def run(tmp_path, script, jsonl, protocol, off):
     folder.mkdir()
     shutil.copy(os.path.join(REFERENCE, jsonl), folder / jsonl)
     # one decoding worker: the lookahead (a worker pool) runs in the fast path
-    run_here(script, **eval_settings(folder / jsonl, protocol, MODELS, NUM_WORKERS=1, CACHE_DIR=None, ACCELERATIONS_OFF=off))
+    run_here(
+        script, **eval_settings(folder / jsonl, protocol, MODELS, NUM_WORKERS=1, CACHE_DIR=None, ACCELERATIONS_OFF=off)
+    )
     return folder
 
 
-@pytest.mark.parametrize("script,jsonl,outputs,protocol",
-                         [(*case, "reference") for case in CASES] + [(*CASES[0], "corrected")])
+@pytest.mark.parametrize(
+    "script,jsonl,outputs,protocol", [(*case, "reference") for case in CASES] + [(*CASES[0], "corrected")]
+)
 def test_every_acceleration_off_gives_the_same_numbers(tmp_path, script, jsonl, outputs, protocol):
     fast, plain = (run(tmp_path, script, jsonl, protocol, off) for off in ([], "all"))
     for name in outputs:
@@ -69,12 +74,21 @@ def test_every_acceleration_off_gives_the_same_numbers(tmp_path, script, jsonl, 
     assert all(not any(r["accelerations"].values()) and not r["accelerations_not_applied"] for r in plain_runs)
     assert set(fast_runs[0]["accelerations"]) == set(accelerations.NAMES)
     clip_fast, _, siglip_fast = fast_runs
-    assert clip_fast["accelerations_not_applied"] == {"BUILD_ON_DEVICE": "the model runs on the CPU",
-        **{n: "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"
-           for n in accelerations.JOINT_ONLY}}
+    assert clip_fast["accelerations_not_applied"] == {
+        "BUILD_ON_DEVICE": "the model runs on the CPU",
+        **{
+            n: "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"
+            for n in accelerations.JOINT_ONLY
+        },
+    }
     assert siglip_fast["accelerations"]["POOLED_LAST_BLOCK"] and not siglip_fast["accelerations"]["PREFIX_PACKS"]
-    assert set(siglip_fast["accelerations_not_applied"]) == {"PREFIX_PACKS", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER",
-                                                             "BUILD_ON_DEVICE", *accelerations.JOINT_ONLY}
+    assert set(siglip_fast["accelerations_not_applied"]) == {
+        "PREFIX_PACKS",
+        "TRIMMED_TEXT",
+        "FAST_CLIP_TOKENIZER",
+        "BUILD_ON_DEVICE",
+        *accelerations.JOINT_ONLY,
+    }
     clip, twin, siglip = plain_runs
     assert not clip["model"]["text_trimmed"] and not clip["model"]["text_prefix_sharing"]
     assert not clip["model"]["pixels_on_device"] and not clip["model"]["image_last_block_class_token_only"]
@@ -87,8 +101,11 @@ def test_every_acceleration_off_gives_the_same_numbers(tmp_path, script, jsonl, 
 
 def test_unknown_acceleration_is_an_error_listing_the_valid_ones(tmp_path):
     shutil.copy(os.path.join(REFERENCE, CASES[0][1]), tmp_path / "in.jsonl")
-    proc = run_script("run_lgip_multi.py", *eval_args(tmp_path / "in.jsonl", models=[OPENCLIP_TINY],
-                                                      ACCELERATIONS_OFF=["PREFIX_PACK"]), check=False)
+    proc = run_script(
+        "run_lgip_multi.py",
+        *eval_args(tmp_path / "in.jsonl", models=[OPENCLIP_TINY], ACCELERATIONS_OFF=["PREFIX_PACK"]),
+        check=False,
+    )
     assert proc.returncode == 2 and "unknown acceleration(s) 'PREFIX_PACK'; valid: PREFIX_PACKS" in proc.stderr
 
 

@@ -10,6 +10,7 @@ evaluations called from Python. No network: tiny checkpoints built by tests/tiny
 - errors: a model without the two methods, a user's loader that raises or returns the wrong kind;
 - run() twice in one process with a model in memory: independent calls, the model handed back as given.
 """
+
 import copy
 import json
 import math
@@ -27,16 +28,24 @@ import user_loaders
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, run_script
 
 TOL = 1e-5
-INPUTS = {"run_lgip_multi.py": "fixture_with_perturb.jsonl", "run_lgip_by_fliptype.py": "fixture_with_fliptypes.jsonl",
-          "rebuttal_enhanced_lgip_by_transformation.py": "rebuttal_enhanced_fixture_with_fliptypes.jsonl"}
-HEADLINE = {"run_lgip_multi.py": ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate"),
-            "run_lgip_by_fliptype.py": ("invariance_error_mean", "global_sensitivity", "by_flip_type")}
+INPUTS = {
+    "run_lgip_multi.py": "fixture_with_perturb.jsonl",
+    "run_lgip_by_fliptype.py": "fixture_with_fliptypes.jsonl",
+    "rebuttal_enhanced_lgip_by_transformation.py": "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
+}
+HEADLINE = {
+    "run_lgip_multi.py": ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate"),
+    "run_lgip_by_fliptype.py": ("invariance_error_mean", "global_sensitivity", "by_flip_type"),
+}
 
 
 @pytest.fixture(scope="module")
 def hf_folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("hf")
-    return {"clip": tiny_hf.hf_clip_from_openclip(str(root / "clip")), "altclip": tiny_hf.hf_altclip(str(root / "altclip"))}
+    return {
+        "clip": tiny_hf.hf_clip_from_openclip(str(root / "clip")),
+        "altclip": tiny_hf.hf_altclip(str(root / "altclip")),
+    }
 
 
 def spec(name, folder):
@@ -67,16 +76,28 @@ def copy_input(folder, script):
 
 def settings(jsonl, models, **extra):
     """run()'s keyword arguments for the fixture on the CPU."""
-    return dict(JSONL_PATH=jsonl, IMAGE_ROOT=FIXTURES, MODELS=models, DEVICE="cpu", NUM_WORKERS=0, BOOTSTRAP=0,
-                CACHE_DIR=None, WRITE_SCORES=False, **extra)
+    return dict(
+        JSONL_PATH=jsonl,
+        IMAGE_ROOT=FIXTURES,
+        MODELS=models,
+        DEVICE="cpu",
+        NUM_WORKERS=0,
+        BOOTSTRAP=0,
+        CACHE_DIR=None,
+        WRITE_SCORES=False,
+        **extra,
+    )
 
 
 def test_same_weights_through_three_types_give_the_same_metrics_from_the_command_line(hf_folders, tmp_path):
     """The tiny open_clip CLIP as open_clip, as a transformers CLIPModel (its state dict mapped) and
     through a python loader: one command line (the lookahead on: the transformers model's texts
     are tokenized ahead), the same metrics at 1e-5."""
-    loader = {"name": "as_python", "type": "python", "loader": os.path.join(os.path.dirname(__file__), "user_loaders.py")
-              + ":openclip_tiny"}
+    loader = {
+        "name": "as_python",
+        "type": "python",
+        "loader": os.path.join(os.path.dirname(__file__), "user_loaders.py") + ":openclip_tiny",
+    }
     models = [OPENCLIP_TINY, spec("as_transformers", hf_folders["clip"]), loader]
     script = "run_lgip_multi.py"
     args = eval_args(copy_input(str(tmp_path), script), "corrected", models=models, BOOTSTRAP=0, CACHE_DIR=None)
@@ -96,14 +117,22 @@ class OneTextAtATime(published_style.PublishedVLM):
 
     def __init__(self, model_id):
         from transformers import AutoModel, AutoProcessor
-        self.calls, self.model, self.processor = [], AutoModel.from_pretrained(model_id).eval(), AutoProcessor.from_pretrained(model_id)
+
+        self.calls, self.model, self.processor = (
+            [],
+            AutoModel.from_pretrained(model_id).eval(),
+            AutoProcessor.from_pretrained(model_id),
+        )
         self.seen = {}  # text -> its embedding (each computed alone, once)
 
     @torch.no_grad()
     def encode_images(self, paths):
         from PIL import Image
+
         imgs = [Image.open(p).convert("RGB") for p in paths]
-        feats = published_style._features(self.model.get_image_features(**self.processor(images=imgs, return_tensors="pt")))
+        feats = published_style._features(
+            self.model.get_image_features(**self.processor(images=imgs, return_tensors="pt"))
+        )
         return feats / feats.norm(dim=-1, keepdim=True)
 
     @torch.no_grad()
@@ -112,7 +141,9 @@ class OneTextAtATime(published_style.PublishedVLM):
             return torch.empty(0, 0)
         for t in texts:
             if t not in self.seen:
-                feats = published_style._features(self.model.get_text_features(**self.processor(text=[t], return_tensors="pt")))
+                feats = published_style._features(
+                    self.model.get_text_features(**self.processor(text=[t], return_tensors="pt"))
+                )
                 self.seen[t] = feats / feats.norm(dim=-1, keepdim=True)
         return torch.cat([self.seen[t] for t in texts])
 
@@ -123,6 +154,7 @@ def test_transformers_families_equal_one_text_at_a_time_in_all_three_evaluations
     import run_lgip_by_fliptype
     import run_lgip_multi
     from lgip.records import load_records
+
     vlm = OneTextAtATime(hf_folders[family])
     for module in (run_lgip_multi, run_lgip_by_fliptype, rebuttal):
         script = os.path.basename(module.__file__)
@@ -142,12 +174,15 @@ def test_a_texts_embedding_does_not_depend_on_its_batch(hf_folders, family):
     from transformers import AutoModel, AutoProcessor
     from lgip.models import load_model
     from lgip.texts import TextBank
+
     folder = hf_folders.get(family, SIGLIP_TINY["model_id"])
     model, processor = AutoModel.from_pretrained(folder).eval(), AutoProcessor.from_pretrained(folder)
     texts = ["dog", "a red bus waiting at a stop near the station", "two white dogs and a person on the beach at dusk"]
     kw = {"padding": "max_length", "max_length": 64} if family == "siglip" else {"padding": True}
     with torch.no_grad():
-        alone = published_style._features(model.get_text_features(**processor(text=texts[:1], return_tensors="pt", **kw)))
+        alone = published_style._features(
+            model.get_text_features(**processor(text=texts[:1], return_tensors="pt", **kw))
+        )
         batch = published_style._features(model.get_text_features(**processor(text=texts, return_tensors="pt", **kw)))
     alone, batch = (torch.nn.functional.normalize(x, dim=-1) for x in (alone, batch))
     assert (alone[0] - batch[0]).abs().max() < 1e-5
@@ -162,6 +197,7 @@ def test_a_model_without_the_two_methods_is_named(hf_folders, tmp_path):
     from transformers import AutoConfig, CLIPTextModel
     from lgip.errors import ModelError
     from lgip.models import load_model
+
     folder = tmp_path / "text_only"
     shutil.copytree(hf_folders["clip"], folder)
     CLIPTextModel(AutoConfig.from_pretrained(hf_folders["clip"]).text_config).save_pretrained(folder)
@@ -176,6 +212,7 @@ def test_a_saved_clip_model_is_not_read_as_siglip(hf_folders):
     """The published specs' "siglip" type is the same loader: a CLIPModel given so is a CLIP model
     (its mask, no SigLIP padding), and the fixture SigLIP keeps its rules under both names."""
     from lgip.models import load_model
+
     clip = load_model({"name": "c", "type": "siglip", "model_id": hf_folders["clip"]}, "corrected", "cpu")
     assert clip.info["family"] == "clip" and clip.pad_length([3, 9]) is None and clip.info["text_attention_mask"]
     for type_ in ("siglip", "transformers"):
@@ -191,31 +228,46 @@ def test_errors_in_a_users_code_are_reported_as_theirs(tmp_path):
     proc = run_script("run_lgip_multi.py", *eval_args(jsonl, "corrected", models=models), check=False)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: model 'mine': the loader raised FileNotFoundError in your code (loader ")
-    assert all(s in proc.stderr for s in ("user_loaders.py\", line", "in _read_checkpoint",
-                                          "FileNotFoundError: no checkpoint at epoch3.pt")), proc.stderr
+    assert all(
+        s in proc.stderr
+        for s in ('user_loaders.py", line', "in _read_checkpoint", "FileNotFoundError: no checkpoint at epoch3.pt")
+    ), proc.stderr
     frames = re.findall(r'^  File "(.+?)", line \d+', proc.stderr, re.M)
     package = os.path.join(ROOT, "lgip") + os.sep  # the project's package (wherever the checkout is, whatever its name)
     assert frames and not [f for f in frames if f.startswith(package)], proc.stderr  # their frames, not ours
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".json")]
 
 
-@pytest.mark.parametrize("loader,message", [
-    ("wrong_text_shape", "model 'mine': model.encode_text(token_ids) gave a tensor (2,) of torch.float32; expected a "
-                         "float tensor of 2 dimensions (loader user_loaders:wrong_text_shape)"),
-    ("two_things", "model 'mine': loader user_loaders:two_things must return (model, preprocess, tokenizer), got tuple of 2"),
-    ("nothing", "model 'mine': user_loaders has no function 'nothing' (loader 'user_loaders:nothing')"),
-])
+@pytest.mark.parametrize(
+    "loader,message",
+    [
+        (
+            "wrong_text_shape",
+            "model 'mine': model.encode_text(token_ids) gave a tensor (2,) of torch.float32; expected a "
+            "float tensor of 2 dimensions (loader user_loaders:wrong_text_shape)",
+        ),
+        (
+            "two_things",
+            "model 'mine': loader user_loaders:two_things must return (model, preprocess, tokenizer), got tuple of 2",
+        ),
+        ("nothing", "model 'mine': user_loaders has no function 'nothing' (loader 'user_loaders:nothing')"),
+    ],
+)
 def test_a_loaders_result_of_the_wrong_kind_is_named(loader, message):
     from lgip.errors import ModelError
     from lgip.models import load_model
+
     with pytest.raises(ModelError) as e:
         load_model({"name": "mine", "type": "python", "loader": f"user_loaders:{loader}"}, "corrected", "cpu")
     assert str(e.value) == message
 
 
 def _state_of(model):
-    return (model.training, [(p.device, p.dtype, p.requires_grad) for p in model.parameters()],
-            [p.detach().clone() for p in model.parameters()])
+    return (
+        model.training,
+        [(p.device, p.dtype, p.requires_grad) for p in model.parameters()],
+        [p.detach().clone() for p in model.parameters()],
+    )
 
 
 def test_run_twice_in_one_process_with_a_model_in_memory(tmp_path):
@@ -224,6 +276,7 @@ def test_run_twice_in_one_process_with_a_model_in_memory(tmp_path):
     the second call (another model, other settings) equals the same call made alone."""
     import run_lgip_multi
     from lgip import evaluation, pixel_memory, scorefile, texts, tokens
+
     jsonl = copy_input(str(tmp_path), "run_lgip_multi.py")
     first = user_loaders.openclip_tiny()
     first[0].train()
@@ -242,18 +295,29 @@ def test_run_twice_in_one_process_with_a_model_in_memory(tmp_path):
     a = call(first, PIXEL_MEMORY_GB=1.0)
     after = _state_of(first[0])
     assert before[:2] == after[:2] and all(torch.equal(x, y) for x, y in zip(before[2], after[2]))
-    assert not (tokens._TOKEN_TABLES or texts._LAST_PLAN or evaluation._LAST_CALLS or pixel_memory._PIXEL_MEMORY
-                or scorefile._SCORE_LAYOUT)
+    assert not (
+        tokens._TOKEN_TABLES
+        or texts._LAST_PLAN
+        or evaluation._LAST_CALLS
+        or pixel_memory._PIXEL_MEMORY
+        or scorefile._SCORE_LAYOUT
+    )
     assert {k: getattr(run_lgip_multi, k) for k in defaults} == defaults and threading.active_count() == threads
     assert a[0]["run"]["cache"]["dir"] is None and a[0]["run"]["model"]["in_memory"]
-    assert a[0]["run"]["config"]["MODELS"][0]["loader"] == ["<open_clip.model.CLIP object>", "<torchvision.transforms."
-                                                           "transforms.Compose object>", "<open_clip.tokenizer.SimpleTokenizer object>"]
+    assert a[0]["run"]["config"]["MODELS"][0]["loader"] == [
+        "<open_clip.model.CLIP object>",
+        "<torchvision.transforms.transforms.Compose object>",
+        "<open_clip.tokenizer.SimpleTokenizer object>",
+    ]
     b = call(second, PROTOCOL="reference", TEXT_BATCH_SIZE=5)
     b_alone = call(second, PROTOCOL="reference", TEXT_BATCH_SIZE=5)
     keys = HEADLINE["run_lgip_multi.py"]
     assert {k: b[0][k] for k in keys} == {k: b_alone[0][k] for k in keys}
     assert {k: a[0][k] for k in keys} != {k: b[0][k] for k in keys}
-    with pytest.raises(Exception, match=r"unknown setting TEXT_BATCH \(did you mean TEXT_BATCH_SIZE\?\); valid settings: JSONL_PATH, IMAGE_ROOT"):
+    with pytest.raises(
+        Exception,
+        match=r"unknown setting TEXT_BATCH \(did you mean TEXT_BATCH_SIZE\?\); valid settings: JSONL_PATH, IMAGE_ROOT",
+    ):
         call(second, TEXT_BATCH=5)
 
 
@@ -261,18 +325,24 @@ def test_cached_reruns_need_no_weights_for_the_new_types(hf_folders, tmp_path):
     """transformers and python (string loader) models: a re-run whose embeddings are all cached
     does not load the model (nor run the user's loader), and gives the same numbers."""
     import run_lgip_multi
+
     jsonl = copy_input(str(tmp_path), "run_lgip_multi.py")
     here = os.path.dirname(os.path.abspath(__file__))
-    models = [spec("clip", hf_folders["clip"]), {"name": "mine", "type": "python",
-                                                 "loader": f"{here}/user_loaders.py:openclip_tiny"}]
+    models = [
+        spec("clip", hf_folders["clip"]),
+        {"name": "mine", "type": "python", "loader": f"{here}/user_loaders.py:openclip_tiny"},
+    ]
     runs = [run_lgip_multi.run(**dict(settings(jsonl, models), CACHE_DIR=str(tmp_path / "cache"))) for _ in range(2)]
     for first, again in zip(*runs):
         assert first["run"]["model"]["weights_loaded"] and not again["run"]["model"]["weights_loaded"]
-        assert {k: first[k] for k in HEADLINE["run_lgip_multi.py"]} == {k: again[k] for k in HEADLINE["run_lgip_multi.py"]}
+        assert {k: first[k] for k in HEADLINE["run_lgip_multi.py"]} == {
+            k: again[k] for k in HEADLINE["run_lgip_multi.py"]
+        }
 
 
 def test_a_loader_function_from_python_is_called_with_the_runs_device_and_dtype(tmp_path):
     import run_lgip_multi
+
     jsonl = copy_input(str(tmp_path), "run_lgip_multi.py")
     calls = []
 
@@ -283,13 +353,16 @@ def test_a_loader_function_from_python_is_called_with_the_runs_device_and_dtype(
     spec_ = {"name": "fn", "type": "python", "loader": build, "kwargs": {"scale": 2}}
     m = run_lgip_multi.run(**dict(settings(jsonl, [spec_]), CACHE_DIR="auto"))[0]
     assert calls == [("cpu", torch.float32, 2)]
-    assert m["run"]["model"]["in_memory"] and m["run"]["cache"]["dir"] is None  # (nothing on disk names a function's weights)
+    assert (
+        m["run"]["model"]["in_memory"] and m["run"]["cache"]["dir"] is None
+    )  # (nothing on disk names a function's weights)
     assert m["run"]["config"]["MODELS"][0]["loader"].startswith("<function test_any_model.")
     assert not os.path.exists(tmp_path / ".lgip_cache")
 
 
 def test_hub_check_knows_the_transformers_type():
     from lgip.models.hub import hub_files
+
     files = hub_files({"name": "m", "type": "transformers", "model_id": "facebook/metaclip-b32-400m"})
     assert files[0] == ("facebook/metaclip-b32-400m", ["config.json"]) and "model.safetensors.index.json" in files[1][1]
     assert hub_files({"name": "m", "type": "python", "loader": "x:y"}) == []
@@ -299,6 +372,7 @@ def test_the_published_models_files_table_is_open_clips_catalogue(monkeypatch):
     """lgip.models.hub.CATALOGUE (a plan's check without importing open_clip) gives what open_clip's own
     catalogue gives for every published open_clip model, at the version it names; another version asks open_clip."""
     from lgip.models import PUBLISHED_MODELS, hub
+
     specs = [m for m in PUBLISHED_MODELS if m["type"] == "openclip"]
     assert {(m["model_name"], m["pretrained"]) for m in specs} == set(hub.CATALOGUE)
     assert hub._open_clip_version() == hub.CATALOGUE_VERSION  # (requirements.txt pins it)
@@ -308,6 +382,7 @@ def test_the_published_models_files_table_is_open_clips_catalogue(monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(hub, "_open_clip_version", lambda: "9.9.9")
     import open_clip
+
     monkeypatch.setattr(open_clip, "get_pretrained_cfg", lambda name, tag: {"hf_hub": "elsewhere/repo/"})
     assert hub.hub_files(specs[0])[0][0] == "elsewhere/repo"
 
@@ -319,24 +394,44 @@ def test_word_attribution_of_the_same_weights_through_three_types(hf_folders, tm
     script, or with UNSUPPORTED="skip" is left out and listed."""
     import explain_flips
     from lgip.errors import ModelError
+
     jsonl = copy_input(str(tmp_path), "run_lgip_by_fliptype.py")
     triple = user_loaders.openclip_tiny()
     triple[0].train()
     python = {"name": "as_python", "type": "python", "loader": triple}
-    settings_ = dict(JSONL_PATH=jsonl, IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0, N_FLIPS=12, TOP_K=0, BOOTSTRAP=0)
-    results = explain_flips.run(**settings_, UNSUPPORTED="skip", MODELS=[
-        OPENCLIP_TINY, spec("as_transformers", hf_folders["clip"]), python, spec("altclip", hf_folders["altclip"])])
+    settings_ = dict(
+        JSONL_PATH=jsonl, IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0, N_FLIPS=12, TOP_K=0, BOOTSTRAP=0
+    )
+    results = explain_flips.run(
+        **settings_,
+        UNSUPPORTED="skip",
+        MODELS=[
+            OPENCLIP_TINY,
+            spec("as_transformers", hf_folders["clip"]),
+            python,
+            spec("altclip", hf_folders["altclip"]),
+        ],
+    )
     assert results[0]["run"]["family"] == "open_clip" and results[1]["run"]["family"] != "open_clip"
     assert results[3]["model_tag"] == "altclip" and "AltCLIPModel" in results[3]["unsupported"]
     assert triple[0].training and results[2]["run"]["model"]["dtype"] == "float32"  # handed back in its mode
-    lines = [[json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__LGIP_explain_{m['model_tag']}.jsonl")]
-             for m in results[:3]]
+    lines = [
+        [json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__LGIP_explain_{m['model_tag']}.jsonl")]
+        for m in results[:3]
+    ]
     assert [len(x) for x in lines] == [12, 12, 12]
     for a, *others in zip(*lines):
         for b in others:
-            assert (a["flip"], a["words"], a["changed"], a["blamed"]) == (b["flip"], b["words"], b["changed"], b["blamed"])
+            assert (a["flip"], a["words"], a["changed"], a["blamed"]) == (
+                b["flip"],
+                b["words"],
+                b["changed"],
+                b["blamed"],
+            )
             assert max(abs(x - y) for x, y in zip(a["token_scores"], b["token_scores"])) < 1e-6
-    with pytest.raises(ModelError, match="word attribution does not support this model .*AltCLIPModel.*supported: open_clip"):
+    with pytest.raises(
+        ModelError, match="word attribution does not support this model .*AltCLIPModel.*supported: open_clip"
+    ):
         explain_flips.run(**settings_, MODELS=[spec("altclip", hf_folders["altclip"])])
 
 
@@ -346,19 +441,29 @@ def test_word_attribution_of_a_model_in_memory_below_fp32_runs_in_fp32(tmp_path,
     explained in fp32 (the same lines as a float32 copy of its weights gives) and comes back as it
     was, the very tensors in its dtype and mode."""
     import explain_flips
+
     jsonl = copy_input(str(tmp_path), "run_lgip_by_fliptype.py")
     model, preprocess, tokenizer = user_loaders.openclip_tiny()
     model.to(getattr(torch, dtype)).train()
     copy32 = copy.deepcopy(model).float()
     before = {n: (p.data_ptr(), p.dtype) for n, p in model.named_parameters()}
-    settings_ = dict(JSONL_PATH=jsonl, IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0, N_FLIPS=12, TOP_K=0, BOOTSTRAP=0)
-    results = explain_flips.run(**settings_, MODELS=[{"name": "low", "type": "python", "loader": (model, preprocess, tokenizer)},
-                                                     {"name": "fp32", "type": "python", "loader": (copy32, preprocess, tokenizer)}])
+    settings_ = dict(
+        JSONL_PATH=jsonl, IMAGE_ROOT=FIXTURES, DEVICE="cpu", NUM_WORKERS=0, N_FLIPS=12, TOP_K=0, BOOTSTRAP=0
+    )
+    results = explain_flips.run(
+        **settings_,
+        MODELS=[
+            {"name": "low", "type": "python", "loader": (model, preprocess, tokenizer)},
+            {"name": "fp32", "type": "python", "loader": (copy32, preprocess, tokenizer)},
+        ],
+    )
     assert results[0]["run"]["model"]["attribution_in_fp32_from"] == [f"torch.{dtype}"]
     assert "attribution_in_fp32_from" not in results[1]["run"]["model"]
     assert results[0]["run"]["model"]["attribution_embedding_diff"] < 1e-5
-    low, high = ([json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__LGIP_explain_{m}.jsonl")]
-                 for m in ("low", "fp32"))
+    low, high = (
+        [json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__LGIP_explain_{m}.jsonl")]
+        for m in ("low", "fp32")
+    )
     assert len(low) == 12 and low == high
     assert {n: (p.data_ptr(), p.dtype) for n, p in model.named_parameters()} == before and model.training
 
@@ -370,6 +475,7 @@ def test_embeddings_that_are_not_finite_stop_the_model_with_what_and_where(tmp_p
     ON_MODEL_ERROR="skip" the other models' rows are written whole and the failure is recorded."""
     import run_lgip_multi
     from lgip.errors import ModelError
+
     jsonl = copy_input(str(tmp_path), "run_lgip_multi.py")
     loader = f"{os.path.dirname(__file__)}/user_loaders.py:non_finite"
     texts = {"name": "nan_texts", "type": "python", "loader": loader}
@@ -377,7 +483,9 @@ def test_embeddings_that_are_not_finite_stop_the_model_with_what_and_where(tmp_p
     with pytest.raises(ModelError) as e:
         run_lgip_multi.run(**settings(jsonl, [texts]))
     said = str(e.value)
-    assert said.startswith("model 'nan_texts': 0 image and ") and " text embeddings are not finite (NaN or inf; " in said
+    assert (
+        said.startswith("model 'nan_texts': 0 image and ") and " text embeddings are not finite (NaN or inf; " in said
+    )
     first = re.search(r"first text: '([^']*)'", said).group(1)
     assert "dog" in first.lower().split() or "dog" in first.lower(), said
     assert "In float32 it is the model's own: NaN in its weights, or its code." in said
@@ -385,8 +493,11 @@ def test_embeddings_that_are_not_finite_stop_the_model_with_what_and_where(tmp_p
     fp16 = {"name": "half", "type": "python", "loader": loader}
     with pytest.raises(ModelError, match=r'Run in bfloat16, a model can overflow: run it with DTYPE="float32"\.'):
         run_lgip_multi.run(**settings(jsonl, [fp16], DTYPE="bfloat16"))
-    with pytest.raises(ModelError, match=r"model 'inf_images': 12 image and 0 text embeddings are not finite "
-                                         r"\(NaN or inf; first image: line 1, "):
+    with pytest.raises(
+        ModelError,
+        match=r"model 'inf_images': 12 image and 0 text embeddings are not finite "
+        r"\(NaN or inf; first image: line 1, ",
+    ):
         run_lgip_multi.run(**settings(jsonl, [images]))
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".json")]
     good = {"name": "good", "type": "python", "loader": f"{os.path.dirname(__file__)}/user_loaders.py:openclip_tiny"}
@@ -403,24 +514,38 @@ def test_an_open_clip_model_in_memory_gets_its_spec_twins_accelerations(tmp_path
     rows that say what ran; the wrapper's row says which switches did not run for it, and why."""
     from lgip import accelerations
     import run_lgip_multi
+
     jsonl = copy_input(str(tmp_path), "run_lgip_multi.py")
     model, preprocess, tokenizer = user_loaders.openclip_tiny()
 
-    rows = run_lgip_multi.run(**settings(jsonl, [{"name": "epoch", "type": "python", "loader": (model, preprocess, tokenizer)},
-                                                 {"name": "wrapped", "type": "python",
-                                                  "loader": (user_loaders.Wrapped(model), preprocess, tokenizer)}]))
+    rows = run_lgip_multi.run(
+        **settings(
+            jsonl,
+            [
+                {"name": "epoch", "type": "python", "loader": (model, preprocess, tokenizer)},
+                {"name": "wrapped", "type": "python", "loader": (user_loaders.Wrapped(model), preprocess, tokenizer)},
+            ],
+        )
+    )
     fast, plain = rows
     for key in HEADLINE["run_lgip_multi.py"]:
         assert fast[key] == pytest.approx(plain[key], abs=1e-6)
     info = fast["run"]["model"]
     assert info["open_clip_model"] and info["text_trimmed"] and info["text_prefix_sharing"] and info["in_memory"]
     assert info["image_last_block_class_token_only"]
-    assert all(fast["run"]["accelerations"][n] for n in ("PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT",
-                                                         "FAST_CLIP_TOKENIZER", "PIXELS_ON_DEVICE"))
-    assert fast["run"]["accelerations_not_applied"] == {"BUILD_ON_DEVICE": "the model runs on the CPU",
-        **{n: "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"
-           for n in accelerations.JOINT_ONLY}}
+    assert all(
+        fast["run"]["accelerations"][n]
+        for n in ("PREFIX_PACKS", "POOLED_LAST_BLOCK", "TRIMMED_TEXT", "FAST_CLIP_TOKENIZER", "PIXELS_ON_DEVICE")
+    )
+    assert fast["run"]["accelerations_not_applied"] == {
+        "BUILD_ON_DEVICE": "the model runs on the CPU",
+        **{
+            n: "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"
+            for n in accelerations.JOINT_ONLY
+        },
+    }
     assert "text_trimmed" not in plain["run"]["model"] and not plain["run"]["accelerations"]["PREFIX_PACKS"]
     assert plain["run"]["accelerations_not_applied"]["TRIMMED_TEXT"] == (
-        "a model of one's own: its encode_text and encode_image run as given")
+        "a model of one's own: its encode_text and encode_image run as given"
+    )
     assert fast["run"]["text_positions"]["computed"] < plain["run"]["text_positions"]["computed"]

@@ -2,11 +2,11 @@
 here (open_clip: a hand-written float64 forward; SigLIP and transformers CLIP: the model's own eager
 forward with output_attentions), a finite-difference check of dS/dA, tokens put on words, and
 explain_flips.py's lines and figures."""
+
 import copy
 import json
 import math
 import os
-import shutil
 
 import pytest
 import torch
@@ -22,6 +22,7 @@ TEXTS = ["A red bus parked on the side of the street.", "two  DOGS, one cat!!", 
 @pytest.fixture(scope="module")
 def siglip():
     from lgip.models import load_model
+
     return load_model(SIGLIP_TINY, "corrected", "cpu")
 
 
@@ -29,20 +30,49 @@ def _tiny_transformers_clip(enc, name):
     """A tiny random-init transformers CLIPModel or MetaClip2Model (eager attention) fed the
     open_clip tokenizer's ids (the same BPE vocabulary), wrapped as an Encoder as a loader would."""
     import transformers
+
     config, model = getattr(transformers, name + "Config"), getattr(transformers, name + "Model")
-    cfg = config(text_config=dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                      num_attention_heads=2, max_position_embeddings=77, bos_token_id=49406,
-                                      eos_token_id=49407, pad_token_id=0),
-                     vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                        image_size=32, patch_size=16), projection_dim=16)
+    cfg = config(
+        text_config=dict(
+            vocab_size=49408,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=77,
+            bos_token_id=49406,
+            eos_token_id=49407,
+            pad_token_id=0,
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=16,
+        ),
+        projection_dim=16,
+    )
     torch.manual_seed(0)
     return _encoder(model._from_config(cfg, attn_implementation="eager").eval(), enc.tokenize, 0, lambda lengths: None)
 
 
 def _encoder(model, tokenize, pad_id, pad_length):
     """A tiny model wrapped as an Encoder as a loader would, for what attribution reads of it."""
-    return Encoder(model=model, device="cpu", dtype=None, tokenizer=None, image_transform=None, tokenize=tokenize,
-                   encode_tokens=None, encode_images=None, pad_id=pad_id, pad_length=pad_length, text_key_tag="")
+    return Encoder(
+        model=model,
+        device="cpu",
+        dtype=None,
+        tokenizer=None,
+        image_transform=None,
+        tokenize=tokenize,
+        encode_tokens=None,
+        encode_images=None,
+        pad_id=pad_id,
+        pad_length=pad_length,
+        text_key_tag="",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,22 +89,45 @@ def metaclip2(enc):
 def siglip2(siglip):
     """A tiny random-init transformers Siglip2Model fed the SigLIP fixture's ids, padded to 64."""
     from transformers import Siglip2Config, Siglip2Model
-    cfg = Siglip2Config(text_config=dict(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=2, max_position_embeddings=64),
-                        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                           patch_size=16, num_patches=4))
+
+    cfg = Siglip2Config(
+        text_config=dict(
+            vocab_size=400,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            max_position_embeddings=64,
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            patch_size=16,
+            num_patches=4,
+        ),
+    )
     torch.manual_seed(0)
-    return _encoder(Siglip2Model._from_config(cfg, attn_implementation="eager").eval(), siglip.tokenize,
-                    siglip.pad_id, siglip.pad_length)
+    return _encoder(
+        Siglip2Model._from_config(cfg, attn_implementation="eager").eval(),
+        siglip.tokenize,
+        siglip.pad_id,
+        siglip.pad_length,
+    )
 
 
 @pytest.fixture(scope="module")
 def custom_text(enc):
     """A tiny random-init open_clip CustomTextCLIP (EVA02's kind: the text tower in model.text)."""
     import open_clip
+
     torch.manual_seed(0)
-    model = open_clip.CustomTextCLIP(16, dict(layers=1, width=32, patch_size=16, image_size=32, head_width=16),
-                                     dict(context_length=77, vocab_size=49408, width=32, heads=2, layers=2)).eval()
+    model = open_clip.CustomTextCLIP(
+        16,
+        dict(layers=1, width=32, patch_size=16, image_size=32, head_width=16),
+        dict(context_length=77, vocab_size=49408, width=32, heads=2, layers=2),
+    ).eval()
     return _encoder(model, enc.tokenize, 0, lambda lengths: None)
 
 
@@ -134,8 +187,10 @@ def _restated_transformers(model, ids, v, layers, pooled):
         layer.self_attn.config._attn_implementation = "eager"  # (the text config, shared by its layers)
         assert layer.self_attn.config._attn_implementation == "eager"
     kept = []
-    hooks = [layer.self_attn.register_forward_hook(lambda mod, args, out: kept.append(out[1]))
-             for layer in tower.encoder.layers[-layers:]]
+    hooks = [
+        layer.self_attn.register_forward_hook(lambda mod, args, out: kept.append(out[1]))
+        for layer in tower.encoder.layers[-layers:]
+    ]
     try:  # (transformers CLIP's attention returns its probabilities only when asked to)
         t = m.text_model(input_ids=ids, output_attentions=True).pooler_output
     finally:
@@ -206,6 +261,7 @@ def test_gradient_of_s_against_finite_differences_of_one_probability(family, req
             a = a.clone()
             a[0, head, p, j] += eps
             return a
+
         t = tower.features(ids, edit)
         return float(torch.nn.functional.cosine_similarity(t, v, dim=-1)[0])
 
@@ -221,8 +277,12 @@ def test_unsupported_models_stop_naming_the_families():
         attribution.text_tower(torch.nn.Linear(2, 2))
 
 
-TRICKY = ["A  Red BUS, parked & waiting at 10:45!", "Ünïcödé café — naïve “quotes” &amp; 3½ emojis 🚌",
-          "don't stop-believing (ok) ... ", "a"]
+TRICKY = [
+    "A  Red BUS, parked & waiting at 10:45!",
+    "Ünïcödé café — naïve “quotes” &amp; 3½ emojis 🚌",
+    "don't stop-believing (ok) ... ",
+    "a",
+]
 
 
 @pytest.mark.parametrize("family", ["enc", "siglip"])
@@ -251,6 +311,7 @@ def test_tokens_are_put_on_the_words_they_come_from(family, request):
 def test_a_tokenizer_merging_across_spaces_is_not_put_on_words():
     def tokenize(texts):  # characters, but "a b" is one token
         return [[1] + [0 if c == "\0" else ord(c) for c in t.replace("a b", "\0")] + [2] for t in texts]
+
     assert [a is None for a in attribution.align_words(tokenize, ["xa bc", "x ab c"])] == [True, False]
 
 
@@ -268,20 +329,44 @@ def _explained(tmp_path):
     records = [json.loads(line) for line in open(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"))]
     records[-1]["image_path"] = "images/missing.jpg"  # its flips are left out, counted
     src.write_text("".join(json.dumps(r) + "\n" for r in records))
-    every = [(line, int(i), t) for line, rec in enumerate(records, 1) for i, texts in rec["diff_caps"].items() for t in texts]
+    every = [
+        (line, int(i), t) for line, rec in enumerate(records, 1) for i, texts in rec["diff_caps"].items() for t in texts
+    ]
     preferred = [every[1], every[len(every) // 2]]
     with open(tmp_path / "fixture_with_fliptypes__LGIP_fliptypes_tiny_openclip.scores.jsonl", "w") as f:
         for line, rec in enumerate(records, 1):
             for i, caption in enumerate(rec["orig_captions"]):
-                flips = [{"text": t, "sim": 0.9 if (line, i, t) in preferred else 0.1, "type": "x"}
-                         for t in rec["diff_caps"].get(str(i), [])]
-                f.write(json.dumps({"line": line, "caption_index": i, "caption": caption, "sim": 0.5, "flips": flips}) + "\n")
+                flips = [
+                    {"text": t, "sim": 0.9 if (line, i, t) in preferred else 0.1, "type": "x"}
+                    for t in rec["diff_caps"].get(str(i), [])
+                ]
+                f.write(
+                    json.dumps({"line": line, "caption_index": i, "caption": caption, "sim": 0.5, "flips": flips})
+                    + "\n"
+                )
     # the evaluation's metrics beside it: the score file was made under the reference protocol
-    (tmp_path / "fixture_with_fliptypes__LGIP_fliptypes.metrics.json").write_text(json.dumps([
-        {"model_tag": "tiny_openclip", "scores_file": "fixture_with_fliptypes__LGIP_fliptypes_tiny_openclip.scores.jsonl",
-         "run": {"config": {"PROTOCOL": "reference"}}}]))
-    _, stdout, _ = run_here("explain_flips.py", JSONL_PATH=str(src), IMAGE_ROOT=FIXTURES, DEVICE="cpu",
-                            MODELS=[OPENCLIP_TINY, SIGLIP_TINY], N_FLIPS=None, TOP_K=2, BOOTSTRAP=100, NUM_WORKERS=0)
+    (tmp_path / "fixture_with_fliptypes__LGIP_fliptypes.metrics.json").write_text(
+        json.dumps(
+            [
+                {
+                    "model_tag": "tiny_openclip",
+                    "scores_file": "fixture_with_fliptypes__LGIP_fliptypes_tiny_openclip.scores.jsonl",
+                    "run": {"config": {"PROTOCOL": "reference"}},
+                }
+            ]
+        )
+    )
+    _, stdout, _ = run_here(
+        "explain_flips.py",
+        JSONL_PATH=str(src),
+        IMAGE_ROOT=FIXTURES,
+        DEVICE="cpu",
+        MODELS=[OPENCLIP_TINY, SIGLIP_TINY],
+        N_FLIPS=None,
+        TOP_K=2,
+        BOOTSTRAP=100,
+        NUM_WORKERS=0,
+    )
     n_missing = sum(len(t) for t in records[-1]["diff_caps"].values())
     return stdout, json.load(open(tmp_path / "fixture_with_fliptypes__LGIP_explain.metrics.json")), preferred, n_missing
 
@@ -293,8 +378,12 @@ def test_explain_flips_lines_and_figures(tmp_path):
         lines = [json.loads(x) for x in open(tmp_path / m["explain_file"])]
         assert len(lines) == m["num_flips"] == m["num_random"] and all(x["drawn"] for x in lines)
         assert m["num_top_k"] == (2 if m["model_tag"] == "tiny_openclip" else 0)
-        assert m["skipped"] == {"image_unreadable": n_missing, "tokens_not_on_words": 0, "no_scored_changed_word": 0,
-                                "not_one_word_replaced": 0}
+        assert m["skipped"] == {
+            "image_unreadable": n_missing,
+            "tokens_not_on_words": 0,
+            "no_scored_changed_word": 0,
+            "not_one_word_replaced": 0,
+        }
         assert len(lines) + n_missing == 77 and m["run"]["num_failed_images"] == 1
         assert list(m["by_flip_type"]) == ["color", "number", "object"]
         for x in lines:
@@ -312,7 +401,9 @@ def test_explain_flips_lines_and_figures(tmp_path):
         lo, hi = m["localization_acc_ci95"]
         assert lo <= m["localization_acc"] <= hi
         detected = [x["hit"] for x in lines if x["gap"] > 0]
-        assert m["num_detected"] == len(detected) and m["localization_acc_detected"] == pytest.approx(sum(detected) / len(detected))
+        assert m["num_detected"] == len(detected) and m["localization_acc_detected"] == pytest.approx(
+            sum(detected) / len(detected)
+        )
         preferred_hits = [x["hit"] for x in lines if x["gap"] <= 0]
         assert m["localization_acc_preferred"] == pytest.approx(sum(preferred_hits) / len(preferred_hits))
         chance = [len(x["changed"]) / len(x["words"]) for x in lines]  # section 8: changed / words
@@ -322,8 +413,11 @@ def test_explain_flips_lines_and_figures(tmp_path):
             typed = [x["hit"] for x in lines if x["flip_type"] == t]
             assert b["localization_acc"] == pytest.approx(sum(typed) / len(typed))
         assert m["run"]["config"]["LAYERS"] == 3 and m["run"]["model"]["attribution_embedding_diff"] < 1e-5
-    top = {(x["line"], x["caption_index"], x["flip"]) for x in map(json.loads, open(tmp_path / metrics[0]["explain_file"]))
-           if "top_k" in x["drawn"]}
+    top = {
+        (x["line"], x["caption_index"], x["flip"])
+        for x in map(json.loads, open(tmp_path / metrics[0]["explain_file"]))
+        if "top_k" in x["drawn"]
+    }
     assert top == set(preferred) and metrics[0]["score_file"] and metrics[1]["score_file"] is None
     assert metrics[0]["score_file_protocol"] == "reference" and metrics[1]["score_file_protocol"] is None
     assert "tiny_openclip: note: its TOP_K flips are those" in stdout and "PROTOCOL='reference'" in stdout
@@ -332,10 +426,20 @@ def test_explain_flips_lines_and_figures(tmp_path):
 
 def _one_model_explained(tmp_path, records, **settings):
     import explain_flips
+
     src = tmp_path / "x_with_fliptypes.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in records))
-    metrics = explain_flips.run(JSONL_PATH=str(src), IMAGE_ROOT=FIXTURES, DEVICE="cpu", MODELS=[OPENCLIP_TINY],
-                                N_FLIPS=None, TOP_K=0, BOOTSTRAP=0, NUM_WORKERS=0, **settings)
+    metrics = explain_flips.run(
+        JSONL_PATH=str(src),
+        IMAGE_ROOT=FIXTURES,
+        DEVICE="cpu",
+        MODELS=[OPENCLIP_TINY],
+        N_FLIPS=None,
+        TOP_K=0,
+        BOOTSTRAP=0,
+        NUM_WORKERS=0,
+        **settings,
+    )
     return metrics[0], [json.loads(x) for x in open(tmp_path / metrics[0]["explain_file"])]
 
 
@@ -345,8 +449,14 @@ def test_chance_counts_every_word_of_a_flip_even_past_the_token_limit(tmp_path):
     rec = json.loads(next(open(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"))))
     caption = "a red bus " + " ".join(["parked"] * 80)
     flip = "a blue bus " + " ".join(["parked"] * 80)
-    rec.update(orig_captions=[caption], same_caps={}, diff_caps={"0": [flip]}, diff_caps_color={"0": [flip]},
-               diff_caps_number={}, diff_caps_object={})
+    rec.update(
+        orig_captions=[caption],
+        same_caps={},
+        diff_caps={"0": [flip]},
+        diff_caps_color={"0": [flip]},
+        diff_caps_number={},
+        diff_caps_object={},
+    )
     m, lines = _one_model_explained(tmp_path, [rec])
     (line,) = lines
     assert len(line["words"]) == 83 and line["word_scores"][-1] is None and line["word_scores"][1] is not None
@@ -373,9 +483,14 @@ def test_a_template_is_attributed_but_the_gap_is_lgips(tmp_path):
 def test_score_file_gaps_and_a_bad_line(tmp_path):
     from lgip.errors import InputError
     from lgip.scorefile import read_flip_gaps
+
     path = tmp_path / "x.scores.jsonl"
-    path.write_text(json.dumps({"line": 3, "caption_index": 1, "sim": 0.5, "flips": [{"text": "a b", "sim": 0.75}]})
-                    + "\n\n" + json.dumps({"line": 4, "caption_index": 0, "flips": []}) + "\n")
+    path.write_text(
+        json.dumps({"line": 3, "caption_index": 1, "sim": 0.5, "flips": [{"text": "a b", "sim": 0.75}]})
+        + "\n\n"
+        + json.dumps({"line": 4, "caption_index": 0, "flips": []})
+        + "\n"
+    )
     with pytest.raises(InputError, match=r"x.scores.jsonl:3: field 'sim'"):
         read_flip_gaps(path)
     path.write_text(path.read_text().splitlines()[0] + "\n")

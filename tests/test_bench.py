@@ -3,6 +3,7 @@
 Tiny fixture models, 4 images, CPU. No timing is asserted: speed targets are measured by
 bench.py itself (benchmarks/BENCHMARKS.md), never by tests.
 """
+
 import glob
 import importlib
 import json
@@ -24,9 +25,19 @@ KEYS = ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate")
 def test_bench_runs_and_paths_agree(tmp_path):
     results = tmp_path / "bench_results.json"
     # SigLIP compared under the reference protocol: the published padding (longest text per call).
-    proc = run_script("benchmarks/bench.py", f"--MODEL={OPENCLIP_TINY!r}", f"--ARCHS={[SIGLIP_TINY]!r}", "--N_IMAGES=4",
-                      "--SCALE_IMAGES=3", "--PROTOCOL=reference", "--DEVICE=cpu", "--NUM_WORKERS=0", f"--WORK_DIR={str(tmp_path / 'work')!r}",
-                      f"--RESULTS_JSON={str(results)!r}", "--PROFILE='tiny_siglip'")
+    proc = run_script(
+        "benchmarks/bench.py",
+        f"--MODEL={OPENCLIP_TINY!r}",
+        f"--ARCHS={[SIGLIP_TINY]!r}",
+        "--N_IMAGES=4",
+        "--SCALE_IMAGES=3",
+        "--PROTOCOL=reference",
+        "--DEVICE=cpu",
+        "--NUM_WORKERS=0",
+        f"--WORK_DIR={str(tmp_path / 'work')!r}",
+        f"--RESULTS_JSON={str(results)!r}",
+        "--PROFILE='tiny_siglip'",
+    )
     out = proc.stdout
     assert out.count("speed-up project vs published-style:") == 2
     assert "cache speed-up warm vs cold:" in out
@@ -66,8 +77,9 @@ def test_random_init_siglip_folder_loads_with_project_loader(tmp_path, monkeypat
     monkeypatch.setattr(sys, "argv", ["bench.py"])
     sys.modules.pop("bench", None)
     bench = importlib.import_module("bench")
-    monkeypatch.setitem(bench._SIGLIP_ARCHS, "siglip-test-patch16-32",
-                        dict(width=32, mlp=64, heads=2, layers=1, vocab=1000, image=32))
+    monkeypatch.setitem(
+        bench._SIGLIP_ARCHS, "siglip-test-patch16-32", dict(width=32, mlp=64, heads=2, layers=1, vocab=1000, image=32)
+    )
     spec, folder = bench.arch_spec("siglip-test-patch16-32", str(tmp_path))
     assert os.path.isdir(folder) and bench.arch_key(spec) == "siglip-test-patch16-32"
     enc = load_model(spec, "corrected", "cpu", "fp32")
@@ -86,8 +98,15 @@ def test_bench_host_reports_cost_per_text(tmp_path):
     assert line.startswith("6 records, ") and " us per text" in line and "'lookup_and_tokenize'" in line
     assert "override: N_IMAGES = 6" in proc.stdout and proc.stdout.count("override:") == 3  # bench.py keeps its own
     assert "6 records, " in proc.stdout.split("first model")[0] and "later model" in line
-    proc = run_script("benchmarks/bench_host.py", "--N_IMAGES=6", "--REPEATS=1", "--WIDTH=8", "--DTYPE=bf16", "--CACHE=True",
-                      f"--WORK_DIR={str(tmp_path / 'w2')!r}")
+    proc = run_script(
+        "benchmarks/bench_host.py",
+        "--N_IMAGES=6",
+        "--REPEATS=1",
+        "--WIDTH=8",
+        "--DTYPE=bf16",
+        "--CACHE=True",
+        f"--WORK_DIR={str(tmp_path / 'w2')!r}",
+    )
     assert proc.stdout.count(" us per text") == 2
     assert glob.glob(str(tmp_path / "w2" / "cache" / "*" / "text-*.npz"))  # (the last pass's cache, cold)
 
@@ -104,8 +123,16 @@ def test_imported_script_keeps_its_defaults(monkeypatch):
 def test_bench_measures_without_prefix_packs(tmp_path):
     """PREFIX_PACKS=False: CLIP-family texts in exact-length batches (to measure what packing
     buys), the same metrics as the published-style loop."""
-    proc = run_script("benchmarks/bench.py", f"--MODEL={OPENCLIP_TINY!r}", "--N_IMAGES=2", "--DEVICE=cpu", "--NUM_WORKERS=0",
-                      "--PREFIX_PACKS=False", f"--WORK_DIR={str(tmp_path / 'work')!r}", "--RESULTS_JSON=None")
+    proc = run_script(
+        "benchmarks/bench.py",
+        f"--MODEL={OPENCLIP_TINY!r}",
+        "--N_IMAGES=2",
+        "--DEVICE=cpu",
+        "--NUM_WORKERS=0",
+        "--PREFIX_PACKS=False",
+        f"--WORK_DIR={str(tmp_path / 'work')!r}",
+        "--RESULTS_JSON=None",
+    )
     assert "text prefix packs: False" in proc.stdout and "DISAGREE" not in proc.stdout
     assert "max abs metric diff:" in proc.stdout
 
@@ -118,6 +145,7 @@ def test_at_scale_passes_run_as_one_process(tmp_path, monkeypatch):
     sys.path.insert(0, ROOT)
     bench = importlib.import_module("bench")
     from conftest import SIGLIP_TINY
+
     monkeypatch.setattr(bench, "NUM_WORKERS", 1)
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     jsonl = bench.make_records(str(tmp_path), 3, 0)
@@ -148,18 +176,29 @@ def test_compare_outputs_tells_a_second_runs_times_from_a_changed_figure(tmp_pat
     """benchmarks/compare_outputs.py: a second run's times (created, seconds, an ISO timestamp in the
     markdown) are not a difference; a changed figure, or a file only one folder has, is (exit 1)."""
     import subprocess
+
     before, after = tmp_path / "before", tmp_path / "after"
     before.mkdir(), after.mkdir()
-    row = {"model_tag": "m", "invariance_error_mean": 0.25, "run": {"created": "2026-11-26T10:00:00+0000",
-                                                                      "seconds": 1.5}}
-    for folder, created, seconds in ((before, "2026-11-26T10:00:00+0000", 1.5), (after, "2026-11-27T11:00:00+0000", 2.0)):
+    row = {
+        "model_tag": "m",
+        "invariance_error_mean": 0.25,
+        "run": {"created": "2026-11-26T10:00:00+0000", "seconds": 1.5},
+    }
+    for folder, created, seconds in (
+        (before, "2026-11-26T10:00:00+0000", 1.5),
+        (after, "2026-11-27T11:00:00+0000", 2.0),
+    ):
         (folder / "x.metrics.json").write_text(json.dumps([dict(row, run={"created": created, "seconds": seconds})]))
         (folder / "x.md").write_text(f"made on {created} in {seconds} s\n")
         (folder / "x.png").write_bytes(b"\x89PNG same")
 
     def compare():
-        return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "compare_outputs.py"), str(before),
-                               str(after)], capture_output=True, text=True)
+        return subprocess.run(
+            [sys.executable, os.path.join(ROOT, "benchmarks", "compare_outputs.py"), str(before), str(after)],
+            capture_output=True,
+            text=True,
+        )
+
     same = compare()
     assert same.returncode == 0 and "1 byte-identical, 2 identical but for times, 0 differ" in same.stdout, same.stdout
     (after / "x.metrics.json").write_text(json.dumps([dict(row, invariance_error_mean=0.26)]))
@@ -172,21 +211,38 @@ def test_the_generative_benchmark_prints_both_paths_and_their_agreement():
     """benchmarks/bench_generative.py on the tiny LLaVA: both paths timed, LM tokens per text, and the
     scores of the image's prefix run once within 1e-4 of the plain forwards'."""
     import re
-    proc = run_script(os.path.join("benchmarks", "bench_generative.py"), "--N_IMAGES=1", "--PRIOR_IMAGES=1",
-                      "--MAX_TEXTS=20")
+
+    proc = run_script(
+        os.path.join("benchmarks", "bench_generative.py"), "--N_IMAGES=1", "--PRIOR_IMAGES=1", "--MAX_TEXTS=20"
+    )
     assert re.search(r"^  plain .* texts/s .* LM tokens per text$", proc.stdout, re.M), proc.stdout
     assert re.search(r"^  prefix .* texts/s .* LM tokens per text$", proc.stdout, re.M), proc.stdout
-    ratio, diff = re.search(r"LM tokens, plain / prefix: ([\d.]+)x; .* max \|score difference\|: (\S+)", proc.stdout).groups()
+    ratio, diff = re.search(
+        r"LM tokens, plain / prefix: ([\d.]+)x; .* max \|score difference\|: (\S+)", proc.stdout
+    ).groups()
     assert float(ratio) > 1 and float(diff) < 1e-4
-    fewer = re.search(r"^LLaVA-1.5-7B's shape \(prefix (\d+) tokens, 576 of them .* \(([\d.]+)x fewer\)", proc.stdout, re.M)
+    fewer = re.search(
+        r"^LLaVA-1.5-7B's shape \(prefix (\d+) tokens, 576 of them .* \(([\d.]+)x fewer\)", proc.stdout, re.M
+    )
     assert fewer and int(fewer.group(1)) > 576 and float(fewer.group(2)) > 10, proc.stdout
-    proc = run_script(os.path.join("benchmarks", "bench_generative.py"), "--N_IMAGES=1", "--PRIOR_IMAGES=1",
-                      "--FAMILY=paligemma", "--MAX_TEXTS=8")  # (a prefix-LM: its own path)
+    proc = run_script(
+        os.path.join("benchmarks", "bench_generative.py"),
+        "--N_IMAGES=1",
+        "--PRIOR_IMAGES=1",
+        "--FAMILY=paligemma",
+        "--MAX_TEXTS=8",
+    )  # (a prefix-LM: its own path)
     diff = re.search(r"max \|score difference\|: (\S+)", proc.stdout).group(1)
     assert float(diff) < 1e-4, proc.stdout
     # LLaVA-1.5-7B's architecture built with random weights (the GPU issue's run), shrunk for the CPU: 576 image tokens
-    proc = run_script(os.path.join("benchmarks", "bench_generative.py"), "--N_IMAGES=1", "--PRIOR_IMAGES=1",
-                      "--ARCH=llava-1.5-7b", "--SHRINK=128", "--MAX_TEXTS=6")
+    proc = run_script(
+        os.path.join("benchmarks", "bench_generative.py"),
+        "--N_IMAGES=1",
+        "--PRIOR_IMAGES=1",
+        "--ARCH=llava-1.5-7b",
+        "--SHRINK=128",
+        "--MAX_TEXTS=6",
+    )
     plain = re.search(r"^  plain .* ([\d.]+) LM tokens per text$", proc.stdout, re.M)
     assert plain and float(plain.group(1)) > 576, proc.stdout
     assert float(re.search(r"max \|score difference\|: (\S+)", proc.stdout).group(1)) < 1e-4

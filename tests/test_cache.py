@@ -1,6 +1,7 @@
 """The embedding cache on disk (lgip/cache.py): reuse, staleness, corruption (checksums), resume
 after an interruption or kill -9, fp16 chunks for reduced precision, failed writes raised or
 reported."""
+
 import glob
 import json
 import os
@@ -132,7 +133,7 @@ def enc_then_die(batch):
         os.kill(os.getpid(), signal.SIGKILL)
     return real(batch)
 enc.encode_images = enc_then_die
-embed_images(enc, sorted(glob.glob({os.path.join(FIXTURES, 'images', '*.jpg')!r})), 4, 0, cache=cache)
+embed_images(enc, sorted(glob.glob({os.path.join(FIXTURES, "images", "*.jpg")!r})), 4, 0, cache=cache)
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True)
     assert proc.returncode == -9
@@ -147,10 +148,16 @@ def test_rerun_of_the_three_scripts_encodes_nothing_new(tmp_path):
         shutil.copy(os.path.join(REFERENCE, name), tmp_path / name)
     cache = tmp_path / "cache"
     for _ in range(2):
-        run_here("run_lgip_multi.py", **eval_settings(tmp_path / "fixture_with_perturb.jsonl", "corrected", [SIGLIP_TINY],
-                                                      CACHE_DIR=str(cache)))
-        run_here("run_lgip_by_fliptype.py", **eval_settings(tmp_path / "fixture_with_fliptypes.jsonl", "corrected", [SIGLIP_TINY],
-                                                            CACHE_DIR=str(cache)))
+        run_here(
+            "run_lgip_multi.py",
+            **eval_settings(tmp_path / "fixture_with_perturb.jsonl", "corrected", [SIGLIP_TINY], CACHE_DIR=str(cache)),
+        )
+        run_here(
+            "run_lgip_by_fliptype.py",
+            **eval_settings(
+                tmp_path / "fixture_with_fliptypes.jsonl", "corrected", [SIGLIP_TINY], CACHE_DIR=str(cache)
+            ),
+        )
     m = json.load(open(tmp_path / "fixture_with_fliptypes__LGIP_fliptypes.metrics.json"))[0]
     assert m["run"]["num_unique_texts_encoded"] > 0 and m["run"]["cache"]["image_hits"] == 12
     assert m["run"]["cache"]["text_hits"] == m["run"]["num_unique_texts_encoded"]
@@ -230,7 +237,10 @@ def test_a_cache_that_cannot_be_written_is_said_once_and_left_whole(tmp_path, mo
     err = capsys.readouterr().err
     assert err.count("warning: the embedding cache cannot be written (") == 1 and "no space left on the device" in err
     assert cache.stats["write_error"] == "no space left on the device" and not cache.writable
-    assert sorted(os.listdir(cache.dir)) == ["meta.json", os.path.basename(glob.glob(os.path.join(cache.dir, "text-*"))[0])]
+    assert sorted(os.listdir(cache.dir)) == [
+        "meta.json",
+        os.path.basename(glob.glob(os.path.join(cache.dir, "text-*"))[0]),
+    ]
     assert EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY).lookup("text", list("abcdefgh"))[0] == [0, 1, 2, 3]
 
     def broken(*args, **kwargs):

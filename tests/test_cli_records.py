@@ -1,6 +1,7 @@
 """The command line and the records: --NAME=value overrides of a script's constants (lgip/cli.py),
 JSONL reading and validation with file:line and field in every error (lgip/records.py), atomic
 writes (lgip/util.py) and run_main's exit codes."""
+
 import json
 import os
 
@@ -21,21 +22,31 @@ def write_lines(path, lines):
 GOOD = json.dumps({"image_path": "a.jpg", "orig_captions": ["A red bus on the road."]})
 
 
-@pytest.mark.parametrize("bad_line,expected", [
-    ('{"image_path": "a.jpg", "orig_captions": [', ":3: invalid JSON"),
-    ('{"image_path": "a.jpg"}', ":3: missing field 'orig_captions'"),
-    ('{"image_path": "a.jpg", "orig_captions": ["ok", 7]}', ":3: field 'orig_captions[1]' is int"),
-    ('{"image_path": "a.jpg", "orig_captions": "A bus"}', ":3: field 'orig_captions' is str"),
-    ('{"orig_captions": ["A bus"]}', ":3: missing field 'image_path'"),
-    ('[1, 2]', ":3: expected a JSON object"),
-    # valid JSON, but no text: nothing can write or tokenize a lone surrogate; no path holds a NUL
-    ('{"image_path": "a.jpg", "orig_captions": ["A bus \\ud800"]}', ":3: field 'orig_captions[0]' holds a lone UTF-16 surrogate"),
-    ('{"image_path": "a\\u0000.jpg", "orig_captions": ["A bus"]}', ":3: field 'image_path' contains a NUL character"),
-    ('{"image_path": "a.jpg", "orig_captions": ["A bus", ""]}', ":3: field 'orig_captions[1]' is empty"),
-    ('{"image_path": "a.jpg", "orig_captions": ["A bus", " \\t"]}', ":3: field 'orig_captions[1]' is blank"),
-])
-@pytest.mark.parametrize("script", ["diff_gen_caption.py", "make_perturb_with_fliptypes.py",
-                                    "rebuttal_enhanced_perturb_with_fliptypes.py"])
+@pytest.mark.parametrize(
+    "bad_line,expected",
+    [
+        ('{"image_path": "a.jpg", "orig_captions": [', ":3: invalid JSON"),
+        ('{"image_path": "a.jpg"}', ":3: missing field 'orig_captions'"),
+        ('{"image_path": "a.jpg", "orig_captions": ["ok", 7]}', ":3: field 'orig_captions[1]' is int"),
+        ('{"image_path": "a.jpg", "orig_captions": "A bus"}', ":3: field 'orig_captions' is str"),
+        ('{"orig_captions": ["A bus"]}', ":3: missing field 'image_path'"),
+        ("[1, 2]", ":3: expected a JSON object"),
+        # valid JSON, but no text: nothing can write or tokenize a lone surrogate; no path holds a NUL
+        (
+            '{"image_path": "a.jpg", "orig_captions": ["A bus \\ud800"]}',
+            ":3: field 'orig_captions[0]' holds a lone UTF-16 surrogate",
+        ),
+        (
+            '{"image_path": "a\\u0000.jpg", "orig_captions": ["A bus"]}',
+            ":3: field 'image_path' contains a NUL character",
+        ),
+        ('{"image_path": "a.jpg", "orig_captions": ["A bus", ""]}', ":3: field 'orig_captions[1]' is empty"),
+        ('{"image_path": "a.jpg", "orig_captions": ["A bus", " \\t"]}', ":3: field 'orig_captions[1]' is blank"),
+    ],
+)
+@pytest.mark.parametrize(
+    "script", ["diff_gen_caption.py", "make_perturb_with_fliptypes.py", "rebuttal_enhanced_perturb_with_fliptypes.py"]
+)
 def test_malformed_record_stops_with_file_line_field(tmp_path, script, bad_line, expected):
     src = write_lines(tmp_path / "in.jsonl", [GOOD, "", bad_line, GOOD])
     out = tmp_path / "out.jsonl"
@@ -63,18 +74,26 @@ def test_generator_refuses_to_write_over_its_input(tmp_path, script):
 
 def test_generator_input_missing_or_a_folder_is_said(tmp_path):
     for path, said in ((tmp_path / "none.jsonl", "no such file"), (tmp_path, "is a directory, expected a JSONL file")):
-        proc = run_script("diff_gen_caption.py", f"--INPUT_JSONL={path}", f"--OUTPUT_JSONL={tmp_path / 'o.jsonl'}",
-                          check=False)
+        proc = run_script(
+            "diff_gen_caption.py", f"--INPUT_JSONL={path}", f"--OUTPUT_JSONL={tmp_path / 'o.jsonl'}", check=False
+        )
         assert proc.returncode == 2 and f"{path}: {said}" in proc.stderr and "Traceback" not in proc.stderr
     assert os.listdir(tmp_path) == []
 
 
 def test_caption_keyed_fields_take_only_caption_indices(tmp_path):
-    rec = {"image_path": "a.jpg", "orig_captions": ["A red bus.", "A dog."], "same_caps": {"0": [], "1": []},
-           "diff_caps": {"0": ["A blue bus."], "7": ["lost"], "x": ["lost"]}}
+    rec = {
+        "image_path": "a.jpg",
+        "orig_captions": ["A red bus.", "A dog."],
+        "same_caps": {"0": [], "1": []},
+        "diff_caps": {"0": ["A blue bus."], "7": ["lost"], "x": ["lost"]},
+    }
     src = write_lines(tmp_path / "in.jsonl", ["", json.dumps(rec)])
-    with pytest.raises(InputError, match=r"in.jsonl:2: field 'diff_caps' has key '7', not a caption index "
-                                         r'\("0".."1" for this record.s 2 captions\)'):
+    with pytest.raises(
+        InputError,
+        match=r"in.jsonl:2: field 'diff_caps' has key '7', not a caption index "
+        r'\("0".."1" for this record.s 2 captions\)',
+    ):
         list(iter_records(str(src), per_caption_fields=["same_caps", "diff_caps"]))
     rec["diff_caps"] = {"0": [], "01": []}
     write_lines(src, [json.dumps(rec)])
@@ -86,8 +105,10 @@ def test_caption_keyed_fields_take_only_caption_indices(tmp_path):
 
 
 def test_paired_surrogates_are_text(tmp_path):
-    src = write_lines(tmp_path / "in.jsonl", [json.dumps({"image_path": "a.jpg", "orig_captions": ["A \U0001F600 bus"]})])
-    assert "\\ud83d" in src.read_text() and list(iter_records(str(src)))[0][1]["orig_captions"] == ["A \U0001F600 bus"]
+    src = write_lines(
+        tmp_path / "in.jsonl", [json.dumps({"image_path": "a.jpg", "orig_captions": ["A \U0001f600 bus"]})]
+    )
+    assert "\\ud83d" in src.read_text() and list(iter_records(str(src)))[0][1]["orig_captions"] == ["A \U0001f600 bus"]
 
 
 def test_too_long_caption_skips_its_record_alone(tmp_path):
@@ -101,8 +122,10 @@ def test_too_long_caption_skips_its_record_alone(tmp_path):
     proc = run_script(script, f"--INPUT_JSONL={with_long}", f"--OUTPUT_JSONL={tmp_path / 'a.jsonl'}")
     run_script(script, f"--INPUT_JSONL={without}", f"--OUTPUT_JSONL={tmp_path / 'b.jsonl'}")
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
-    assert (f"{with_long}:4: record skipped: field 'orig_captions[0]' has 120 words, over MAX_CAPTION_WORDS=100"
-            in proc.stdout)
+    assert (
+        f"{with_long}:4: record skipped: field 'orig_captions[0]' has 120 words, over MAX_CAPTION_WORDS=100"
+        in proc.stdout
+    )
     assert "written 6 records; 1 skipped (caption over MAX CAPTION WORDS)" in proc.stdout
     meta = json.load(open(tmp_path / "a.jsonl.meta.json"))
     assert meta["counts"]["skipped_caption_over_MAX_CAPTION_WORDS"] == 1 and meta["counts"]["written"] == 6
@@ -120,7 +143,9 @@ def test_a_generator_with_no_record_to_write_stops_and_writes_nothing(tmp_path, 
         out = tmp_path / ("out_" + name)
         proc = run_script(script, f"--INPUT_JSONL={src}", f"--OUTPUT_JSONL={out}", check=False)
         assert proc.returncode == 2 and f"{src}: no record to write: {why}; {out} was not written" in proc.stderr
-        assert "Traceback" not in proc.stderr and not out.exists() and not (tmp_path / (out.name + ".meta.json")).exists()
+        assert (
+            "Traceback" not in proc.stderr and not out.exists() and not (tmp_path / (out.name + ".meta.json")).exists()
+        )
         assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
@@ -171,8 +196,10 @@ def test_configure_overrides_and_errors(capsys):
     cfg = configure(ns, ["--BATCH=64", "--NAME=cuda:0", "--PATH=[1, 'b']"])
     assert cfg == {"BATCH": 64, "NAME": "cuda:0", "PATH": [1, "b"]} and ns["BATCH"] == 64
     assert "override: BATCH = 64" in capsys.readouterr().out
-    for argv, message in ((["--BATC=1"], "unknown setting 'BATC' (did you mean BATCH?); valid settings: BATCH, NAME, PATH"),
-                          (["BATCH=1"], "expected --NAME=value")):
+    for argv, message in (
+        (["--BATC=1"], "unknown setting 'BATC' (did you mean BATCH?); valid settings: BATCH, NAME, PATH"),
+        (["BATCH=1"], "expected --NAME=value"),
+    ):
         with pytest.raises(SystemExit) as e:
             configure(ns, argv)
         assert e.value.code == 2 and message in capsys.readouterr().err  # (2: as every other bad input)

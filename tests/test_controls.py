@@ -2,6 +2,7 @@
 and the paired model comparisons, in run_lgip_multi.py and run_lgip_by_fliptype.py: each figure
 against a restatement that takes the mean of the other images explicitly, models built so that
 the answer is known, fewer than 2 images, and a re-run from the cache."""
+
 import json
 import os
 import shutil
@@ -21,8 +22,12 @@ def records_of(path):
 
 def constructed(mode, jsonl, name="constructed", weight=3.0):
     captions = {c: os.path.join(FIXTURES, r["image_path"]) for r in records_of(jsonl) for c in r["orig_captions"]}
-    return {"name": name, "type": "python", "loader": os.path.join(HERE, "constructed_models.py") + ":build",
-            "kwargs": {"mode": mode, "captions": captions, "weight": weight}}
+    return {
+        "name": name,
+        "type": "python",
+        "loader": os.path.join(HERE, "constructed_models.py") + ":build",
+        "kwargs": {"mode": mode, "captions": captions, "weight": weight},
+    }
 
 
 def copy_input(tmp_path, name):
@@ -32,9 +37,18 @@ def copy_input(tmp_path, name):
 
 def run(script, jsonl, models, **extra):
     import importlib
+
     module = importlib.import_module(script)
-    settings = dict(JSONL_PATH=str(jsonl), IMAGE_ROOT=FIXTURES, MODELS=models, DEVICE="cpu", NUM_WORKERS=0,
-                    BOOTSTRAP=0, WRITE_SCORES=False, CACHE_DIR=None)
+    settings = dict(
+        JSONL_PATH=str(jsonl),
+        IMAGE_ROOT=FIXTURES,
+        MODELS=models,
+        DEVICE="cpu",
+        NUM_WORKERS=0,
+        BOOTSTRAP=0,
+        WRITE_SCORES=False,
+        CACHE_DIR=None,
+    )
     settings = {k: v for k, v in settings.items() if k in module.CONFIG}  # (those the script has)
     settings.update(extra)
     return module.run(**settings)
@@ -46,6 +60,7 @@ class Embeddings:
     def __init__(self, spec):
         import constructed_models
         from PIL import Image
+
         self.model, self.preprocess, self.tokenizer = constructed_models.build(**spec["kwargs"])
         self.image_cache, self.text_cache, self.Image = {}, {}, Image
 
@@ -86,16 +101,30 @@ def restated(jsonl, spec, flip_field="diff_caps"):
                     out["text_only"].append(all(t_i @ t_p > t_i @ t_f and t_i @ t_p > t_p @ t_f for t_p in paras))
     a = {k: np.array(v, dtype=np.float64) for k, v in out.items()}
     grounded, d_e = a["gap"] - a["prior"], a["shift"] - a["prior_shift"]
-    return {"prior_gap_mean": a["prior"].mean(), "grounded_gap_mean": grounded.mean(),
-            "prior_pos_rate": (a["prior"] > 0).mean(), "grounded_pos_rate": (grounded > 0).mean(),
-            "invariance_error_prior_mean": np.abs(a["prior_shift"]).mean(),
-            "invariance_error_grounded_mean": np.abs(d_e).mean(),
-            "robust_pos_rate": a["robust"].mean(), "text_only_rate": a["text_only"].mean(),
-            "sensitivity_pos_rate": (a["gap"] > 0).mean(), "count": len(a["gap"])}
+    return {
+        "prior_gap_mean": a["prior"].mean(),
+        "grounded_gap_mean": grounded.mean(),
+        "prior_pos_rate": (a["prior"] > 0).mean(),
+        "grounded_pos_rate": (grounded > 0).mean(),
+        "invariance_error_prior_mean": np.abs(a["prior_shift"]).mean(),
+        "invariance_error_grounded_mean": np.abs(d_e).mean(),
+        "robust_pos_rate": a["robust"].mean(),
+        "text_only_rate": a["text_only"].mean(),
+        "sensitivity_pos_rate": (a["gap"] > 0).mean(),
+        "count": len(a["gap"]),
+    }
 
 
-KEYS = ("prior_gap_mean", "grounded_gap_mean", "prior_pos_rate", "grounded_pos_rate", "invariance_error_prior_mean",
-        "invariance_error_grounded_mean", "robust_pos_rate", "text_only_rate")
+KEYS = (
+    "prior_gap_mean",
+    "grounded_gap_mean",
+    "prior_pos_rate",
+    "grounded_pos_rate",
+    "invariance_error_prior_mean",
+    "invariance_error_grounded_mean",
+    "robust_pos_rate",
+    "text_only_rate",
+)
 
 
 @pytest.mark.parametrize("mode", ["random", "image"])
@@ -160,20 +189,27 @@ def test_hard_positives_are_none_without_paraphrases(tmp_path):
 
 def test_paired_comparisons_resample_the_same_images_for_both_models(tmp_path):
     from lgip.scoring import bootstrap_draws
+
     jsonl = copy_input(tmp_path, PERTURB)
     a, b = constructed("image", jsonl, "a", 0.15), constructed("random", jsonl, "b")
     run("run_lgip_multi", jsonl, [a, b], BOOTSTRAP=200, BOOTSTRAP_SEED=3)
     rows = json.load(open(tmp_path / "fixture_with_perturb__LGIP_comparisons.metrics.json"))
     assert [(r["a"], r["b"], r["figure"], r["flip_type"]) for r in rows] == [
-        ("a", "b", f, None) for f in ("sensitivity_pos_rate", "grounded_pos_rate", "invariance_error_mean",
-                                      "invariance_error_rel")]
+        ("a", "b", f, None)
+        for f in ("sensitivity_pos_rate", "grounded_pos_rate", "invariance_error_mean", "invariance_error_rel")
+    ]
     recs = records_of(jsonl)
     per = {}
     for spec in (a, b):  # per image: the pairs' positive outcomes (sensitivity_pos_rate), restated
         emb = Embeddings(spec)
-        per[spec["name"]] = [[float(emb.image(os.path.join(FIXTURES, r["image_path"])) @ (emb.text(c) - emb.text(f)) > 0)
-                              for i, c in enumerate(r["orig_captions"]) for f in r["diff_caps"].get(str(i), [])]
-                             for r in recs]
+        per[spec["name"]] = [
+            [
+                float(emb.image(os.path.join(FIXTURES, r["image_path"])) @ (emb.text(c) - emb.text(f)) > 0)
+                for i, c in enumerate(r["orig_captions"])
+                for f in r["diff_caps"].get(str(i), [])
+            ]
+            for r in recs
+        ]
     draws = bootstrap_draws(len(recs), 200, 3)
     diffs = []
     for w in draws:  # each resample: its drawn images' pairs, the same images for both models
@@ -195,16 +231,24 @@ def test_retrieval_explain_and_images_compare_their_own_figures(tmp_path):
     interval is the same resampling of images for both (restated from the explain lines)."""
     from conftest import SIGLIP_TINY
     from lgip.scoring import bootstrap_draws
+
     jsonl = copy_input(tmp_path, FLIPTYPES)
     models = [OPENCLIP_TINY, SIGLIP_TINY]
-    got = {"run_lgip_retrieval.py": run("run_lgip_retrieval", jsonl, models, BOOTSTRAP=100, BOOTSTRAP_SEED=1),
-           "explain_flips.py": run("explain_flips", jsonl, models, BOOTSTRAP=100, BOOTSTRAP_SEED=1, N_FLIPS=30, TOP_K=0),
-           "run_lgip_images.py": run("run_lgip_images", jsonl, models, BOOTSTRAP=100, BOOTSTRAP_SEED=1)}
+    got = {
+        "run_lgip_retrieval.py": run("run_lgip_retrieval", jsonl, models, BOOTSTRAP=100, BOOTSTRAP_SEED=1),
+        "explain_flips.py": run("explain_flips", jsonl, models, BOOTSTRAP=100, BOOTSTRAP_SEED=1, N_FLIPS=30, TOP_K=0),
+        "run_lgip_images.py": run("run_lgip_images", jsonl, models, BOOTSTRAP=100, BOOTSTRAP_SEED=1),
+    }
     rows = json.load(open(tmp_path / "fixture_with_fliptypes__LGIP_comparisons.metrics.json"))
     assert [(r["script"], r["a"], r["b"], r["figure"]) for r in rows] == [
-        (script, "tiny_openclip", "tiny_siglip", figure) for script, figure in (
-            ("run_lgip_retrieval.py", "i2t_recall@1"), ("run_lgip_retrieval.py", "i2t_flip_top1_rate"),
-            ("explain_flips.py", "localization_acc"), ("run_lgip_images.py", "image_sensitivity_pos_rate"))]
+        (script, "tiny_openclip", "tiny_siglip", figure)
+        for script, figure in (
+            ("run_lgip_retrieval.py", "i2t_recall@1"),
+            ("run_lgip_retrieval.py", "i2t_flip_top1_rate"),
+            ("explain_flips.py", "localization_acc"),
+            ("run_lgip_images.py", "image_sensitivity_pos_rate"),
+        )
+    ]
     for r in rows:
         a, b = got[r["script"]]
         assert (r["a_value"], r["b_value"]) == pytest.approx((a[r["figure"]], b[r["figure"]]), abs=1e-12), r["figure"]
@@ -240,6 +284,7 @@ def test_a_rerun_from_the_cache_gives_the_same_controls(tmp_path):
 def test_published_fields_are_unchanged(tmp_path):
     """The new keys come beside the published ones: reference protocol still reproduces them."""
     from conftest import TINY_MODELS
+
     jsonl = copy_input(tmp_path, PERTURB)
     rows = run("run_lgip_multi", jsonl, TINY_MODELS, PROTOCOL="reference")
     ref = json.load(open(os.path.join(REFERENCE, "fixture_with_perturb__LGIP_ALL.metrics.json")))

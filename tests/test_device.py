@@ -1,6 +1,7 @@
 """Embedding tables on the model's device (lgip/device.py): fp16 storage below fp32 scoring as
 float32, a table without room on its device kept on the host, and on a GPU the tables and cosines
 staying there with the CPU's metrics."""
+
 import os
 
 import numpy as np
@@ -52,6 +53,7 @@ def test_embeddings_stay_on_the_gpu_and_score_as_on_the_cpu(tmp_path):
     import shutil
     import run_lgip_multi
     from conftest import REFERENCE, SIGLIP_TINY
+
     jsonl = tmp_path / "fixture_with_perturb.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), jsonl)
     records = load_records(str(jsonl), ("same_caps", "diff_caps"))
@@ -59,9 +61,17 @@ def test_embeddings_stay_on_the_gpu_and_score_as_on_the_cpu(tmp_path):
     out = {}
     for device, cache in (("cpu", None), ("cuda", str(tmp_path / "cache")), ("cuda", str(tmp_path / "cache"))):
         for spec in (OPENCLIP_TINY, SIGLIP_TINY):
-            config = {"JSONL_PATH": str(jsonl), "IMAGE_ROOT": FIXTURES, "PROTOCOL": "corrected", "DEVICE": device,
-                      "DTYPE": "fp32", "IMAGE_BATCH_SIZE": 4, "TEXT_BATCH_SIZE": 16, "NUM_WORKERS": 0,
-                      "CACHE_DIR": cache}
+            config = {
+                "JSONL_PATH": str(jsonl),
+                "IMAGE_ROOT": FIXTURES,
+                "PROTOCOL": "corrected",
+                "DEVICE": device,
+                "DTYPE": "fp32",
+                "IMAGE_BATCH_SIZE": 4,
+                "TEXT_BATCH_SIZE": 16,
+                "NUM_WORKERS": 0,
+                "CACHE_DIR": cache,
+            }
             run = ModelRun(spec, records, config)
             m = run_lgip_multi.evaluate(run)
             assert run.scored.image_embeddings.device.type == device

@@ -1,4 +1,6 @@
 """The three evaluation scripts against the published metrics (reference protocol, tiny models)."""
+
+import dataclasses
 import json
 import math
 import os
@@ -24,7 +26,9 @@ def assert_matches(ours, ref, path="$", tol=TOL):
         for i, (a, b) in enumerate(zip(ours, ref)):
             assert_matches(a, b, f"{path}[{i}]", tol)
     elif isinstance(ref, float):
-        assert isinstance(ours, (int, float)) and math.isclose(ours, ref, rel_tol=0, abs_tol=tol), f"{path}: {ours} != {ref}"
+        assert isinstance(ours, (int, float)) and math.isclose(ours, ref, rel_tol=0, abs_tol=tol), (
+            f"{path}: {ours} != {ref}"
+        )
     else:
         assert ours == ref and type(ours) is type(ref), f"{path}: {ours!r} != {ref!r}"
 
@@ -47,8 +51,18 @@ def test_outputs_record_configuration_and_versions(reference_runs, script, jsonl
         assert run["config"]["TEXT_BATCH_SIZE"] == "auto" and run["text_batch_size"] == 64  # "auto" on CPU
         assert len(run["config"]["MODELS"]) == 2
         phases = run["seconds_by_phase"]
-        assert list(phases) == ["load", "pairs", "lookahead_wait", "lookup_and_tokenize", "start_tokenizers",
-                                "start_images", "texts", "images_after_texts", "scoring", "metrics_and_scores_file"]
+        assert list(phases) == [
+            "load",
+            "pairs",
+            "lookahead_wait",
+            "lookup_and_tokenize",
+            "start_tokenizers",
+            "start_images",
+            "texts",
+            "images_after_texts",
+            "scoring",
+            "metrics_and_scores_file",
+        ]
         assert min(phases.values()) >= 0 and sum(phases.values()) <= run["seconds"] + 0.01  # parts of the model's time
         assert run["config"]["LOOKAHEAD"] is True and "lookahead" in run  # (NUM_WORKERS=0 here: nothing done ahead)
         assert run["model"]["dtype"] == "float32" and run["model"]["protocol"] == "reference"
@@ -71,6 +85,7 @@ def test_enhanced_corrected_fields(reference_runs):
 
 def test_corrected_protocol_siglip_independent_of_text_batch_size(tmp_path):
     from conftest import SIGLIP_TINY
+
     src = tmp_path / "in.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), src)
     results = []
@@ -84,10 +99,17 @@ def test_corrected_protocol_siglip_independent_of_text_batch_size(tmp_path):
 
 def test_siglip_sanity_check_shows_both_protocols(tmp_path):
     from conftest import FIXTURES, SIGLIP_TINY
+
     src = tmp_path / "in.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), src)
-    proc = run_script("siglip_sanity_check.py", f"--JSONL_PATH={src}", f"--IMAGE_ROOT={FIXTURES}",
-                      f"--MODEL={SIGLIP_TINY!r}", "--N_RECORDS=4", "--DEVICE=cpu")
+    proc = run_script(
+        "siglip_sanity_check.py",
+        f"--JSONL_PATH={src}",
+        f"--IMAGE_ROOT={FIXTURES}",
+        f"--MODEL={SIGLIP_TINY!r}",
+        "--N_RECORDS=4",
+        "--DEVICE=cpu",
+    )
     out = json.load(open(tmp_path / "in__siglip_sanity.json"))
     captions = [r for r in out["rows"] if not r["is_flip"]]
     flips = [r for r in out["rows"] if r["is_flip"]]
@@ -109,6 +131,7 @@ def test_siglip_sanity_check_encodes_images_by_each_protocols_model(tmp_path):
     import torch
     from PIL import Image
     from conftest import FIXTURES, ROOT
+
     tiny = os.path.join(FIXTURES, "models", "openclip-tiny")
     config = tmp_path / "lgip-tiny-quick.json"  # (open_clip names an added config after its file)
     config.write_text(json.dumps(json.load(open(os.path.join(tiny, "open_clip_config.json")))["model_cfg"]))
@@ -117,10 +140,18 @@ def test_siglip_sanity_check_encodes_images_by_each_protocols_model(tmp_path):
     spec = {"name": "quick", "type": "openclip", "model_name": "lgip-tiny-quick", "pretrained": str(weights)}
     src = tmp_path / "in.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), src)
-    argv = ["siglip_sanity_check.py", f"--JSONL_PATH={src}", f"--IMAGE_ROOT={FIXTURES}", f"--MODEL={spec!r}",
-            "--N_RECORDS=2", "--DEVICE=cpu"]
-    code = (f"import sys, runpy, open_clip; open_clip.add_model_config({str(config)!r}); sys.argv = {argv!r}; "
-            f"runpy.run_path('siglip_sanity_check.py', run_name='__main__')")
+    argv = [
+        "siglip_sanity_check.py",
+        f"--JSONL_PATH={src}",
+        f"--IMAGE_ROOT={FIXTURES}",
+        f"--MODEL={spec!r}",
+        "--N_RECORDS=2",
+        "--DEVICE=cpu",
+    ]
+    code = (
+        f"import sys, runpy, open_clip; open_clip.add_model_config({str(config)!r}); sys.argv = {argv!r}; "
+        f"runpy.run_path('siglip_sanity_check.py', run_name='__main__')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [r for r in json.load(open(tmp_path / "in__siglip_sanity.json"))["rows"] if not r["is_flip"]]
@@ -128,12 +159,15 @@ def test_siglip_sanity_check_encodes_images_by_each_protocols_model(tmp_path):
     open_clip.add_model_config(str(config))
     for column, quick in (("sim_corrected", True), ("sim_reference", False)):
         model, _, preprocess = open_clip.create_model_and_transforms(
-            "lgip-tiny-quick", pretrained=str(weights), force_quick_gelu=quick)
+            "lgip-tiny-quick", pretrained=str(weights), force_quick_gelu=quick
+        )
         model.eval()
         tokenizer = open_clip.get_tokenizer("lgip-tiny-quick")
         for r in rows:
             with torch.no_grad():
-                image = model.encode_image(preprocess(Image.open(os.path.join(FIXTURES, r["image_path"])).convert("RGB"))[None])
+                image = model.encode_image(
+                    preprocess(Image.open(os.path.join(FIXTURES, r["image_path"])).convert("RGB"))[None]
+                )
                 text = model.encode_text(tokenizer([r["text"]]))
             want = torch.nn.functional.cosine_similarity(image, text).item()
             assert abs(r[column] - want) < 1e-5, (column, r["text"], r[column], want)
@@ -148,13 +182,15 @@ def test_records_without_captions_and_repeated_images_are_counted(tmp_path):
     """A record without captions is skipped and said; a repeated image_path is kept (the published
     scripts count it) but warned and recorded in the run block."""
     from conftest import OPENCLIP_TINY
+
     lines = _fixture_lines("fixture_with_perturb.jsonl")[:4]
     empty = json.loads(lines.pop())
     empty.update(orig_captions=[], same_caps={}, diff_caps={})
     src = tmp_path / "x.jsonl"
     src.write_text("\n".join(lines + [json.dumps(empty), lines[1]]) + "\n")
-    _, stdout, _ = run_here("run_lgip_multi.py", **eval_settings(src, models=[OPENCLIP_TINY], BOOTSTRAP=0,
-                                                                 WRITE_SCORES=False))
+    _, stdout, _ = run_here(
+        "run_lgip_multi.py", **eval_settings(src, models=[OPENCLIP_TINY], BOOTSTRAP=0, WRITE_SCORES=False)
+    )
     assert f"warning: {src}: 1 record(s) without captions, skipped (lines 4)" in stdout
     assert f"warning: {src}: 1 record(s) repeat an earlier record's image_path (lines 5)" in stdout
     assert "(4 records, 0 unreadable images, 1 without captions (skipped)," in stdout
@@ -166,11 +202,15 @@ def test_records_without_captions_and_repeated_images_are_counted(tmp_path):
 
 def test_a_run_with_no_usable_record_fails_before_writing_metrics(tmp_path):
     from conftest import OPENCLIP_TINY
+
     src = tmp_path / "x.jsonl"
     src.write_text("\n".join(_fixture_lines("fixture_with_perturb.jsonl")[:2]) + "\n")
     (tmp_path / "noimages").mkdir()
-    proc = run_script("run_lgip_multi.py", *eval_args(src, models=[OPENCLIP_TINY], image_root=tmp_path / "noimages",
-                                                      BOOTSTRAP=0, CACHE_DIR=None), check=False)
+    proc = run_script(
+        "run_lgip_multi.py",
+        *eval_args(src, models=[OPENCLIP_TINY], image_root=tmp_path / "noimages", BOOTSTRAP=0, CACHE_DIR=None),
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     assert f"no usable records: 2 in {src}, 2 unreadable images (first: {tmp_path / 'noimages'}/" in proc.stderr
     assert sorted(os.listdir(tmp_path)) == ["noimages", "x.jsonl"]  # no metrics, no score file
@@ -186,13 +226,20 @@ def test_a_run_with_no_usable_record_fails_before_writing_metrics(tmp_path):
 @pytest.mark.parametrize("script", ["run_lgip_multi.py", "rebuttal_enhanced_lgip_by_transformation.py"])
 def test_evaluation_input_of_the_wrong_kind_or_a_folder_is_said(tmp_path, script):
     from conftest import OPENCLIP_TINY
+
     proc = run_script(script, *eval_args(tmp_path, models=[OPENCLIP_TINY]), check=False)
     assert proc.returncode == 2 and f"{tmp_path}: is a directory, expected a JSONL file" in proc.stderr
     if script.startswith("rebuttal"):  # a _with_perturb file: no combined_caps
         src = shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), tmp_path / "p.jsonl")
         proc = run_script(script, *eval_args(src, models=[OPENCLIP_TINY]), check=False)
-        assert proc.returncode == 2 and (f"{src}:1: missing field 'combined_caps': this script reads the output of "
-                                         f"rebuttal_enhanced_perturb_with_fliptypes.py") in proc.stderr
+        assert (
+            proc.returncode == 2
+            and (
+                f"{src}:1: missing field 'combined_caps': this script reads the output of "
+                f"rebuttal_enhanced_perturb_with_fliptypes.py"
+            )
+            in proc.stderr
+        )
     else:  # a caption-keyed field with keys that are no caption index: an error, not 30 pairs lost
         lines = _fixture_lines("fixture_with_perturb.jsonl")[:3]
         rec = json.loads(lines[2])
@@ -214,6 +261,7 @@ def test_a_tie_is_not_positive(tmp_path):
     the text-prior controls (grounded gap 0) and per flip type. (Under the reference protocol SigLIP
     pads a text to its call's longest, so the caption and the same text as a flip differ: no tie.)"""
     from conftest import OPENCLIP_TINY, SIGLIP_TINY
+
     records = [json.loads(line) for line in _fixture_lines("fixture_with_fliptypes.jsonl")[:3]]
     for r in records:
         caption = r["orig_captions"][0]
@@ -222,10 +270,13 @@ def test_a_tie_is_not_positive(tmp_path):
     src = tmp_path / "tie_with_fliptypes.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     for protocol, models in (("corrected", [OPENCLIP_TINY, SIGLIP_TINY]), ("reference", [OPENCLIP_TINY])):
-        multi, _, _ = run_here("run_lgip_multi.py", **eval_settings(src, protocol, models, BOOTSTRAP=0, CACHE_DIR=None,
-                                                                     WRITE_SCORES=False))
-        typed, _, _ = run_here("run_lgip_by_fliptype.py", **eval_settings(src, protocol, models, BOOTSTRAP=0,
-                                                                           CACHE_DIR=None, WRITE_SCORES=False))
+        multi, _, _ = run_here(
+            "run_lgip_multi.py", **eval_settings(src, protocol, models, BOOTSTRAP=0, CACHE_DIR=None, WRITE_SCORES=False)
+        )
+        typed, _, _ = run_here(
+            "run_lgip_by_fliptype.py",
+            **eval_settings(src, protocol, models, BOOTSTRAP=0, CACHE_DIR=None, WRITE_SCORES=False),
+        )
         for m in multi:
             assert (m["sensitivity_gap_mean"], m["sensitivity_pos_rate"]) == (0.0, 0.0), (protocol, m["model_tag"])
             assert (m["grounded_gap_mean"], m["grounded_pos_rate"]) == (0.0, 0.0), (protocol, m["model_tag"])
@@ -243,14 +294,19 @@ def test_images_too_small_and_inputs_with_nothing_to_do_are_said(tmp_path):
     from conftest import FIXTURES, OPENCLIP_TINY, SIGLIP_TINY
     from lgip.errors import InputError, ModelError
     from lgip.models import load_model
+
     records = [json.loads(line) for line in _fixture_lines("fixture_with_perturb.jsonl")[:4]]
     for k, size in ((1, (50, 1)), (2, (100, 3))):
         Image.new("RGB", size, (200, 10, 10)).save(tmp_path / f"small{k}.png")
         records[k]["image_path"] = str(tmp_path / f"small{k}.png")
     src = tmp_path / "small_with_perturb.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    rows, out, err = run_here("run_lgip_multi.py", **eval_settings(src, "corrected", [SIGLIP_TINY, OPENCLIP_TINY],
-                                                                    BOOTSTRAP=0, CACHE_DIR=None, WRITE_SCORES=False))
+    rows, out, err = run_here(
+        "run_lgip_multi.py",
+        **eval_settings(
+            src, "corrected", [SIGLIP_TINY, OPENCLIP_TINY], BOOTSTRAP=0, CACHE_DIR=None, WRITE_SCORES=False
+        ),
+    )
     for m in rows:
         assert m["num_samples"] == 2 and m["run"]["num_failed_images"] == 2, m["model_tag"]
     assert "image too small (50x1 px; at least 8 px a side)" in err
@@ -262,11 +318,20 @@ def test_images_too_small_and_inputs_with_nothing_to_do_are_said(tmp_path):
     flat.write_text("".join(json.dumps(r) + "\n" for r in recs), encoding="utf-8")
     with pytest.raises(InputError, match="no flip to explain: 2 records in"):
         run_here("explain_flips.py", JSONL_PATH=str(flat), IMAGE_ROOT=FIXTURES, MODELS=[OPENCLIP_TINY], DEVICE="cpu")
-    proc = run_script("siglip_sanity_check.py", f"--JSONL_PATH={flat}", f"--IMAGE_ROOT={FIXTURES}",
-                      f"--MODEL={SIGLIP_TINY!r}", "--DEVICE=cpu", check=False)
+    proc = run_script(
+        "siglip_sanity_check.py",
+        f"--JSONL_PATH={flat}",
+        f"--IMAGE_ROOT={FIXTURES}",
+        f"--MODEL={SIGLIP_TINY!r}",
+        "--DEVICE=cpu",
+        check=False,
+    )
     assert proc.returncode == 2 and "no record with a flip (diff_caps)" in proc.stderr, proc.stderr
-    assert not [p for p in os.listdir(tmp_path) if p.startswith("flat") and p.endswith((".metrics.json", ".json"))
-                and not p.endswith(".jsonl")]
+    assert not [
+        p
+        for p in os.listdir(tmp_path)
+        if p.startswith("flat") and p.endswith((".metrics.json", ".json")) and not p.endswith(".jsonl")
+    ]
     with pytest.raises(ModelError, match="model 't': 'model_name' must be a non-empty string, got 5"):
         load_model({"name": "t", "type": "openclip", "model_name": 5}, "corrected", "cpu")
 
@@ -281,10 +346,20 @@ def test_score_returns_what_it_scored_and_an_evaluation_names_what_it_needs(tmp_
     from conftest import FIXTURES, OPENCLIP_TINY
     from lgip import scorer
     from lgip.models import registry
+
     src = tmp_path / "seam_with_perturb.jsonl"
     src.write_text("".join(line + "\n" for line in _fixture_lines("fixture_with_perturb.jsonl")[:4]), encoding="utf-8")
-    config = {"JSONL_PATH": str(src), "IMAGE_ROOT": FIXTURES, "PROTOCOL": "corrected", "DEVICE": "cpu",
-              "DTYPE": "fp32", "IMAGE_BATCH_SIZE": 4, "TEXT_BATCH_SIZE": 16, "NUM_WORKERS": 0, "CACHE_DIR": None}
+    config = {
+        "JSONL_PATH": str(src),
+        "IMAGE_ROOT": FIXTURES,
+        "PROTOCOL": "corrected",
+        "DEVICE": "cpu",
+        "DTYPE": "fp32",
+        "IMAGE_BATCH_SIZE": 4,
+        "TEXT_BATCH_SIZE": 16,
+        "NUM_WORKERS": 0,
+        "CACHE_DIR": None,
+    }
     records = common.load_records(str(src), ("same_caps", "diff_caps"))
     run = common.ModelRun(OPENCLIP_TINY, records, config)
     scored = run.score(*run.pairs(run_lgip_multi.published_calls), controls=True)
@@ -299,12 +374,18 @@ def test_score_returns_what_it_scored_and_an_evaluation_names_what_it_needs(tmp_
 
     class ScoresOnly(scorer.PairScorer):  # (a joint scorer, LGIP_SPEC.md 13: no embeddings)
         pass
+
     monkeypatch.setitem(scorer.SCORERS, "joint", ScoresOnly)
-    monkeypatch.setitem(registry.MODEL_SCORERS, "openclip", "joint")
-    got, out, _ = run_here("run_lgip_retrieval.py", **eval_settings(tmp_path / "absent.jsonl", "corrected",
-                                                                     [OPENCLIP_TINY]))
+    monkeypatch.setitem(
+        registry.FAMILIES, "openclip", dataclasses.replace(registry.FAMILIES["openclip"], scorer="joint")
+    )
+    got, out, _ = run_here(
+        "run_lgip_retrieval.py", **eval_settings(tmp_path / "absent.jsonl", "corrected", [OPENCLIP_TINY])
+    )
     assert got is None and not list(tmp_path.glob("*retrieval*")), out
     lines = out.splitlines()
-    assert "run_lgip_retrieval.py: model 'tiny_openclip' (type 'openclip') is left out: it scores a pair jointly and " \
-           "gives no embeddings, which this step needs" in lines
+    assert (
+        "run_lgip_retrieval.py: model 'tiny_openclip' (type 'openclip') is left out: it scores a pair jointly and "
+        "gives no embeddings, which this step needs" in lines
+    )
     assert any("every model of MODELS is left out" in line and "nothing written" in line for line in lines)

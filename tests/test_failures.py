@@ -1,6 +1,7 @@
 """Runs that fail fast, lose little to a crash, re-run from the cache without the model, and stop
 cleanly on Ctrl-C. No network: the Hub is pointed at a closed local port, Hugging Face's cache
 at a temp folder; the models are the tiny fixture ones."""
+
 import glob
 import json
 import os
@@ -12,7 +13,17 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, eval_settings, run_here, run_script
+from conftest import (
+    FIXTURES,
+    OPENCLIP_TINY,
+    REFERENCE,
+    ROOT,
+    SIGLIP_TINY,
+    eval_args,
+    eval_settings,
+    run_here,
+    run_script,
+)
 from test_accelerations import assert_same_numbers
 
 HUB_SIGLIP = {"name": "hub_siglip", "type": "siglip", "model_id": "google/siglip-base-patch16-224"}
@@ -34,8 +45,13 @@ def no_hub(tmp_path):
 
 
 def python(code, env, timeout=120):
-    return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{code}"], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{code}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 LOAD_TIMED = """
@@ -59,13 +75,16 @@ def test_unreachable_hub_fails_a_model_at_once_with_what_to_do(no_hub, spec):
     assert seconds < 10, proc.stdout
     message = proc.stdout.split("\n", 1)[1]
     assert f"model {spec['name']!r}" in message and "cannot be reached (ConnectionRefusedError" in message
-    assert "HF_HUB_OFFLINE=1" in message and ("\"model_id\": \"/path/to/folder\"" in message
-                                              or "local-dir:/path/to/folder" in message)
+    assert "HF_HUB_OFFLINE=1" in message and (
+        '"model_id": "/path/to/folder"' in message or "local-dir:/path/to/folder" in message
+    )
     assert "Retrying" not in proc.stderr + proc.stdout  # no retry warnings
 
 
 def test_offline_setting_is_honoured_without_asking_the_hub(no_hub):
-    env = dict(no_hub, HF_HUB_OFFLINE="1", HF_ENDPOINT="http://192.0.2.1:9")  # (a non-routable address: a request would hang)
+    env = dict(
+        no_hub, HF_HUB_OFFLINE="1", HF_ENDPOINT="http://192.0.2.1:9"
+    )  # (a non-routable address: a request would hang)
     proc = python(LOAD_TIMED.format(spec=HUB_SIGLIP), env)
     assert float(proc.stdout.split("seconds", 1)[1].split()[0]) < 5
     assert "HF_HUB_OFFLINE=1 is set" in proc.stdout
@@ -75,8 +94,9 @@ def test_a_run_names_every_model_it_cannot_load_before_any_work(no_hub, tmp_path
     src = tmp_path / "in.jsonl"
     src.write_bytes(open(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), "rb").read())
     t0 = time.perf_counter()
-    proc = run_script("run_lgip_multi.py", *eval_args(src, models=[OPENCLIP_TINY, HUB_SIGLIP, HUB_OPENCLIP]),
-                      env=no_hub, check=False)
+    proc = run_script(
+        "run_lgip_multi.py", *eval_args(src, models=[OPENCLIP_TINY, HUB_SIGLIP, HUB_OPENCLIP]), env=no_hub, check=False
+    )
     assert proc.returncode == 2 and time.perf_counter() - t0 < 60
     assert "2 of 3 models cannot be loaded, so nothing was run" in proc.stderr
     assert "model 'hub_siglip'" in proc.stderr and "model 'hub_b16'" in proc.stderr
@@ -121,6 +141,7 @@ def test_cache_chunks_are_written_after_cache_flush_s_of_work(tmp_path):
     from lgip.cache import EmbeddingCache
     from lgip.device import _DeviceRows, _Rows
     from lgip.models import key_encoder
+
     enc = key_encoder(OPENCLIP_TINY, "corrected", "cpu")
     cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=1 << 20, flush_s=0.3)
     writer = cache.writer("text")
@@ -164,9 +185,12 @@ def test_a_run_killed_mid_way_resumes_and_gives_the_same_metrics(tmp_path):
         src[name] = tmp_path / name / "in.jsonl"
         src[name].write_bytes(open(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), "rb").read())
     settings = dict(protocol="reference", models=[SIGLIP_TINY], TEXT_BATCH_SIZE=16, CACHE_FLUSH_S=0)
-    code = KILLED_RUN.format(kill_at=12, chunks=str(tmp_path / "killed" / ".lgip_cache" / "*" / "text-*.npz"),
-                             argv=["run_lgip_multi.py", *eval_args(src["killed"], **settings)],
-                             script=os.path.join(ROOT, "run_lgip_multi.py"))
+    code = KILLED_RUN.format(
+        kill_at=12,
+        chunks=str(tmp_path / "killed" / ".lgip_cache" / "*" / "text-*.npz"),
+        argv=["run_lgip_multi.py", *eval_args(src["killed"], **settings)],
+        script=os.path.join(ROOT, "run_lgip_multi.py"),
+    )
     proc = python(code, dict(os.environ))
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert not glob.glob(str(tmp_path / "killed" / "*.json"))
@@ -183,6 +207,7 @@ def test_a_run_killed_mid_way_resumes_and_gives_the_same_metrics(tmp_path):
 @pytest.mark.parametrize("protocol", ["corrected", "reference"])
 def test_a_rerun_from_the_cache_does_not_load_the_weights(tmp_path, protocol):
     import shutil
+
     src = tmp_path / "in.jsonl"
     src.write_bytes(open(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), "rb").read())
     shutil.copytree(os.path.join(FIXTURES, "images"), tmp_path / "images")
@@ -252,9 +277,15 @@ def test_ctrl_c_stops_within_seconds_leaving_nothing_behind(tmp_path):
     # Ctrl-C as in a terminal, even when the tests were started in the background (a shell's `cmd &`
     # starts them with SIGINT ignored, and a process inherits that: Python then leaves it ignored)
     code = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n" + SLOW_RUN.format(
-        argv=["run_lgip_by_fliptype.py", *args], script=os.path.join(ROOT, "run_lgip_by_fliptype.py"))
-    proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{code}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        argv=["run_lgip_by_fliptype.py", *args], script=os.path.join(ROOT, "run_lgip_by_fliptype.py")
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{code}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     lines = []
     for line in proc.stdout:  # until the first model is done, then Ctrl-C (to the process group, as a terminal)
         lines.append(line)
@@ -267,8 +298,10 @@ def test_ctrl_c_stops_within_seconds_leaving_nothing_behind(tmp_path):
     seconds = time.perf_counter() - t0
     err = proc.stderr.read()
     assert rc == 130 and seconds < 10, (rc, seconds, err[-2000:])
-    assert ("interrupted: during model twin; finished 1 of 3 models (tiny_openclip); no metrics file was written "
-            "(it is written at the end), the finished models' score files are;") in err, err[-1500:]
+    assert (
+        "interrupted: during model twin; finished 1 of 3 models (tiny_openclip); no metrics file was written "
+        "(it is written at the end), the finished models' score files are;"
+    ) in err, err[-1500:]
     assert "the same command resumes" in err and "Traceback" not in err
     deadline = time.time() + 5
     while processes_with(str(src)) and time.time() < deadline:
@@ -276,7 +309,9 @@ def test_ctrl_c_stops_within_seconds_leaving_nothing_behind(tmp_path):
     assert processes_with(str(src)) == []  # no worker left behind
     # nothing partial, no temp file: the input, and the finished model's whole score file
     assert sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / "*"))) == [
-        "in.jsonl", "in__LGIP_fliptypes_tiny_openclip.scores.jsonl"]
+        "in.jsonl",
+        "in__LGIP_fliptypes_tiny_openclip.scores.jsonl",
+    ]
     assert not glob.glob(str(tmp_path / ".*.tmp")) and not glob.glob(str(tmp_path / ".lgip_cache" / "*" / ".*.tmp"))
     _, stdout, _ = run_here("run_lgip_by_fliptype.py", **eval_settings(src, **settings))  # the same command again
     assert "tiny_openclip: from the cache: " in stdout
@@ -285,6 +320,7 @@ def test_ctrl_c_stops_within_seconds_leaving_nothing_behind(tmp_path):
 def test_an_interrupted_generator_leaves_no_output(tmp_path, capsys):
     from lgip.cli import run_main
     from lgip.generate import run_generator
+
     out = tmp_path / "out.jsonl"
     done = []
 
@@ -295,8 +331,11 @@ def test_an_interrupted_generator_leaves_no_output(tmp_path, capsys):
         return {}
 
     with pytest.raises(SystemExit) as e:
-        run_main(lambda: run_generator("gen.py", {"SEED": 42}, os.path.join(FIXTURES, "lgip_fixture_base.jsonl"),
-                                       str(out), perturb))
+        run_main(
+            lambda: run_generator(
+                "gen.py", {"SEED": 42}, os.path.join(FIXTURES, "lgip_fixture_base.jsonl"), str(out), perturb
+            )
+        )
     assert e.value.code == 130
     assert "interrupted: at record 3 of ~12; " in capsys.readouterr().err
     assert os.listdir(tmp_path) == []

@@ -3,6 +3,7 @@ an embedding cache on a full disk, a scheduler's SIGTERM, a byte-order mark at t
 input, and two evaluations at once on one cache folder. A full disk is tests/small_disk.py (ENOSPC
 once a folder's room is used, no root needed); where this machine lets a test mount a tmpfs, real
 small and read-only file systems too."""
+
 import glob
 import json
 import os
@@ -16,8 +17,18 @@ import numpy as np
 import pytest
 
 import small_disk
-from conftest import (BASE_JSONL, FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_args, eval_settings, run_here,
-                      run_script)
+from conftest import (
+    BASE_JSONL,
+    FIXTURES,
+    OPENCLIP_TINY,
+    REFERENCE,
+    ROOT,
+    SIGLIP_TINY,
+    eval_args,
+    eval_settings,
+    run_here,
+    run_script,
+)
 from test_evaluation import assert_matches
 from test_failures import SLOW_RUN, processes_with
 from test_make_base_jsonl import Coco, coco_dict
@@ -37,10 +48,19 @@ runpy.run_path({script!r}, run_name="__main__")
 
 def run_on_small_disk(script, rooms, *args):
     """A script run as its users do, with each folder of `rooms` holding that many bytes more."""
-    code = ON_SMALL_DISK.format(tests=os.path.join(ROOT, "tests"), rooms={str(k): v for k, v in rooms.items()},
-                                argv=[script, *args], script=os.path.join(ROOT, script))
-    return subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{code}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    code = ON_SMALL_DISK.format(
+        tests=os.path.join(ROOT, "tests"),
+        rooms={str(k): v for k, v in rooms.items()},
+        argv=[script, *args],
+        script=os.path.join(ROOT, script),
+    )
+    return subprocess.run(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{code}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def copy_input(folder, src=PERTURBED, name="in.jsonl"):
@@ -70,6 +90,7 @@ def disk():
 def test_an_output_that_cannot_be_written_says_which_why_and_what_to_do(tmp_path, disk):
     from lgip.errors import OutputError
     from lgip.outputs import OUTPUTS, atomic_open, check_writable
+
     full, empty, a_file = tmp_path / "full", tmp_path / "empty", tmp_path / "a_file"
     full.mkdir(), empty.mkdir(), a_file.write_text("")
     disk.install({full: 10, empty: 0})
@@ -77,8 +98,10 @@ def test_an_output_that_cannot_be_written_says_which_why_and_what_to_do(tmp_path
     with pytest.raises(OutputError) as e:
         with atomic_open(full / "out.jsonl") as f:
             f.write("x" * 100)
-    assert str(e.value) == (f"cannot write {full / 'out.jsonl'}: no space left on the device (ENOSPC). "
-                            f"Free space on that disk (df -h {full}), or {ELSEWHERE_GENERATOR}")
+    assert str(e.value) == (
+        f"cannot write {full / 'out.jsonl'}: no space left on the device (ENOSPC). "
+        f"Free space on that disk (df -h {full}), or {ELSEWHERE_GENERATOR}"
+    )
     assert os.listdir(full) == []  # no partial file, no temp file
     assert OUTPUTS.unwritten == [(full / "out.jsonl", "no space left on the device")] and OUTPUTS.written == []
     with pytest.raises(FileNotFoundError):  # the caller's own error (reading its input) passes as it is
@@ -87,8 +110,10 @@ def test_an_output_that_cannot_be_written_says_which_why_and_what_to_do(tmp_path
     check_writable([full, tmp_path / "new" / "folder"])  # a byte fits; a folder not made yet: its parent is tried
     with pytest.raises(OutputError) as e:
         check_writable([full, empty / "sub"])
-    assert str(e.value) == (f"cannot write in {empty}: no space left on the device (ENOSPC). Free space on that disk "
-                            f"(df -h {empty}), or {ELSEWHERE_GENERATOR} Nothing was run.")
+    assert str(e.value) == (
+        f"cannot write in {empty}: no space left on the device (ENOSPC). Free space on that disk "
+        f"(df -h {empty}), or {ELSEWHERE_GENERATOR} Nothing was run."
+    )
     with pytest.raises(OutputError, match=f"cannot write in {a_file / 'sub'}: {a_file} is a file, not a folder"):
         check_writable([a_file / "sub"])
 
@@ -97,11 +122,13 @@ def test_a_full_disk_stops_a_script_before_its_work(tmp_path):
     """A generator and an evaluation whose output folder takes no byte stop at once (exit status 4)."""
     out = tmp_path / "out"
     out.mkdir()
-    proc = run_on_small_disk("diff_gen_caption.py", {out: 0}, f"--INPUT_JSONL={BASE_JSONL}",
-                             f"--OUTPUT_JSONL={out / 'x.jsonl'}")
+    proc = run_on_small_disk(
+        "diff_gen_caption.py", {out: 0}, f"--INPUT_JSONL={BASE_JSONL}", f"--OUTPUT_JSONL={out / 'x.jsonl'}"
+    )
     assert proc.returncode == 4 and proc.stderr == (
         f"error: cannot write in {out}: no space left on the device (ENOSPC). Free space on that disk (df -h {out}), "
-        f"or {ELSEWHERE_GENERATOR} Nothing was run.\n")
+        f"or {ELSEWHERE_GENERATOR} Nothing was run.\n"
+    )
     src = copy_input(out / "eval")
     t0 = time.perf_counter()
     proc = run_on_small_disk("run_lgip_multi.py", {out / "eval": 0}, *eval_args(src))
@@ -109,7 +136,8 @@ def test_a_full_disk_stops_a_script_before_its_work(tmp_path):
     assert proc.stderr == (
         f"error: cannot write in {out / 'eval'}: no space left on the device (ENOSPC). Free space on that disk "
         f"(df -h {out / 'eval'}), or write elsewhere: the outputs go beside JSONL_PATH: copy it to a writable folder "
-        f"with room and pass --JSONL_PATH=<the copy> --IMAGE_ROOT={FIXTURES}. Nothing was run.\n")
+        f"with room and pass --JSONL_PATH=<the copy> --IMAGE_ROOT={FIXTURES}. Nothing was run.\n"
+    )
     assert os.listdir(out / "eval") == ["in.jsonl"]  # no model was loaded, no cache made
 
 
@@ -141,12 +169,16 @@ def test_a_full_disk_keeps_the_metrics_and_a_full_cache_costs_nothing(tmp_path):
     err = proc.stderr
     assert proc.returncode == 4 and "Traceback" not in err, err
     assert err.count("warning: the embedding cache cannot be written (") == 1
-    assert ("no space left on the device); the run goes on without caching the rest: its results are the same, what is "
-            "cached stays usable, and a re-run encodes again what was not cached. Free space there (or get write "
-            "permission), or pass --CACHE_DIR=<a writable folder with room> (None: no cache).") in err
+    assert (
+        "no space left on the device); the run goes on without caching the rest: its results are the same, what is "
+        "cached stays usable, and a re-run encodes again what was not cached. Free space there (or get write "
+        "permission), or pass --CACHE_DIR=<a writable folder with room> (None: no cache)."
+    ) in err
     for model in ("tiny_openclip", "tiny_siglip"):
-        assert (f"warning: cannot write {out / f'in__LGIP_{model}.scores.jsonl'}: no space left on the device (ENOSPC). "
-                f"Free space on that disk (df -h {out}), or write elsewhere: the outputs go beside JSONL_PATH") in err
+        assert (
+            f"warning: cannot write {out / f'in__LGIP_{model}.scores.jsonl'}: no space left on the device (ENOSPC). "
+            f"Free space on that disk (df -h {out}), or write elsewhere: the outputs go beside JSONL_PATH"
+        ) in err
     assert "The run goes on without this score file (--WRITE_SCORES=False writes none)" in err
     assert err.endswith(
         "error: not every output could be written (see the warnings above: the run went on without them)\n"
@@ -156,9 +188,15 @@ def test_a_full_disk_keeps_the_metrics_and_a_full_cache_costs_nothing(tmp_path):
         "in__LGIP_comparisons.metrics.json, in__LGIP_ALL.metrics.json\n"
         "  no partial file was left\n"
         "  the embeddings encoded so far are in the cache: once there is room, the same command re-runs from it "
-        "(a model whose embeddings are all there without loading its weights)\n")
-    assert sorted(os.listdir(out)) == ["in.jsonl", "in__LGIP_ALL.metrics.json", "in__LGIP_comparisons.metrics.json",
-                                       "in__LGIP_tiny_openclip.metrics.json", "in__LGIP_tiny_siglip.metrics.json"]
+        "(a model whose embeddings are all there without loading its weights)\n"
+    )
+    assert sorted(os.listdir(out)) == [
+        "in.jsonl",
+        "in__LGIP_ALL.metrics.json",
+        "in__LGIP_comparisons.metrics.json",
+        "in__LGIP_tiny_openclip.metrics.json",
+        "in__LGIP_tiny_siglip.metrics.json",
+    ]
     metrics = json.load(open(out / "in__LGIP_ALL.metrics.json"))
     assert_matches(metrics, json.load(open(os.path.join(REFERENCE, "fixture_with_perturb__LGIP_ALL.metrics.json"))))
     assert [m["scores_file"] for m in metrics] == [None, None]
@@ -185,22 +223,24 @@ def test_real_full_and_read_only_file_systems(tmp_path, tmpfs):
     small, ro = tmp_path / "small", tmp_path / "ro"
     small.mkdir(), ro.mkdir()
     gen = f"{sys.executable} {os.path.join(ROOT, 'diff_gen_caption.py')} --INPUT_JSONL={BASE_JSONL}"
-    script = (f"mount -t tmpfs -o size=16k tmpfs {small} && mount -t tmpfs -o ro,size=16k tmpfs {ro} || exit 99\n"
-              f"{gen} --OUTPUT_JSONL={small / 'x.jsonl'} 2> {tmp_path / 'small.err'}; echo $? > {tmp_path / 'small.rc'}\n"
-              f"ls -A {small} > {tmp_path / 'small.ls'}\n"
-              f"{gen} --OUTPUT_JSONL={ro / 'x.jsonl'} 2> {tmp_path / 'ro.err'}; echo $? > {tmp_path / 'ro.rc'}\n")
+    script = (
+        f"mount -t tmpfs -o size=16k tmpfs {small} && mount -t tmpfs -o ro,size=16k tmpfs {ro} || exit 99\n"
+        f"{gen} --OUTPUT_JSONL={small / 'x.jsonl'} 2> {tmp_path / 'small.err'}; echo $? > {tmp_path / 'small.rc'}\n"
+        f"ls -A {small} > {tmp_path / 'small.ls'}\n"
+        f"{gen} --OUTPUT_JSONL={ro / 'x.jsonl'} 2> {tmp_path / 'ro.err'}; echo $? > {tmp_path / 'ro.rc'}\n"
+    )
     proc = subprocess.run(tmpfs + ["sh", "-c", script], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "small.rc").read_text() == "4\n" and (tmp_path / "small.ls").read_text() == ""  # nothing partial
     assert (tmp_path / "small.err").read_text() == (
         f"error: cannot write {small / 'x.jsonl'}: no space left on the device (ENOSPC). Free space on that disk "
-        f"(df -h {small}), or {ELSEWHERE_GENERATOR}\n  no output file was written\n  no partial file was left\n")
+        f"(df -h {small}), or {ELSEWHERE_GENERATOR}\n  no output file was written\n  no partial file was left\n"
+    )
     assert (tmp_path / "ro.rc").read_text() == "4\n"
     assert (tmp_path / "ro.err").read_text() == (
         f"error: cannot write in {ro}: read-only file system (EROFS). Write elsewhere: pass --OUTPUT_JSONL=<a "
-        f"writable path with room>. Nothing was run.\n")
-
-
+        f"writable path with room>. Nothing was run.\n"
+    )
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to find the processes left behind")
@@ -214,8 +254,14 @@ def test_sigterm_stops_an_evaluation_as_ctrl_c_does_and_the_same_command_resumes
     models = [SIGLIP_TINY, OPENCLIP_TINY] if to == "scheduler" else [SIGLIP_TINY]  # (two: a look-ahead)
     args = eval_args(src, models=models, NUM_WORKERS=2, TEXT_BATCH_SIZE=8)
     code = SLOW_RUN.format(argv=["run_lgip_multi.py", *args], script=os.path.join(ROOT, "run_lgip_multi.py"))
-    proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{code}"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {ROOT!r})\n{code}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     encoded = 0
     for line in proc.stdout:
         encoded += int(line.split()[1]) if line.startswith("encoded") else 0
@@ -230,7 +276,8 @@ def test_sigterm_stops_an_evaluation_as_ctrl_c_does_and_the_same_command_resumes
     assert err.endswith(
         "stopped by SIGTERM: during model tiny_siglip; no model finished; no metrics file was written (it is written "
         "at the end); the texts and images it had encoded are in the cache (.lgip_cache beside the input): the same "
-        "command resumes there (a finished model is read from the cache, without loading its weights).\n"), err[-1500:]
+        "command resumes there (a finished model is read from the cache, without loading its weights).\n"
+    ), err[-1500:]
     assert "Traceback" not in err
     deadline = time.time() + 5
     while processes_with(src) and time.time() < deadline:
@@ -243,8 +290,10 @@ def test_sigterm_stops_an_evaluation_as_ctrl_c_does_and_the_same_command_resumes
         return  # (the re-run: once is enough)
     _, stdout, _ = run_here("run_lgip_multi.py", **eval_settings(src, models=models, NUM_WORKERS=2, TEXT_BATCH_SIZE=8))
     assert f"tiny_siglip: from the cache: {cached} of 497 texts" in stdout  # (the same command, in this process)
-    assert_matches(json.load(open(tmp_path / "in__LGIP_tiny_siglip.metrics.json")),
-                   json.load(open(os.path.join(REFERENCE, "fixture_with_perturb__LGIP_tiny_siglip.metrics.json"))))
+    assert_matches(
+        json.load(open(tmp_path / "in__LGIP_tiny_siglip.metrics.json")),
+        json.load(open(os.path.join(REFERENCE, "fixture_with_perturb__LGIP_tiny_siglip.metrics.json"))),
+    )
 
 
 def with_bom(src, dst, crlf=False):
@@ -257,17 +306,26 @@ def with_bom(src, dst, crlf=False):
 def test_a_byte_order_mark_and_crlf_are_read_as_utf_8(tmp_path):
     from lgip.errors import InputError
     from lgip.records import iter_json_lines, load_records, read_json
+
     fields = ("same_caps", "diff_caps")
-    assert load_records(with_bom(PERTURBED, tmp_path / "bom.jsonl", crlf=True), fields) == load_records(PERTURBED, fields)
+    assert load_records(with_bom(PERTURBED, tmp_path / "bom.jsonl", crlf=True), fields) == load_records(
+        PERTURBED, fields
+    )
     metrics = os.path.join(REFERENCE, "fixture_with_perturb__LGIP_ALL.metrics.json")
     assert read_json(with_bom(metrics, tmp_path / "bom.json")) == json.load(open(metrics))
     (tmp_path / "utf16.jsonl").write_text('{"a": 1}\n', encoding="utf-16")
-    with pytest.raises(InputError, match=r"utf16.jsonl: UTF-16 text \(it starts with the byte-order mark FF FE\); "
-                                         r"save it as UTF-8"):
+    with pytest.raises(
+        InputError,
+        match=r"utf16.jsonl: UTF-16 text \(it starts with the byte-order mark FF FE\); "
+        r"save it as UTF-8",
+    ):
         list(iter_json_lines(str(tmp_path / "utf16.jsonl")))
     (tmp_path / "latin1.jsonl").write_bytes(b'{"a": 1}\n\n{"a": "caf\xe9"}\n')
-    with pytest.raises(InputError, match=r"latin1.jsonl:3: not UTF-8 text \(invalid continuation byte at byte 10 of "
-                                         r"the line\); save the file as UTF-8"):
+    with pytest.raises(
+        InputError,
+        match=r"latin1.jsonl:3: not UTF-8 text \(invalid continuation byte at byte 10 of "
+        r"the line\); save the file as UTF-8",
+    ):
         list(iter_json_lines(str(tmp_path / "latin1.jsonl")))
 
 
@@ -276,8 +334,11 @@ def test_scripts_read_inputs_that_start_with_a_byte_order_mark(tmp_path):
     report.py's metrics and score files (the evaluations and the sanity check read through
     load_records, run_all through read_json: the test above)."""
     out = tmp_path / "out.jsonl"
-    run_script("diff_gen_caption.py", f"--INPUT_JSONL={with_bom(BASE_JSONL, tmp_path / 'base.jsonl', crlf=True)}",
-               f"--OUTPUT_JSONL={out}")
+    run_script(
+        "diff_gen_caption.py",
+        f"--INPUT_JSONL={with_bom(BASE_JSONL, tmp_path / 'base.jsonl', crlf=True)}",
+        f"--OUTPUT_JSONL={out}",
+    )
     assert out.read_bytes() == open(PERTURBED, "rb").read()
     plain, bom = Coco(tmp_path / "plain", coco_dict()), Coco(tmp_path / "bom", "\ufeff" + json.dumps(coco_dict()))
     plain.run(), bom.run()
@@ -289,8 +350,16 @@ def test_scripts_read_inputs_that_start_with_a_byte_order_mark(tmp_path):
         sys.argv = argv
     metrics = os.path.join(REFERENCE, "fixture_with_perturb__LGIP_ALL.metrics.json")
     assert report.load_metrics(with_bom(metrics, tmp_path / "m.json")) == report.load_metrics(metrics)
-    line = {"line": 1, "image_id": 1, "image_path": "a.jpg", "caption_index": 0, "caption": "c", "sim": 0.5,
-            "paraphrases": [{"text": "p", "sim": 0.3}], "flips": [{"text": "f", "sim": 0.7, "type": "color"}]}
+    line = {
+        "line": 1,
+        "image_id": 1,
+        "image_path": "a.jpg",
+        "caption_index": 0,
+        "caption": "c",
+        "sim": 0.5,
+        "paraphrases": [{"text": "p", "sim": 0.3}],
+        "flips": [{"text": "f", "sim": 0.7, "type": "color"}],
+    }
     (tmp_path / "s.jsonl").write_text(json.dumps(line) + "\n")
     scores = [("multi", "m", str(tmp_path / "s.jsonl"))]
     bom_scores = [("multi", "m", with_bom(tmp_path / "s.jsonl", tmp_path / "bom_s.jsonl", crlf=True))]
@@ -303,10 +372,26 @@ def test_two_evaluations_at_once_on_one_cache_folder(tmp_path):
     """Both give the published numbers, and the cache stays whole: every chunk loads, and holds
     every text and image of the run."""
     cache = tmp_path / "cache"
-    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "run_lgip_multi.py"),
-                               *eval_args(copy_input(tmp_path / name), models=[SIGLIP_TINY], CACHE_DIR=str(cache),
-                                          CACHE_FLUSH_S=0, TEXT_BATCH_SIZE=16)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in "ab"]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                os.path.join(ROOT, "run_lgip_multi.py"),
+                *eval_args(
+                    copy_input(tmp_path / name),
+                    models=[SIGLIP_TINY],
+                    CACHE_DIR=str(cache),
+                    CACHE_FLUSH_S=0,
+                    TEXT_BATCH_SIZE=16,
+                ),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in "ab"
+    ]
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0 and "warning" not in err, err
@@ -331,11 +416,28 @@ def test_the_path_sensitive_cases_pass_from_a_long_folder(tmp_path):
         elif name.endswith(".py") or name == "requirements.txt":
             shutil.copy(src, home / name)
     assert len(str(home)) > 120
-    cases = ["tests/test_faults.py::test_a_full_disk_keeps_the_metrics_and_a_full_cache_costs_nothing",
-             "tests/test_faults.py::test_a_full_disk_stops_a_script_before_its_work",
-             "tests/test_faults.py::test_an_output_that_cannot_be_written_says_which_why_and_what_to_do",
-             "tests/test_settings.py::test_help_wraps_long_defaults"]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
-                           f"--basetemp={home / 'pytest_tmp'}", *cases], cwd=home, capture_output=True, text=True,
-                          timeout=600)
+    cases = [
+        "tests/test_faults.py::test_a_full_disk_keeps_the_metrics_and_a_full_cache_costs_nothing",
+        "tests/test_faults.py::test_a_full_disk_stops_a_script_before_its_work",
+        "tests/test_faults.py::test_an_output_that_cannot_be_written_says_which_why_and_what_to_do",
+        "tests/test_settings.py::test_help_wraps_long_defaults",
+    ]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:cacheprovider",
+            f"--basetemp={home / 'pytest_tmp'}",
+            *cases,
+        ],
+        cwd=home,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0 and "4 passed" in proc.stdout, proc.stdout[-4000:] + proc.stderr[-2000:]

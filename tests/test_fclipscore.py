@@ -1,6 +1,7 @@
 """F-CLIPScore and misalignment detection (LGIP_SPEC.md section 8, CLIP4DM's own claim): F recounted
 from each explain line's words and similarity, the captions' word scores against a hand-written
 restatement of the tower, average precision against scikit-learn's (ties, weights, one class)."""
+
 import json
 import os
 import shutil
@@ -18,10 +19,19 @@ sklearn_metrics = pytest.importorskip("sklearn.metrics")
 @pytest.fixture(scope="module")
 def explained(tmp_path_factory):
     import explain_flips
+
     folder = tmp_path_factory.mktemp("fclip")
     shutil.copy(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), folder / "x_with_fliptypes.jsonl")
-    m = explain_flips.run(JSONL_PATH=str(folder / "x_with_fliptypes.jsonl"), IMAGE_ROOT=FIXTURES, DEVICE="cpu",
-                          MODELS=[OPENCLIP_TINY], N_FLIPS=None, TOP_K=0, BOOTSTRAP=200, NUM_WORKERS=0)[0]
+    m = explain_flips.run(
+        JSONL_PATH=str(folder / "x_with_fliptypes.jsonl"),
+        IMAGE_ROOT=FIXTURES,
+        DEVICE="cpu",
+        MODELS=[OPENCLIP_TINY],
+        N_FLIPS=None,
+        TOP_K=0,
+        BOOTSTRAP=200,
+        NUM_WORKERS=0,
+    )[0]
     return m, [json.loads(x) for x in open(folder / m["explain_file"])]
 
 
@@ -46,7 +56,9 @@ def test_detection_figures_equal_scikit_learns_on_the_lines(explained):
     assert m["detection_num_captions"] == len(captions) and m["detection_num_flips"] == len(lines)
     assert m["detection_ap_clipscore"] == pytest.approx(sklearn_metrics.average_precision_score(y, s), abs=1e-12)
     assert m["detection_ap_fclipscore"] == pytest.approx(sklearn_metrics.average_precision_score(y, f), abs=1e-12)
-    assert m["detection_ap_gain"] == pytest.approx(m["detection_ap_fclipscore"] - m["detection_ap_clipscore"], abs=1e-12)
+    assert m["detection_ap_gain"] == pytest.approx(
+        m["detection_ap_fclipscore"] - m["detection_ap_clipscore"], abs=1e-12
+    )
     for key in ("detection_ap_clipscore", "detection_ap_fclipscore", "detection_ap_gain"):
         lo, hi = m[key + "_ci95"]
         assert lo <= m[key] <= hi, key
@@ -55,7 +67,9 @@ def test_detection_figures_equal_scikit_learns_on_the_lines(explained):
         caps = {(x["line"], x["caption"]): x for x in typed}
         yt = [1] * len(caps) + [0] * len(typed)
         ft = [x["caption_fclipscore"] for x in caps.values()] + [x["fclipscore"] for x in typed]
-        assert block["detection_ap_fclipscore"] == pytest.approx(sklearn_metrics.average_precision_score(yt, ft), abs=1e-12)
+        assert block["detection_ap_fclipscore"] == pytest.approx(
+            sklearn_metrics.average_precision_score(yt, ft), abs=1e-12
+        )
 
 
 def test_the_captions_word_scores_equal_a_plain_restatement(explained):
@@ -65,6 +79,7 @@ def test_the_captions_word_scores_equal_a_plain_restatement(explained):
     from lgip.attribution import align_words
     from lgip.images import embed_images
     from lgip.models import load_model
+
     _, lines = explained
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
     seen = {}
@@ -93,11 +108,13 @@ def test_average_precision_equals_scikit_learns_with_ties_and_weights():
             continue
         tried += 1
         assert average_precision(scores, positive) == pytest.approx(
-            sklearn_metrics.average_precision_score(positive, scores), abs=1e-12)
+            sklearn_metrics.average_precision_score(positive, scores), abs=1e-12
+        )
         weights = rng.integers(0, 3, size=n).astype(float)
         if (weights * positive).sum() and (weights * ~positive).sum():
             assert average_precision(scores, positive, weights) == pytest.approx(
-                sklearn_metrics.average_precision_score(positive, scores, sample_weight=weights), abs=1e-12)
+                sklearn_metrics.average_precision_score(positive, scores, sample_weight=weights), abs=1e-12
+            )
     assert tried > 100
     many = average_precision([0.9, 0.1], [True, False], np.array([[1, 1], [0, 1], [2, 0]]))
     assert many[0] == 1.0 and np.isnan(many[1]) and np.isnan(many[2])  # per weighting; one class: NaN
@@ -109,10 +126,19 @@ def test_with_a_template_f_and_detection_take_the_attributed_similarity(tmp_path
     the similarity of the text that was attributed (the template's, sim_*_template), while the LGIP
     gap stays the one of the texts as written (sim_caption, sim_flip)."""
     import explain_flips
+
     shutil.copy(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), tmp_path / "x_with_fliptypes.jsonl")
-    m = explain_flips.run(JSONL_PATH=str(tmp_path / "x_with_fliptypes.jsonl"), IMAGE_ROOT=FIXTURES, DEVICE="cpu",
-                          MODELS=[OPENCLIP_TINY], N_FLIPS=40, TOP_K=0, BOOTSTRAP=0, NUM_WORKERS=0,
-                          TEMPLATE="A photo depicts ")[0]
+    m = explain_flips.run(
+        JSONL_PATH=str(tmp_path / "x_with_fliptypes.jsonl"),
+        IMAGE_ROOT=FIXTURES,
+        DEVICE="cpu",
+        MODELS=[OPENCLIP_TINY],
+        N_FLIPS=40,
+        TOP_K=0,
+        BOOTSTRAP=0,
+        NUM_WORKERS=0,
+        TEMPLATE="A photo depicts ",
+    )[0]
     lines = [json.loads(x) for x in open(tmp_path / m["explain_file"])]
     assert lines
     for x in lines:
@@ -132,9 +158,18 @@ def test_with_a_template_f_and_detection_take_the_attributed_similarity(tmp_path
 def test_a_caption_written_in_two_slots_is_one_positive():
     """The same caption text at two indices of one record (SugarCrepe++ items of one image, a COCO
     duplicate) is one (record, caption): attributed once, so one positive; another record's is another."""
+
     def line(rec, index, caption, s_flip):
-        return {"line": rec, "caption_index": index, "caption": caption, "sim_caption": 0.3, "sim_flip": s_flip,
-                "fclipscore": -0.2, "caption_fclipscore": -0.05}
+        return {
+            "line": rec,
+            "caption_index": index,
+            "caption": caption,
+            "sim_caption": 0.3,
+            "sim_flip": s_flip,
+            "fclipscore": -0.2,
+            "caption_fclipscore": -0.05,
+        }
+
     lines = [line(1, 0, "a red bus", 0.2), line(1, 2, "a red bus", 0.35), line(2, 0, "a red bus", 0.1)]
     block = detection(lines, {"BOOTSTRAP": 0, "BOOTSTRAP_SEED": 0})
     assert block["detection_num_captions"] == 2 and block["detection_num_flips"] == 3
@@ -143,8 +178,15 @@ def test_a_caption_written_in_two_slots_is_one_positive():
 
 
 def test_detection_of_a_single_class_gives_none():
-    line = {"line": 1, "caption_index": 0, "caption": "a bus", "sim_caption": 0.3, "sim_flip": 0.2, "fclipscore": -0.1,
-            "caption_fclipscore": None}
+    line = {
+        "line": 1,
+        "caption_index": 0,
+        "caption": "a bus",
+        "sim_caption": 0.3,
+        "sim_flip": 0.2,
+        "fclipscore": -0.1,
+        "caption_fclipscore": None,
+    }
     block = detection([line], {"BOOTSTRAP": 50, "BOOTSTRAP_SEED": 0})
     assert block["detection_ap_clipscore"] is None and block["detection_ap_gain_ci95"] is None
     assert block["detection_num_captions"] == 0 and block["detection_num_flips"] == 1
@@ -153,7 +195,14 @@ def test_detection_of_a_single_class_gives_none():
 
 def test_the_cost_benchmark_runs(tmp_path):
     from conftest import run_script
-    proc = run_script("benchmarks/bench_explain.py", "--N_IMAGES=3", "--N_FLIPS=8", "--REPEATS=1", "--DEVICE=cpu",
-                      f"--WORK_DIR={str(tmp_path)!r}")
+
+    proc = run_script(
+        "benchmarks/bench_explain.py",
+        "--N_IMAGES=3",
+        "--N_FLIPS=8",
+        "--REPEATS=1",
+        "--DEVICE=cpu",
+        f"--WORK_DIR={str(tmp_path)!r}",
+    )
     assert "texts attributed (one backward pass each)" in proc.stdout and "captions add" in proc.stdout
     assert "misalignment detection (captions vs flips)" in proc.stdout

@@ -2,6 +2,7 @@
 tiny random-init LLaVA: the scored tokens are the text's (by offsets), the score is the sum (or mean)
 of their log-probabilities in one plain forward of the whole conversation, and running the image's
 prefix once for every text gives the same scores to 1e-4 in float32."""
+
 import os
 
 import pytest
@@ -9,15 +10,35 @@ import torch
 from PIL import Image
 
 from conftest import FIXTURES
-from tiny_vlm import (tiny_gemma3, tiny_idefics3, tiny_llava, tiny_llava_next, tiny_mllama, tiny_paligemma,
-                      tiny_qwen2_5_vl, tiny_qwen2_vl)
+from tiny_vlm import (
+    tiny_gemma3,
+    tiny_idefics3,
+    tiny_llava,
+    tiny_llava_next,
+    tiny_mllama,
+    tiny_paligemma,
+    tiny_qwen2_5_vl,
+    tiny_qwen2_vl,
+)
 
-TEXTS = ["A red bus parked on the side of the street.", "two dogs", "A cat sits on a computer keyboard, looking up.",
-         "a  photo of A red bus parked on the side of the street.", "Yes"]
+TEXTS = [
+    "A red bus parked on the side of the street.",
+    "two dogs",
+    "A cat sits on a computer keyboard, looking up.",
+    "a  photo of A red bus parked on the side of the street.",
+    "Yes",
+]
 
 
-FAMILIES = {"llava": tiny_llava, "qwen2_vl": tiny_qwen2_vl, "gemma3": tiny_gemma3, "qwen2_5_vl": tiny_qwen2_5_vl,
-            "llava_next": tiny_llava_next, "idefics3": tiny_idefics3, "mllama": tiny_mllama}
+FAMILIES = {
+    "llava": tiny_llava,
+    "qwen2_vl": tiny_qwen2_vl,
+    "gemma3": tiny_gemma3,
+    "qwen2_5_vl": tiny_qwen2_5_vl,
+    "llava_next": tiny_llava_next,
+    "idefics3": tiny_idefics3,
+    "mllama": tiny_mllama,
+}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -31,6 +52,7 @@ def llava(request, tmp_path_factory):
     the image read by cross-attention through a per-token mask over its tiles, which the texts' rows
     must continue)."""
     from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
+
     build = FAMILIES[request.param]
     folder = build(tmp_path_factory.mktemp(request.param))
     processor = AutoProcessor.from_pretrained(folder)
@@ -46,18 +68,23 @@ def _image(n=0):
 def test_the_scored_tokens_are_the_texts_and_the_score_is_their_log_probability(llava):
     from lgip.models import generative
     from lgip.models.generative import DEFAULT_PROMPT, plain_scores, tokenized
+
     model, processor = llava
     for text in TEXTS:
         inputs, positions = tokenized(processor, _image(), DEFAULT_PROMPT, text)
         ids = inputs["input_ids"][0]
         bos = processor.tokenizer.bos_token_id
-        assert bos is None or int((ids == bos).sum()) <= 1  # (a BOS once, as apply_chat_template(tokenize=True) adds it)
+        assert (
+            bos is None or int((ids == bos).sum()) <= 1
+        )  # (a BOS once, as apply_chat_template(tokenize=True) adds it)
         conv = generative.conversation(DEFAULT_PROMPT, text)
         conv[0]["content"][0]["image"] = _image()  # (the library's own tokenizing of the conversation, image included)
         own = processor.apply_chat_template(conv, tokenize=True, return_dict=True, return_tensors="pt")
         assert torch.equal(own["input_ids"][0], ids)
         assert processor.tokenizer.decode(ids[positions]).strip() == text.strip()
-        assert positions == list(range(positions[0], positions[-1] + 1)) and positions[-1] < len(ids) - 1  # (end of turn after)
+        assert (
+            positions == list(range(positions[0], positions[-1] + 1)) and positions[-1] < len(ids) - 1
+        )  # (end of turn after)
         with torch.no_grad():
             logp = torch.log_softmax(model(**inputs).logits[0].double(), -1)
         restated = sum(float(logp[p - 1, ids[p]]) for p in positions)
@@ -69,13 +96,15 @@ def test_the_scored_tokens_are_the_texts_and_the_score_is_their_log_probability(
 @pytest.mark.parametrize("batch", [1, 2, 16])
 def test_the_image_prefix_run_once_gives_the_plain_scores(llava, batch):
     from lgip.models.generative import DEFAULT_PROMPT, plain_scores, prefix_scores
+
     model, processor = llava
     for n in (0, 1):
         plain = plain_scores(model, processor, _image(n), DEFAULT_PROMPT, TEXTS)
         reused = prefix_scores(model, processor, _image(n), DEFAULT_PROMPT, TEXTS, batch=batch)
         assert reused == pytest.approx(plain, abs=1e-4), (n, batch)
-        assert prefix_scores(model, processor, _image(n), DEFAULT_PROMPT, TEXTS, mean=True, batch=batch) == \
-            pytest.approx(plain_scores(model, processor, _image(n), DEFAULT_PROMPT, TEXTS, mean=True), abs=1e-4)
+        assert prefix_scores(
+            model, processor, _image(n), DEFAULT_PROMPT, TEXTS, mean=True, batch=batch
+        ) == pytest.approx(plain_scores(model, processor, _image(n), DEFAULT_PROMPT, TEXTS, mean=True), abs=1e-4)
 
 
 @pytest.mark.parametrize("packs", [1, 12, 4096])
@@ -88,18 +117,25 @@ def test_texts_packed_on_the_prefix_with_a_block_mask_give_the_plain_scores(llav
     from lgip.models import generative
     from lgip.models.conversations import Conversations
     from lgip.models.joint import DEFAULT_QUESTION
+
     model, processor = llava
     conv = Conversations(processor)
     calls = []
     real_forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda *a, **k: calls.append(k.get("input_ids").shape) or real_forward(*a, **k))
+    monkeypatch.setattr(
+        model, "forward", lambda *a, **k: calls.append(k.get("input_ids").shape) or real_forward(*a, **k)
+    )
     for n in (0, 1):
-        for convs in ([(generative.DEFAULT_PROMPT, t) for t in TEXTS], [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS]):
+        for convs in (
+            [(generative.DEFAULT_PROMPT, t) for t in TEXTS],
+            [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS],
+        ):
             for mean in (False, True):
                 plain = generative.conversation_scores(model, processor, _image(n), convs, mean, reuse=False)
                 calls.clear()
-                packed = generative.conversation_scores(model, processor, _image(n), convs, mean, reuse=True,
-                                                        packs=packs, conversations=conv)
+                packed = generative.conversation_scores(
+                    model, processor, _image(n), convs, mean, reuse=True, packs=packs, conversations=conv
+                )
                 assert packed == pytest.approx(plain, abs=1e-4), (n, mean, convs[0])
                 if generative.packable(model):
                     assert all(c[0] == 1 for c in calls) and (len(calls) == 2 if packs == 4096 else len(calls) > 2)
@@ -116,19 +152,26 @@ def test_images_grouped_in_one_forward_give_the_plain_scores(llava, size, monkey
     from lgip.models import generative, image_groups
     from lgip.models.conversations import Conversations
     from lgip.models.joint import DEFAULT_QUESTION
+
     model, processor = llava
     conv = Conversations(processor)
     forwards = []
     real_forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda *a, **k: forwards.append(k.get("input_ids").shape) or real_forward(*a, **k))
-    jobs = [(_image(0), [(generative.DEFAULT_PROMPT, t) for t in TEXTS]),
-            (_image(1), [(generative.DEFAULT_PROMPT, t) for t in TEXTS[:2]]),
-            (_image(1), [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS])]
+    monkeypatch.setattr(
+        model, "forward", lambda *a, **k: forwards.append(k.get("input_ids").shape) or real_forward(*a, **k)
+    )
+    jobs = [
+        (_image(0), [(generative.DEFAULT_PROMPT, t) for t in TEXTS]),
+        (_image(1), [(generative.DEFAULT_PROMPT, t) for t in TEXTS[:2]]),
+        (_image(1), [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS]),
+    ]
     for mean in (False, True):
         want = [generative.conversation_scores(model, processor, im, cv, mean, reuse=False) for im, cv in jobs]
         group = image_groups.ImageGroup(model, mean, size)
         forwards.clear()
-        pending = [generative.submit(model, processor, im, cv, mean, conversations=conv, group=group) for im, cv in jobs]
+        pending = [
+            generative.submit(model, processor, im, cv, mean, conversations=conv, group=group) for im, cv in jobs
+        ]
         got = [p.result() for p in pending]
         for g, w in zip(got, want):
             assert g == pytest.approx(w, abs=1e-4), mean
@@ -144,13 +187,19 @@ def test_the_conversations_spliced_are_the_processors_own(llava):
     from lgip.models import generative
     from lgip.models.conversations import Conversations
     from lgip.models.joint import DEFAULT_QUESTION
+
     model, processor = llava
     conv = Conversations(processor)
     processed = []
     real = processor.image_processor.__class__.__call__
     for n in (0, 1):
-        for convs in ([(generative.DEFAULT_PROMPT, t) for t in TEXTS], [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS]):
-            processor.image_processor.__class__.__call__ = lambda self, *a, **k: processed.append(1) or real(self, *a, **k)
+        for convs in (
+            [(generative.DEFAULT_PROMPT, t) for t in TEXTS],
+            [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS],
+        ):
+            processor.image_processor.__class__.__call__ = lambda self, *a, **k: (
+                processed.append(1) or real(self, *a, **k)
+            )
             try:
                 got = conv.items(_image(n), convs)
             finally:
@@ -170,25 +219,36 @@ def test_a_splice_that_differs_from_the_processor_is_refused_and_each_text_goes_
     that merged across the image's end, made here by dropping a token) leave every conversation to the
     processor, `refused` says why, and the scores are still the plain ones."""
     from lgip.models import conversations, generative
+
     model, processor = llava
     real = conversations._encoded
-    monkeypatch.setattr(conversations, "_encoded", lambda tok, texts, special: (
-        lambda ids, offsets: ([i[:-2] + i[-1:] for i in ids], [o[:-2] + o[-1:] for o in offsets]))(*real(tok, texts, special)))
+    monkeypatch.setattr(
+        conversations,
+        "_encoded",
+        lambda tok, texts, special: (
+            lambda ids, offsets: ([i[:-2] + i[-1:] for i in ids], [o[:-2] + o[-1:] for o in offsets])
+        )(*real(tok, texts, special)),
+    )
     conv = conversations.Conversations(processor)
     convs = [(generative.DEFAULT_PROMPT, t) for t in TEXTS]
     got = conv.items(_image(), convs)
-    assert conv.refused in ("the processor's tokens of a conversation differ from the splice's",
-                            "an answer's tokens come before the image's")
+    assert conv.refused in (
+        "the processor's tokens of a conversation differ from the splice's",
+        "an answer's tokens come before the image's",
+    )
     for (inputs, positions), (prompt, answer) in zip(got, convs):
         own, own_positions = generative.tokenized(processor, _image(), prompt, answer)
         assert positions == own_positions and torch.equal(inputs["input_ids"], own["input_ids"])
     scores = generative.conversation_scores(model, processor, _image(), convs, conversations=conv)
-    assert scores == pytest.approx(generative.conversation_scores(model, processor, _image(), convs, reuse=False), abs=1e-4)
+    assert scores == pytest.approx(
+        generative.conversation_scores(model, processor, _image(), convs, reuse=False), abs=1e-4
+    )
 
 
 def test_a_processor_without_a_chat_template_or_a_text_it_changes_is_named(llava):
     from lgip.errors import ModelError
     from lgip.models.generative import tokenized
+
     model, processor = llava
     template, processor.chat_template = processor.chat_template, None
     try:
@@ -204,12 +264,15 @@ def test_every_text_of_the_fixture_runs_on_the_shared_prefix(llava, monkeypatch)
     """The reuse is real: no text falls back to a plain forward here (their tokens before their own are
     the shared prefix), and the model runs one prefix forward and one forward per batch."""
     from lgip.models import generative
+
     model, processor = llava
     plain, calls = [], []
     real_plain = generative._plain
     monkeypatch.setattr(generative, "_plain", lambda *a, **k: plain.append(a) or real_plain(*a, **k))
     real_forward = model.forward
-    monkeypatch.setattr(model, "forward", lambda *a, **k: calls.append(k.get("input_ids").shape) or real_forward(*a, **k))
+    monkeypatch.setattr(
+        model, "forward", lambda *a, **k: calls.append(k.get("input_ids").shape) or real_forward(*a, **k)
+    )
     generative.prefix_scores(model, processor, _image(), generative.DEFAULT_PROMPT, TEXTS, batch=2)
     assert plain == [] and len(calls) == 1 + 3  # the prefix, then 5 texts in batches of 2
     assert calls[0][0] == 1 and all(c[0] <= 2 for c in calls[1:])
@@ -221,19 +284,22 @@ def test_vqascore_conversations_share_the_question_up_to_the_caption(llava):
     of "Yes" to 1e-4."""
     from lgip.models import generative
     from lgip.models.joint import DEFAULT_QUESTION
+
     model, processor = llava
     convs = [(DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS[:4]]
     plain = generative.conversation_scores(model, processor, _image(1), convs, reuse=False)
-    assert generative.conversation_scores(model, processor, _image(1), convs, reuse=True, batch=3) == \
-        pytest.approx(plain, abs=1e-4)
+    assert generative.conversation_scores(model, processor, _image(1), convs, reuse=True, batch=3) == pytest.approx(
+        plain, abs=1e-4
+    )
     ids = [generative.tokenized(processor, _image(1), p, a)[0]["input_ids"][0] for p, a in convs]
-    shared = generative._shared_length(ids, 10 ** 6)
+    shared = generative._shared_length(ids, 10**6)
     assert generative._last_image_token(model, ids[0]) < shared < min(len(t) for t in ids) - 3
 
 
 @pytest.fixture(scope="module")
 def paligemma(tmp_path_factory):
     from transformers import AutoImageProcessor, AutoModelForImageTextToText, AutoProcessor
+
     folder = tiny_paligemma(tmp_path_factory.mktemp("pali"))
     processor = AutoProcessor.from_pretrained(folder)
     processor.image_processor = AutoImageProcessor.from_pretrained(folder, use_fast=False)
@@ -250,7 +316,9 @@ def _prefix_lm_restated(model, inputs, positions):
     allowed |= torch.ones(n, n, dtype=torch.bool).tril()
     mask = torch.zeros(1, 1, n, n).masked_fill(~allowed, torch.finfo(torch.float32).min)
     with torch.no_grad():
-        logits = model(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"], attention_mask=mask).logits[0]
+        logits = model(input_ids=inputs["input_ids"], pixel_values=inputs["pixel_values"], attention_mask=mask).logits[
+            0
+        ]
     logp = torch.log_softmax(logits.double(), -1)
     ids = inputs["input_ids"][0]
     return sum(float(logp[p - 1, ids[p]]) for p in positions)
@@ -263,6 +331,7 @@ def test_paligemma_is_scored_as_a_prefix_lm_with_its_prefix_run_once(paligemma):
     scores to 1e-4; vqascore (the caption in the bidirectional prefix) runs whole, and equals its plain."""
     from lgip.models import generative
     from lgip.models.joint import DEFAULT_QUESTION
+
     model, processor = paligemma
     image = _image(1)
     convs = [("caption en", t) for t in TEXTS]
@@ -273,28 +342,33 @@ def test_paligemma_is_scored_as_a_prefix_lm_with_its_prefix_run_once(paligemma):
         assert plain == pytest.approx(_prefix_lm_restated(model, inputs, positions), abs=1e-4)
     inputs, positions = generative.prefix_lm_tokenized(processor, image, "caption en", TEXTS[0])
     with torch.no_grad():
-        unmasked = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                         pixel_values=inputs["pixel_values"]).logits[0]
+        unmasked = model(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], pixel_values=inputs["pixel_values"]
+        ).logits[0]
     wrong = float(generative._token_logprobs(unmasked, inputs["input_ids"][0], positions).sum())
     assert abs(wrong - _prefix_lm_restated(model, inputs, positions)) > 1e-3
     plain = generative.conversation_scores(model, processor, image, convs, reuse=False)
     for batch in (1, 2, 16):
-        assert generative.conversation_scores(model, processor, image, convs, reuse=True, batch=batch) == \
-            pytest.approx(plain, abs=1e-4)
+        assert generative.conversation_scores(model, processor, image, convs, reuse=True, batch=batch) == pytest.approx(
+            plain, abs=1e-4
+        )
     asks = [("answer en " + DEFAULT_QUESTION.format(t), "Yes") for t in TEXTS[:3]]
-    assert generative.conversation_scores(model, processor, image, asks, reuse=True) == \
-        pytest.approx(generative.conversation_scores(model, processor, image, asks, reuse=False), abs=1e-6)
-
+    assert generative.conversation_scores(model, processor, image, asks, reuse=True) == pytest.approx(
+        generative.conversation_scores(model, processor, image, asks, reuse=False), abs=1e-6
+    )
 
 
 def test_each_familys_card_splits_its_parameters_into_image_and_text(llava):
     """Section 12's card of a generative VLM (lgip.models.cards.joint_card): the vision tower with its
     projector and the language model with its head, whatever each family calls them, adding up to the whole."""
     from lgip.models.cards import joint_card
+
     model, processor = llava
     card = joint_card({"type": "generative", "model_id": "tiny"}, model, processor)
     assert card["params_image"] > 0 and card["params_text"] > 0
-    assert card["params_image"] + card["params_text"] == card["params_total"] == sum(p.numel() for p in model.parameters())
+    assert (
+        card["params_image"] + card["params_text"] == card["params_total"] == sum(p.numel() for p in model.parameters())
+    )
     assert card["architecture"] == model.config.model_type and card["loss"] == "next-token"
     # the side the model sees; a processor that sizes by pixel count (Qwen's min_pixels..max_pixels, which its
     # `size` holds as shortest_edge 3136) has none, and says why (section 12's factor leaves it out)

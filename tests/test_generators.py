@@ -1,11 +1,22 @@
 """The three generators against the published outputs in tests/fixtures/reference/."""
+
 import json
 import os
 import random
 
 import pytest
 
-from lgip.method import COLORS, FLIP_TYPES, NUMBER_WORDS, OBJECTS, advanced_paraphrases, passive_paraphrases, simple_paraphrases, synonym_paraphrases, typed_flips
+from lgip.method import (
+    COLORS,
+    FLIP_TYPES,
+    NUMBER_WORDS,
+    OBJECTS,
+    advanced_paraphrases,
+    passive_paraphrases,
+    simple_paraphrases,
+    synonym_paraphrases,
+    typed_flips,
+)
 from conftest import BASE_JSONL, REFERENCE, run_script
 
 GENERATORS = [
@@ -40,8 +51,13 @@ def test_enhanced_in_published_set_order_is_byte_identical(tmp_path):
     """With the published set order and the fixtures' hash seed, everything else (RNG stream,
     combined_caps) must match the published output exactly."""
     out = tmp_path / "out.jsonl"
-    run_script(ENHANCED, f"--INPUT_JSONL={BASE_JSONL}", f"--OUTPUT_JSONL={out}",
-               "--PARAPHRASE_ORDER='set'", env={"PYTHONHASHSEED": "0"})
+    run_script(
+        ENHANCED,
+        f"--INPUT_JSONL={BASE_JSONL}",
+        f"--OUTPUT_JSONL={out}",
+        "--PARAPHRASE_ORDER='set'",
+        env={"PYTHONHASHSEED": "0"},
+    )
     assert read_bytes(out) == read_bytes(ENHANCED_REF)
 
 
@@ -49,8 +65,7 @@ def test_enhanced_is_independent_of_hash_seed(tmp_path):
     outputs = []
     for seed in ("0", "1", "12345"):
         out = tmp_path / f"out{seed}.jsonl"
-        run_script(ENHANCED, f"--INPUT_JSONL={BASE_JSONL}", f"--OUTPUT_JSONL={out}",
-                   env={"PYTHONHASHSEED": seed})
+        run_script(ENHANCED, f"--INPUT_JSONL={BASE_JSONL}", f"--OUTPUT_JSONL={out}", env={"PYTHONHASHSEED": seed})
         outputs.append(read_bytes(out))
     assert outputs[0] == outputs[1] == outputs[2]
 
@@ -65,7 +80,9 @@ def test_enhanced_draws_from_published_candidate_pool(tmp_path):
             # flips: the same words flipped as published (the new word follows the RNG stream)
             for t in FLIP_TYPES:
                 allowed = possible_flips(c)
-                for ours_f, theirs_f in zip(mine["diff_caps_" + t][str(i)], theirs["diff_caps_" + t][str(i)], strict=True):
+                for ours_f, theirs_f in zip(
+                    mine["diff_caps_" + t][str(i)], theirs["diff_caps_" + t][str(i)], strict=True
+                ):
                     assert (ours_f, t) in allowed and (theirs_f, t) in allowed
             pool = set(advanced_paraphrases(c, "set"))
             assert set(theirs["same_caps"][str(i)]) <= pool  # the pool is the published one
@@ -79,6 +96,7 @@ def test_enhanced_draws_from_published_candidate_pool(tmp_path):
 
 class _Forced:
     """Stands in for the RNG: choice() returns `word` when it may, else the first option."""
+
     def __init__(self, word):
         self.word = word
 

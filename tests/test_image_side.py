@@ -5,6 +5,7 @@ pixels that way and encodes each image and caption on its own; hflip leaves out 
 left or right; an unreadable image is skipped and counted; N < 2 makes no flips and says so; a
 cached re-run loads no weights; remembered pixels never stand in for an altered image; torchrun's
 two processes give one process's figures and score files."""
+
 import glob
 import hashlib
 import io
@@ -20,7 +21,17 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, embed_image, encode_texts, eval_args, run_script
+from conftest import (
+    FIXTURES,
+    OPENCLIP_TINY,
+    REFERENCE,
+    ROOT,
+    SIGLIP_TINY,
+    embed_image,
+    encode_texts,
+    eval_args,
+    run_script,
+)
 from test_evaluation import assert_matches
 
 PARA, FLIPS = ("jpeg", "downscale", "crop", "hflip"), ("mix", "patch")
@@ -29,6 +40,7 @@ KS = (1, 5, 10)
 
 
 # --- section 11 restated ------------------------------------------------------------------------------
+
 
 def restated(x, kind, y=None, seed=0, r=0):
     """The altered image, as section 11 writes it."""
@@ -77,8 +89,10 @@ def odd_images():
 
 # --- the alterations themselves --------------------------------------------------------------------------
 
+
 def test_every_alteration_makes_the_sections_pixels():
     from lgip.alterations import alter
+
     images = fixture_images() + odd_images()
     for j, x in enumerate(images):
         before = x.tobytes()
@@ -94,6 +108,7 @@ def test_every_alteration_makes_the_sections_pixels():
 
 def test_flips_change_with_the_seed_and_the_record_paraphrases_do_not():
     from lgip.alterations import alter, patch_box
+
     x, y = fixture_images()[:2]
     boxes = {patch_box(x.size, seed, r) for seed in range(3) for r in range(3)}
     assert len(boxes) > 5
@@ -124,9 +139,18 @@ def test_the_same_seed_gives_the_same_bytes_in_any_process():
     loader's workers (lgip.images._ImageFiles) make them too."""
     from lgip.alterations import KINDS as ALL, AlteredImage, alter
     from lgip.images import _ImageFiles
+
     code = _HASH.format(root=ROOT, images=os.path.join(FIXTURES, "images"))
-    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                              env=dict(os.environ, PYTHONHASHSEED=str(s))).stdout.strip() for s in (1, 2)}
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=dict(os.environ, PYTHONHASHSEED=str(s)),
+        ).stdout.strip()
+        for s in (1, 2)
+    }
     h = hashlib.sha256()
     images = fixture_images()
     for j, x in enumerate(images):
@@ -144,8 +168,17 @@ def test_the_same_seed_gives_the_same_bytes_in_any_process():
 
 def test_left_right_rule_and_partners():
     from lgip.alterations import flip_offset, mentions_left_or_right, partner
-    for caption in ("A dog to the left of a car.", "RIGHT: a bus", "(left) a cat", "turn left!",
-                    "a dog on the \u201cleft\u201d", "the car on the left\u2026", "turn \u00abright\u00bb", "\u00bfleft?"):
+
+    for caption in (
+        "A dog to the left of a car.",
+        "RIGHT: a bus",
+        "(left) a cat",
+        "turn left!",
+        "a dog on the \u201cleft\u201d",
+        "the car on the left\u2026",
+        "turn \u00abright\u00bb",
+        "\u00bfleft?",
+    ):
         assert mentions_left_or_right(caption) and names_left_or_right(caption)
     for caption in ("leftover pizza", "a right-handed player", "the bright lights", "lefty", "\u201cleftover\u201d"):
         assert not mentions_left_or_right(caption)
@@ -161,11 +194,20 @@ def test_left_right_rule_and_partners():
 def test_altered_cache_keys_name_source_kind_seed_and_for_flips_the_other_image():
     from lgip.alterations import AlteredImage
     from lgip.cache import image_cache_key, image_cache_keys
+
     a, b = sorted(glob.glob(os.path.join(FIXTURES, "images", "*.jpg")))[:2]
-    keys = image_cache_keys([a, AlteredImage(a, "jpeg", None, 0, 0), AlteredImage(a, "jpeg", None, 1, 0),
-                             AlteredImage(a, "mix", b, 0, 0), AlteredImage(a, "mix", b, 0, 1),
-                             AlteredImage(a, "mix", a, 0, 0), AlteredImage(a, "jpeg", None, 0, 5),
-                             AlteredImage(a, "mix", os.path.join(FIXTURES, "missing.jpg"), 0, 0)])
+    keys = image_cache_keys(
+        [
+            a,
+            AlteredImage(a, "jpeg", None, 0, 0),
+            AlteredImage(a, "jpeg", None, 1, 0),
+            AlteredImage(a, "mix", b, 0, 0),
+            AlteredImage(a, "mix", b, 0, 1),
+            AlteredImage(a, "mix", a, 0, 0),
+            AlteredImage(a, "jpeg", None, 0, 5),
+            AlteredImage(a, "mix", os.path.join(FIXTURES, "missing.jpg"), 0, 0),
+        ]
+    )
     assert len(set(keys.values())) == 6 and 7 not in keys  # a missing other image: no key (it fails, reported)
     assert keys[6] == keys[1]  # a paraphrase's pixels do not depend on r
     assert all(k.startswith(image_cache_key(a) + "|") for j, k in keys.items() if j)
@@ -175,9 +217,14 @@ def test_altered_cache_keys_name_source_kind_seed_and_for_flips_the_other_image(
 def test_settings_are_checked_before_any_work():
     from lgip.errors import ConfigError
     from lgip.image_side import check_kinds, check_seed
+
     assert check_kinds(["mix", "jpeg"]) == ["jpeg", "mix"] and check_kinds("patch, crop") == ["crop", "patch"]
-    for bad, match in (([], "non-empty"), (["blur"], "unknown image alteration 'blur'"), (["mix", "mix"], "twice"),
-                       (3, "non-empty list")):
+    for bad, match in (
+        ([], "non-empty"),
+        (["blur"], "unknown image alteration 'blur'"),
+        (["mix", "mix"], "twice"),
+        (3, "non-empty list"),
+    ):
         with pytest.raises(ConfigError, match=match):
             check_kinds(bad)
     for bad in (-1, 1.5, True, "0"):
@@ -195,6 +242,7 @@ def test_search_doctest_and_ties():
     import lgip.alterations
     import lgip.image_side
     from lgip.image_side import flip_search
+
     assert doctest.testmod(lgip.image_side).failed == 0 and doctest.testmod(lgip.alterations).failed == 0
     v = torch.nn.functional.normalize(torch.randn(6, 16, generator=torch.Generator().manual_seed(0)), dim=1)
     altered = v[[0, 2, 1, 4, 3, 5]].clone()
@@ -206,6 +254,7 @@ def test_search_doctest_and_ties():
 
 
 # --- the script on the fixture --------------------------------------------------------------------------
+
 
 def fixture_jsonl(folder, n=None, unreadable=True):
     """The fixture's records (the first n), plus: a copy of the first (the same image: ties), a
@@ -227,6 +276,7 @@ def fixture_jsonl(folder, n=None, unreadable=True):
 def restate(jsonl, image_root, spec, size, kinds=KINDS, seed=0):
     """Section 11's figures, from images altered by `restated` and every image and caption encoded on its own."""
     from lgip.models import load_model
+
     enc = load_model(spec, "corrected", "cpu")
 
     def embed(img):
@@ -243,8 +293,13 @@ def restate(jsonl, image_root, spec, size, kinds=KINDS, seed=0):
     k = 1 + random.Random(seed).randrange(n - 1) if n >= 2 else None
     flips = [kind for kind in kinds if kind in FLIPS and k is not None]
     v = [embed(img) for _, img in readable]
-    alt = {kind: [embed(restated(img, kind, readable[(r + k) % n][1] if kind in FLIPS else None, seed, r))
-                  for r, (_, img) in enumerate(readable)] for kind in [*[x for x in kinds if x in PARA], *flips]}
+    alt = {
+        kind: [
+            embed(restated(img, kind, readable[(r + k) % n][1] if kind in FLIPS else None, seed, r))
+            for r, (_, img) in enumerate(readable)
+        ]
+        for kind in [*[x for x in kinds if x in PARA], *flips]
+    }
     text = encode_texts(enc, [c for rec, _ in readable for c in rec["orig_captions"]])
     rows = {kind: [] for kind in kinds}  # (image index, value)
     search = {kind: {"rank": [], "top1": [], "img": []} for kind in flips}
@@ -272,16 +327,25 @@ def restate(jsonl, image_root, spec, size, kinds=KINDS, seed=0):
     mean = lambda xs: float(np.mean(xs)) if len(xs) else None  # noqa: E731
     para_values = [x for kind in kinds if kind in PARA for _, x in rows[kind]]
     flip_values = [x for kind in flips for _, x in rows[kind]]
-    out = {"num_samples": sum(1 for rec, _ in readable if rec["orig_captions"]), "num_images": n, "flip_offset": k,
-           "image_invariance_error_mean": mean(para_values), "image_sensitivity_gap_mean": mean(flip_values),
-           "image_sensitivity_pos_rate": mean([x > 0 for x in flip_values]) if flip_values else None, "by_kind": {}}
+    out = {
+        "num_samples": sum(1 for rec, _ in readable if rec["orig_captions"]),
+        "num_images": n,
+        "flip_offset": k,
+        "image_invariance_error_mean": mean(para_values),
+        "image_sensitivity_gap_mean": mean(flip_values),
+        "image_sensitivity_pos_rate": mean([x > 0 for x in flip_values]) if flip_values else None,
+        "by_kind": {},
+    }
     for kind in kinds:
         values = [x for _, x in rows[kind]]
         if kind in PARA:
             out["by_kind"][kind] = {"count": len(values), "image_invariance_error_mean": mean(values)}
             continue
-        block = out["by_kind"][kind] = {"count": len(values), "image_sensitivity_gap_mean": mean(values),
-                                        "image_sensitivity_pos_rate": mean([x > 0 for x in values]) if values else None}
+        block = out["by_kind"][kind] = {
+            "count": len(values),
+            "image_sensitivity_gap_mean": mean(values),
+            "image_sensitivity_pos_rate": mean([x > 0 for x in values]) if values else None,
+        }
         s = search.get(kind, {"rank": [], "top1": []})
         for q in KS:
             block[f"t2i_flip_recall@{q}"] = mean([x <= q for x in s["rank"]])
@@ -292,7 +356,9 @@ def restate(jsonl, image_root, spec, size, kinds=KINDS, seed=0):
 def assert_figures(ours, expected, path="$"):
     for key, value in expected.items():
         if isinstance(value, dict):
-            assert [k for k in ours[key] if not k.endswith("_ci95") and k != "note"] == list(value), f"{path}.{key}: keys"
+            assert [k for k in ours[key] if not k.endswith("_ci95") and k != "note"] == list(value), (
+                f"{path}.{key}: keys"
+            )
             assert_figures(ours[key], value, f"{path}.{key}")
         elif value is None or isinstance(value, (int, bool)):
             assert ours[key] == value, f"{path}.{key}"
@@ -313,8 +379,19 @@ TWIN = dict(OPENCLIP_TINY, name="tiny_openclip_twin")  # the same weights and ge
 def test_figures_equal_the_restatement_and_a_cached_rerun_loads_no_weights(tmp_path):
     jsonl = fixture_jsonl(tmp_path)
     models = [OPENCLIP_TINY, TWIN, SIGLIP_TINY]
-    run_script("run_lgip_images.py", *eval_args(jsonl, "corrected", models, image_root=tmp_path, GALLERY_SIZE=4,
-                                                BOOTSTRAP=50, SAVE_EXAMPLES=2, NUM_WORKERS=2))
+    run_script(
+        "run_lgip_images.py",
+        *eval_args(
+            jsonl,
+            "corrected",
+            models,
+            image_root=tmp_path,
+            GALLERY_SIZE=4,
+            BOOTSTRAP=50,
+            SAVE_EXAMPLES=2,
+            NUM_WORKERS=2,
+        ),
+    )
     first = metrics(tmp_path)
     for m, spec in zip(first, models):
         assert m["model_tag"] == spec["name"] and m["run"]["model"]["weights_loaded"] is True
@@ -325,16 +402,33 @@ def test_figures_equal_the_restatement_and_a_cached_rerun_loads_no_weights(tmp_p
         # 13 records with captions, 65 captions; hflip leaves out the one naming left
         assert [m["by_kind"][k]["count"] for k in KINDS] == [65, 65, 65, 64, 65, 65]
         assert m["altered_images"]["num_failed"] == 0 and list(m) == [
-            "model_tag", "num_samples", "image_invariance_error_mean", "image_invariance_error_mean_ci95",
-            "image_sensitivity_gap_mean", "image_sensitivity_gap_mean_ci95", "image_sensitivity_pos_rate",
-            "image_sensitivity_pos_rate_ci95", "by_kind", "num_images", "flip_offset", "gallery_size", "num_blocks",
-            "altered_images", "scores_file", "score_kind", "model_card", "run"]
+            "model_tag",
+            "num_samples",
+            "image_invariance_error_mean",
+            "image_invariance_error_mean_ci95",
+            "image_sensitivity_gap_mean",
+            "image_sensitivity_gap_mean_ci95",
+            "image_sensitivity_pos_rate",
+            "image_sensitivity_pos_rate_ci95",
+            "by_kind",
+            "num_images",
+            "flip_offset",
+            "gallery_size",
+            "num_blocks",
+            "altered_images",
+            "scores_file",
+            "score_kind",
+            "model_card",
+            "run",
+        ]
         phases = m["run"]["seconds_by_phase"]
         assert "altered_images" in phases and "image_side" in phases
     # the twin's altered pixels came from the first model's (pixel memory), and are the altered ones
     sources = first[1]["altered_images"]
     assert sources["from_pixel_memory"] == sources["num"] > 0 and sources["decoded"] == 0
-    same = lambda m: {k: v for k, v in m.items() if k not in ("model_tag", "run", "scores_file", "altered_images")}  # noqa: E731
+    same = lambda m: {  # noqa: E731
+        k: v for k, v in m.items() if k not in ("model_tag", "run", "scores_file", "altered_images")
+    }
     assert_matches(same(first[1]), same(first[0]))
     # (unique altered images: 14 readable records, 13 with captions and the copy's paraphrases shared)
     assert first[0]["altered_images"]["num"] == 12 * 4 + 14 * 2
@@ -345,15 +439,19 @@ def test_figures_equal_the_restatement_and_a_cached_rerun_loads_no_weights(tmp_p
     assert len(lines) == 65 and [x["text"] for x in lines[0]["image_paraphrases"]] == list(PARA)
     left = next(x for x in lines if "left" in x["caption"])
     assert [x["text"] for x in left["image_paraphrases"]] == ["jpeg", "downscale", "crop"]
-    assert [x["text"] for x in lines[0]["image_flips"]] == list(FLIPS) and "other_image_path" in lines[0]["image_flips"][0]
+    assert [x["text"] for x in lines[0]["image_flips"]] == list(FLIPS) and "other_image_path" in lines[0][
+        "image_flips"
+    ][0]
     # each flip names the record's index among the readable ones (patch's box: the report remakes it)
-    readable_lines = [i for i, line in enumerate(open(jsonl), 1)
-                      if os.path.isfile(tmp_path / json.loads(line)["image_path"])]
+    readable_lines = [
+        i for i, line in enumerate(open(jsonl), 1) if os.path.isfile(tmp_path / json.loads(line)["image_path"])
+    ]
     assert len(readable_lines) == 14
     assert all(f["r"] == readable_lines.index(x["line"]) for x in lines for f in x["image_flips"])
     # a re-run: everything from the cache, no weights, the same figures
-    run_script("run_lgip_images.py", *eval_args(jsonl, "corrected", models, image_root=tmp_path, GALLERY_SIZE=4,
-                                                BOOTSTRAP=50))
+    run_script(
+        "run_lgip_images.py", *eval_args(jsonl, "corrected", models, image_root=tmp_path, GALLERY_SIZE=4, BOOTSTRAP=50)
+    )
     again = metrics(tmp_path)
     for a, b in zip(again, first):
         assert a["run"]["model"]["weights_loaded"] is False, a["model_tag"]
@@ -367,9 +465,21 @@ def test_kinds_seed_one_gallery_and_too_few_images(tmp_path):
     """KINDS selects the kinds; another SEED pairs other images (its flips encoded anew, the weights
     loaded); with one readable image there are no flips, said in the console and the metrics."""
     jsonl = fixture_jsonl(tmp_path)
-    run_script("run_lgip_images.py", *eval_args(jsonl, "corrected", [OPENCLIP_TINY], image_root=tmp_path,
-                                                GALLERY_SIZE=None, KINDS=["patch", "crop"], SEED=3, BOOTSTRAP=0,
-                                                WRITE_SCORES=False, CACHE_DIR=None))
+    run_script(
+        "run_lgip_images.py",
+        *eval_args(
+            jsonl,
+            "corrected",
+            [OPENCLIP_TINY],
+            image_root=tmp_path,
+            GALLERY_SIZE=None,
+            KINDS=["patch", "crop"],
+            SEED=3,
+            BOOTSTRAP=0,
+            WRITE_SCORES=False,
+            CACHE_DIR=None,
+        ),
+    )
     m = metrics(tmp_path)[0]
     assert list(m["by_kind"]) == ["crop", "patch"] and m["num_blocks"] == 1
     assert_figures(m, restate(jsonl, tmp_path, OPENCLIP_TINY, None, kinds=("crop", "patch"), seed=3))
@@ -379,14 +489,18 @@ def test_kinds_seed_one_gallery_and_too_few_images(tmp_path):
     jsonl = fixture_jsonl(one, n=1)  # the first record, its copy, and a missing image: N = 2; then N = 1
     lines = open(jsonl).read().splitlines()
     (one / "in_with_fliptypes.jsonl").write_text("\n".join([lines[0], lines[2]]) + "\n")
-    proc = run_script("run_lgip_images.py", *eval_args(jsonl, "corrected", [OPENCLIP_TINY], image_root=one,
-                                                       BOOTSTRAP=10, CACHE_DIR=None))
+    proc = run_script(
+        "run_lgip_images.py",
+        *eval_args(jsonl, "corrected", [OPENCLIP_TINY], image_root=one, BOOTSTRAP=10, CACHE_DIR=None),
+    )
     m = metrics(one)[0]
     assert m["num_images"] == 1 and m["flip_offset"] is None and m["run"]["num_failed_images"] == 1
     assert "no image flips" in proc.stdout
     for kind in FLIPS:
         block = m["by_kind"][kind]
-        assert block["count"] == 0 and block["image_sensitivity_pos_rate"] is None and block["t2i_flip_recall@1"] is None
+        assert (
+            block["count"] == 0 and block["image_sensitivity_pos_rate"] is None and block["t2i_flip_recall@1"] is None
+        )
         assert "N >= 2" in block["note"]
     assert m["image_sensitivity_gap_mean"] is None and m["image_invariance_error_mean"] is not None
     assert_figures(m, restate(jsonl, one, OPENCLIP_TINY, 5000))
@@ -397,13 +511,32 @@ def test_torchrun_two_gloo_processes_give_single_process_figures(tmp_path):
     for folder in (single, multi):
         folder.mkdir()
         fixture_jsonl(folder)
-    args = lambda folder: eval_args(folder / "in_with_fliptypes.jsonl", "corrected", [OPENCLIP_TINY],  # noqa: E731
-                                    image_root=folder, GALLERY_SIZE=5, BOOTSTRAP=20, CACHE_DIR=None)
+    args = lambda folder: eval_args(
+        folder / "in_with_fliptypes.jsonl",
+        "corrected",
+        [OPENCLIP_TINY],  # noqa: E731
+        image_root=folder,
+        GALLERY_SIZE=5,
+        BOOTSTRAP=20,
+        CACHE_DIR=None,
+    )
     run_script("run_lgip_images.py", *args(single))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           os.path.join(ROOT, "run_lgip_images.py"), *args(multi)]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, OMP_NUM_THREADS="1", LGIP_DIST_BACKEND="gloo"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        os.path.join(ROOT, "run_lgip_images.py"),
+        *args(multi),
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, OMP_NUM_THREADS="1", LGIP_DIST_BACKEND="gloo"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ours, ref = metrics(multi)[0], metrics(single)[0]
     assert ours["run"]["num_processes"] == 2 and ours["run"]["num_failed_images"] == 1
@@ -427,11 +560,24 @@ def test_altered_images_the_model_overflows_on_are_counted_as_not_made(tmp_path)
     the originals and captions are finite: each such image is counted and listed as not made, with
     why, its pairs left out; no NaN figure is written (their figures are None, the originals' stay)."""
     import run_lgip_images
+
     jsonl = fixture_jsonl(tmp_path)
-    spec = {"name": "later", "type": "python",
-            "loader": os.path.join(os.path.dirname(os.path.abspath(__file__)), "user_loaders.py") + ":overflows_later"}
-    m = run_lgip_images.run(JSONL_PATH=str(jsonl), IMAGE_ROOT=str(tmp_path), MODELS=[spec], DEVICE="cpu", NUM_WORKERS=0,
-                            BOOTSTRAP=0, WRITE_SCORES=False, CACHE_DIR=None, IMAGE_BATCH_SIZE=64)[0]
+    spec = {
+        "name": "later",
+        "type": "python",
+        "loader": os.path.join(os.path.dirname(os.path.abspath(__file__)), "user_loaders.py") + ":overflows_later",
+    }
+    m = run_lgip_images.run(
+        JSONL_PATH=str(jsonl),
+        IMAGE_ROOT=str(tmp_path),
+        MODELS=[spec],
+        DEVICE="cpu",
+        NUM_WORKERS=0,
+        BOOTSTRAP=0,
+        WRITE_SCORES=False,
+        CACHE_DIR=None,
+        IMAGE_BATCH_SIZE=64,
+    )[0]
     made = m["altered_images"]
     assert made["num_failed"] == made["num"] > 0
     assert "is not finite (NaN or inf): the model overflowed on it (in float32)" in made["failed"][0]["error"]

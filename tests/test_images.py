@@ -3,6 +3,7 @@ beside the texts with the same embeddings as alone, a failing loader reaching th
 the preprocessing split between workers and device, bit for bit the model's own transform; pixels
 remembered for the next model of a run within their budget; unreadable images skipped, counted
 and listed; every image mode opened as RGB."""
+
 import json
 import multiprocessing
 import os
@@ -42,8 +43,17 @@ def test_a_failing_loader_reaches_the_caller(enc, monkeypatch):
     """An error inside the decoding pipeline (here: batches that cannot be stacked) is raised to
     the caller by finish(), never lost in the hand-over thread."""
     sizes = iter(range(8, 100))
-    odd = type("E", (), {"image_transform": staticmethod(lambda img: torch.zeros(3, next(sizes), 8)),
-                         "name": "odd", "device": "cpu", "pixels": None, "storage_dtype": torch.float32})()
+    odd = type(
+        "E",
+        (),
+        {
+            "image_transform": staticmethod(lambda img: torch.zeros(3, next(sizes), 8)),
+            "name": "odd",
+            "device": "cpu",
+            "pixels": None,
+            "storage_dtype": torch.float32,
+        },
+    )()
     job = ImageEncoding(odd, image_paths(), 4, num_workers=0)
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         job.start().finish()
@@ -64,11 +74,13 @@ def test_close_stops_the_hand_over_and_the_workers(enc):
 
 # --- pixels: geometry in the workers, arithmetic on the device, shared between models ---------
 
+
 @pytest.mark.parametrize("spec", [OPENCLIP_TINY, SIGLIP_TINY], ids=["openclip", "siglip"])
 def test_pixel_split_is_bit_identical_to_the_cpu_transform(spec):
     """uint8 geometry + device arithmetic == the model's own CPU transform, bit for bit, on every
     fixture image (and on a grayscale and an RGBA one, through open_rgb)."""
     from PIL import Image
+
     enc = load_model(spec, "corrected", "cpu")
     assert enc.pixels is not None and enc.info["pixels_on_device"]
     imgs = [open_rgb(p) for p in image_paths()]
@@ -143,7 +155,7 @@ def test_pixel_memory_keeps_to_its_budget(enc):
     geometry being decoded evicts the least recently used other one."""
     paths = image_paths()
     per_image = 3 * 64 * 64  # the tiny model's 64 px input
-    budget_gb = 4.5 * per_image / 2 ** 30  # room for 4 images: one batch of 3, not the next
+    budget_gb = 4.5 * per_image / 2**30  # room for 4 images: one batch of 3, not the next
     ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=budget_gb).start().finish()
     again = ImageEncoding(enc, paths, 3, num_workers=0, pixel_memory_gb=budget_gb)
     emb, failed = again.start().finish()
@@ -152,7 +164,7 @@ def test_pixel_memory_keeps_to_its_budget(enc):
     # Another geometry needing the room evicts ours (least recently used), not its own.
     sig = load_model(SIGLIP_TINY, "corrected", "cpu")
     ImageEncoding(sig, paths, 3, num_workers=0, pixel_memory_gb=budget_gb).start().finish()
-    memory = pixel_memory(int(budget_gb * 2 ** 30))
+    memory = pixel_memory(int(budget_gb * 2**30))
     assert list(memory.geometries) == [sig.pixels.key] and memory.bytes == 3 * per_image
     with pytest.raises(ModelError, match="PIXEL_MEMORY_GB"):
         resolve_pixel_memory(-1)
@@ -163,7 +175,8 @@ def test_a_remembered_batch_holds_each_images_own_pixels_whatever_its_chunk():
     uint8 batch (numpy's copy per image: no torch op split over threads), the bytes each was added with;
     a kept batch is a copy, not a view of the decoder's (pinned) buffer."""
     from lgip.pixel_memory import PixelMemory
-    memory = PixelMemory(2 ** 20)
+
+    memory = PixelMemory(2**20)
     gen = torch.Generator().manual_seed(0)
     chunks = [torch.randint(0, 256, (n, 3, 4, 5), dtype=torch.uint8, generator=gen) for n in (3, 2, 4)]
     start = 0
@@ -185,16 +198,24 @@ def test_two_models_of_one_run_share_pixels(tmp_path):
     """run_evaluation with the same model twice: the second decodes no image, same metrics."""
     import json
     from conftest import REFERENCE
+
     src = os.path.join(REFERENCE, "fixture_with_perturb.jsonl")
     jsonl = tmp_path / "fixture_with_perturb.jsonl"
     jsonl.write_text(open(src).read())
     twin = dict(OPENCLIP_TINY, name="tiny_openclip_again")
-    run_here("run_lgip_multi.py", **eval_settings(jsonl, models=[OPENCLIP_TINY, twin], image_root=FIXTURES, CACHE_DIR=None))
-    a, b = (json.load(open(tmp_path / f"fixture_with_perturb__LGIP_{m['name']}.metrics.json"))
-            for m in (OPENCLIP_TINY, twin))
+    run_here(
+        "run_lgip_multi.py", **eval_settings(jsonl, models=[OPENCLIP_TINY, twin], image_root=FIXTURES, CACHE_DIR=None)
+    )
+    a, b = (
+        json.load(open(tmp_path / f"fixture_with_perturb__LGIP_{m['name']}.metrics.json"))
+        for m in (OPENCLIP_TINY, twin)
+    )
     assert a["run"]["image_sources"]["decoded"] > 0 and a["run"]["image_sources"]["from_pixel_memory"] == 0
-    assert b["run"]["image_sources"] == {"decoded": 0, "from_pixel_memory": a["run"]["image_sources"]["decoded"],
-                                         "from_cache": 0}
+    assert b["run"]["image_sources"] == {
+        "decoded": 0,
+        "from_pixel_memory": a["run"]["image_sources"]["decoded"],
+        "from_cache": 0,
+    }
     for key in ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate"):
         assert a[key] == b[key] is not None
     # open_clip texts share their prefixes' positions: fewer computed than held, both reported
@@ -209,12 +230,13 @@ def test_auto_pixel_memory_is_shared_by_torchrun_processes(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert 0 < resolve_pixel_memory("auto") <= one // 4 + 1
     assert one <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
-    assert resolve_pixel_memory(0) == 0 and resolve_pixel_memory(1.5) == int(1.5 * 2 ** 30)
+    assert resolve_pixel_memory(0) == 0 and resolve_pixel_memory(1.5) == int(1.5 * 2**30)
 
 
 def make_bad_images(folder):
     """One image per case, referenced by the 12 fixture records in this order."""
     from PIL import Image
+
     src = os.path.join(FIXTURES, "images", "000000000001.jpg")
     rgb = Image.open(src).convert("RGB")
     os.makedirs(folder / "images")
@@ -223,16 +245,26 @@ def make_bad_images(folder):
     def path(k):
         return folder / "images" / f"{k:012d}.jpg"
 
-    cases[1] = "ok"; shutil.copy(src, path(1))
+    cases[1] = "ok"
+    shutil.copy(src, path(1))
     cases[2] = "missing"
-    cases[3] = "empty"; path(3).write_bytes(b"")
+    cases[3] = "empty"
+    path(3).write_bytes(b"")
     data = open(src, "rb").read()
-    cases[4] = "truncated"; path(4).write_bytes(data[: len(data) // 2])
-    cases[5] = "not an image"; path(5).write_text("this is not a jpeg")
-    cases[6] = "grayscale"; rgb.convert("L").save(path(6), "JPEG")
-    cases[7] = "cmyk"; rgb.convert("CMYK").save(path(7), "JPEG")
-    cases[8] = "palette+transparency"; p = rgb.convert("P"); p.info["transparency"] = 0; p.save(path(8), "PNG")
-    cases[9] = "rgba"; rgb.convert("RGBA").save(path(9), "PNG")
+    cases[4] = "truncated"
+    path(4).write_bytes(data[: len(data) // 2])
+    cases[5] = "not an image"
+    path(5).write_text("this is not a jpeg")
+    cases[6] = "grayscale"
+    rgb.convert("L").save(path(6), "JPEG")
+    cases[7] = "cmyk"
+    rgb.convert("CMYK").save(path(7), "JPEG")
+    cases[8] = "palette+transparency"
+    p = rgb.convert("P")
+    p.info["transparency"] = 0
+    p.save(path(8), "PNG")
+    cases[9] = "rgba"
+    rgb.convert("RGBA").save(path(9), "PNG")
     for k in (10, 11, 12):
         shutil.copy(os.path.join(FIXTURES, "images", f"{k:012d}.jpg"), path(k))
     return cases
@@ -242,7 +274,9 @@ def test_bad_images_are_skipped_counted_and_listed(tmp_path):
     make_bad_images(tmp_path)
     src = tmp_path / "in.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), src)
-    _, stdout, stderr = run_here("run_lgip_multi.py", **eval_settings(src, "corrected", [OPENCLIP_TINY], image_root=tmp_path))
+    _, stdout, stderr = run_here(
+        "run_lgip_multi.py", **eval_settings(src, "corrected", [OPENCLIP_TINY], image_root=tmp_path)
+    )
     m = json.load(open(tmp_path / "in__LGIP_tiny_openclip.metrics.json"))
     assert m["num_samples"] == 8 and m["run"]["num_failed_images"] == 4
     good = [rec for _, rec in iter_records(str(src)) if rec["image_id"] not in (2, 3, 4, 5)]
@@ -257,6 +291,7 @@ def test_bad_images_are_skipped_counted_and_listed(tmp_path):
 @pytest.mark.parametrize("mode", ["L", "CMYK", "P", "RGBA", "LA", "I;16"])
 def test_open_rgb_converts_every_mode(tmp_path, mode):
     from PIL import Image
+
     img = Image.new("RGB", (8, 8), (200, 30, 40)).convert(mode)
     path = tmp_path / ("x.png" if mode not in ("CMYK",) else "x.jpg")
     if mode == "P":

@@ -1,6 +1,7 @@
 """import_benchmark.py (LGIP_SPEC.md section 10): SugarCrepe, SugarCrepe++ and RoCOCO files written here
 in each source's exact format, read into LGIP records; bad input named by file, item and field;
 the per-type positive rate equal to each benchmark's own scoring, restated."""
+
 import json
 import os
 import re
@@ -25,13 +26,33 @@ def write(folder, name, data):
 def sugarcrepe(folder, missing_image=True):
     """Seven files; ids with a gap; one caption shared by two items of an image; one item written
     twice; an image that is in no folder."""
-    files = {stem: {} for stem in ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")}
-    files["add_att"] = {"0": {"filename": img(1), "caption": "A red bus on the street.", "negative_caption": "A red bus on the wet street."},
-                        "2": {"filename": img(2), "caption": "A cat on a couch.", "negative_caption": "A small cat on a couch."}}  # (id 1 missing)
-    files["replace_att"] = {"0": {"filename": img(1), "caption": "A red bus on the street.", "negative_caption": "A blue bus on the street."},
-                            "1": {"filename": img(1), "caption": "A red bus on the street.", "negative_caption": "A blue bus on the street."},
-                            "2": {"filename": img(3), "caption": "Two dogs in a park.", "negative_caption": "Two cats in a park."}}
-    files["swap_obj"] = {"0": {"filename": img(2), "caption": "A cat sits on a laptop.", "negative_caption": "A laptop sits on a cat."}}
+    files = {
+        stem: {} for stem in ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+    }
+    files["add_att"] = {
+        "0": {
+            "filename": img(1),
+            "caption": "A red bus on the street.",
+            "negative_caption": "A red bus on the wet street.",
+        },
+        "2": {"filename": img(2), "caption": "A cat on a couch.", "negative_caption": "A small cat on a couch."},
+    }  # (id 1 missing)
+    files["replace_att"] = {
+        "0": {
+            "filename": img(1),
+            "caption": "A red bus on the street.",
+            "negative_caption": "A blue bus on the street.",
+        },
+        "1": {
+            "filename": img(1),
+            "caption": "A red bus on the street.",
+            "negative_caption": "A blue bus on the street.",
+        },
+        "2": {"filename": img(3), "caption": "Two dogs in a park.", "negative_caption": "Two cats in a park."},
+    }
+    files["swap_obj"] = {
+        "0": {"filename": img(2), "caption": "A cat sits on a laptop.", "negative_caption": "A laptop sits on a cat."}
+    }
     if missing_image:
         files["replace_obj"] = {"7": {"filename": img(999), "caption": "A horse.", "negative_caption": "A cow."}}
     for stem, data in files.items():
@@ -42,10 +63,30 @@ def sugarcrepe(folder, missing_image=True):
 def sugarcrepe_pp(folder):
     items = {stem: [] for stem in ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")}
     items["replace_att"] = [
-        {"id": 0, "filename": img(4), "caption": "A white boat.", "caption2": "A boat that is white.", "negative_caption": "A black boat."},
-        {"id": 1, "filename": img(4), "caption": "A white boat.", "caption2": "A boat coloured white.", "negative_caption": "A green boat."}]
-    items["swap_obj"] = [{"id": 0, "filename": img(5), "caption": "A man rides a horse.", "caption2": "A horse ridden by a man.",
-                          "negative_caption": "A horse rides a man."}]
+        {
+            "id": 0,
+            "filename": img(4),
+            "caption": "A white boat.",
+            "caption2": "A boat that is white.",
+            "negative_caption": "A black boat.",
+        },
+        {
+            "id": 1,
+            "filename": img(4),
+            "caption": "A white boat.",
+            "caption2": "A boat coloured white.",
+            "negative_caption": "A green boat.",
+        },
+    ]
+    items["swap_obj"] = [
+        {
+            "id": 0,
+            "filename": img(5),
+            "caption": "A man rides a horse.",
+            "caption2": "A horse ridden by a man.",
+            "negative_caption": "A horse rides a man.",
+        }
+    ]
     for stem, data in items.items():
         write(folder, stem + ".json", data)
     return folder
@@ -55,9 +96,13 @@ def rococo(folder):
     originals = [f"Caption {k} of the picture." for k in range(6)]
     altered = [f"Caption {k} of the altered picture." for k in range(5)]
     data = {stem: [] for stem in ("same_concept", "diff_concept", "rand_voca", "danger")}
-    data["same_concept"] = [{"image": f"val2014/COCO_val2014_{6:012d}.jpg", "caption": originals + altered},  # 11 texts
-                            {"image": f"val2014/COCO_val2014_{7:012d}.jpg", "caption": originals[:5] + altered}]  # 10
-    data["danger"] = [{"image": f"val2014/COCO_val2014_{6:012d}.jpg", "caption": originals[:5] + [a + " Danger." for a in altered]}]
+    data["same_concept"] = [
+        {"image": f"val2014/COCO_val2014_{6:012d}.jpg", "caption": originals + altered},  # 11 texts
+        {"image": f"val2014/COCO_val2014_{7:012d}.jpg", "caption": originals[:5] + altered},
+    ]  # 10
+    data["danger"] = [
+        {"image": f"val2014/COCO_val2014_{6:012d}.jpg", "caption": originals[:5] + [a + " Danger." for a in altered]}
+    ]
     for stem, entries in data.items():
         write(folder, stem + ".json", entries)
     return folder
@@ -66,9 +111,14 @@ def rococo(folder):
 def run_import(source, folder, tmp_path, dirs=None, check=True):
     out = tmp_path / "out" / f"{source}.jsonl"
     out.parent.mkdir(exist_ok=True)
-    return out, run_script("import_benchmark.py", f"--SOURCE={source}", f"--SOURCE_DIR={folder}",
-                           f"--IMAGE_DIRS={dirs or [str(tmp_path / 'nothing'), IMAGES]!r}", f"--OUTPUT_JSONL={out}",
-                           check=check)
+    return out, run_script(
+        "import_benchmark.py",
+        f"--SOURCE={source}",
+        f"--SOURCE_DIR={folder}",
+        f"--IMAGE_DIRS={dirs or [str(tmp_path / 'nothing'), IMAGES]!r}",
+        f"--OUTPUT_JSONL={out}",
+        check=check,
+    )
 
 
 def lines(path):
@@ -78,18 +128,27 @@ def lines(path):
 def test_sugarcrepe_records(tmp_path):
     out, proc = run_import("sugarcrepe", sugarcrepe(tmp_path / "sc"), tmp_path)
     recs = lines(out)
-    assert [r["image_path"] for r in recs] == [os.path.relpath(os.path.join(IMAGES, img(i)), out.parent).replace(os.sep, "/")
-                                               for i in (1, 2, 3)]
+    assert [r["image_path"] for r in recs] == [
+        os.path.relpath(os.path.join(IMAGES, img(i)), out.parent).replace(os.sep, "/") for i in (1, 2, 3)
+    ]
     bus = recs[0]
     assert bus["orig_captions"] == ["A red bus on the street."] and bus["same_caps"] == {}
-    assert bus["diff_caps"] == {"0": ["A red bus on the wet street.", "A blue bus on the street.", "A blue bus on the street."]}
+    assert bus["diff_caps"] == {
+        "0": ["A red bus on the wet street.", "A blue bus on the street.", "A blue bus on the street."]
+    }
     assert bus["diff_caps_add_att"] == {"0": ["A red bus on the wet street."]}
-    assert bus["diff_caps_replace_att"] == {"0": ["A blue bus on the street.", "A blue bus on the street."]}  # kept twice
+    assert bus["diff_caps_replace_att"] == {
+        "0": ["A blue bus on the street.", "A blue bus on the street."]
+    }  # kept twice
     cat = recs[1]
     assert cat["orig_captions"] == ["A cat on a couch.", "A cat sits on a laptop."]
     assert cat["diff_caps_swap_obj"] == {"1": ["A laptop sits on a cat."]}
     meta = json.load(open(str(out) + ".meta.json"))
-    assert meta["num_items"] == 7 and meta["num_images_missing"] == 1 and meta["missing_images"] == [{"image": img(999), "items": 1}]
+    assert (
+        meta["num_items"] == 7
+        and meta["num_images_missing"] == 1
+        and meta["missing_images"] == [{"image": img(999), "items": 1}]
+    )
     assert meta["items_by_type"]["replace_obj"] == 1 and meta["items_written_by_type"]["replace_obj"] == 0
     assert "1 images found in no folder of IMAGE_DIRS (1 items), not written: 000000000999.jpg" in proc.stdout
     assert "items by type: add_att 2, replace_att 3, replace_obj 0 (of 1), swap_obj 1" in proc.stdout
@@ -110,30 +169,69 @@ def test_sugarcrepe_pp_slots_and_rococo_namings(tmp_path):
     assert six["orig_captions"] == [f"Caption {k} of the picture." for k in range(6)]
     assert six["diff_caps_same_concept"] == {str(k): [f"Caption {k} of the altered picture."] for k in range(5)}
     assert six["diff_caps_danger"]["4"] == ["Caption 4 of the altered picture. Danger."]
-    assert "5" not in six["diff_caps"] and six["diff_caps"]["0"] == ["Caption 0 of the altered picture.",
-                                                                     "Caption 0 of the altered picture. Danger."]
+    assert "5" not in six["diff_caps"] and six["diff_caps"]["0"] == [
+        "Caption 0 of the altered picture.",
+        "Caption 0 of the altered picture. Danger.",
+    ]
     assert [k for k in six if k.startswith("diff_caps_")] == ["diff_caps_same_concept", "diff_caps_danger"]
     assert len(seven["orig_captions"]) == 5
 
 
-@pytest.mark.parametrize("source,make,breaks,message", [
-    ("sugarcrepe", sugarcrepe, lambda f: os.remove(f / "swap_att.json"), "swap_att.json: no such file"),
-    ("sugarcrepe", sugarcrepe, lambda f: (f / "add_obj.json").write_text("[1, 2]"), "add_obj.json: expected a JSON object"),
-    ("sugarcrepe", sugarcrepe, lambda f: (f / "add_obj.json").write_text('{"5": {"filename": "x.jpg", "caption": "A."}}'),
-     "add_obj.json: item '5': missing field 'negative_caption'"),
-    ("sugarcrepe++", sugarcrepe_pp, lambda f: (f / "swap_att.json").write_text('[{"id": 3, "filename": "x.jpg", "caption": "",'
-                                                                              ' "caption2": "b", "negative_caption": "c"}]'),
-     "swap_att.json: item 0 (id 3): field 'caption' must be a non-empty string"),
-    ("rococo", rococo, lambda f: (f / "rand_voca.json").write_text('[{"image": "a.jpg", "caption": ["x", "y"]}]'),
-     "rand_voca.json: item 0: field 'caption' must list 10 or 11 texts"),
-    ("rococo", rococo, lambda f: (f / "rand_voca.json").write_text('[{"image": "a.jpg"}]'), "rand_voca.json: item 0: missing field 'caption'"),
-    ("sugarcrepe", sugarcrepe, lambda f: (f / "add_obj.json").write_text(
-        '{"5": {"filename": "x.jpg", "caption": "A red \\ud800 bus.", "negative_caption": "A bus."}}'),
-     "add_obj.json: field '5.caption' holds a lone UTF-16 surrogate"),
-    ("sugarcrepe", sugarcrepe, lambda f: [(f / (n + ".json")).write_text("{}") for n in (
-        "add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")],
-     "no item in sugarcrepe's files ("),
-])
+@pytest.mark.parametrize(
+    "source,make,breaks,message",
+    [
+        ("sugarcrepe", sugarcrepe, lambda f: os.remove(f / "swap_att.json"), "swap_att.json: no such file"),
+        (
+            "sugarcrepe",
+            sugarcrepe,
+            lambda f: (f / "add_obj.json").write_text("[1, 2]"),
+            "add_obj.json: expected a JSON object",
+        ),
+        (
+            "sugarcrepe",
+            sugarcrepe,
+            lambda f: (f / "add_obj.json").write_text('{"5": {"filename": "x.jpg", "caption": "A."}}'),
+            "add_obj.json: item '5': missing field 'negative_caption'",
+        ),
+        (
+            "sugarcrepe++",
+            sugarcrepe_pp,
+            lambda f: (f / "swap_att.json").write_text(
+                '[{"id": 3, "filename": "x.jpg", "caption": "", "caption2": "b", "negative_caption": "c"}]'
+            ),
+            "swap_att.json: item 0 (id 3): field 'caption' must be a non-empty string",
+        ),
+        (
+            "rococo",
+            rococo,
+            lambda f: (f / "rand_voca.json").write_text('[{"image": "a.jpg", "caption": ["x", "y"]}]'),
+            "rand_voca.json: item 0: field 'caption' must list 10 or 11 texts",
+        ),
+        (
+            "rococo",
+            rococo,
+            lambda f: (f / "rand_voca.json").write_text('[{"image": "a.jpg"}]'),
+            "rand_voca.json: item 0: missing field 'caption'",
+        ),
+        (
+            "sugarcrepe",
+            sugarcrepe,
+            lambda f: (f / "add_obj.json").write_text(
+                '{"5": {"filename": "x.jpg", "caption": "A red \\ud800 bus.", "negative_caption": "A bus."}}'
+            ),
+            "add_obj.json: field '5.caption' holds a lone UTF-16 surrogate",
+        ),
+        (
+            "sugarcrepe",
+            sugarcrepe,
+            lambda f: [
+                (f / (n + ".json")).write_text("{}")
+                for n in ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
+            ],
+            "no item in sugarcrepe's files (",
+        ),
+    ],
+)
 def test_bad_input_names_file_item_and_field(tmp_path, source, make, breaks, message):
     folder = make(tmp_path / "src")
     breaks(folder)
@@ -148,24 +246,42 @@ def test_an_id_written_twice_is_said_and_the_records_and_meta_are_written_togeth
     file are one set: when the meta cannot be written, the earlier pair stays as it was."""
     folder = sugarcrepe(tmp_path / "src", missing_image=False)
     text = (folder / "add_att.json").read_text(encoding="utf-8")
-    (folder / "add_att.json").write_text(text[:-1] + ', "0": ' + json.dumps(
-        {"filename": img(2), "caption": "A dog.", "negative_caption": "A cat."}) + "}", encoding="utf-8")
+    (folder / "add_att.json").write_text(
+        text[:-1]
+        + ', "0": '
+        + json.dumps({"filename": img(2), "caption": "A dog.", "negative_caption": "A cat."})
+        + "}",
+        encoding="utf-8",
+    )
     out, proc = run_import("sugarcrepe", folder, tmp_path)
     assert "add_att.json: 1 key(s) written twice in one object ('0'): JSON keeps the last of each" in proc.stderr
     recs = lines(out)
     assert any("A dog." in r["orig_captions"] for r in recs)
-    assert not any("A red bus on the street." in r["orig_captions"] and "A red bus on the wet street." in
-                   sum(r.get("diff_caps", {}).values(), []) for r in recs)
+    assert not any(
+        "A red bus on the street." in r["orig_captions"]
+        and "A red bus on the wet street." in sum(r.get("diff_caps", {}).values(), [])
+        for r in recs
+    )
     before = out.read_bytes(), (tmp_path / "out" / "sugarcrepe.jsonl.meta.json").read_bytes()
     os.remove(str(out) + ".meta.json")
     os.mkdir(str(out) + ".meta.json")  # (a folder where the meta file goes: it cannot be written)
-    proc = run_script("import_benchmark.py", "--SOURCE=sugarcrepe", f"--SOURCE_DIR={sugarcrepe(tmp_path / 'again')}",
-                      f"--IMAGE_DIRS={[IMAGES]!r}", f"--OUTPUT_JSONL={out}", check=False)
+    proc = run_script(
+        "import_benchmark.py",
+        "--SOURCE=sugarcrepe",
+        f"--SOURCE_DIR={sugarcrepe(tmp_path / 'again')}",
+        f"--IMAGE_DIRS={[IMAGES]!r}",
+        f"--OUTPUT_JSONL={out}",
+        check=False,
+    )
     assert proc.returncode != 0 and "sugarcrepe.jsonl.meta.json" in proc.stderr
     assert out.read_bytes() == before[0]  # (the records were not replaced without their meta)
-    proc = run_script("import_benchmark.py", "--SOURCE=sugarcrepe", f"--SOURCE_DIR={folder}", "--OUTPUT_JSONL=5",
-                      check=False)
-    assert proc.returncode == 2 and "OUTPUT_JSONL must be None or the path of the JSONL file to write, got 5" in proc.stderr
+    proc = run_script(
+        "import_benchmark.py", "--SOURCE=sugarcrepe", f"--SOURCE_DIR={folder}", "--OUTPUT_JSONL=5", check=False
+    )
+    assert (
+        proc.returncode == 2
+        and "OUTPUT_JSONL must be None or the path of the JSONL file to write, got 5" in proc.stderr
+    )
 
 
 def test_no_image_found_is_an_error(tmp_path):
@@ -180,9 +296,17 @@ def test_positive_rate_per_type_is_sugarcrepes_accuracy(tmp_path):
     import run_lgip_by_fliptype
     from lgip.models import load_model
     from PIL import Image
+
     out, _ = run_import("sugarcrepe", sugarcrepe(tmp_path / "sc", missing_image=False), tmp_path)
-    row = run_lgip_by_fliptype.run(JSONL_PATH=str(out), MODELS=[OPENCLIP_TINY], DEVICE="cpu", NUM_WORKERS=0, BOOTSTRAP=0,
-                                   CACHE_DIR=None, WRITE_SCORES=False)[0]
+    row = run_lgip_by_fliptype.run(
+        JSONL_PATH=str(out),
+        MODELS=[OPENCLIP_TINY],
+        DEVICE="cpu",
+        NUM_WORKERS=0,
+        BOOTSTRAP=0,
+        CACHE_DIR=None,
+        WRITE_SCORES=False,
+    )[0]
     assert list(row["by_flip_type"]) == ["add_att", "replace_att", "swap_obj"]  # the types the file has, in order
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
     import torch
@@ -193,10 +317,14 @@ def test_positive_rate_per_type_is_sugarcrepes_accuracy(tmp_path):
     def emb_image(name):
         with Image.open(os.path.join(IMAGES, name)) as im:
             return enc.encode_images(enc.image_transform(im.convert("RGB"))[None])[0].double().numpy()
+
     for stem in ("add_att", "replace_att", "swap_obj"):
         items = json.load(open(tmp_path / "sc" / f"{stem}.json")).values()
-        wins = [emb_image(i["filename"]) @ emb_text(i["caption"]) > emb_image(i["filename"]) @ emb_text(i["negative_caption"])
-                for i in items]
+        wins = [
+            emb_image(i["filename"]) @ emb_text(i["caption"])
+            > emb_image(i["filename"]) @ emb_text(i["negative_caption"])
+            for i in items
+        ]
         block = row["by_flip_type"][stem]
         assert block["count"] == len(wins) and block["pos_rate"] == pytest.approx(np.mean(wins), abs=1e-12), stem
     assert row["robust_pos_rate"] is None  # (no paraphrases in SugarCrepe)
@@ -207,13 +335,25 @@ def test_an_imported_file_runs_end_to_end_through_run_all(tmp_path):
     evaluation breaks its figures down by the benchmark's own types, in the file's order;
     explain_flips.py explains the one-word replacements only and counts the others."""
     out, _ = run_import("sugarcrepe", sugarcrepe(tmp_path / "sc", missing_image=False), tmp_path)
-    proc = run_script("run_all.py", f"--BENCHMARK_JSONL={out}", f"--MODELS={[OPENCLIP_TINY]!r}", "--DEVICE=cpu",
-                      "--NUM_WORKERS=0", "--SETTINGS={'BOOTSTRAP': 20}")
+    proc = run_script(
+        "run_all.py",
+        f"--BENCHMARK_JSONL={out}",
+        f"--MODELS={[OPENCLIP_TINY]!r}",
+        "--DEVICE=cpu",
+        "--NUM_WORKERS=0",
+        "--SETTINGS={'BOOTSTRAP': 20}",
+    )
     assert "data: imported benchmark" in proc.stdout
     ran = re.findall(r"^\[\d+/(\d+)\] (\w+)  done", proc.stdout, re.M)
-    assert [name for _, name in ran] == ["run_lgip_multi", "run_lgip_by_fliptype", "run_lgip_retrieval", "explain_flips",
-                                         "run_lgip_images", "report"]
-    stem = str(out)[:-len(".jsonl")]
+    assert [name for _, name in ran] == [
+        "run_lgip_multi",
+        "run_lgip_by_fliptype",
+        "run_lgip_retrieval",
+        "explain_flips",
+        "run_lgip_images",
+        "report",
+    ]
+    stem = str(out)[: -len(".jsonl")]
     types = ["add_att", "replace_att", "swap_obj"]
     fliptypes = json.load(open(stem + "__LGIP_fliptypes.metrics.json"))[0]
     assert list(fliptypes["by_flip_type"]) == types

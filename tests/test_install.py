@@ -1,6 +1,7 @@
 """The checkout installed editable and used from a project of one's own (a training loop): the
 scripts are importable through lgip.scripts without editing sys.path, and none of our top-level
 names (common, report, ...) replaces the project's own modules of the same names."""
+
 import os
 import shutil
 import subprocess
@@ -8,7 +9,7 @@ import sys
 
 from conftest import FIXTURES, REFERENCE, ROOT
 
-TRAINING_LOOP = '''
+TRAINING_LOOP = """
 import json, os, sys
 import common, report                      # the project's own modules of those names
 import open_clip
@@ -25,7 +26,7 @@ for epoch in range(2):
 assert common.MINE and report.MINE and "run_lgip_multi" not in sys.modules
 assert run_lgip_multi.common is not common
 print("ours:", run_lgip_multi.__file__)
-'''
+"""
 
 
 def test_an_editable_install_serves_a_training_loop_in_another_folder(tmp_path):
@@ -43,8 +44,12 @@ def test_an_editable_install_serves_a_training_loop_in_another_folder(tmp_path):
     # (pip and setuptools: the installed ones, which build an editable wheel offline)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    proc = subprocess.run([python, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index",
-                           "-e", str(checkout)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index", "-e", str(checkout)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (project / "data").mkdir(parents=True)
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), project / "data" / "in_with_perturb.jsonl")
@@ -52,8 +57,14 @@ def test_an_editable_install_serves_a_training_loop_in_another_folder(tmp_path):
     (project / "report.py").write_text("MINE = True\n")
     (project / "train.py").write_text(TRAINING_LOOP)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([python, "train.py", os.path.join(FIXTURES, "models", "openclip-tiny"), FIXTURES],
-                          cwd=project, capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [python, "train.py", os.path.join(FIXTURES, "models", "openclip-tiny"), FIXTURES],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"ours: {checkout / 'run_lgip_multi.py'}" in proc.stdout
     rows = [line.split() for line in proc.stdout.splitlines() if line[:2] in ("0 ", "1 ")]
@@ -67,7 +78,53 @@ def test_lgip_scripts_knows_every_script_and_names_a_mistyped_one():
     import pytest
     import lgip.scripts
     from lgip.errors import ConfigError
+
     root = {f[:-3] for f in os.listdir(ROOT) if f.endswith(".py") and f != "common.py"}
     assert set(lgip.scripts.SCRIPTS) == root
-    with pytest.raises(ConfigError, match=r"no script 'run_lgip_mult' in lgip.scripts \(did you mean 'run_lgip_multi'\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"no script 'run_lgip_mult' in lgip.scripts \(did you mean 'run_lgip_multi'\?\)"
+    ):
         lgip.scripts.load("run_lgip_mult")
+
+
+def test_a_new_venv_installs_the_checkout_with_its_dependencies_declared_and_the_lgip_command(tmp_path):
+    """pip install -e <checkout> in a new venv of this Python (no site packages of ours: its own pip and
+    setuptools, which have no wheel): the build requirements are declared, so pip's build environment gets them;
+    the dependencies are declared (those of requirements.txt that a run needs); the `lgip` command is there.
+    --no-deps: the libraries are gigabytes (torch); their declaration is what is checked."""
+    import pytest
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    proc = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "-e", ROOT], capture_output=True, text=True, timeout=600
+    )
+    if proc.returncode != 0 and ("No matching distribution" in proc.stderr or "connection" in proc.stderr.lower()):
+        pytest.skip("pip's build environment needs setuptools and wheel from the package index, not reachable here")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print('\\n'.join(m.requires('lgip')))"],
+        capture_output=True,
+        text=True,
+    )
+    declared = {r.split(">")[0].split("=")[0].split(";")[0].strip().lower() for r in shown.stdout.split()}
+    needed = {"torch", "torchvision", "open_clip_torch", "transformers", "pillow", "numpy", "tqdm", "matplotlib"}
+    assert needed <= declared, needed - declared
+    listed = subprocess.run([str(venv / "bin" / "lgip"), "list"], capture_output=True, text=True)
+    assert listed.returncode == 0 and "run_all.py" in listed.stdout and "report.py" in listed.stdout
+
+
+def test_the_lgip_command_runs_a_script_as_its_command_line_and_names_an_unknown_one(capsys):
+    from lgip.command import main
+
+    argv, path = list(sys.argv), list(sys.path)
+    try:
+        assert main(["report", "--help"]) == 0
+        assert "usage: python report.py" in capsys.readouterr().out
+        assert main(["eval", "run_lgip_multi", "--help"]) == 0
+        assert "--MODELS=" in capsys.readouterr().out
+        assert main(["reprot"]) == 2
+        assert "unknown command 'reprot' (did you mean 'report'?)" in capsys.readouterr().err
+    finally:
+        sys.argv, sys.path[:] = argv, path

@@ -1,6 +1,7 @@
 """The lookahead (lgip/lookahead.py): a later model's texts tokenized and images decoded while a
 model runs, work a model has started left to it, close() and stuck or dying workers, pixels
 decoded ahead never evicting, and a run with lookahead giving the same metrics."""
+
 import multiprocessing
 import os
 import time
@@ -10,7 +11,7 @@ import torch
 from lgip import lookahead
 from lgip.images import ImageEncoding
 from lgip.lookahead import Lookahead
-from lgip.models import MODEL_PREPARERS, load_model
+from lgip.models import FAMILIES, load_model
 from lgip.pixel_memory import PixelMemory
 from lgip.texts import TextCalls
 from lgip.tokens import _TOKEN_TABLES, shared_token_table
@@ -35,11 +36,15 @@ def test_lookahead_tokenizes_and_decodes_for_a_later_model(enc, tmp_path):
     assert ahead.active
     ahead.start(enc, TextCalls(TEXTS + TEXTS[:2], [0, len(TEXTS)]), paths)
     _ahead_done(ahead)
-    assert [(j["model"], j["kind"], j["state"]) for j in ahead.jobs] == [("tiny_siglip", "tokens", "done"),
-                                                                        ("tiny_siglip", "pixels", "done")]
+    assert [(j["model"], j["kind"], j["state"]) for j in ahead.jobs] == [
+        ("tiny_siglip", "tokens", "done"),
+        ("tiny_siglip", "pixels", "done"),
+    ]
     waited, report = ahead.settle(sig)
-    assert waited >= 0 and [(j["kind"], j["items"]) for j in report] == [("tokens", len(TEXTS)),
-                                                                         ("pixels", len(paths) - 1)]
+    assert waited >= 0 and [(j["kind"], j["items"]) for j in report] == [
+        ("tokens", len(TEXTS)),
+        ("pixels", len(paths) - 1),
+    ]
     table = shared_token_table(sig.tokenizer_key)
     assert len(table) == len(TEXTS) and all(table.ids(t).tolist() == sig.tokenize([t])[0] for t in TEXTS)
     images = ImageEncoding(sig, paths, 3, num_workers=0)
@@ -62,11 +67,16 @@ def test_lookahead_leaves_work_a_model_has_started_to_that_model(enc):
     ahead.start(enc, TextCalls(TEXTS, [0]), image_paths())
     _ahead_done(ahead)
     states = [(j["model"], j["kind"], j["state"]) for j in ahead.jobs]
-    assert states == [("broken_siglip", "prepare", "failed"), ("tiny_siglip", "tokens", "dropped"),
-                      ("tiny_siglip", "pixels", "dropped")]
+    assert states == [
+        ("broken_siglip", "prepare", "failed"),
+        ("tiny_siglip", "tokens", "dropped"),
+        ("tiny_siglip", "pixels", "dropped"),
+    ]
     assert "nonexistent" in ahead.jobs[0]["error"]
-    assert ahead.settle(type("E", (), {"tokenizer_key": None, "pixels": None, "name": "broken_siglip"})())[1][0][
-        "state"] == "failed"
+    assert (
+        ahead.settle(type("E", (), {"tokenizer_key": None, "pixels": None, "name": "broken_siglip"})())[1][0]["state"]
+        == "failed"
+    )
     ahead.close()
     assert not Lookahead([SIGLIP_TINY], "corrected", num_workers=0).active
 
@@ -101,6 +111,7 @@ def test_a_run_with_lookahead_gives_the_same_metrics(tmp_path):
     same metrics; each model reports what was done ahead for it and how long it waited."""
     import json
     from conftest import REFERENCE, eval_settings, run_here
+
     src = open(os.path.join(REFERENCE, "fixture_with_perturb.jsonl")).read()
     got = {}
     for ahead in (True, False):
@@ -108,11 +119,26 @@ def test_a_run_with_lookahead_gives_the_same_metrics(tmp_path):
         folder.mkdir()
         jsonl = folder / "fixture_with_perturb.jsonl"
         jsonl.write_text(src)
-        run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", models=[OPENCLIP_TINY, SIGLIP_TINY], CACHE_DIR=None,
-                                                      LOOKAHEAD=ahead, BOOTSTRAP=0, NUM_WORKERS=1))
+        run_here(
+            "run_lgip_multi.py",
+            **eval_settings(
+                jsonl,
+                "corrected",
+                models=[OPENCLIP_TINY, SIGLIP_TINY],
+                CACHE_DIR=None,
+                LOOKAHEAD=ahead,
+                BOOTSTRAP=0,
+                NUM_WORKERS=1,
+            ),
+        )
         got[ahead] = json.load(open(folder / "fixture_with_perturb__LGIP_ALL.metrics.json"))
-    keys = ("num_invariance_pairs", "num_sensitivity_pairs", "invariance_error_mean", "sensitivity_gap_mean",
-            "sensitivity_pos_rate")
+    keys = (
+        "num_invariance_pairs",
+        "num_sensitivity_pairs",
+        "invariance_error_mean",
+        "sensitivity_gap_mean",
+        "sensitivity_pos_rate",
+    )
     for a, b in zip(got[True], got[False]):
         assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
         assert b["run"]["lookahead"] is None and "lookahead_wait" in a["run"]["seconds_by_phase"]
@@ -123,14 +149,17 @@ def test_a_run_with_lookahead_gives_the_same_metrics(tmp_path):
 
 def _prepare_with(monkeypatch, tokenize_hook):
     """SigLIP's preparer, its tokenize wrapped by tokenize_hook(texts) (runs in the workers)."""
-    real = MODEL_PREPARERS["siglip"]
+    import dataclasses
+
+    real = FAMILIES["siglip"].prepare
 
     def prepare(spec, protocol):
         prep = real(spec, protocol)
         inner = prep.tokenize
         prep.tokenize = lambda texts: (tokenize_hook(texts), inner(texts))[1]
         return prep
-    monkeypatch.setitem(MODEL_PREPARERS, "siglip", prepare)
+
+    monkeypatch.setitem(FAMILIES, "siglip", dataclasses.replace(FAMILIES["siglip"], prepare=prepare))
 
 
 def test_a_dying_lookahead_worker_fails_its_job_only(enc, monkeypatch):
@@ -141,6 +170,7 @@ def test_a_dying_lookahead_worker_fails_its_job_only(enc, monkeypatch):
     def die(texts):
         if any("poison" in t for t in texts):
             os.kill(os.getpid(), signal.SIGKILL)
+
     _prepare_with(monkeypatch, die)
     ahead = Lookahead([SIGLIP_TINY], "corrected", num_workers=1, chunk=2)
     ahead.start(enc, TextCalls(TEXTS + ["poison text"], [0]), image_paths())
@@ -156,9 +186,11 @@ def test_a_dying_lookahead_worker_fails_its_job_only(enc, monkeypatch):
 def test_a_stuck_lookahead_job_is_abandoned(enc, monkeypatch):
     """settle() stops waiting for a job that has done no batch for LOOKAHEAD_STALL_S (the model
     does the work itself); close() leaves no worker behind."""
+
     def stall(texts):
         if any("stall" in t for t in texts):
             time.sleep(60)
+
     _prepare_with(monkeypatch, stall)
     monkeypatch.setattr(lookahead, "LOOKAHEAD_STALL_S", 1.0)
     sig = load_model(SIGLIP_TINY, "corrected", "cpu")

@@ -1,4 +1,5 @@
 """make_base_jsonl.py on a small COCO-format captions file built in tmp_path."""
+
 import json
 import os
 import random
@@ -12,17 +13,17 @@ SCRIPT = "make_base_jsonl.py"
 # image id -> annotation ids of its captions, in the order they appear in the file.
 CAPTION_IDS = {
     8: [81, 82, 83, 84, 85],
-    3: [31, 32, 33, 34],              # fewer than five captions: skipped
+    3: [31, 32, 33, 34],  # fewer than five captions: skipped
     1: [11, 12, 13, 14, 15],
-    2: [26, 21, 25, 22, 24, 23],      # six, out of id order: 21..25 kept
-    4: [41, 42, 43, 44, 45],          # its image file is missing: skipped when CHECK_IMAGES
+    2: [26, 21, 25, 22, 24, 23],  # six, out of id order: 21..25 kept
+    4: [41, 42, 43, 44, 45],  # its image file is missing: skipped when CHECK_IMAGES
     5: [51, 52, 53, 54, 55],
     6: [61, 62, 63, 64, 65],
     7: [77, 71, 76, 72, 75, 73, 74],  # seven, out of id order: 71..75 kept
 }
-UNKNOWN_IMAGE = (999, 500)            # (image id, annotation id) of an annotation with no image
+UNKNOWN_IMAGE = (999, 500)  # (image id, annotation id) of an annotation with no image
 MISSING_FILE = {4}
-ELIGIBLE = [1, 2, 5, 6, 7, 8]         # with CHECK_IMAGES, in image-id order
+ELIGIBLE = [1, 2, 5, 6, 7, 8]  # with CHECK_IMAGES, in image-id order
 VERBATIM = "  A dog asleep on a couch. \n"  # caption 11: kept exactly, whitespace included
 
 
@@ -61,8 +62,14 @@ class Coco:
         self.annotations.write_text(text, encoding="utf-8")
 
     def run(self, *args, check=True):
-        return run_script(SCRIPT, f"--ANNOTATIONS_JSON={self.annotations}", f"--IMAGE_DIR={self.image_dir}",
-                          f"--OUTPUT_JSONL={self.output}", *args, check=check)
+        return run_script(
+            SCRIPT,
+            f"--ANNOTATIONS_JSON={self.annotations}",
+            f"--IMAGE_DIR={self.image_dir}",
+            f"--OUTPUT_JSONL={self.output}",
+            *args,
+            check=check,
+        )
 
     def records(self):
         return [rec for _, rec in iter_records(str(self.output))]
@@ -105,10 +112,17 @@ def test_reports_what_it_skipped_and_why(coco):
     assert "unknown image id: 1; first annotation ids: 500" in out
     assert "records/s" in out
     meta = json.loads((coco.output.parent / "base.jsonl.meta.json").read_text())
-    assert meta["counts"] == {"annotations": sum(map(len, CAPTION_IDS.values())) + 1, "annotations_unknown_image": 1,
-                              "annotations_blank_caption": 0, "annotations_repeated_id": 0, "images_in_file": 8,
-                              "eligible": 6, "skipped_too_few_captions": 1, "skipped_image_missing": 1,
-                              "written": 6}
+    assert meta["counts"] == {
+        "annotations": sum(map(len, CAPTION_IDS.values())) + 1,
+        "annotations_unknown_image": 1,
+        "annotations_blank_caption": 0,
+        "annotations_repeated_id": 0,
+        "images_in_file": 8,
+        "eligible": 6,
+        "skipped_too_few_captions": 1,
+        "skipped_image_missing": 1,
+        "written": 6,
+    }
     assert meta["skipped_examples"]["image_missing"] == [4]
     assert meta["config"]["SEED"] == 42 and meta["script"] == SCRIPT and "python" in meta["versions"]
 
@@ -145,6 +159,7 @@ _DELETE = object()
 def _drop(key):
     def edit(d):
         del d[key]
+
     return edit
 
 
@@ -155,19 +170,23 @@ def _edit_annotation(field, value):
             del ann[field]
         else:
             ann[field] = value
+
     return edit
 
 
-@pytest.mark.parametrize("edit,expected", [
-    ('{"images": [', "invalid JSON"),
-    (_drop("images"), "missing field 'images'"),
-    (_drop("annotations"), "missing field 'annotations'"),
-    (_edit_annotation("image_id", _DELETE), "annotations[2] (id {id}): missing field 'image_id'"),
-    (_edit_annotation("caption", _DELETE), "annotations[2] (id {id}): missing field 'caption'"),
-    (_edit_annotation("caption", 7), "annotations[2] (id {id}): field 'caption' is int, expected a string"),
-    (_edit_annotation("caption", ["A bus."]), "annotations[2] (id {id}): field 'caption' is list"),
-    (_edit_annotation("caption", "A \ud800 bus."), "field 'annotations[2].caption' holds a lone UTF-16 surrogate"),
-])
+@pytest.mark.parametrize(
+    "edit,expected",
+    [
+        ('{"images": [', "invalid JSON"),
+        (_drop("images"), "missing field 'images'"),
+        (_drop("annotations"), "missing field 'annotations'"),
+        (_edit_annotation("image_id", _DELETE), "annotations[2] (id {id}): missing field 'image_id'"),
+        (_edit_annotation("caption", _DELETE), "annotations[2] (id {id}): missing field 'caption'"),
+        (_edit_annotation("caption", 7), "annotations[2] (id {id}): field 'caption' is int, expected a string"),
+        (_edit_annotation("caption", ["A bus."]), "annotations[2] (id {id}): field 'caption' is list"),
+        (_edit_annotation("caption", "A \ud800 bus."), "field 'annotations[2].caption' holds a lone UTF-16 surrogate"),
+    ],
+)
 def test_malformed_annotations_stop_with_file_and_field(coco, edit, expected):
     data = coco_dict()
     if isinstance(edit, str):
@@ -195,8 +214,13 @@ def test_missing_annotations_file_says_where_it_goes(coco, tmp_path):
 
 def test_missing_image_folder_is_an_error_when_checking(coco, tmp_path):
     missing = tmp_path / "no_images"
-    proc = run_script(SCRIPT, f"--ANNOTATIONS_JSON={coco.annotations}", f"--IMAGE_DIR={missing}",
-                      f"--OUTPUT_JSONL={coco.output}", check=False)
+    proc = run_script(
+        SCRIPT,
+        f"--ANNOTATIONS_JSON={coco.annotations}",
+        f"--IMAGE_DIR={missing}",
+        f"--OUTPUT_JSONL={coco.output}",
+        check=False,
+    )
     assert proc.returncode == 2
     assert f"{missing}: image folder not found" in proc.stderr and "--CHECK_IMAGES=False" in proc.stderr
 
@@ -228,8 +252,13 @@ def test_output_equal_to_the_annotations_file_is_refused(coco, tmp_path):
     link = tmp_path / "link.json"
     link.symlink_to(coco.annotations)
     for output in (coco.annotations, link):
-        proc = run_script(SCRIPT, f"--ANNOTATIONS_JSON={coco.annotations}", f"--IMAGE_DIR={coco.image_dir}",
-                          f"--OUTPUT_JSONL={output}", check=False)
+        proc = run_script(
+            SCRIPT,
+            f"--ANNOTATIONS_JSON={coco.annotations}",
+            f"--IMAGE_DIR={coco.image_dir}",
+            f"--OUTPUT_JSONL={output}",
+            check=False,
+        )
         assert proc.returncode == 2 and "is the input file" in proc.stderr and "Traceback" not in proc.stderr
         assert coco.annotations.read_bytes() == before
 
@@ -243,7 +272,14 @@ def test_no_image_to_write_is_an_error_and_writes_nothing(coco, tmp_path):
     """Every image missing from IMAGE_DIR: an empty base would pass for one (it was written, exit 0)."""
     empty = tmp_path / "empty_images"
     empty.mkdir()
-    proc = run_script(SCRIPT, f"--ANNOTATIONS_JSON={coco.annotations}", f"--IMAGE_DIR={empty}",
-                      f"--OUTPUT_JSONL={coco.output}", check=False)
-    assert proc.returncode == 2 and "no image of" in proc.stderr and "not found in IMAGE_DIR" in proc.stderr, proc.stderr
+    proc = run_script(
+        SCRIPT,
+        f"--ANNOTATIONS_JSON={coco.annotations}",
+        f"--IMAGE_DIR={empty}",
+        f"--OUTPUT_JSONL={coco.output}",
+        check=False,
+    )
+    assert proc.returncode == 2 and "no image of" in proc.stderr and "not found in IMAGE_DIR" in proc.stderr, (
+        proc.stderr
+    )
     assert "nothing was written" in proc.stderr and not coco.output.exists()

@@ -1,6 +1,8 @@
-"""The loaders and their registry (lgip/models/registry.py, lgip/models/openclip.py, lgip/models/transformers.py, lgip/models/python.py):
-SigLIP's padding in each protocol, QuickGELU for the weights trained with it, bad model specs and
-weights that cannot be downloaded, open_clip models built on their device."""
+"""The loaders and their registry (lgip/models/registry.py, lgip/models/openclip.py,
+lgip/models/transformers.py, lgip/models/python.py): SigLIP's padding in each protocol, QuickGELU for
+the weights trained with it, bad model specs and weights that cannot be downloaded, open_clip models
+built on their device."""
+
 import os
 import shutil
 
@@ -44,6 +46,7 @@ def test_siglip_reference_pads_each_call_to_its_longest():
 def test_siglip_reference_matches_processor_call():
     """Reference protocol encodes exactly as processor(text=call, padding=True, truncation=True)."""
     from transformers import AutoModel, AutoProcessor
+
     enc = load_model(SIGLIP_TINY, "reference", "cpu")
     proc = AutoProcessor.from_pretrained(SIGLIP_TINY["model_id"])
     model = AutoModel.from_pretrained(SIGLIP_TINY["model_id"]).eval()
@@ -60,6 +63,7 @@ def test_siglip_reference_matches_processor_call():
 @pytest.mark.parametrize("spec", [m for m in PUBLISHED_MODELS if m["type"] == "openclip"])
 def test_quick_gelu_for_weights_trained_with_it(spec):
     import open_clip
+
     name, tag, corrected = openclip_create_kwargs(spec, "corrected")
     _, _, reference = openclip_create_kwargs(spec, "reference")
     trained_with_quick_gelu = bool(open_clip.get_pretrained_cfg(name, tag).get("quick_gelu"))
@@ -72,30 +76,44 @@ def test_force_quick_gelu_reaches_the_network():
     """The kwarg really swaps the activation (built from a local config: no download)."""
     import open_clip
     from open_clip.transformer import QuickGELU
+
     model = open_clip.create_model(OPENCLIP_TINY["model_name"], force_quick_gelu=True)
     assert any(isinstance(m, QuickGELU) for m in model.modules())
     assert not load_model(OPENCLIP_TINY, "corrected", "cpu").info["quick_gelu"]
 
 
-@pytest.mark.parametrize("spec,message", [
-    ({"name": "x", "type": "clip"}, "unknown type 'clip'; valid: openclip, transformers, siglip, python"),
-    ({"name": "x", "type": "openclip", "model_name": "ViT-B-61", "pretrained": "openai"}, "unknown open_clip model_name 'ViT-B-61'; close matches: ViT-B-16"),
-    ({"name": "x", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "opneai"}, "unknown pretrained tag 'opneai' for open_clip ViT-B-16; valid: openai"),
-    ({"name": "x", "type": "siglip"}, "needs 'model_id'"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ({"name": "x", "type": "clip"}, "unknown type 'clip'; valid: openclip, transformers, siglip, python"),
+        (
+            {"name": "x", "type": "openclip", "model_name": "ViT-B-61", "pretrained": "openai"},
+            "unknown open_clip model_name 'ViT-B-61'; close matches: ViT-B-16",
+        ),
+        (
+            {"name": "x", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "opneai"},
+            "unknown pretrained tag 'opneai' for open_clip ViT-B-16; valid: openai",
+        ),
+        ({"name": "x", "type": "siglip"}, "needs 'model_id'"),
+    ],
+)
 def test_bad_model_spec_lists_valid_choices(spec, message):
     with pytest.raises(ModelError, match=message.replace("(", r"\(")):
         load_model(spec, "corrected", "cpu")
 
 
-@pytest.mark.parametrize("spec", [
-    {"name": "siglip_offline", "type": "siglip", "model_id": "google/siglip-base-patch16-224"},
-    {"name": "openclip_offline", "type": "openclip", "model_name": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "siglip_offline", "type": "siglip", "model_id": "google/siglip-base-patch16-224"},
+        {"name": "openclip_offline", "type": "openclip", "model_name": "ViT-B-32", "pretrained": "laion2b_s34b_b79k"},
+    ],
+)
 def test_weights_that_cannot_be_downloaded_name_model_and_local_copy(tmp_path, monkeypatch, spec):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache: nothing to fall back on
     import huggingface_hub.constants as hc
+
     monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
     with pytest.raises(ModelError) as err:
         load_model(spec, "corrected", "cpu")
@@ -117,6 +135,7 @@ def test_open_clip_models_are_built_on_their_device(monkeypatch):
     same eval transform; a model whose code cannot be built that way is built on the CPU."""
     import open_clip
     from PIL import Image
+
     name = "local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny")
     model, preprocess, built_on = _create_openclip_on("meta", name, None, {})
     assert built_on == "meta" and all(p.device.type == "meta" for p in model.parameters())
@@ -130,6 +149,7 @@ def test_open_clip_models_are_built_on_their_device(monkeypatch):
         if torch.empty(0).device.type == "meta":
             raise NotImplementedError("cannot build on meta")
         return real(*args, **kwargs)
+
     monkeypatch.setattr(open_clip, "create_model_and_transforms", refuses_meta)
     model, _, built_on = _create_openclip_on("meta", name, None, {})
     assert built_on == "cpu" and next(model.parameters()).device.type == "cpu"
@@ -152,9 +172,13 @@ def test_siglip2_texts_are_lowercased_when_corrected_only(tmp_path):
         def __call__(self, texts, **kwargs):
             self.texts = list(texts)
             return {"input_ids": [[1] for _ in texts]}
+
     siglip = SimpleNamespace(model_type="siglip")  # (SigLIP2's fixed-resolution checkpoints say "siglip" too)
-    cases = [("google/siglip2-base-patch16-224", "corrected", True), ("google/siglip2-base-patch16-224", "reference", False),
-             ("google/siglip-base-patch16-224", "corrected", False)]
+    cases = [
+        ("google/siglip2-base-patch16-224", "corrected", True),
+        ("google/siglip2-base-patch16-224", "reference", False),
+        ("google/siglip-base-patch16-224", "corrected", False),
+    ]
     identities = set()
     for model_id, protocol, lowered in cases:
         tok = Seen()
@@ -176,6 +200,7 @@ def test_a_loaded_model_and_a_weightless_one_are_their_declared_types(siglip_tin
     by the registry; a model without weights is a KeyEncoder: it makes the cache keys and encodes nothing."""
     from lgip.models import key_encoder
     from lgip.models.encoder import Encoder, KeyEncoder
+
     for spec, enc in ((SIGLIP_TINY, siglip_tiny), (OPENCLIP_TINY, load_model(OPENCLIP_TINY, "corrected", "cpu"))):
         assert type(enc) is Encoder and enc.weights_loaded and (enc.name, enc.type) == (spec["name"], spec["type"])
         for field in ("model", "tokenize", "encode_tokens", "encode_images", "image_transform", "pad_length"):

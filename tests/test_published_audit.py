@@ -4,6 +4,7 @@ lists, a flip equal to its caption, a record without captions, lists longer than
 text batch, odd flip-field names, records without typed lists, and unreadable images (the
 published rebuttal drops the whole batch of 32 records around one). Each published field must
 agree to 1e-6 (counts exactly), with tiny_openclip and the SigLIP whose words split unevenly."""
+
 import json
 import os
 
@@ -15,10 +16,16 @@ from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_PIECES, eval_arg
 from test_evaluation import assert_matches
 
 MODELS = [OPENCLIP_TINY, SIGLIP_PIECES]
-OUTPUT = {"run_lgip_multi.py": "LGIP_ALL.metrics.json", "run_lgip_by_fliptype.py": "LGIP_fliptypes.metrics.json",
-          "rebuttal_enhanced_lgip_by_transformation.py": "ENHANCED_LGIP_analysis.json"}
-SOURCE = {"run_lgip_multi.py": "fixture_with_perturb.jsonl", "run_lgip_by_fliptype.py": "fixture_with_fliptypes.jsonl",
-          "rebuttal_enhanced_lgip_by_transformation.py": "rebuttal_enhanced_fixture_with_fliptypes.jsonl"}
+OUTPUT = {
+    "run_lgip_multi.py": "LGIP_ALL.metrics.json",
+    "run_lgip_by_fliptype.py": "LGIP_fliptypes.metrics.json",
+    "rebuttal_enhanced_lgip_by_transformation.py": "ENHANCED_LGIP_analysis.json",
+}
+SOURCE = {
+    "run_lgip_multi.py": "fixture_with_perturb.jsonl",
+    "run_lgip_by_fliptype.py": "fixture_with_fliptypes.jsonl",
+    "rebuttal_enhanced_lgip_by_transformation.py": "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
+}
 MISSING = "images/missing.jpg"
 FLIP_FIELDS = ("diff_caps", "diff_caps_color", "diff_caps_number", "diff_caps_object")
 
@@ -59,7 +66,9 @@ def edge_records(script, n=40):
         recs[8]["diff_caps_Flip_Spatial"] = {"0": ["A man standing under a bus."]}  # published type: "spatial"
         for f in FLIP_FIELDS[1:]:  # only diff_caps: its flips are counted once in the corrected figures
             recs[9].pop(f)
-        recs[10]["diff_caps"]["2"] = [f"{recs[10]['orig_captions'][2]} {j}" for j in range(520)]  # over 512: two batches
+        recs[10]["diff_caps"]["2"] = [
+            f"{recs[10]['orig_captions'][2]} {j}" for j in range(520)
+        ]  # over 512: two batches
     for r in recs:
         if not r["orig_captions"]:
             for f in r:
@@ -97,6 +106,7 @@ def published(edge_runs):
         if script not in done:
             done[script] = published_style.evaluate(script, MODELS, edge_runs[script][2], FIXTURES)
         return done[script]
+
     return get
 
 
@@ -112,15 +122,19 @@ def test_reference_protocol_matches_published_loops_on_edge_cases(edge_runs, pub
 def test_edge_case_calls_are_the_published_calls(edge_runs, published, script):
     """The calls of the records the published script reaches, each cut into its text batches."""
     import test_published_calls
+
     _, _, records = edge_runs[script]
     _, calls = published(script)
     batch = published_style.EVALUATIONS[script][1]
-    expected = [texts[b:b + batch] for texts in calls for b in range(0, len(texts), batch)]
+    expected = [texts[b : b + batch] for texts in calls for b in range(0, len(texts), batch)]
     # the rebuttal reaches no record of the unreadable image's batch of 32
-    reached = range(32) if script.startswith("rebuttal") else [k for k, (_, r) in enumerate(records)
-                                                                 if r["image_path"] != MISSING]
+    reached = (
+        range(32)
+        if script.startswith("rebuttal")
+        else [k for k, (_, r) in enumerate(records) if r["image_path"] != MISSING]
+    )
     ours = test_published_calls.calls_of(script, records, reached)
-    assert ours[:len(expected)] == expected
+    assert ours[: len(expected)] == expected
     assert len(expected) > len(calls)  # a list longer than a batch made two calls
     if not script.startswith("rebuttal"):
         assert len(ours) == len(expected)
@@ -149,8 +163,9 @@ def test_rebuttal_without_any_flip_has_published_bin_edges(tmp_path):
     src = write_jsonl(tmp_path / "flat.jsonl", recs)
     run_here("rebuttal_enhanced_lgip_by_transformation.py", **eval_settings(src, models=[OPENCLIP_TINY]))
     m = json.load(open(tmp_path / "flat__ENHANCED_LGIP_analysis.json"))[0]
-    theirs, _ = published_style.evaluate("rebuttal_enhanced_lgip_by_transformation.py", [OPENCLIP_TINY],
-                                         load_records(str(src)), FIXTURES)
+    theirs, _ = published_style.evaluate(
+        "rebuttal_enhanced_lgip_by_transformation.py", [OPENCLIP_TINY], load_records(str(src)), FIXTURES
+    )
     assert_matches([m], theirs)
     assert (m["global_strength"]["q_low"], m["global_strength"]["q_high"]) == (0.0, 1.0)
     assert m["corrected"]["global_strength"]["q_low"] is None and m["error_type_stats"] == {}
@@ -163,13 +178,15 @@ def test_rebuttal_strength_bins_use_the_published_float32_edges():
 
     import numpy as np
     import torch
+
     mod = importlib.import_module("rebuttal_enhanced_lgip_by_transformation")
     v = next(x for x in np.linspace(0.3, 0.4, 1001) if float(np.float32(x)) < x)
     s = np.array([0.1, v, 0.5, 0.6, 0.9])
     q_low = float(torch.quantile(torch.tensor(s.tolist()), 0.25))
     assert q_low < v  # the published edge
-    out = mod.strength_analysis(np.array(["color"] * 5, dtype=object), np.linspace(-0.1, 0.1, 5), s, np.arange(5),
-                                published=True)
+    out = mod.strength_analysis(
+        np.array(["color"] * 5, dtype=object), np.linspace(-0.1, 0.1, 5), s, np.arange(5), published=True
+    )
     bins = out["error_type_stats"]["color"]
     assert (bins["weak"]["count"], bins["medium"]["count"], bins["strong"]["count"]) == (1, 3, 1)
     assert abs(out["global_strength"]["q_low"] - q_low) < 1e-7
@@ -183,7 +200,9 @@ def test_inputs_the_published_code_reads_but_the_project_refuses(tmp_path):
     recs = fixture_records("rebuttal_enhanced_lgip_by_transformation.py", 2)
     recs[1]["diff_caps"]["0"] = [{"text": "A blue bus.", "flip_type": "color"}]
     src = write_jsonl(tmp_path / "objects.jsonl", recs)
-    proc = run_script("rebuttal_enhanced_lgip_by_transformation.py", *eval_args(src, models=[OPENCLIP_TINY]), check=False)
+    proc = run_script(
+        "rebuttal_enhanced_lgip_by_transformation.py", *eval_args(src, models=[OPENCLIP_TINY]), check=False
+    )
     assert proc.returncode == 2 and "objects.jsonl:2: field 'diff_caps.0[0]' is dict, expected a string" in proc.stderr
     recs = fixture_records("run_lgip_by_fliptype.py", 2)
     del recs[1]["diff_caps"]

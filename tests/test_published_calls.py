@@ -2,6 +2,7 @@
 `encode_text` call decides the published SigLIP padding), checked call by call against
 reference/calls/, and the SigLIP whose tokenizer splits words unevenly reproduces the published
 numbers of all three evaluations."""
+
 import importlib
 import json
 import os
@@ -44,11 +45,15 @@ def test_reference_calls_are_the_published_calls(script, jsonl):
     ref = published_calls(script)
     for n, texts in enumerate(ref):
         assert ours[n] == texts, f"call {n}"
-    extra = ours[len(ref):]
+    extra = ours[len(ref) :]
     if script.startswith("rebuttal"):
         # combined_caps, never encoded by the published script: one call each, after all of its calls
-        combined = [[item["text"]] for _, rec in records for i in range(len(rec["orig_captions"]))
-                    for item in rec["combined_caps"].get(str(i), [])]
+        combined = [
+            [item["text"]]
+            for _, rec in records
+            for i in range(len(rec["orig_captions"]))
+            for item in rec["combined_caps"].get(str(i), [])
+        ]
         assert extra == combined and combined
     else:
         assert extra == []
@@ -62,8 +67,9 @@ def test_fliptype_global_figures_come_from_the_diff_caps_call():
 
 
 def test_rebuttal_flip_items_share_one_call_per_caption():
-    _, _, (para, flips, combined) = project_calls("rebuttal_enhanced_lgip_by_transformation.py",
-                                                  "rebuttal_enhanced_fixture_with_fliptypes.jsonl")
+    _, _, (para, flips, combined) = project_calls(
+        "rebuttal_enhanced_lgip_by_transformation.py", "rebuttal_enhanced_fixture_with_fliptypes.jsonl"
+    )
     assert len(flips) == 154 and flips.label[:1] == ["all"]
     # one caption's "all" item and its typed twin are consecutive slots of one call
     for k, i in set(zip(flips.rec, flips.cap)):
@@ -97,6 +103,7 @@ def test_siglip_sanity_check_draws_and_encodes_as_published(tmp_path):
 
     import published_style
     from conftest import FIXTURES, SIGLIP_PIECES
+
     with open(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), encoding="utf-8") as f:
         recs = [json.loads(line) for line in f]
     recs[3]["image_path"] = "images/missing.jpg"
@@ -122,8 +129,14 @@ def test_siglip_sanity_check_draws_and_encodes_as_published(tmp_path):
         expected.append((line, i, [r["orig_captions"][i]] + (rng.sample(flips, 5) if len(flips) > 5 else flips)))
     assert any(len(texts) == 6 and line == 8 for line, _, texts in expected)  # the sampled caption is shown
 
-    proc = run_script_ok("siglip_sanity_check.py", f"--JSONL_PATH={src}", f"--IMAGE_ROOT={FIXTURES}",
-                         f"--MODEL={SIGLIP_PIECES!r}", "--DEVICE=cpu", "--N_RECORDS=12")
+    proc = run_script_ok(
+        "siglip_sanity_check.py",
+        f"--JSONL_PATH={src}",
+        f"--IMAGE_ROOT={FIXTURES}",
+        f"--MODEL={SIGLIP_PIECES!r}",
+        "--DEVICE=cpu",
+        "--N_RECORDS=12",
+    )
     rows = json.load(open(tmp_path / "in__siglip_sanity.json"))["rows"]
     shown = []
     for row in rows:
@@ -143,4 +156,5 @@ def test_siglip_sanity_check_draws_and_encodes_as_published(tmp_path):
 
 def run_script_ok(script, *args):
     from conftest import run_script
+
     return run_script(script, *args)

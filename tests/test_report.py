@@ -1,4 +1,5 @@
 """report.py on real evaluation outputs (tiny models, CPU): files, CSV values, markdown, plots, errors."""
+
 import csv
 import json
 import os
@@ -12,14 +13,24 @@ from conftest import BASE_JSONL, FIXTURES, REFERENCE, eval_settings, run_here, r
 
 EVALS = {  # evaluation -> (script, its input in the reference fixtures, its metrics file)
     "multi": ("run_lgip_multi.py", "fixture_with_perturb.jsonl", "fixture_with_perturb__LGIP_ALL.metrics.json"),
-    "fliptypes": ("run_lgip_by_fliptype.py", "fixture_with_fliptypes.jsonl",
-                  "fixture_with_fliptypes__LGIP_fliptypes.metrics.json"),
-    "enhanced": ("rebuttal_enhanced_lgip_by_transformation.py", "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
-                 "rebuttal_enhanced_fixture_with_fliptypes__ENHANCED_LGIP_analysis.json"),
+    "fliptypes": (
+        "run_lgip_by_fliptype.py",
+        "fixture_with_fliptypes.jsonl",
+        "fixture_with_fliptypes__LGIP_fliptypes.metrics.json",
+    ),
+    "enhanced": (
+        "rebuttal_enhanced_lgip_by_transformation.py",
+        "rebuttal_enhanced_fixture_with_fliptypes.jsonl",
+        "rebuttal_enhanced_fixture_with_fliptypes__ENHANCED_LGIP_analysis.json",
+    ),
 }
 MODELS = ["tiny_openclip", "tiny_siglip"]
-OUTPUTS = ["fixture__LGIP_report.md", "fixture__LGIP_report.csv", "fixture__LGIP_frontier.png",
-           "fixture__LGIP_fliptypes.png"]
+OUTPUTS = [
+    "fixture__LGIP_report.md",
+    "fixture__LGIP_report.csv",
+    "fixture__LGIP_frontier.png",
+    "fixture__LGIP_fliptypes.png",
+]
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +42,10 @@ def evaluated(tmp_path_factory):
 
     for script, jsonl, _ in EVALS.values():  # (in this process, one after the other: run_here)
         shutil.copy(os.path.join(REFERENCE, jsonl), folder / jsonl)
-        run_here(script, **eval_settings(folder / jsonl, protocol="corrected", image_root=FIXTURES, BOOTSTRAP=200,
-                                         CACHE_DIR=None))
+        run_here(
+            script,
+            **eval_settings(folder / jsonl, protocol="corrected", image_root=FIXTURES, BOOTSTRAP=200, CACHE_DIR=None),
+        )
     return folder
 
 
@@ -54,6 +67,7 @@ def read_csv(path):
 
 def check_png(path):
     from PIL import Image
+
     with Image.open(path) as img:
         img.load()
         assert img.format == "PNG"
@@ -83,8 +97,11 @@ def test_csv_matches_metrics(full_report):
         m, f, e = multi[r["model"]], flip[r["model"]], enh[r["model"]]
         assert r["headline_source"] == "multi" and r["flip_type_source"] == "fliptypes"
         assert r["protocol"] == "corrected" and int(r["num_records"]) == 12 and int(r["num_failed_images"]) == 0
-        for col, key in (("invariance_error", "invariance_error_mean"), ("gap", "sensitivity_gap_mean"),
-                         ("pos_rate", "sensitivity_pos_rate")):
+        for col, key in (
+            ("invariance_error", "invariance_error_mean"),
+            ("gap", "sensitivity_gap_mean"),
+            ("pos_rate", "sensitivity_pos_rate"),
+        ):
             assert num(r[col]) == m[key]
             assert [num(r[col + "_ci_lo"]), num(r[col + "_ci_hi"])] == m[key + "_ci95"]
         for t in ("color", "number", "object"):
@@ -122,7 +139,7 @@ def test_top_lists_are_the_extremes(full_report):
     """The first rows of the top lists are the largest |paraphrase change| and most negative flip gap
     over every score file (brute force)."""
     folder, _ = full_report
-    best_delta, worst_gap, n_para = 0.0, 0.0, 0
+    best_delta, worst_gap = 0.0, 0.0
     preferred = set()  # every flip scored above its caption: (model, image, caption index, flip), once
     for path in folder.glob("*.scores.jsonl"):
         model = next(m for m in MODELS if path.name.endswith(f"_{m}.scores.jsonl"))
@@ -151,7 +168,10 @@ def test_top_lists_are_the_extremes(full_report):
     assert "\nTop 10 paraphrases over all models by |Δ sim|, Δ sim = " in para
     n = min(10, len(preferred))
     assert len(flip_rows) == n
-    assert f"\nTop 10 flips over all models with gap < 0{f' (only {n} flips have gap < 0)' if n < 10 else ''}, gap = " in flips
+    assert (
+        f"\nTop 10 flips over all models with gap < 0{f' (only {n} flips have gap < 0)' if n < 10 else ''}, gap = "
+        in flips
+    )
 
 
 @pytest.mark.parametrize("key", list(EVALS))
@@ -169,8 +189,11 @@ def test_only_one_evaluation(evaluated, tmp_path, key):
     rows = read_csv(tmp_path / "fixture__LGIP_report.csv")
     assert [r["model"] for r in rows] == MODELS and {r["headline_source"] for r in rows} == {key}
     m = metrics(evaluated, key)["tiny_siglip"]
-    expected = {"multi": m.get("invariance_error_mean"), "fliptypes": m.get("invariance_error_mean"),
-                "enhanced": m.get("global_invariance_error_mean")}[key]
+    expected = {
+        "multi": m.get("invariance_error_mean"),
+        "fliptypes": m.get("invariance_error_mean"),
+        "enhanced": m.get("global_invariance_error_mean"),
+    }[key]
     assert num(rows[1]["invariance_error"]) == expected
     md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8")
     assert EVALS[key][0] in md and all(EVALS[k][0] not in md for k in EVALS if k != key)
@@ -180,18 +203,36 @@ def test_only_one_evaluation(evaluated, tmp_path, key):
 def test_evaluation_input_as_jsonl_path(evaluated, tmp_path):
     """JSONL_PATH = an evaluation's own input: only that evaluation, outputs named after it."""
     prefix = str(tmp_path / "out_")
-    run_script("report.py", f"--JSONL_PATH={evaluated / EVALS['fliptypes'][1]}", f"--OUTPUT_PREFIX={prefix}",
-               "--TOP_K=0", "--HEADLINE='fliptypes'")
-    assert sorted(os.listdir(tmp_path)) == ["out_factors.metrics.json", "out_factors.png", "out_fliptypes.png", "out_frontier.png",
-                                            "out_prior.png", "out_report.csv", "out_report.html", "out_report.md"]
+    run_script(
+        "report.py",
+        f"--JSONL_PATH={evaluated / EVALS['fliptypes'][1]}",
+        f"--OUTPUT_PREFIX={prefix}",
+        "--TOP_K=0",
+        "--HEADLINE='fliptypes'",
+    )
+    assert sorted(os.listdir(tmp_path)) == [
+        "out_factors.metrics.json",
+        "out_factors.png",
+        "out_fliptypes.png",
+        "out_frontier.png",
+        "out_prior.png",
+        "out_report.csv",
+        "out_report.html",
+        "out_report.md",
+    ]
     md = (tmp_path / "out_report.md").read_text(encoding="utf-8")
     assert "# LGIP report: fixture_with_fliptypes" in md and "run_lgip_multi.py" not in md
     assert "Paraphrases that move" not in md  # TOP_K=0: no lists
 
 
 def test_headline_choice(evaluated, tmp_path):
-    run_script("report.py", f"--JSONL_PATH={evaluated / 'fixture.jsonl'}", f"--OUTPUT_PREFIX={tmp_path / 'x_'}",
-               "--HEADLINE='enhanced'", "--TOP_K=0")
+    run_script(
+        "report.py",
+        f"--JSONL_PATH={evaluated / 'fixture.jsonl'}",
+        f"--OUTPUT_PREFIX={tmp_path / 'x_'}",
+        "--HEADLINE='enhanced'",
+        "--TOP_K=0",
+    )
     rows = read_csv(tmp_path / "x_report.csv")
     enh = metrics(evaluated, "enhanced")
     for r in rows:
@@ -205,9 +246,12 @@ def test_headline_choice(evaluated, tmp_path):
 def test_no_metrics_is_a_clear_error(tmp_path):
     proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'nothing.jsonl'}", check=False)
     assert proc.returncode == 2
-    for looked in ("nothing__LGIP_ALL.metrics.json", "nothing_with_perturb__LGIP_ALL.metrics.json",
-                   "nothing_with_fliptypes__LGIP_fliptypes.metrics.json",
-                   "rebuttal_enhanced_nothing_with_fliptypes__ENHANCED_LGIP_analysis.json"):
+    for looked in (
+        "nothing__LGIP_ALL.metrics.json",
+        "nothing_with_perturb__LGIP_ALL.metrics.json",
+        "nothing_with_fliptypes__LGIP_fliptypes.metrics.json",
+        "rebuttal_enhanced_nothing_with_fliptypes__ENHANCED_LGIP_analysis.json",
+    ):
         assert str(tmp_path / looked) in proc.stderr
     assert not list(tmp_path.iterdir())
 
@@ -224,6 +268,7 @@ def test_without_explain_outputs_nothing_about_attribution(full_report, tmp_path
     localization (or retrieval, or image) column in the CSV, no section in the markdown or the page, no
     retrieval figure; the explain metrics alone make no report."""
     from lgip.report import COLUMNS, EVALUATIONS
+
     folder, _ = full_report
     optional = {c for e in EVALUATIONS if e.key in ("explain", "retrieval", "images") for c in e.columns}
     with open(folder / "fixture__LGIP_report.csv", newline="", encoding="utf-8") as f:
@@ -266,6 +311,7 @@ def test_page_of_real_outputs(full_report):
 
 # Bad input: an error naming the file, the model and the field (exit status 2), nothing written,
 # the previous report left whole (the same bytes); or, for a null figure, shown as – and said.
+
 
 @pytest.fixture(scope="module")
 def reported(evaluated, tmp_path_factory):
@@ -325,23 +371,44 @@ def rate_over_one(m):
     m["by_flip_type"]["color"]["pos_rate"] = 1.5
 
 
-@pytest.mark.parametrize("key, change, field, why", [
-    ("multi", nan, "invariance_error_mean", "is nan, not a finite number"),
-    ("multi", a_string, "sensitivity_pos_rate", "is the string '0.5', not a number"),
-    ("multi", short_interval, "sensitivity_gap_mean_ci95", "is [1] (list), not [low, high] or null"),
-    ("multi", headline_missing, "invariance_error_mean", "is missing"),
-    ("enhanced", inf_in_combined, "corrected.combined.global_sensitivity.pos_rate", "is inf, not a finite number"),
-    ("fliptypes", rate_over_one, "by_flip_type.color.pos_rate", "is 1.5, not a rate within [0, 1]"),
-    ("multi", lambda m: m.update(invariance_error_mean=-0.5), "invariance_error_mean",
-     "is -0.5, not a mean of absolute differences (>= 0)"),
-    ("multi", lambda m: m.update(sensitivity_gap_mean=10 ** 400), "sensitivity_gap_mean", "is 1000000000"),
-    ("multi", lambda m: m["run"]["config"].update(IMAGE_ROOT=5), "run.config.IMAGE_ROOT", "is 5 (int), not a string or null"),
-    ("multi", lambda m: m["run"].update(versions="x"), "run.versions", "is the string 'x', not an object"),
-    ("fliptypes", lambda m: m["run"]["model"].update(protocol=["x"]), "run.model.protocol",
-     "is ['x'] (list), not a string or null"),
-    ("multi", lambda m: m["run"]["versions"].update(torch=2), "run.versions.torch", "is 2 (int), not a version string"),
-    ("multi", lambda m: m["run"]["config"].update(SEED="7"), "run.config.SEED", "is the string '7', not an int"),
-])
+@pytest.mark.parametrize(
+    "key, change, field, why",
+    [
+        ("multi", nan, "invariance_error_mean", "is nan, not a finite number"),
+        ("multi", a_string, "sensitivity_pos_rate", "is the string '0.5', not a number"),
+        ("multi", short_interval, "sensitivity_gap_mean_ci95", "is [1] (list), not [low, high] or null"),
+        ("multi", headline_missing, "invariance_error_mean", "is missing"),
+        ("enhanced", inf_in_combined, "corrected.combined.global_sensitivity.pos_rate", "is inf, not a finite number"),
+        ("fliptypes", rate_over_one, "by_flip_type.color.pos_rate", "is 1.5, not a rate within [0, 1]"),
+        (
+            "multi",
+            lambda m: m.update(invariance_error_mean=-0.5),
+            "invariance_error_mean",
+            "is -0.5, not a mean of absolute differences (>= 0)",
+        ),
+        ("multi", lambda m: m.update(sensitivity_gap_mean=10**400), "sensitivity_gap_mean", "is 1000000000"),
+        (
+            "multi",
+            lambda m: m["run"]["config"].update(IMAGE_ROOT=5),
+            "run.config.IMAGE_ROOT",
+            "is 5 (int), not a string or null",
+        ),
+        ("multi", lambda m: m["run"].update(versions="x"), "run.versions", "is the string 'x', not an object"),
+        (
+            "fliptypes",
+            lambda m: m["run"]["model"].update(protocol=["x"]),
+            "run.model.protocol",
+            "is ['x'] (list), not a string or null",
+        ),
+        (
+            "multi",
+            lambda m: m["run"]["versions"].update(torch=2),
+            "run.versions.torch",
+            "is 2 (int), not a version string",
+        ),
+        ("multi", lambda m: m["run"]["config"].update(SEED="7"), "run.config.SEED", "is the string '7', not an int"),
+    ],
+)
 def test_a_bad_metrics_value_names_file_model_and_field(reported, key, change, field, why):
     folder, before = reported
     path = folder / EVALS[key][2]
@@ -364,7 +431,7 @@ def test_a_truncated_score_file_leaves_the_previous_report_whole(reported):
     folder, before = reported
     path = next(folder.glob("fixture_with_perturb__LGIP_*.scores.jsonl"))
     lines = path.read_bytes().decode("utf-8").splitlines(keepends=True)
-    err = fails_with(folder, before, path, "".join(lines[:-1]) + lines[-1][:len(lines[-1]) // 2])
+    err = fails_with(folder, before, path, "".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])
     assert f"{path}:{len(lines)}: invalid JSON" in err
 
 
@@ -399,11 +466,17 @@ def test_a_score_line_of_the_wrong_shape_is_named_not_listed(reported):
         row = json.loads(lines[0])
         change(row)
         return json.dumps(row) + "\n" + "".join(lines[1:])
-    cases = [(lambda r: r.update(sim=float("nan")), "field 'sim' is nan, not a finite number or null"),
-             (lambda r: r.pop("sim"), "field 'sim' missing"),
-             (lambda r: r.update(flips=7), "field 'flips' is int, not a list of objects"),
-             (lambda r: r.update(caption=5), "field 'caption' is int, not a string"),
-             (lambda r: r["flips"][0].update(sim=float("inf")), "field 'flips[0]' is not an object with 'text' and a finite 'sim'")]
+
+    cases = [
+        (lambda r: r.update(sim=float("nan")), "field 'sim' is nan, not a finite number or null"),
+        (lambda r: r.pop("sim"), "field 'sim' missing"),
+        (lambda r: r.update(flips=7), "field 'flips' is int, not a list of objects"),
+        (lambda r: r.update(caption=5), "field 'caption' is int, not a string"),
+        (
+            lambda r: r["flips"][0].update(sim=float("inf")),
+            "field 'flips[0]' is not an object with 'text' and a finite 'sim'",
+        ),
+    ]
     for change, said in cases:
         err = fails_with(folder, before, path, changed(change))
         assert f"{path}:1: {said}" in err, err
@@ -411,15 +484,22 @@ def test_a_score_line_of_the_wrong_shape_is_named_not_listed(reported):
     assert f"{path}:1: JSON this program does not read (nested too deeply)" in err, err
     metrics = folder / EVALS["multi"][2]
     err = fails_with(folder, before, metrics, '[{"model_tag": "x", "num_samples": ' + "9" * 5000 + "}]")
-    assert f"{metrics}: JSON this program does not read (Exceeds the limit (4300 digits) for integer string conversion" in err
+    assert (
+        f"{metrics}: JSON this program does not read (Exceeds the limit (4300 digits) for integer string conversion"
+        in err
+    )
 
 
-@pytest.mark.parametrize("arg, message", [
-    ("--TOP_K=x", "TOP_K must be an int >= 0, got 'x'"), ("--TOP_K=-1", "TOP_K must be an int >= 0, got -1"),
-    ("--DPI=0", "DPI must be an int from 10 to 1000 (dots per inch), got 0"),
-    ("--LABELS=x", "LABELS must be a dict of model tag -> label, both strings"),
-    ("--MAX_TEXT_CHARS=x", "MAX_TEXT_CHARS must be an int >= 0, got 'x'"),
-])
+@pytest.mark.parametrize(
+    "arg, message",
+    [
+        ("--TOP_K=x", "TOP_K must be an int >= 0, got 'x'"),
+        ("--TOP_K=-1", "TOP_K must be an int >= 0, got -1"),
+        ("--DPI=0", "DPI must be an int from 10 to 1000 (dots per inch), got 0"),
+        ("--LABELS=x", "LABELS must be a dict of model tag -> label, both strings"),
+        ("--MAX_TEXT_CHARS=x", "MAX_TEXT_CHARS must be an int >= 0, got 'x'"),
+    ],
+)
 def test_a_bad_constant_stops_before_any_output(reported, arg, message):
     folder, before = reported
     assert f"error: {message}" in fails_leaving_the_report_whole(folder, before, arg)
@@ -449,22 +529,30 @@ def test_a_null_headline_figure_is_shown_as_a_dash_and_said(reported, tmp_path):
 def test_retrieval_and_explain_metrics_are_checked_too(tmp_path):
     from lgip.errors import InputError
     from lgip.report import load_metrics
-    for key, name, field in (("retrieval", "x__LGIP_retrieval.metrics.json", "i2t_recall@1"),
-                             ("explain", "x__LGIP_explain.metrics.json", "localization_acc")):
+
+    for key, name, field in (
+        ("retrieval", "x__LGIP_retrieval.metrics.json", "i2t_recall@1"),
+        ("explain", "x__LGIP_explain.metrics.json", "localization_acc"),
+    ):
         path = tmp_path / name
         path.write_text(json.dumps([{"model_tag": "m", field: 0.5, field + "_ci95": [0.4, 0.6]}]), encoding="utf-8")
         assert load_metrics(str(path), key)[0][field] == 0.5
         path.write_text(json.dumps([{"model_tag": "m", field: float("nan")}]), encoding="utf-8")
-        with pytest.raises(InputError, match=re.escape(f"{path}: model m: field '{field}' is nan, not a finite number")):
+        with pytest.raises(
+            InputError, match=re.escape(f"{path}: model m: field '{field}' is nan, not a finite number")
+        ):
             load_metrics(str(path))  # (the evaluation known by its file name)
         path.write_text(json.dumps([{"model_tag": "m", field: 0.5, field + "_ci95": [0.6, 0.4]}]), encoding="utf-8")
-        with pytest.raises(InputError, match=re.escape(f"field '{field}_ci95' is [0.6, 0.4], not [low, high] with low <= high")):
+        with pytest.raises(
+            InputError, match=re.escape(f"field '{field}_ci95' is [0.6, 0.4], not [low, high] with low <= high")
+        ):
             load_metrics(str(path), key)
 
 
 def test_an_output_set_is_renamed_whole_or_not_at_all(tmp_path):
     from lgip.errors import OutputError
     from lgip.outputs import OutputSet
+
     (tmp_path / "a.md").write_text("old a")
     with pytest.raises(RuntimeError):
         with OutputSet() as out:
@@ -489,20 +577,36 @@ def test_an_output_set_is_renamed_whole_or_not_at_all(tmp_path):
 
 # --- the figures' axes: a rate's axis never runs past [0, 1] ---
 
+
 def _rate_rows(values):
     """Rows as lgip.report.build_rows makes them, every rate of a model at `value` with an
     interval reaching the rate's end (0 or 1) where it lies there."""
     from lgip.report import COLUMNS
+
     rows = []
     for i, value in enumerate(values):
         row = dict.fromkeys(COLUMNS)
         lo, hi = max(0.0, value - 0.05), min(1.0, value + 0.05)
-        row.update(model=f"model_{i}", label=f"model {i}", invariance_error=0.02 + 0.01 * i,
-                   invariance_error_ci_lo=0.015 + 0.01 * i, invariance_error_ci_hi=0.025 + 0.01 * i)
-        for name in ("pos_rate", "color_pos_rate", "number_pos_rate", "object_pos_rate",
-                     "retrieval_i2t_recall@1", "retrieval_i2t_flip_top1_rate", "prior_pos_rate"):
+        row.update(
+            model=f"model_{i}",
+            label=f"model {i}",
+            invariance_error=0.02 + 0.01 * i,
+            invariance_error_ci_lo=0.015 + 0.01 * i,
+            invariance_error_ci_hi=0.025 + 0.01 * i,
+        )
+        for name in (
+            "pos_rate",
+            "color_pos_rate",
+            "number_pos_rate",
+            "object_pos_rate",
+            "retrieval_i2t_recall@1",
+            "retrieval_i2t_flip_top1_rate",
+            "prior_pos_rate",
+        ):
             row.update({name: value, name + "_ci_lo": lo, name + "_ci_hi": hi})
-        row.update(color_count=10, number_count=10, object_count=10, headline_source="multi", flip_type_source="fliptypes")
+        row.update(
+            color_count=10, number_count=10, object_count=10, headline_source="multi", flip_type_source="fliptypes"
+        )
         rows.append(row)
     return rows
 
@@ -510,18 +614,30 @@ def _rate_rows(values):
 @pytest.mark.parametrize("values", [[1.0], [1.0, 0.98], [0.0, 1.0], [0.0], [0.3, 0.6]])
 def test_rate_axes_stay_within_zero_and_one(tmp_path, monkeypatch, values):
     """Every axis of a rate (the positive rates, recall, the flip top-1 rate, the prior positive rate) in
-    the frontier, flip-type, retrieval and text-prior figures: its limits and its labelled ticks within [0, 1], a rate at 0 or 1 included."""
-    from lgip.report import plots
+    the frontier, flip-type, retrieval and text-prior figures: its limits and its labelled ticks within [0, 1],
+    a rate at 0 or 1 included."""
+    from lgip.report import diagnostic_plots, plots
+
     drawn = {}
-    monkeypatch.setattr(plots, "_save", lambda fig, path, dpi, files=None: drawn.setdefault(os.path.basename(path), fig))
+    for module in (plots, diagnostic_plots):
+        monkeypatch.setattr(
+            module, "_save", lambda fig, path, dpi, files=None: drawn.setdefault(os.path.basename(path), fig)
+        )
     rows = _rate_rows(values)
     plots.plot_frontier(rows, str(tmp_path / "frontier.png"))
     plots.plot_fliptypes(rows, str(tmp_path / "fliptypes.png"))
     plots.plot_retrieval(rows, str(tmp_path / "retrieval.png"))
-    plots.plot_prior(rows, str(tmp_path / "prior.png"))
-    rate_axes = [("frontier.png", 0, "y"), ("fliptypes.png", 0, "y"), ("retrieval.png", 0, "x"),
-                 ("retrieval.png", 1, "x"), ("retrieval.png", 0, "y"), ("retrieval.png", 1, "y"),
-                 ("prior.png", 0, "x"), ("prior.png", 0, "y")]
+    diagnostic_plots.plot_prior(rows, str(tmp_path / "prior.png"))
+    rate_axes = [
+        ("frontier.png", 0, "y"),
+        ("fliptypes.png", 0, "y"),
+        ("retrieval.png", 0, "x"),
+        ("retrieval.png", 1, "x"),
+        ("retrieval.png", 0, "y"),
+        ("retrieval.png", 1, "y"),
+        ("prior.png", 0, "x"),
+        ("prior.png", 0, "y"),
+    ]
     for name, k, axis in rate_axes:
         ax = drawn[name].axes[k]
         lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
@@ -535,7 +651,10 @@ def test_rate_axes_stay_within_zero_and_one(tmp_path, monkeypatch, values):
 
 def test_rate_limits_pad_inside_zero_and_one():
     from lgip.report.plots import rate_limits
-    assert rate_limits([0.3, 0.5], 0.02) == pytest.approx((0.28, 0.52))  # (as before: away from the ends nothing changes)
+
+    assert rate_limits([0.3, 0.5], 0.02) == pytest.approx(
+        (0.28, 0.52)
+    )  # (as before: away from the ends nothing changes)
     assert rate_limits([1.0, 1.0], 0.02) == pytest.approx((0.96, 1.0))  # the span kept, moved inward
     assert rate_limits([0.0, 0.1], 0.02) == pytest.approx((0.0, 0.12))
     assert rate_limits([0.0, 1.0], 0.18) == (0.0, 1.0)
@@ -543,8 +662,10 @@ def test_rate_limits_pad_inside_zero_and_one():
 
 # --- a demo run says so at the top ---
 
-DEMO_BOTH = ("Demo run: synthetic images (not COCO photographs) and a tiny random-init model that knows nothing; "
-             "these figures show that the pipeline works, not how any model behaves.")
+DEMO_BOTH = (
+    "Demo run: synthetic images (not COCO photographs) and a tiny random-init model that knows nothing; "
+    "these figures show that the pipeline works, not how any model behaves."
+)
 
 
 def test_demo_note_says_what_is_demo():
@@ -553,18 +674,24 @@ def test_demo_note_says_what_is_demo():
 
     def metrics(*demos, key="multi"):
         return {key: [{"model_tag": f"m{i}", "run": {} if d is None else {"demo": d}} for i, d in enumerate(demos)]}
+
     assert demo_note(metrics(None, None)) is None and demo_note(metrics({}, False)) is None and demo_note({}) is None
     assert demo_note(metrics({"model": True, "input": True, "message": "x"})) == DEMO_BOTH
     assert demo_note(metrics(None, {"model": True, "input": True}, key="explain")) == DEMO_BOTH.replace(
-        "model that knows nothing", "model that knows nothing (`m1`)")  # one of two models: named
+        "model that knows nothing", "model that knows nothing (`m1`)"
+    )  # one of two models: named
     assert demo_note(metrics({"model": True, "input": False}, {"model": True, "input": False})) == (
         "Demo run: tiny random-init models that know nothing; these figures show that the pipeline works, not how any "
-        "model behaves.")
+        "model behaves."
+    )
     assert demo_note(metrics({"model": False, "input": True})) == (
         "Demo run: synthetic images (not COCO photographs); these figures show that the pipeline works, not how the "
-        "models behave on real photographs.")
-    assert demo_note(metrics({"model": False, "input": False, "message": "made by run_all.py's demo."})) == \
-        "Demo run: made by run_all.py's demo."
+        "models behave on real photographs."
+    )
+    assert (
+        demo_note(metrics({"model": False, "input": False, "message": "made by run_all.py's demo."}))
+        == "Demo run: made by run_all.py's demo."
+    )
 
 
 def test_a_demo_run_has_a_banner_on_the_page_and_a_bold_line_in_the_markdown(evaluated, full_report, tmp_path):
@@ -580,26 +707,34 @@ def test_a_demo_run_has_a_banner_on_the_page_and_a_bold_line_in_the_markdown(eva
     path.write_text(json.dumps(ms), encoding="utf-8")
     run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}")
     md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8").splitlines()
-    assert md[:4] == ["# LGIP report: fixture", "", f"**{DEMO_BOTH.replace('a tiny random-init model that knows', 'tiny random-init models that know')}**", ""]
+    assert md[:4] == [
+        "# LGIP report: fixture",
+        "",
+        f"**{DEMO_BOTH.replace('a tiny random-init model that knows', 'tiny random-init models that know')}**",
+        "",
+    ]
     html = (tmp_path / "fixture__LGIP_report.html").read_text(encoding="utf-8")
     banner = re.search(r'<header>\s*<p class="demo-banner" role="note">([^<]+)</p>\s*<h1>', html)
-    assert banner and unescape(banner.group(1)) == DEMO_BOTH.replace("a tiny random-init model that knows",
-                                                                     "tiny random-init models that know")
+    assert banner and unescape(banner.group(1)) == DEMO_BOTH.replace(
+        "a tiny random-init model that knows", "tiny random-init models that know"
+    )
     folder, _ = full_report
     assert "Demo run" not in (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
-    assert "demo-banner\"" not in (folder / "fixture__LGIP_report.html").read_text(encoding="utf-8")
+    assert 'demo-banner"' not in (folder / "fixture__LGIP_report.html").read_text(encoding="utf-8")
 
 
 def test_the_word_scores_note_counts_cards_and_explained_flips():
     """The flip gallery's sentence: how many of its cards have word scores, out of how many, and how
     many flips explain_flips.py explained (of which model, on which input)."""
     from lgip.report.attribution_text import word_scores_note
+
     run = {"config": {"JSONL_PATH": "/data/x_with_fliptypes.jsonl"}}
     metrics = {"explain": [{"model_tag": "a", "num_flips": 77, "run": run}]}
     rows = [{"model": "a", "localization_num_flips": 77}, {"model": "b", "localization_num_flips": None}]
     assert word_scores_note(rows, metrics, 3, 10) == (
         "3 of the 10 flip cards on this page show word scores: `explain_flips.py` explained 77 flips of `a`, on "
-        "`x_with_fliptypes.jsonl`; a card whose flip is not among them shows none.")
+        "`x_with_fliptypes.jsonl`; a card whose flip is not among them shows none."
+    )
     rows[1]["localization_num_flips"] = 40
     assert "explained 117 flips over 2 models, on" in word_scores_note(rows, metrics, 1, 1)
     assert word_scores_note(rows, metrics, 1, 1).startswith("1 of the 1 flip card on this page shows word scores")
@@ -610,16 +745,23 @@ def test_the_word_scores_note_counts_cards_and_explained_flips():
 
 # --- is it the image? the text-prior controls, the paired comparisons (LGIP_SPEC.md sections 9, 10) ---
 
-CONTROL_KEYS = {"prior_pos_rate": "prior_pos_rate", "grounded_pos_rate": "grounded_pos_rate", "prior_gap_mean": "prior_gap",
-                "grounded_gap_mean": "grounded_gap", "invariance_error_prior_mean": "invariance_error_prior",
-                "invariance_error_grounded_mean": "invariance_error_grounded", "robust_pos_rate": "robust_pos_rate",
-                "text_only_rate": "text_only_rate"}
+CONTROL_KEYS = {
+    "prior_pos_rate": "prior_pos_rate",
+    "grounded_pos_rate": "grounded_pos_rate",
+    "prior_gap_mean": "prior_gap",
+    "grounded_gap_mean": "grounded_gap",
+    "invariance_error_prior_mean": "invariance_error_prior",
+    "invariance_error_grounded_mean": "invariance_error_grounded",
+    "robust_pos_rate": "robust_pos_rate",
+    "text_only_rate": "text_only_rate",
+}
 TYPE_KEYS = {k: v for k, v in CONTROL_KEYS.items() if not k.startswith("invariance")}
 
 
 def comparisons(folder, key):
-    with open(folder / EVALS[key][2].replace(EVALS[key][2].split("__")[1], "LGIP_comparisons.metrics.json"),
-              encoding="utf-8") as f:
+    with open(
+        folder / EVALS[key][2].replace(EVALS[key][2].split("__")[1], "LGIP_comparisons.metrics.json"), encoding="utf-8"
+    ) as f:
         return json.load(f)
 
 
@@ -633,15 +775,16 @@ def test_controls_in_the_table_right_after_the_positive_rate_and_every_one_in_th
     """Prior pos. (a control: no arrow) and Grounded pos. ↑ right after Pos. rate ↑, from the headline
     evaluation's row with their intervals; the CSV has every control figure of both evaluations, per flip type too."""
     from lgip.report import RESULT_COLUMNS
+
     names = [c.name for c in RESULT_COLUMNS]
-    assert names[names.index("pos_rate") + 1:names.index("pos_rate") + 3] == ["prior_pos_rate", "grounded_pos_rate"]
+    assert names[names.index("pos_rate") + 1 : names.index("pos_rate") + 3] == ["prior_pos_rate", "grounded_pos_rate"]
     assert {c.name: c.better for c in RESULT_COLUMNS}["prior_pos_rate"] == ""  # neither higher nor lower is better
     folder, _ = full_report
     md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
     table = md_table_rows(md, "## Results")
     header = table[0]
     at = header.index("Pos. rate ↑")
-    assert header[at:at + 3] == ["Pos. rate ↑", "Prior pos.", "Grounded pos. ↑"]
+    assert header[at : at + 3] == ["Pos. rate ↑", "Prior pos.", "Grounded pos. ↑"]
     multi, flip = metrics(folder, "multi"), metrics(folder, "fliptypes")
     for cells in table[2:]:
         m = multi[cells[0]]
@@ -653,7 +796,7 @@ def test_controls_in_the_table_right_after_the_positive_rate_and_every_one_in_th
         r, m, f = rows[model], multi[model], flip[model]
         for key, name in CONTROL_KEYS.items():
             for prefix, src in (("", m), ("multi_", m), ("fliptypes_", f)):
-                assert num(r[prefix + name]) == src[key], (prefix + name)
+                assert num(r[prefix + name]) == src[key], prefix + name
                 ci = src.get(key + "_ci95")
                 assert [num(r[prefix + name + "_ci_lo"]), num(r[prefix + name + "_ci_hi"])] == (ci or [None, None])
         for t in ("color", "number", "object"):
@@ -676,14 +819,19 @@ def test_the_prior_figure_is_written_linked_and_embedded(full_report):
 def test_the_prior_figure_draws_the_diagonal_within_zero_and_one(tmp_path, monkeypatch, values):
     """x = prior positive rate, y = positive rate, one span for both within [0, 1], the diagonal y = x
     across it and labelled, each model a point with both whiskers and its label."""
-    from lgip.report import plots
+    from lgip.report import diagnostic_plots
+
     drawn = {}
-    monkeypatch.setattr(plots, "_save", lambda fig, path, dpi, files=None: drawn.setdefault("fig", fig))
+    monkeypatch.setattr(diagnostic_plots, "_save", lambda fig, path, dpi, files=None: drawn.setdefault("fig", fig))
     rows = _rate_rows(values)
     for i, r in enumerate(rows):  # prior positive rates unlike the positive rates
         prior = min(1.0, max(0.0, r["pos_rate"] + (0.1 if i % 2 else -0.1)))
-        r.update(prior_pos_rate=prior, prior_pos_rate_ci_lo=max(0.0, prior - 0.04), prior_pos_rate_ci_hi=min(1.0, prior + 0.04))
-    assert plots.plot_prior(rows, str(tmp_path / "prior.png")) == str(tmp_path / "prior.png")
+        r.update(
+            prior_pos_rate=prior,
+            prior_pos_rate_ci_lo=max(0.0, prior - 0.04),
+            prior_pos_rate_ci_hi=min(1.0, prior + 0.04),
+        )
+    assert diagnostic_plots.plot_prior(rows, str(tmp_path / "prior.png")) == str(tmp_path / "prior.png")
     ax = drawn["fig"].axes[0]
     assert ax.get_xlim() == ax.get_ylim() and 0.0 <= ax.get_xlim()[0] < ax.get_xlim()[1] <= 1.0
     lo, hi = ax.get_xlim()
@@ -696,7 +844,7 @@ def test_the_prior_figure_draws_the_diagonal_within_zero_and_one(tmp_path, monke
     for r in rows:
         for v in (r["pos_rate"], r["prior_pos_rate"]):
             assert lo - 1e-9 <= v <= hi + 1e-9
-    assert plots.plot_prior([dict(r, prior_pos_rate=None) for r in rows], str(tmp_path / "none.png")) is None
+    assert diagnostic_plots.plot_prior([dict(r, prior_pos_rate=None) for r in rows], str(tmp_path / "none.png")) is None
 
 
 def _prior_row(pos=0.568, prior=0.568, grounded=0.5, ci=(0.45, 0.55), controls=True):
@@ -705,31 +853,48 @@ def _prior_row(pos=0.568, prior=0.568, grounded=0.5, ci=(0.45, 0.55), controls=T
     return r
 
 
-@pytest.mark.parametrize("row, says", [
-    (_prior_row(), "`m`: of its 0.568 positive rate, all (0.568) is reached with any image: text prior. On its own image "
-                   "the caption beats the flip by more than on the average image in 0.500 [0.450, 0.550] of pairs "
-                   "(grounded; 0.5 = the image decides nothing); its interval contains 0.5."),
-    (_prior_row(0.8, 0.6, 0.7, (0.62, 0.78)),
-     "`m`: of its 0.800 positive rate, 0.600 is reached with any image (text prior); its own images add 0.200. On its own "
-     "image the caption beats the flip by more than on the average image in 0.700 [0.620, 0.780] of pairs (grounded; 0.5 = "
-     "the image decides nothing); its interval lies above 0.5."),
-    (_prior_row(0.455, 0.481, 0.4, (0.3, 0.45)),
-     "`m`: its 0.455 positive rate is below the 0.481 it reaches with any image (text prior): its own images take 0.026 "
-     "away. On its own image the caption beats the flip by more than on the average image in 0.400 [0.300, 0.450] of pairs "
-     "(grounded; 0.5 = the image decides nothing); its interval lies below 0.5."),
-    (_prior_row(0.6, 0.5, 0.55, None),  # BOOTSTRAP=0: no interval, nothing said of it
-     "`m`: of its 0.600 positive rate, 0.500 is reached with any image (text prior); its own images add 0.100. On its own "
-     "image the caption beats the flip by more than on the average image in 0.550 of pairs (grounded; 0.5 = the image "
-     "decides nothing)."),
-    (_prior_row(0.6, None, None, None), "`m`: positive rate 0.600; no text-prior control (fewer than 2 images: no other "
-                                        "image to average)."),
-    (_prior_row(None, None, None, None), "`m`: no flip measured (no positive rate), so no text-prior control."),
-    (_prior_row(0.6, None, None, None, controls=False),
-     "`m`: no text-prior control in `x.json` (written before the controls, or by an evaluation without them: re-run "
-     "`run_lgip_multi.py` or `run_lgip_by_fliptype.py`)."),
-])
+@pytest.mark.parametrize(
+    "row, says",
+    [
+        (
+            _prior_row(),
+            "`m`: of its 0.568 positive rate, all (0.568) is reached with any image: text prior. On its own image "
+            "the caption beats the flip by more than on the average image in 0.500 [0.450, 0.550] of pairs "
+            "(grounded; 0.5 = the image decides nothing); its interval contains 0.5.",
+        ),
+        (
+            _prior_row(0.8, 0.6, 0.7, (0.62, 0.78)),
+            "`m`: of its 0.800 positive rate, 0.600 is reached with any image (text prior); its own images add 0.200. "
+            "On its own image the caption beats the flip by more than on the average image in 0.700 [0.620, 0.780] of "
+            "pairs (grounded; 0.5 = the image decides nothing); its interval lies above 0.5.",
+        ),
+        (
+            _prior_row(0.455, 0.481, 0.4, (0.3, 0.45)),
+            "`m`: its 0.455 positive rate is below the 0.481 it reaches with any image (text prior): its own images "
+            "take 0.026 away. On its own image the caption beats the flip by more than on the average image in 0.400 "
+            "[0.300, 0.450] of pairs (grounded; 0.5 = the image decides nothing); its interval lies below 0.5.",
+        ),
+        (
+            _prior_row(0.6, 0.5, 0.55, None),  # BOOTSTRAP=0: no interval, nothing said of it
+            "`m`: of its 0.600 positive rate, 0.500 is reached with any image (text prior); its own images add 0.100. "
+            "On its own image the caption beats the flip by more than on the average image in 0.550 of pairs "
+            "(grounded; 0.5 = the image decides nothing).",
+        ),
+        (
+            _prior_row(0.6, None, None, None),
+            "`m`: positive rate 0.600; no text-prior control (fewer than 2 images: no other image to average).",
+        ),
+        (_prior_row(None, None, None, None), "`m`: no flip measured (no positive rate), so no text-prior control."),
+        (
+            _prior_row(0.6, None, None, None, controls=False),
+            "`m`: no text-prior control in `x.json` (written before the controls, or by an evaluation without them: "
+            "re-run `run_lgip_multi.py` or `run_lgip_by_fliptype.py`).",
+        ),
+    ],
+)
 def test_the_line_in_plain_words(row, says):
     from lgip.report.controls_text import prior_line
+
     assert prior_line(row, "x.json") == says
 
 
@@ -737,6 +902,7 @@ def test_the_markdown_and_page_say_it_per_model_and_list_the_paired_comparisons(
     """A line per model, then the comparisons of both evaluations (overall; by flip type apart), each with
     its difference and interval and "interval excludes 0" or "—"; the word "significant" nowhere."""
     from lgip.report.controls_text import prior_line
+
     folder, _ = full_report
     md = (folder / "fixture__LGIP_report.md").read_text(encoding="utf-8")
     html = (folder / "fixture__LGIP_report.html").read_text(encoding="utf-8")
@@ -746,10 +912,17 @@ def test_the_markdown_and_page_say_it_per_model_and_list_the_paired_comparisons(
     multi = metrics(folder, "multi")
     for model in MODELS:
         m = multi[model]
-        line = prior_line({"model": model, "_controls": True, "pos_rate": m["sensitivity_pos_rate"],
-                           "prior_pos_rate": m["prior_pos_rate"], "grounded_pos_rate": m["grounded_pos_rate"],
-                           "grounded_pos_rate_ci_lo": m["grounded_pos_rate_ci95"][0],
-                           "grounded_pos_rate_ci_hi": m["grounded_pos_rate_ci95"][1]})
+        line = prior_line(
+            {
+                "model": model,
+                "_controls": True,
+                "pos_rate": m["sensitivity_pos_rate"],
+                "prior_pos_rate": m["prior_pos_rate"],
+                "grounded_pos_rate": m["grounded_pos_rate"],
+                "grounded_pos_rate_ci_lo": m["grounded_pos_rate_ci95"][0],
+                "grounded_pos_rate_ci_hi": m["grounded_pos_rate_ci95"][1],
+            }
+        )
         assert "\n- " + line + "\n" in section and line.replace("`", "") in text
         assert float(rows[model]["prior_pos_rate"]) == m["prior_pos_rate"]
     overall = md_table_rows(section, "### Paired comparisons")
@@ -757,15 +930,27 @@ def test_the_markdown_and_page_say_it_per_model_and_list_the_paired_comparisons(
     expected = []
     for key in ("multi", "fliptypes"):
         order = ["sensitivity_pos_rate", "grounded_pos_rate", "invariance_error_mean", "invariance_error_rel"]
-        for c in sorted((c for c in comparisons(folder, key) if c["flip_type"] is None), key=lambda c: order.index(c["figure"])):
+        for c in sorted(
+            (c for c in comparisons(folder, key) if c["flip_type"] is None), key=lambda c: order.index(c["figure"])
+        ):
             d = 4 if c["figure"] == "invariance_error_mean" else 3
             lo, hi = c["diff_ci95"]
-            expected.append([f"`{EVALS[key][0]}`", {"sensitivity_pos_rate": "Pos. rate", "grounded_pos_rate": "Grounded pos.",
-                                                    "invariance_error_mean": "Inv. error",
-                                                    "invariance_error_rel": "Inv. rel."}[c["figure"]],
-                             f"tiny_openclip ({c['a_value']:.{d}f})", f"tiny_siglip ({c['b_value']:.{d}f})",
-                             f"{c['diff']:+.{d}f} [{lo:.{d}f}, {hi:.{d}f}]", str(c["num_images"]),
-                             "interval excludes 0" if c["excludes_zero"] else "—"])
+            expected.append(
+                [
+                    f"`{EVALS[key][0]}`",
+                    {
+                        "sensitivity_pos_rate": "Pos. rate",
+                        "grounded_pos_rate": "Grounded pos.",
+                        "invariance_error_mean": "Inv. error",
+                        "invariance_error_rel": "Inv. rel.",
+                    }[c["figure"]],
+                    f"tiny_openclip ({c['a_value']:.{d}f})",
+                    f"tiny_siglip ({c['b_value']:.{d}f})",
+                    f"{c['diff']:+.{d}f} [{lo:.{d}f}, {hi:.{d}f}]",
+                    str(c["num_images"]),
+                    "interval excludes 0" if c["excludes_zero"] else "—",
+                ]
+            )
     assert overall[2:] == expected and len(expected) == 8
     assert {c[-1] for c in expected} == {"interval excludes 0", "—"}  # (the tiny models: both kinds)
     by_type = md_table_rows(section, "By flip type:")
@@ -780,19 +965,37 @@ def test_a_comparison_without_an_interval_or_from_an_earlier_run():
     """No interval (BOOTSTRAP=0): '— (no interval)'; a model's value that is not its table figure: marked †."""
     from lgip.report.markdown import comparisons_table
     from lgip.report.controls_text import comparison_rows, comparisons_notes
+
     rows = [{"model": "a", "label": "A", "multi_pos_rate": 0.6}, {"model": "b", "label": "B", "multi_pos_rate": 0.5}]
-    base = {"script": "run_lgip_multi.py", "a": "a", "b": "b", "figure": "sensitivity_pos_rate", "flip_type": None,
-            "diff": 0.1, "lo": None, "hi": None, "a_value": 0.6, "b_value": 0.5, "num_images": 12, "excludes_zero": None,
-            "created": None, "source": "multi", "file": "x__LGIP_comparisons.metrics.json"}
+    base = {
+        "script": "run_lgip_multi.py",
+        "a": "a",
+        "b": "b",
+        "figure": "sensitivity_pos_rate",
+        "flip_type": None,
+        "diff": 0.1,
+        "lo": None,
+        "hi": None,
+        "a_value": 0.6,
+        "b_value": 0.5,
+        "num_images": 12,
+        "excludes_zero": None,
+        "created": None,
+        "source": "multi",
+        "file": "x__LGIP_comparisons.metrics.json",
+    }
     stale = dict(base, a_value=0.7, diff=0.2, lo=0.05, hi=0.3, excludes_zero=True)
     table = comparison_rows([base, stale], rows)
     header, cells, _ = comparisons_table(table["overall"])
     assert cells[0][4:] == ["+0.100", "12", "— (no interval)"] and cells[0][2:4] == ["A (0.600)", "B (0.500)"]
     assert cells[1][4:] == ["+0.200 [0.050, 0.300] †", "12", "interval excludes 0"]
     notes = comparisons_notes(table, [base, stale], rows)
-    assert notes[0] == "From `x__LGIP_comparisons.metrics.json`." and notes[1].startswith("† 1 comparison: a model's value")
+    assert notes[0] == "From `x__LGIP_comparisons.metrics.json`." and notes[1].startswith(
+        "† 1 comparison: a model's value"
+    )
     assert comparisons_notes(comparison_rows([], rows), [], [dict(r, _controls=True) for r in rows])[0].startswith(
-        "No paired comparison: they are made for the models evaluated together in one run")
+        "No paired comparison: they are made for the models evaluated together in one run"
+    )
 
 
 def test_both_evaluations_on_one_input_share_a_comparisons_file_and_each_row_keeps_its_script(tmp_path):
@@ -801,24 +1004,45 @@ def test_both_evaluations_on_one_input_share_a_comparisons_file_and_each_row_kee
     script's figures (by flip type too), not run_lgip_multi's."""
     from lgip.report.comparisons import comparison_files, load_comparisons
     from lgip.report.controls_text import _stale
+
     found = {}
     for key, suffix in (("multi", "LGIP_ALL.metrics.json"), ("fliptypes", "LGIP_fliptypes.metrics.json")):
         found[key] = str(tmp_path / f"bench__{suffix}")
         open(found[key], "w").write("[]")
 
     def row(script, flip_type):
-        return {"script": script, "a": "A", "b": "B", "figure": "sensitivity_pos_rate", "flip_type": flip_type,
-                "diff": 0.1, "diff_ci95": [0.05, 0.15], "a_value": 0.7, "b_value": 0.6, "num_images": 10}
-    (tmp_path / "bench__LGIP_comparisons.metrics.json").write_text(json.dumps(
-        [row("run_lgip_multi.py", None), row("run_lgip_by_fliptype.py", None), row("run_lgip_by_fliptype.py", "color")]))
+        return {
+            "script": script,
+            "a": "A",
+            "b": "B",
+            "figure": "sensitivity_pos_rate",
+            "flip_type": flip_type,
+            "diff": 0.1,
+            "diff_ci95": [0.05, 0.15],
+            "a_value": 0.7,
+            "b_value": 0.6,
+            "num_images": 10,
+        }
+
+    (tmp_path / "bench__LGIP_comparisons.metrics.json").write_text(
+        json.dumps(
+            [
+                row("run_lgip_multi.py", None),
+                row("run_lgip_by_fliptype.py", None),
+                row("run_lgip_by_fliptype.py", "color"),
+            ]
+        )
+    )
     files, absent = comparison_files(found)
     assert [os.path.basename(p) for _, p in files] == ["bench__LGIP_comparisons.metrics.json"] and absent == []
     read = [c for key, path in files for c in load_comparisons(path, key)]
     assert [c["source"] for c in read] == ["multi", "fliptypes", "fliptypes"]
     # A's run_lgip_multi figure was run again (0.9); run_lgip_by_fliptype's is the one compared (0.7), and
     # its color figure is not (0.3): only the rows whose script's figure moved are stale
-    by_model = {"A": {"multi_pos_rate": 0.9, "fliptypes_pos_rate": 0.7, "flip_type_source": "fliptypes", "color_pos_rate": 0.3},
-                "B": {"multi_pos_rate": 0.6, "fliptypes_pos_rate": 0.6, "flip_type_source": "fliptypes", "color_pos_rate": 0.6}}
+    by_model = {
+        "A": {"multi_pos_rate": 0.9, "fliptypes_pos_rate": 0.7, "flip_type_source": "fliptypes", "color_pos_rate": 0.3},
+        "B": {"multi_pos_rate": 0.6, "fliptypes_pos_rate": 0.6, "flip_type_source": "fliptypes", "color_pos_rate": 0.6},
+    }
     assert [_stale(c, by_model) for c in read] == [True, False, True]
 
 
@@ -826,19 +1050,28 @@ def comparisons_path(folder):
     return folder / "fixture_with_perturb__LGIP_comparisons.metrics.json"
 
 
-@pytest.mark.parametrize("change, field, why", [
-    (lambda c: c.update(diff=float("nan")), "diff", "is nan, not a finite number"),
-    (lambda c: c.update(diff_ci95=[0.1]), "diff_ci95", "is [0.1] (list), not [low, high] or null"),
-    (lambda c: c.update(diff_ci95=[0.2, 0.1]), "diff_ci95", "is [0.2, 0.1], not [low, high] with low <= high"),
-    (lambda c: c.update(a_value="high"), "a_value", "is the string 'high', not a number"),
-    (lambda c: c.update(figure="sensitivity_pos_rate", b_value=1.5), "b_value", "is 1.5, not a rate within [0, 1]"),
-    (lambda c: c.update(figure="grounded_pos_rate", diff=1.5, diff_ci95=None), "diff",
-     "is 1.5, not a difference of two rates (within [-1, 1])"),
-    (lambda c: c.update(diff_ci95=[0.01, 0.02], excludes_zero=False), "excludes_zero",
-     "is False, but diff_ci95 [0.01, 0.02] excludes 0"),
-    (lambda c: c.update(num_images=-1), "num_images", "is -1 (int), not a count (an int >= 0)"),
-    (lambda c: c.pop("b"), "b", "is missing, not a non-empty string"),
-])
+@pytest.mark.parametrize(
+    "change, field, why",
+    [
+        (lambda c: c.update(diff=float("nan")), "diff", "is nan, not a finite number"),
+        (lambda c: c.update(diff_ci95=[0.1]), "diff_ci95", "is [0.1] (list), not [low, high] or null"),
+        (lambda c: c.update(diff_ci95=[0.2, 0.1]), "diff_ci95", "is [0.2, 0.1], not [low, high] with low <= high"),
+        (lambda c: c.update(a_value="high"), "a_value", "is the string 'high', not a number"),
+        (lambda c: c.update(figure="sensitivity_pos_rate", b_value=1.5), "b_value", "is 1.5, not a rate within [0, 1]"),
+        (
+            lambda c: c.update(figure="grounded_pos_rate", diff=1.5, diff_ci95=None),
+            "diff",
+            "is 1.5, not a difference of two rates (within [-1, 1])",
+        ),
+        (
+            lambda c: c.update(diff_ci95=[0.01, 0.02], excludes_zero=False),
+            "excludes_zero",
+            "is False, but diff_ci95 [0.01, 0.02] excludes 0",
+        ),
+        (lambda c: c.update(num_images=-1), "num_images", "is -1 (int), not a count (an int >= 0)"),
+        (lambda c: c.pop("b"), "b", "is missing, not a non-empty string"),
+    ],
+)
 def test_a_bad_comparison_names_file_row_and_field(reported, change, field, why):
     folder, before = reported
     path = comparisons_path(folder)
@@ -881,18 +1114,26 @@ def test_metrics_from_before_the_controls_show_none_of_them(reported, tmp_path):
     proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--TOP_K=0")
     md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8")
     assert "Prior pos." not in md and "Grounded pos." not in md and "Is it the image?" not in md
-    assert not (tmp_path / "fixture__LGIP_prior.png").exists() and "(no text-prior controls in the metrics: " in proc.stdout
+    assert (
+        not (tmp_path / "fixture__LGIP_prior.png").exists()
+        and "(no text-prior controls in the metrics: " in proc.stdout
+    )
     rows = read_csv(tmp_path / "fixture__LGIP_report.csv")
     assert all(r[name] == "" for r in rows for name in CONTROL_KEYS.values())
     # one model with the controls again: the section, with a line for the other saying why it has none
     path = tmp_path / EVALS["multi"][2]
     data = json.loads(path.read_text(encoding="utf-8"))
-    data[0].update({k: v for k, v in metrics(folder, "multi")[MODELS[0]].items() if k.replace("_ci95", "") in CONTROL_KEYS})
+    data[0].update(
+        {k: v for k, v in metrics(folder, "multi")[MODELS[0]].items() if k.replace("_ci95", "") in CONTROL_KEYS}
+    )
     path.write_text(json.dumps(data), encoding="utf-8")
     run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--TOP_K=0")
     md = (tmp_path / "fixture__LGIP_report.md").read_text(encoding="utf-8")
-    assert (f"- `{MODELS[1]}`: no text-prior control in `{EVALS['multi'][2]}` (written before the controls" in md
-            and f"- `{MODELS[0]}`: " in md and (tmp_path / "fixture__LGIP_prior.png").exists())
+    assert (
+        f"- `{MODELS[1]}`: no text-prior control in `{EVALS['multi'][2]}` (written before the controls" in md
+        and f"- `{MODELS[0]}`: " in md
+        and (tmp_path / "fixture__LGIP_prior.png").exists()
+    )
 
 
 def test_a_flips_prior_gap_is_read_from_its_score_file_and_checked(tmp_path):
@@ -900,19 +1141,35 @@ def test_a_flips_prior_gap_is_read_from_its_score_file_and_checked(tmp_path):
     lists keep it (None where absent); anything but a finite number is named with its file, line and field."""
     from lgip.errors import InputError
     from lgip.report import scan_scores
+
     path = tmp_path / "x.scores.jsonl"
-    line = {"line": 1, "image_path": "1.jpg", "caption_index": 0, "caption": "a red bus", "sim": 0.2,
-            "flips": [{"text": "a blue bus", "sim": 0.3, "type": "color", "prior_gap": -0.01},
-                      {"text": "a red dog", "sim": 0.25, "type": "object", "prior_gap": 0.02},
-                      {"text": "two red bus", "sim": 0.24, "type": "number"}]}
+    line = {
+        "line": 1,
+        "image_path": "1.jpg",
+        "caption_index": 0,
+        "caption": "a red bus",
+        "sim": 0.2,
+        "flips": [
+            {"text": "a blue bus", "sim": 0.3, "type": "color", "prior_gap": -0.01},
+            {"text": "a red dog", "sim": 0.25, "type": "object", "prior_gap": 0.02},
+            {"text": "two red bus", "sim": 0.24, "type": "number"},
+        ],
+    }
     path.write_text(json.dumps(line) + "\n", encoding="utf-8")
     tops = scan_scores([("multi", "m", str(path))], 5)
-    assert [(r["text"], r["prior_gap"]) for r in tops.flips[None]] == [("a blue bus", -0.01), ("a red dog", 0.02),
-                                                                       ("two red bus", None)]
+    assert [(r["text"], r["prior_gap"]) for r in tops.flips[None]] == [
+        ("a blue bus", -0.01),
+        ("a red dog", 0.02),
+        ("two red bus", None),
+    ]
     for bad in ("-0.01", float("nan"), True):
         line["flips"][1]["prior_gap"] = bad
-        path.write_text(json.dumps(dict(line, flips=line["flips"][:1])) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
-        with pytest.raises(InputError, match=re.escape(f"{path}:2: field 'flips[1].prior_gap' is {bad!r}, not a finite number")):
+        path.write_text(
+            json.dumps(dict(line, flips=line["flips"][:1])) + "\n" + json.dumps(line) + "\n", encoding="utf-8"
+        )
+        with pytest.raises(
+            InputError, match=re.escape(f"{path}:2: field 'flips[1].prior_gap' is {bad!r}, not a finite number")
+        ):
             scan_scores([("multi", "m", str(path))], 5)
 
 
@@ -921,17 +1178,21 @@ def test_models_chooses_the_reports_models(evaluated, tmp_path):
     comparisons), under its own names so that the report of every model stays; a name that matches
     none is an error naming the models there are, before any output."""
     for path in evaluated.iterdir():  # (the inputs and the evaluations' outputs: not a report other tests made)
-        if path.name.startswith(("fixture", "rebuttal_enhanced_fixture")) and not path.name.startswith("fixture__LGIP_"):
+        if path.name.startswith(("fixture", "rebuttal_enhanced_fixture")) and not path.name.startswith(
+            "fixture__LGIP_"
+        ):
             shutil.copy(path, tmp_path / path.name)
     proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--MODELS=['tiny_open*']")
     rows = read_csv(tmp_path / "fixture__LGIP_tiny_open-_report.csv")
     assert [r["model"] for r in rows] == ["tiny_openclip"] and "tiny_siglip" not in proc.stdout
     md = (tmp_path / "fixture__LGIP_tiny_open-_report.md").read_text(encoding="utf-8")
     assert "tiny_siglip" not in md and not (tmp_path / "fixture__LGIP_report.md").exists()
-    proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--MODELS=tiny_siglip,nope*",
-                      check=False)
+    proc = run_script(
+        "report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--MODELS=tiny_siglip,nope*", check=False
+    )
     assert proc.returncode == 2 and proc.stderr == (
         "error: MODELS: 'nope*' matches no model of the metrics; their models: tiny_openclip, tiny_siglip\n"
-        "  no output was written (the previous report, if any, is as it was)\n"), proc.stderr
+        "  no output was written (the previous report, if any, is as it was)\n"
+    ), proc.stderr
     proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--MODELS=[1]", check=False)
     assert proc.returncode == 2 and "MODELS must be None, a list of model names or patterns" in proc.stderr

@@ -4,6 +4,7 @@ model, and the gallery of the altered images a model prefers to their original, 
 its score line: the pixels the model scored (encoded again, the same similarity), shown beside the
 original; the top lists are the extremes of the score files, one card per (model, record, kind);
 bad score lines are named; an older score file without `r` still makes a report."""
+
 import base64
 import csv
 import io
@@ -29,9 +30,11 @@ def noise_images(folder, n):
     names = []
     for i in range(n):
         size = (64 + 8 * i, 48 + 4 * (i % 3))
-        yy, xx = np.mgrid[0:size[1], 0:size[0]]
+        yy, xx = np.mgrid[0 : size[1], 0 : size[0]]
         arr = np.stack([255 * xx / size[0], 255 * yy / size[1], np.full(xx.shape, 40.0 * i % 256)], -1).astype(np.uint8)
-        arr[: size[1] // 2, : size[0] // 2] = (200 - 30 * i) % 256  # (smooth, so JPEG keeps it close; a block per image)
+        arr[: size[1] // 2, : size[0] // 2] = (
+            200 - 30 * i
+        ) % 256  # (smooth, so JPEG keeps it close; a block per image)
         name = f"images/{i + 1:012d}.png"
         Image.fromarray(arr).save(folder / name)
         names.append(name)
@@ -44,18 +47,38 @@ def made_inputs(folder, n=6, captions=3, seed=0, with_r=True):
     (mix) and j + 3 (patch) for some captions, by known gaps. Returns (base JSONL, {model: [score lines]})."""
     names = noise_images(folder, n)
     base = folder / "x.jsonl"
-    base.write_text("".join(json.dumps({"image_id": i + 1, "image_path": p, "orig_captions": [f"caption {i} {c}" for c in range(captions)]})
-                            + "\n" for i, p in enumerate(names)))
+    base.write_text(
+        "".join(
+            json.dumps(
+                {"image_id": i + 1, "image_path": p, "orig_captions": [f"caption {i} {c}" for c in range(captions)]}
+            )
+            + "\n"
+            for i, p in enumerate(names)
+        )
+    )
     fliptypes = folder / "x_with_fliptypes.jsonl"
     shutil.copy(base, fliptypes)
     multi, images, lines_of = [], [], {}
     for j, model in enumerate(MODELS3):
-        run = {"config": {"JSONL_PATH": str(folder / "x_with_perturb.jsonl"), "IMAGE_ROOT": None},
-               "model": {"protocol": "corrected", "type": "openclip"}, "num_records_in_file": n, "num_failed_images": 0}
-        multi.append({"model_tag": model, "num_samples": n, "invariance_error_mean": 0.1 + 0.01 * j,
-                      "invariance_error_mean_ci95": [0.09 + 0.01 * j, 0.11 + 0.01 * j], "sensitivity_gap_mean": 0.02,
-                      "sensitivity_gap_mean_ci95": [0.01, 0.03], "sensitivity_pos_rate": 0.6 + 0.1 * j,
-                      "sensitivity_pos_rate_ci95": [0.55 + 0.1 * j, 0.65 + 0.1 * j], "run": run})
+        run = {
+            "config": {"JSONL_PATH": str(folder / "x_with_perturb.jsonl"), "IMAGE_ROOT": None},
+            "model": {"protocol": "corrected", "type": "openclip"},
+            "num_records_in_file": n,
+            "num_failed_images": 0,
+        }
+        multi.append(
+            {
+                "model_tag": model,
+                "num_samples": n,
+                "invariance_error_mean": 0.1 + 0.01 * j,
+                "invariance_error_mean_ci95": [0.09 + 0.01 * j, 0.11 + 0.01 * j],
+                "sensitivity_gap_mean": 0.02,
+                "sensitivity_gap_mean_ci95": [0.01, 0.03],
+                "sensitivity_pos_rate": 0.6 + 0.1 * j,
+                "sensitivity_pos_rate_ci95": [0.55 + 0.1 * j, 0.65 + 0.1 * j],
+                "run": run,
+            }
+        )
         k = 1 + (seed + j) % (n - 1)  # (any rotation: the report reads the other image from the line)
         lines = []
         for i, p in enumerate(names):
@@ -69,26 +92,62 @@ def made_inputs(folder, n=6, captions=3, seed=0, with_r=True):
                     if with_r:
                         item["r"] = i
                     flips.append(item)
-                lines.append({"line": i + 1, "image_id": i + 1, "image_path": p, "caption_index": c,
-                              "caption": f"caption {i} {c}", "sim": base_sim,
-                              "image_paraphrases": [{"text": t, "sim": base_sim - 0.001} for t in PARA],
-                              "image_flips": flips})
+                lines.append(
+                    {
+                        "line": i + 1,
+                        "image_id": i + 1,
+                        "image_path": p,
+                        "caption_index": c,
+                        "caption": f"caption {i} {c}",
+                        "sim": base_sim,
+                        "image_paraphrases": [{"text": t, "sim": base_sim - 0.001} for t in PARA],
+                        "image_flips": flips,
+                    }
+                )
         scores = f"x_with_fliptypes__LGIP_images_{model}.scores.jsonl"
         (folder / scores).write_text("".join(json.dumps(x) + "\n" for x in lines))
         lines_of[model] = lines
-        m = {"model_tag": model, "num_samples": n, "image_invariance_error_mean": 0.004 + 0.001 * j,
-             "image_invariance_error_mean_ci95": [0.003 + 0.001 * j, 0.005 + 0.001 * j],
-             "image_sensitivity_gap_mean": 0.01 * j, "image_sensitivity_gap_mean_ci95": [0.01 * j - 0.005, 0.01 * j + 0.005],
-             "image_sensitivity_pos_rate": [0.45, 0.62, 0.9][j], "image_sensitivity_pos_rate_ci95": [[0.3, 0.6], [0.4, 0.7],
-                                                                                                   [0.85, 0.95]][j],
-             "by_kind": {**{t: {"count": n * captions, "image_invariance_error_mean": 0.002 * (q + 1),
-                                "image_invariance_error_mean_ci95": [0.001, 0.01]} for q, t in enumerate(PARA)},
-                         **{t: {"count": n * captions, "image_sensitivity_gap_mean": 0.01, "image_sensitivity_pos_rate": 0.5 + 0.1 * q,
-                                "t2i_flip_recall@1": 0.3, "t2i_flip_recall@5": 0.6, "t2i_flip_recall@10": 0.9,
-                                "t2i_flip_top1_rate": 0.2 + 0.1 * q, "t2i_flip_top1_rate_ci95": [0.1, 0.4]}
-                            for q, t in enumerate(FLIPS)}},
-             "num_images": n, "flip_offset": k, "gallery_size": 5000, "num_blocks": 1, "scores_file": scores,
-             "run": dict(run, config={"JSONL_PATH": str(fliptypes), "IMAGE_ROOT": None, "SEED": seed, "KINDS": list(KINDS)})}
+        m = {
+            "model_tag": model,
+            "num_samples": n,
+            "image_invariance_error_mean": 0.004 + 0.001 * j,
+            "image_invariance_error_mean_ci95": [0.003 + 0.001 * j, 0.005 + 0.001 * j],
+            "image_sensitivity_gap_mean": 0.01 * j,
+            "image_sensitivity_gap_mean_ci95": [0.01 * j - 0.005, 0.01 * j + 0.005],
+            "image_sensitivity_pos_rate": [0.45, 0.62, 0.9][j],
+            "image_sensitivity_pos_rate_ci95": [[0.3, 0.6], [0.4, 0.7], [0.85, 0.95]][j],
+            "by_kind": {
+                **{
+                    t: {
+                        "count": n * captions,
+                        "image_invariance_error_mean": 0.002 * (q + 1),
+                        "image_invariance_error_mean_ci95": [0.001, 0.01],
+                    }
+                    for q, t in enumerate(PARA)
+                },
+                **{
+                    t: {
+                        "count": n * captions,
+                        "image_sensitivity_gap_mean": 0.01,
+                        "image_sensitivity_pos_rate": 0.5 + 0.1 * q,
+                        "t2i_flip_recall@1": 0.3,
+                        "t2i_flip_recall@5": 0.6,
+                        "t2i_flip_recall@10": 0.9,
+                        "t2i_flip_top1_rate": 0.2 + 0.1 * q,
+                        "t2i_flip_top1_rate_ci95": [0.1, 0.4],
+                    }
+                    for q, t in enumerate(FLIPS)
+                },
+            },
+            "num_images": n,
+            "flip_offset": k,
+            "gallery_size": 5000,
+            "num_blocks": 1,
+            "scores_file": scores,
+            "run": dict(
+                run, config={"JSONL_PATH": str(fliptypes), "IMAGE_ROOT": None, "SEED": seed, "KINDS": list(KINDS)}
+            ),
+        }
         images.append(m)
     (folder / "x_with_perturb__LGIP_ALL.metrics.json").write_text(json.dumps(multi))
     (folder / "x_with_fliptypes__LGIP_images.metrics.json").write_text(json.dumps(images))
@@ -112,8 +171,11 @@ def test_table_csv_figure_lines_and_gallery_follow_the_image_metrics(tmp_path):
     rows = {r["model"]: r for r in read_csv(tmp_path / "x__LGIP_report.csv")}
     for tag, m in metrics.items():  # every figure as its file has it (the CSV: repr of the float)
         r = rows[tag]
-        for key, col in (("image_invariance_error_mean", "image_invariance_error"), ("image_sensitivity_gap_mean", "image_gap"),
-                         ("image_sensitivity_pos_rate", "image_pos_rate")):
+        for key, col in (
+            ("image_invariance_error_mean", "image_invariance_error"),
+            ("image_sensitivity_gap_mean", "image_gap"),
+            ("image_sensitivity_pos_rate", "image_pos_rate"),
+        ):
             assert float(r[col]) == m[key] and [float(r[col + "_ci_lo"]), float(r[col + "_ci_hi"])] == m[key + "_ci95"]
         for kind in PARA:
             assert float(r[f"image_{kind}_invariance_error"]) == m["by_kind"][kind]["image_invariance_error_mean"]
@@ -121,7 +183,10 @@ def test_table_csv_figure_lines_and_gallery_follow_the_image_metrics(tmp_path):
             b = m["by_kind"][kind]
             assert float(r[f"image_{kind}_pos_rate"]) == b["image_sensitivity_pos_rate"]
             assert float(r[f"image_{kind}_t2i_flip_top1_rate"]) == b["t2i_flip_top1_rate"]
-            assert float(r[f"image_{kind}_t2i_flip_top1_rate_ci_hi"]) == 0.4 and r[f"image_{kind}_t2i_flip_recall@1_ci_lo"] == ""
+            assert (
+                float(r[f"image_{kind}_t2i_flip_top1_rate_ci_hi"]) == 0.4
+                and r[f"image_{kind}_t2i_flip_recall@1_ci_lo"] == ""
+            )
             assert int(r[f"image_{kind}_count"]) == b["count"]
         assert int(r["image_num_images"]) == 6
     # the figure, the markdown's section: a line per model with its verdict against chance
@@ -129,15 +194,24 @@ def test_table_csv_figure_lines_and_gallery_follow_the_image_metrics(tmp_path):
     md = (tmp_path / "x__LGIP_report.md").read_text(encoding="utf-8")
     section = md.split("## The image side")[1].split("\n## ")[0]
     assert "](x__LGIP_image_side.png)" in section
-    assert "- `alpha_model`: image invariance error 0.0040 [0.0030, 0.0050] (text: 0.1000); image positive rate 0.450 " \
-           "[0.300, 0.600] (text: 0.600): **at chance level**" in section
-    assert "`gamma_model`: " in section and "(text: 0.800): above chance; by kind mix 0.500, patch 0.600; with the altered " \
-           "images in the gallery, one of them ranks first for 0.200 (mix) and 0.300 (patch) of the captions." in section
+    assert (
+        "- `alpha_model`: image invariance error 0.0040 [0.0030, 0.0050] (text: 0.1000); image positive rate 0.450 "
+        "[0.300, 0.600] (text: 0.600): **at chance level**" in section
+    )
+    assert (
+        "`gamma_model`: " in section
+        and "(text: 0.800): above chance; by kind mix 0.500, patch 0.600; with the altered "
+        "images in the gallery, one of them ranks first for 0.200 (mix) and 0.300 (patch) of the captions."
+        in section
+    )
     # the markdown's list over all models: the most negative gaps first, one row per (model, record, kind)
     table = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
     assert [(c.split("|")[2].strip(), c.split("|")[4].strip(), c.split("|")[5].strip()) for c in table] == [
-        ("`gamma_model`", "mix", "-0.1600"), ("`gamma_model`", "patch", "-0.1600"),
-        ("`beta_model`", "mix", "-0.1100"), ("`beta_model`", "patch", "-0.1100")]
+        ("`gamma_model`", "mix", "-0.1600"),
+        ("`gamma_model`", "patch", "-0.1600"),
+        ("`beta_model`", "mix", "-0.1100"),
+        ("`beta_model`", "patch", "-0.1100"),
+    ]
     assert "2 of 3" in table[0]
     # the page: the section, its link, the gallery with the filter by kind and both images per card
     html = (tmp_path / "x__LGIP_report.html").read_text(encoding="utf-8")
@@ -188,6 +262,7 @@ def test_remade_pixels_are_exactly_section_11s():
     x = Image.fromarray(rng.integers(0, 256, (37, 53, 3), dtype=np.uint8))
     y = Image.fromarray(rng.integers(0, 256, (20, 31, 3), dtype=np.uint8))
     import tempfile
+
     with tempfile.TemporaryDirectory() as d:
         x.save(os.path.join(d, "x.png")), y.save(os.path.join(d, "y.png"))
         for kind in FLIPS:
@@ -202,6 +277,7 @@ def test_the_gallery_shows_the_pixels_the_model_scored(tmp_path):
     """End to end with a real (tiny) model: run_lgip_images.py, then the report's cards; each card's
     altered image, remade from its score line and encoded again, has the similarity the line records."""
     from lgip.models import load_model
+
     jsonl = fixture_jsonl(tmp_path, n=6, unreadable=False)
     settings = eval_settings(jsonl, "corrected", [OPENCLIP_TINY], image_root=tmp_path, BOOTSTRAP=20, SEED=3)
     run_here("run_lgip_images.py", **settings)
@@ -212,7 +288,9 @@ def test_the_gallery_shows_the_pixels_the_model_scored(tmp_path):
     files = [("images", m["model_tag"], str(tmp_path / m["scores_file"])) for m in metrics]
     tops = IS.scan_altered(files, k=50)
     assert tops.lists[None], "the tiny model prefers no altered image: nothing to check"
-    items = IS.altered_items(tops, {("images", OPENCLIP_TINY["name"]): [str(tmp_path)]}, {}, IS.seeds({"images": metrics}))
+    items = IS.altered_items(
+        tops, {("images", OPENCLIP_TINY["name"]): [str(tmp_path)]}, {}, IS.seeds({"images": metrics})
+    )
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
     texts = encode_texts(enc, [it["caption"] for it in items])
     checked = set()
@@ -237,9 +315,11 @@ def test_bad_score_lines_are_named_and_an_older_file_still_reports(tmp_path):
     html = (tmp_path / "x__LGIP_report.html").read_text(encoding="utf-8")
     assert "not remade (ValueError: the score file has no &#39;r&#39; (written before it)" in html
     good = path.read_text()
-    for old, new, field in (('"text": "mix"', '"text": "blur"', "field 'image_flips[0]'.text is 'blur'"),
-                            ('"other_image_path"', '"r": -1, "other_image_path"', "field 'image_flips[0]'.r is -1"),
-                            ('"sim": 0.3, ', '"sim": "high", ', "field 'sim' is 'high', not a finite number or null")):
+    for old, new, field in (
+        ('"text": "mix"', '"text": "blur"', "field 'image_flips[0]'.text is 'blur'"),
+        ('"other_image_path"', '"r": -1, "other_image_path"', "field 'image_flips[0]'.r is -1"),
+        ('"sim": 0.3, ', '"sim": "high", ', "field 'sim' is 'high', not a finite number or null"),
+    ):
         path.write_text(good.replace(old, new, 1))
         proc = run_script("report.py", f"--JSONL_PATH={base}", "--TOP_K=2", check=False)
         assert proc.returncode != 0 and f"{path}:1: {field}" in proc.stderr, proc.stderr

@@ -2,6 +2,7 @@
 figure equals a brute-force restatement (every text and image encoded, full similarity matrices,
 ranked and counted), in one gallery and in blocks that leave a smaller last one; ties as section 7
 says; a run after run_lgip_by_fliptype (or run_lgip_multi) loads no weights."""
+
 import copy
 import doctest
 import json
@@ -13,8 +14,18 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import (FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, TINY_MODELS, encode_texts, eval_args,
-                      eval_settings, run_here)
+from conftest import (
+    FIXTURES,
+    OPENCLIP_TINY,
+    REFERENCE,
+    ROOT,
+    SIGLIP_TINY,
+    TINY_MODELS,
+    encode_texts,
+    eval_args,
+    eval_settings,
+    run_here,
+)
 
 TYPES = ("color", "number", "object")
 KS = (1, 5, 10)
@@ -22,11 +33,13 @@ KS = (1, 5, 10)
 
 # --- the brute-force restatement -------------------------------------------------------------------
 
+
 def brute_force(records, image_emb, text_emb, size, types=TYPES):
     """Section 7 restated: `records` [{"image", "captions", "flips": [[..] per caption], "typed": {t: [[..]]},
     "paras": [[..]]}] whose image reads, in file order; `image_emb` / `text_emb`: key -> unit vector.
     Similarities of the distinct vectors (by their bytes) in one matrix, so copies of a text or an
     image, and two texts with the same embedding, tie exactly."""
+
     def distinct(keys, emb):
         vecs = [np.asarray(emb[k], dtype=np.float32) for k in keys]
         number = {}
@@ -39,14 +52,19 @@ def brute_force(records, image_emb, text_emb, size, types=TYPES):
             return np.zeros((len(a_keys), len(b_keys)), dtype=np.float32)
         return (np.stack(ua) @ np.stack(ub).T)[ca][:, cb]
 
-    hits = {f: [] for f in ["i2t@%d" % k for k in KS] + ["t2i@%d" % k for k in KS] + ["flip@%d" % k for k in KS]
-            + ["top1", "own", "para_r1", "para_agree"]}
+    hits = {
+        f: []
+        for f in ["i2t@%d" % k for k in KS]
+        + ["t2i@%d" % k for k in KS]
+        + ["flip@%d" % k for k in KS]
+        + ["top1", "own", "para_r1", "para_agree"]
+    }
     typed = {t: ([], []) for t in types}
     counts = {"num_captions": 0, "num_flips": 0, "num_paraphrases": 0, "num_blocks": 0}
     n = len(records)
     size = size or n
     for lo in range(0, n, size):
-        block = records[lo:lo + size]
+        block = records[lo : lo + size]
         counts["num_blocks"] += 1
         imgs = [r["image"] for r in block]
         caps = [(p, i, c) for p, r in enumerate(block) for i, c in enumerate(r["captions"])]
@@ -58,7 +76,10 @@ def brute_force(records, image_emb, text_emb, size, types=TYPES):
         counts["num_paraphrases"] += len(paras)
         # one matrix of every text of the block: a text that is a caption and a flip gets one similarity
         gallery = [c for _, _, c in caps] + [f for _, f in flips] + [f for t in types for _, f in tflips[t]]
-        s_all, cut = sims(imgs, gallery, image_emb, text_emb), np.cumsum([len(caps), len(flips)] + [len(tflips[t]) for t in types])
+        s_all, cut = (
+            sims(imgs, gallery, image_emb, text_emb),
+            np.cumsum([len(caps), len(flips)] + [len(tflips[t]) for t in types]),
+        )
         s_ic, s_if, *s_typed = np.split(s_all, cut[:-1], axis=1)
         s_it = dict(zip(types, s_typed))
         for p in range(len(block)):
@@ -81,7 +102,7 @@ def brute_force(records, image_emb, text_emb, size, types=TYPES):
                     typed[t][0].append(s_it[t][p].max() > best_c)
                     typed[t][1].append(s_it[t][p, own_t].max() > target)
         s_all = sims([c for _, _, c in caps] + [q for _, _, q in paras], imgs, text_emb, image_emb)
-        s_ci, s_pi = s_all[:len(caps)], s_all[len(caps):]
+        s_ci, s_pi = s_all[: len(caps)], s_all[len(caps) :]
         best_of = {}
         for j, (p, i, _) in enumerate(caps):
             for k in KS:
@@ -91,16 +112,28 @@ def brute_force(records, image_emb, text_emb, size, types=TYPES):
             hits["para_r1"].append(not (s_pi[j] > s_pi[j, p]).any())
             hits["para_agree"].append(int(np.argmax(s_pi[j])) == best_of[(p, i)])
     mean = lambda xs: float(np.mean(xs)) if xs else None
-    out = {"num_samples": sum(1 for r in records if r["captions"]), "gallery_size": min(size, n), **counts,
-           "num_images_with_flips": len(hits["own"]),
-           "i2t_flip_top1_rate": mean(hits["top1"]), "own_flip_preferred_rate": mean(hits["own"]),
-           "t2i_paraphrase_recall@1": mean(hits["para_r1"]), "t2i_paraphrase_agreement@1": mean(hits["para_agree"])}
+    out = {
+        "num_samples": sum(1 for r in records if r["captions"]),
+        "gallery_size": min(size, n),
+        **counts,
+        "num_images_with_flips": len(hits["own"]),
+        "i2t_flip_top1_rate": mean(hits["top1"]),
+        "own_flip_preferred_rate": mean(hits["own"]),
+        "t2i_paraphrase_recall@1": mean(hits["para_r1"]),
+        "t2i_paraphrase_agreement@1": mean(hits["para_agree"]),
+    }
     for k in KS:
         out[f"i2t_recall@{k}"], out[f"t2i_recall@{k}"] = mean(hits["i2t@%d" % k]), mean(hits["t2i@%d" % k])
         out[f"i2t_flip_recall@{k}"] = mean(hits["flip@%d" % k])
     if types:
-        out["by_flip_type"] = {t: {"i2t_flip_top1_rate": mean(typed[t][0]), "own_flip_preferred_rate": mean(typed[t][1]),
-                                   "count": len(typed[t][0])} for t in types}
+        out["by_flip_type"] = {
+            t: {
+                "i2t_flip_top1_rate": mean(typed[t][0]),
+                "own_flip_preferred_rate": mean(typed[t][1]),
+                "count": len(typed[t][0]),
+            }
+            for t in types
+        }
     return out
 
 
@@ -121,8 +154,10 @@ def assert_figures(ours, expected):
 
 # --- the library on synthetic embeddings ------------------------------------------------------------
 
+
 def test_worked_example_in_the_module_docstring():
     import lgip.retrieval
+
     assert doctest.testmod(lgip.retrieval).failed == 0
 
 
@@ -144,9 +179,15 @@ def synthetic(rng, n, d=6):
         has_flips = p % 3 != 1
         flips = [[text() for _ in range(int(rng.integers(0, 3)))] if has_flips else [] for _ in range(n_caps)]
         typed = {t: [[f for f in fl if rng.random() < 0.5] for fl in flips] for t in TYPES}
-        records.append({"image": f"img{int(rng.integers(0, len(images)))}", "captions": [text() for _ in range(n_caps)],
-                        "flips": flips, "typed": typed,
-                        "paras": [[text() for _ in range(int(rng.integers(0, 3)))] for _ in range(n_caps)]})
+        records.append(
+            {
+                "image": f"img{int(rng.integers(0, len(images)))}",
+                "captions": [text() for _ in range(n_caps)],
+                "flips": flips,
+                "typed": typed,
+                "paras": [[text() for _ in range(int(rng.integers(0, 3)))] for _ in range(n_caps)],
+            }
+        )
     return records, images, texts
 
 
@@ -154,6 +195,7 @@ def gallery_of(records, images, texts, device="cpu"):
     """The library's Gallery of the synthetic records: a text table with a row per distinct text."""
     import torch
     from lgip.retrieval import Gallery, Items
+
     keys = sorted(texts)
     row = {k: j for j, k in enumerate(keys)}
 
@@ -161,15 +203,20 @@ def gallery_of(records, images, texts, device="cpu"):
         got = [(p, i, t) for p, r in enumerate(records) for i, ts in enumerate(get(r)) for t in ts]
         return Items([p for p, _, _ in got], [row[t] for _, _, t in got], [i for _, i, _ in got])
 
-    return Gallery(torch.tensor(np.stack([images[r["image"]] for r in records])).to(device),
-                   torch.tensor(np.stack([texts[k] for k in keys])).to(device),
-                   items(lambda r: [[c] for c in r["captions"]]), items(lambda r: r["flips"]),
-                   items(lambda r: r["paras"]), {t: items(lambda r, t=t: r["typed"][t]) for t in TYPES})
+    return Gallery(
+        torch.tensor(np.stack([images[r["image"]] for r in records])).to(device),
+        torch.tensor(np.stack([texts[k] for k in keys])).to(device),
+        items(lambda r: [[c] for c in r["captions"]]),
+        items(lambda r: r["flips"]),
+        items(lambda r: r["paras"]),
+        {t: items(lambda r, t=t: r["typed"][t]) for t in TYPES},
+    )
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_search_equals_brute_force_on_synthetic_embeddings(seed):
     from lgip.retrieval import Gallery, retrieval_figures, search_galleries
+
     rng = np.random.default_rng(seed)
     records, images, texts = synthetic(rng, 23)
     gallery = gallery_of(records, images, texts)
@@ -191,9 +238,15 @@ def test_ties_count_for_the_correct_item():
     caption ranks 1, and the first of the tied images is the one both texts find."""
     import torch
     from lgip.retrieval import Gallery, Items, retrieval_figures, search_galleries
+
     v = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
-    g = Gallery(v, torch.tensor([[0.6, 0.8], [0.8, 0.6]]),
-                Items([0, 1], [0, 0], [0, 0]), Items([0, 1], [1, 1], [0, 0]), Items([0, 1], [1, 1], [0, 0]))
+    g = Gallery(
+        v,
+        torch.tensor([[0.6, 0.8], [0.8, 0.6]]),
+        Items([0, 1], [0, 0], [0, 0]),
+        Items([0, 1], [1, 1], [0, 0]),
+        Items([0, 1], [1, 1], [0, 0]),
+    )
     f = retrieval_figures(search_galleries(g, None), resamples=0)
     assert f["i2t_recall@1"] == f["t2i_recall@1"] == f["t2i_paraphrase_recall@1"] == 1.0
     assert f["t2i_paraphrase_agreement@1"] == 1.0
@@ -209,6 +262,7 @@ def test_texts_with_equal_embeddings_tie_wherever_their_columns_sit():
     another way): the record's own caption ranks 1 in every trial, alone and on torchrun's path."""
     import torch
     from lgip.retrieval import Gallery, Items, search_galleries
+
     unit = lambda x: x / x.norm(dim=-1, keepdim=True)
     for seed in range(40):
         g = torch.Generator().manual_seed(seed)
@@ -217,9 +271,12 @@ def test_texts_with_equal_embeddings_tie_wherever_their_columns_sit():
         table = torch.cat([t, unit(torch.randn(4, 512, generator=g)), t.clone()])  # row 5: record 1's copy of row 0
         caps = Items([0, 1, 1, 1, 1, 1], [0, 1, 2, 3, 4, 5], [0, 0, 1, 2, 3, 4])
         assert search_galleries(Gallery(images, table, caps, Items(), Items()), None).i2t_rank[0] == 1, seed
-        parts = [Gallery(images[:1], table, Items([0], [0], [0]), Items(), Items(), records=[0]).to_host(),
-                 Gallery(images[1:], table, Items([0] * 5, [1, 2, 3, 4, 5], [0, 1, 2, 3, 4]), Items(), Items(),
-                         records=[1]).to_host()]
+        parts = [
+            Gallery(images[:1], table, Items([0], [0], [0]), Items(), Items(), records=[0]).to_host(),
+            Gallery(
+                images[1:], table, Items([0] * 5, [1, 2, 3, 4, 5], [0, 1, 2, 3, 4]), Items(), Items(), records=[1]
+            ).to_host(),
+        ]
         assert search_galleries(Gallery.merged(parts), None).i2t_rank[0] == 1, seed
 
 
@@ -229,6 +286,7 @@ def test_a_model_that_embeds_every_text_alike_ranks_every_item_first(size):
     the same number, so every rank is 1, no flip beats a caption, agreement is the first image."""
     import torch
     from lgip.retrieval import Gallery, Items, retrieval_figures, search_galleries
+
     torch.manual_seed(0)
     n = 7
     table = torch.nn.functional.normalize(torch.randn(1, 512), dim=1).repeat(5 * n + 2 * n + n, 1)
@@ -248,6 +306,7 @@ def test_distinct_rows_by_bytes_on_the_device_equal_the_hosts(dtype, monkeypatch
     host does; a hash that puts distinct rows together is caught, and the host's grouping used."""
     import torch
     from lgip import retrieval
+
     x = torch.randn(50, 24).to(getattr(torch, dtype))
     x = x[torch.as_tensor(np.random.default_rng(0).integers(0, 20, 90))]  # 90 rows, at most 20 distinct
     x[3, 0] = 0.0
@@ -264,6 +323,7 @@ def test_distinct_rows_by_bytes_on_the_device_equal_the_hosts(dtype, monkeypatch
 
 def test_flip_types_are_those_the_input_has():
     import run_lgip_retrieval
+
     rec = {"image_path": "a.jpg", "orig_captions": ["a red bus"]}
     assert run_lgip_retrieval.flip_types([(1, rec)]) == []
     assert run_lgip_retrieval.flip_types([(1, rec), (2, dict(rec, diff_caps_color={"0": ["a blue bus"]}))]) == ["color"]
@@ -274,6 +334,7 @@ def test_flip_types_are_those_the_input_has():
 def test_gallery_size_must_be_a_positive_int_or_none():
     from lgip.errors import ConfigError
     from lgip.retrieval import check_gallery_size
+
     for bad in (0, -5, 2.5, "5000", True):
         with pytest.raises(ConfigError, match="positive int .* or None"):
             check_gallery_size(bad)
@@ -281,6 +342,7 @@ def test_gallery_size_must_be_a_positive_int_or_none():
 
 
 # --- the script on the fixture -----------------------------------------------------------------------
+
 
 def fixture_records(folder, unreadable="corrupt.jpg"):
     """The fixture's records, plus: a copy of the first (the same image and texts: ties), a record
@@ -318,6 +380,7 @@ def encoded(jsonl, image_root, spec, types):
     import torch
     from PIL import Image
     from lgip.models import load_model
+
     enc = load_model(spec, "corrected", "cpu")
     records, image_emb, texts = [], {}, set()
     for line in open(jsonl):
@@ -332,8 +395,15 @@ def encoded(jsonl, image_root, spec, types):
             image_emb[path] = enc.encode_images(x)[0].float().numpy()
         n = len(rec["orig_captions"])
         field = lambda f: [rec.get(f, {}).get(str(i), []) for i in range(n)]
-        records.append({"image": path, "captions": rec["orig_captions"], "flips": field("diff_caps"),
-                        "typed": {t: field("diff_caps_" + t) for t in types}, "paras": field("same_caps")})
+        records.append(
+            {
+                "image": path,
+                "captions": rec["orig_captions"],
+                "flips": field("diff_caps"),
+                "typed": {t: field("diff_caps_" + t) for t in types},
+                "paras": field("same_caps"),
+            }
+        )
         texts.update(rec["orig_captions"], *field("diff_caps"), *field("same_caps"))
     return records, image_emb, encode_texts(enc, texts)  # (each text padded as the corrected protocol pads it alone)
 
@@ -345,12 +415,16 @@ def metrics(folder, stem):
 def test_figures_equal_brute_force_and_need_no_weights_after_by_fliptype(tmp_path):
     # (a missing image: a corrupt one has no cached embedding, so every re-run loads the weights to try it)
     jsonl = fixture_records(tmp_path, unreadable="missing.jpg")
-    run_here("run_lgip_by_fliptype.py", **eval_settings(jsonl, "corrected", TINY_MODELS, image_root=tmp_path, BOOTSTRAP=0,
-                                                        WRITE_SCORES=False))
+    run_here(
+        "run_lgip_by_fliptype.py",
+        **eval_settings(jsonl, "corrected", TINY_MODELS, image_root=tmp_path, BOOTSTRAP=0, WRITE_SCORES=False),
+    )
     runs = {}
     for size in (None, 4):  # 15 readable records: one gallery; 4, 4, 4 and 3
-        run_here("run_lgip_retrieval.py", **eval_settings(jsonl, "corrected", TINY_MODELS, image_root=tmp_path,
-                                                          GALLERY_SIZE=size, BOOTSTRAP=50))
+        run_here(
+            "run_lgip_retrieval.py",
+            **eval_settings(jsonl, "corrected", TINY_MODELS, image_root=tmp_path, GALLERY_SIZE=size, BOOTSTRAP=50),
+        )
         runs[size] = metrics(tmp_path, "in_with_fliptypes")
     for j, spec in enumerate(TINY_MODELS):
         for size, got in runs.items():
@@ -373,8 +447,10 @@ def test_reference_protocol_and_a_perturb_file_load_no_weights(reference_runs, t
     cached = metrics(folder, "fixture_with_fliptypes")
     assert [m["run"]["model"]["weights_loaded"] for m in cached] == [False, False]
     shutil.copy(jsonl, tmp_path / jsonl.name)
-    run_here("run_lgip_retrieval.py", **eval_settings(tmp_path / jsonl.name, "reference", [SIGLIP_TINY], GALLERY_SIZE=5,
-                                                      CACHE_DIR=None))
+    run_here(
+        "run_lgip_retrieval.py",
+        **eval_settings(tmp_path / jsonl.name, "reference", [SIGLIP_TINY], GALLERY_SIZE=5, CACHE_DIR=None),
+    )
     fresh = metrics(tmp_path, "fixture_with_fliptypes")[0]
     assert fresh["run"]["model"]["weights_loaded"] is True
     assert {k: v for k, v in cached[1].items() if k != "run"} == {k: v for k, v in fresh.items() if k != "run"}
@@ -389,9 +465,15 @@ def test_reference_protocol_and_a_perturb_file_load_no_weights(reference_runs, t
 
 def test_torchrun_two_gloo_processes_give_the_brute_force(tmp_path):
     jsonl = fixture_records(tmp_path)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           os.path.join(ROOT, "run_lgip_retrieval.py"),
-           *eval_args(jsonl, "corrected", [SIGLIP_TINY], image_root=tmp_path, GALLERY_SIZE=4, CACHE_DIR=None, BOOTSTRAP=0)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        os.path.join(ROOT, "run_lgip_retrieval.py"),
+        *eval_args(jsonl, "corrected", [SIGLIP_TINY], image_root=tmp_path, GALLERY_SIZE=4, CACHE_DIR=None, BOOTSTRAP=0),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = metrics(tmp_path, "in_with_fliptypes")[0]

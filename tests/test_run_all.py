@@ -1,4 +1,5 @@
 """run_all.py: the whole pipeline on the demo data (tiny models, CPU), skipping, re-running, failing; COCO mode."""
+
 import glob
 import json
 import os
@@ -16,24 +17,46 @@ EVALUATIONS = ["run_lgip_multi", "run_lgip_by_fliptype", "run_lgip_retrieval", "
 EXPLAIN = ["explain_flips"]  # after the by-fliptype evaluation, whose score files it reads
 IMAGES = ["run_lgip_images"]  # the image side, after the text evaluations
 STEPS = GENERATORS + EVALUATIONS[:3] + EXPLAIN + EVALUATIONS[3:] + IMAGES + (["report"] if HAVE_REPORT else [])
-OUTPUTS = ["lgip_demo_with_perturb.jsonl", "lgip_demo_with_fliptypes.jsonl",
-           "rebuttal_enhanced_lgip_demo_with_fliptypes.jsonl",
-           "lgip_demo_with_perturb__LGIP_ALL.metrics.json", "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
-           "rebuttal_enhanced_lgip_demo_with_fliptypes__ENHANCED_LGIP_analysis.json",
-           "lgip_demo_with_fliptypes__LGIP_retrieval.metrics.json"]
-INPUT_OF = {"run_lgip_multi": OUTPUTS[0], "run_lgip_by_fliptype": OUTPUTS[1], "run_lgip_retrieval": OUTPUTS[1],
-            "rebuttal_enhanced_lgip": OUTPUTS[2]}
-EXPLAIN_OUTPUTS = ["lgip_demo_with_fliptypes__LGIP_explain.metrics.json", "lgip_demo_with_fliptypes__LGIP_explain_tiny_openclip.jsonl",
-                   "lgip_demo_with_fliptypes__LGIP_explain_tiny_siglip.jsonl"]
+OUTPUTS = [
+    "lgip_demo_with_perturb.jsonl",
+    "lgip_demo_with_fliptypes.jsonl",
+    "rebuttal_enhanced_lgip_demo_with_fliptypes.jsonl",
+    "lgip_demo_with_perturb__LGIP_ALL.metrics.json",
+    "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
+    "rebuttal_enhanced_lgip_demo_with_fliptypes__ENHANCED_LGIP_analysis.json",
+    "lgip_demo_with_fliptypes__LGIP_retrieval.metrics.json",
+]
+INPUT_OF = {
+    "run_lgip_multi": OUTPUTS[0],
+    "run_lgip_by_fliptype": OUTPUTS[1],
+    "run_lgip_retrieval": OUTPUTS[1],
+    "rebuttal_enhanced_lgip": OUTPUTS[2],
+}
+EXPLAIN_OUTPUTS = [
+    "lgip_demo_with_fliptypes__LGIP_explain.metrics.json",
+    "lgip_demo_with_fliptypes__LGIP_explain_tiny_openclip.jsonl",
+    "lgip_demo_with_fliptypes__LGIP_explain_tiny_siglip.jsonl",
+]
 IMAGES_OUTPUTS = ["lgip_demo_with_fliptypes__LGIP_images.metrics.json"]
-REPORT_OUTPUTS = ["lgip_demo__LGIP_report.md", "lgip_demo__LGIP_report.csv", "lgip_demo__LGIP_frontier.png",
-                  "lgip_demo__LGIP_fliptypes.png", "lgip_demo__LGIP_retrieval.png", "lgip_demo__LGIP_image_side.png",
-                  "lgip_demo__LGIP_report.html"]
+REPORT_OUTPUTS = [
+    "lgip_demo__LGIP_report.md",
+    "lgip_demo__LGIP_report.csv",
+    "lgip_demo__LGIP_frontier.png",
+    "lgip_demo__LGIP_fliptypes.png",
+    "lgip_demo__LGIP_retrieval.png",
+    "lgip_demo__LGIP_image_side.png",
+    "lgip_demo__LGIP_report.html",
+]
 
 
 def run_all(folder, *args, check=True):
-    base = [f"--DEMO_JSONL={os.path.join(folder, 'lgip_demo.jsonl')}", "--DATA=demo", f"--MODELS={TINY_MODELS!r}",
-            "--DEVICE=cpu", "--NUM_WORKERS=0"]
+    base = [
+        f"--DEMO_JSONL={os.path.join(folder, 'lgip_demo.jsonl')}",
+        "--DATA=demo",
+        f"--MODELS={TINY_MODELS!r}",
+        "--DEVICE=cpu",
+        "--NUM_WORKERS=0",
+    ]
     if not HAVE_REPORT and not any(a.startswith("--STEPS=") for a in args):
         base.append(f"--STEPS={STEPS!r}")
     return run_script("run_all.py", *base, *args, check=check)
@@ -58,6 +81,7 @@ def commands(proc):
 
     def specs(m):
         return re.search(r'"--MODELS=\[.*?\]"(?= --)', found[m.group(1)]).group(0)
+
     return {step: re.sub(r"--MODELS=<the model specs of \[\d+/\d+\] (\w+)>", specs, cmd) for step, cmd in found.items()}
 
 
@@ -96,8 +120,9 @@ def test_end_to_end_writes_every_output(demo_done):
         assert re.search(rf"^\[{k}/{len(STEPS)}\] {step}  done in [\d.]+ s -> ", proc.stdout, re.M), step
     assert f"ran {len(STEPS)} of {len(STEPS)} steps" in proc.stdout
     if HAVE_REPORT:
-        assert re.search(r"^report: open .*lgip_demo__LGIP_report\.html in a browser .*lgip_demo__LGIP_report\.md",
-                         proc.stdout, re.M)
+        assert re.search(
+            r"^report: open .*lgip_demo__LGIP_report\.html in a browser .*lgip_demo__LGIP_report\.md", proc.stdout, re.M
+        )
     for name in OUTPUTS[3:]:
         for m in json.load(open(folder / name)):
             assert m["run"]["config"]["PROTOCOL"] == "corrected" and m["run"]["config"]["MODELS"] == TINY_MODELS
@@ -106,23 +131,27 @@ def test_end_to_end_writes_every_output(demo_done):
     # the retrieval runs after run_lgip_by_fliptype, on the embeddings it cached
     assert [m["run"]["model"]["weights_loaded"] for m in json.load(open(folder / OUTPUTS[6]))] == [False, False]
     images = json.load(open(folder / IMAGES_OUTPUTS[0]))  # the image side: the demo's 12 images, every kind
-    assert [(m["model_tag"], m["num_images"], len(m["by_kind"])) for m in images] == [(m["name"], 12, 6) for m in TINY_MODELS]
+    assert [(m["model_tag"], m["num_images"], len(m["by_kind"])) for m in images] == [
+        (m["name"], 12, 6) for m in TINY_MODELS
+    ]
     explained = json.load(open(folder / EXPLAIN_OUTPUTS[0]))
     assert [m["model_tag"] for m in explained] == [m["name"] for m in TINY_MODELS]
     assert all(m["num_flips"] > 0 and m["run"]["config"]["MODELS"] == TINY_MODELS for m in explained)
     if HAVE_REPORT:  # the report, made last, has the word attribution: a line per model, the explained flips coloured
         md = (folder / REPORT_OUTPUTS[0]).read_text(encoding="utf-8")
         lines = md.split("## Which word does a model blame?")[1].split("\n## ")[0].split("\n### ")[0]
-        assert [re.match(r"- `(\w+)`: localization ", x).group(1) for x in lines.splitlines() if x.startswith("- ")] == \
-            [m["model_tag"] for m in explained]
+        assert [
+            re.match(r"- `(\w+)`: localization ", x).group(1) for x in lines.splitlines() if x.startswith("- ")
+        ] == [m["model_tag"] for m in explained]
         html = (folder / REPORT_OUTPUTS[-1]).read_text(encoding="utf-8")
         assert 'class="ws ' in html and html.count('<div class="blame ') >= 1
         # and retrieval beside LGIP: its columns, and the rank correlation (undefined for two models)
         assert "I2T R@1 ↑" in md and "LGIP beside retrieval: across 2 models" in md and "undefined" in md
         # and the image side beside the text side: its columns, a line per model, the altered images preferred
         side = md.split("## The image side: does the score follow the image?")[1].split("\n## ")[0]
-        assert "Img. pos. ↑" in md and [x.split("`")[1] for x in side.splitlines() if x.startswith("- `")] == \
-            [m["model_tag"] for m in images]
+        assert "Img. pos. ↑" in md and [x.split("`")[1] for x in side.splitlines() if x.startswith("- `")] == [
+            m["model_tag"] for m in images
+        ]
         assert 'id="image-side"' in html and html.count('<article class="card altered"') >= 1
 
 
@@ -170,7 +199,9 @@ def test_settings_change_reruns_the_evaluations(demo_copy):
     # An override added, or given once and dropped later, is a change; settings that only change speed are not.
     dry = run_all(demo_copy, "--SETTINGS={'BOOTSTRAP': 10}", "--IMAGE_BATCH_SIZE=3", "--DRY_RUN=True")
     assert would_run(dry, "run_lgip_by_fliptype", "settings changed (BOOTSTRAP)")
-    assert skipped(run_all(demo_copy, "--TEXT_BATCH_SIZE=7", "--DEVICE=cuda:1", "--DRY_RUN=True"), "run_lgip_by_fliptype")
+    assert skipped(
+        run_all(demo_copy, "--TEXT_BATCH_SIZE=7", "--DEVICE=cuda:1", "--DRY_RUN=True"), "run_lgip_by_fliptype"
+    )
     stamp_path = demo_copy / (OUTPUTS[4] + ".run_all.meta.json")
     stamp = json.load(open(stamp_path))
     stamp["settings"]["BOOTSTRAP"] = 10  # as if the last run had --SETTINGS={'BOOTSTRAP': 10}
@@ -201,10 +232,16 @@ def test_failing_step_stops_the_run(demo_copy):
 def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
     folder = demo_inputs(tmp_path / "demo")
     before = mtimes(folder)
-    proc = run_script("run_all.py", f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DRY_RUN=True",
-                      f"--ANNOTATIONS_JSON={tmp_path / 'none.json'}", f"--BASE_JSONL={tmp_path / 'none.jsonl'}",
-                      "--SETTINGS={'BOOTSTRAP': 0, 'SEED': 7}", "--IMAGE_BATCH_SIZE=8",
-                      env=hub_cache_env(tmp_path / "hf", PUBLISHED_MODELS[:1]))  # (ViT-B-16 as if downloaded)
+    proc = run_script(
+        "run_all.py",
+        f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}",
+        "--DRY_RUN=True",
+        f"--ANNOTATIONS_JSON={tmp_path / 'none.json'}",
+        f"--BASE_JSONL={tmp_path / 'none.jsonl'}",
+        "--SETTINGS={'BOOTSTRAP': 0, 'SEED': 7}",
+        "--IMAGE_BATCH_SIZE=8",
+        env=hub_cache_env(tmp_path / "hf", PUBLISHED_MODELS[:1]),
+    )  # (ViT-B-16 as if downloaded)
     assert "data: demo" in proc.stdout
     cmds = commands(proc)
     assert set(cmds) == set(GENERATORS + EVALUATIONS + EXPLAIN + IMAGES + ["report"])
@@ -222,18 +259,21 @@ def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
     assert mtimes(folder) == before  # a dry run writes nothing
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--STEPS=['nope']"], "unknown step 'nope'"),
-    (["--STEPS=make_base"], "make_base, which runs only on COCO data"),
-    (["--SETTINGS={'NOPE': 1}"], "no step has a setting 'NOPE'"),
-    (["--SETTINGS={'PROTOCOL': 'reference'}"], "use --PROTOCOL"),
-    (["--SETTINGS={'INPUT_JSONL': 'x.jsonl'}"], "run_all sets it"),
-    (["--DATA=both"], "DATA must be"),
-    (["--PROTOCOL=fast"], "PROTOCOL must be"),
-    (["--STEPS=5"], "STEPS must be None, a list of step names"),
-    (["--SETTINGS={'BOOTSTRAP': 'x'}"], "BOOTSTRAP must be an int >= 0"),  # (before any step's work)
-    (["--MODELS=[]"], "MODELS is empty"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--STEPS=['nope']"], "unknown step 'nope'"),
+        (["--STEPS=make_base"], "make_base, which runs only on COCO data"),
+        (["--SETTINGS={'NOPE': 1}"], "no step has a setting 'NOPE'"),
+        (["--SETTINGS={'PROTOCOL': 'reference'}"], "use --PROTOCOL"),
+        (["--SETTINGS={'INPUT_JSONL': 'x.jsonl'}"], "run_all sets it"),
+        (["--DATA=both"], "DATA must be"),
+        (["--PROTOCOL=fast"], "PROTOCOL must be"),
+        (["--STEPS=5"], "STEPS must be None, a list of step names"),
+        (["--SETTINGS={'BOOTSTRAP': 'x'}"], "BOOTSTRAP must be an int >= 0"),  # (before any step's work)
+        (["--MODELS=[]"], "MODELS is empty"),
+    ],
+)
 def test_bad_settings_are_errors(tmp_path, args, message):
     proc = run_script("run_all.py", "--DATA=demo", "--DRY_RUN=True", *args, check=False)
     assert proc.returncode == 2 and message in proc.stderr
@@ -241,11 +281,14 @@ def test_bad_settings_are_errors(tmp_path, args, message):
 
 # --- COCO mode ---------------------------------------------------------------
 
+
 def make_coco(tmp_path, images=True):
     """A tiny COCO layout: 3 images with 5 captions, 1 with 4; the run_all settings that point at it."""
     records = [json.loads(line) for line in open(os.path.join(FIXTURES, "lgip_fixture_base.jsonl"))][:4]
-    coco = {"images": [{"id": r["image_id"], "file_name": os.path.basename(r["image_path"])} for r in records],
-            "annotations": []}
+    coco = {
+        "images": [{"id": r["image_id"], "file_name": os.path.basename(r["image_path"])} for r in records],
+        "annotations": [],
+    }
     for r in records:
         captions = r["orig_captions"][:4] if r is records[-1] else r["orig_captions"]
         for c in captions:
@@ -256,10 +299,12 @@ def make_coco(tmp_path, images=True):
         (tmp_path / "train2017" / "train2017").mkdir(parents=True)
         for img in coco["images"]:
             shutil.copy(os.path.join(FIXTURES, "images", img["file_name"]), tmp_path / "train2017" / "train2017")
-    return [f"--ANNOTATIONS_JSON={tmp_path / 'annotations' / 'captions_train2017.json'}",
-            f"--IMAGE_DIR={tmp_path / 'train2017' / 'train2017'}",
-            f"--BASE_JSONL={tmp_path / 'lgip_coco_native5_train2017.jsonl'}",
-            f"--DEMO_JSONL={tmp_path / 'no_demo.jsonl'}"]
+    return [
+        f"--ANNOTATIONS_JSON={tmp_path / 'annotations' / 'captions_train2017.json'}",
+        f"--IMAGE_DIR={tmp_path / 'train2017' / 'train2017'}",
+        f"--BASE_JSONL={tmp_path / 'lgip_coco_native5_train2017.jsonl'}",
+        f"--DEMO_JSONL={tmp_path / 'no_demo.jsonl'}",
+    ]
 
 
 def test_coco_mode_builds_the_base_then_runs(tmp_path):
@@ -269,8 +314,11 @@ def test_coco_mode_builds_the_base_then_runs(tmp_path):
     assert "data: COCO" in proc.stdout and re.search(r"^\[1/4\] make_base  done in", proc.stdout, re.M)
     base = [json.loads(line) for line in open(tmp_path / "lgip_coco_native5_train2017.jsonl")]
     assert [r["image_path"] for r in base] == [f"train2017/train2017/00000000000{i}.jpg" for i in (1, 2, 3)]
-    for name in ("lgip_coco_native5_train2017_with_perturb.jsonl", "lgip_coco_native5_train2017_with_fliptypes.jsonl",
-                 "rebuttal_enhanced_lgip_coco_native5_train2017_with_fliptypes.jsonl"):
+    for name in (
+        "lgip_coco_native5_train2017_with_perturb.jsonl",
+        "lgip_coco_native5_train2017_with_fliptypes.jsonl",
+        "rebuttal_enhanced_lgip_coco_native5_train2017_with_fliptypes.jsonl",
+    ):
         assert (tmp_path / name).is_file(), name
     assert all(ran(proc, step) for step in GENERATORS)
 
@@ -281,7 +329,9 @@ def test_coco_mode_builds_the_base_then_runs(tmp_path):
     assert would_run(dry, "make_base", "captions_train2017.json is newer")
     assert all(would_run(dry, step, "would be rewritten") for step in GENERATORS)
     cmd = commands(dry)["run_lgip_multi"]  # COCO: the nine published models by default
-    assert all(f"'{m}'" in cmd for m in ("openclip_ViT-H-14_laion2b_s32b_b79k", "siglip2_google_siglip2-base-patch16-224"))
+    assert all(
+        f"'{m}'" in cmd for m in ("openclip_ViT-H-14_laion2b_s32b_b79k", "siglip2_google_siglip2-base-patch16-224")
+    )
 
     os.remove(tmp_path / "annotations" / "captions_train2017.json")  # the base alone is enough
     dry = run_script("run_all.py", *args, steps, "--DRY_RUN=True")
@@ -306,16 +356,24 @@ def test_without_the_default_weights_the_demo_runs_with_the_demo_model_and_says_
     the user names stays an error, before any step."""
     folder = demo_inputs(tmp_path / "demo")  # (its inputs only: never what a run left in demo/)
     offline = {"HF_HOME": str(tmp_path / "empty_hf"), "HF_HUB_OFFLINE": "1"}
-    args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", f"--ANNOTATIONS_JSON={tmp_path / 'none.json'}",
-            f"--BASE_JSONL={tmp_path / 'none.jsonl'}"]
+    args = [
+        f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}",
+        f"--ANNOTATIONS_JSON={tmp_path / 'none.json'}",
+        f"--BASE_JSONL={tmp_path / 'none.jsonl'}",
+    ]
     dry = run_script("run_all.py", *args, "--DRY_RUN=True", env=offline)
     assert dry.stdout.count("cannot be had here") == 1 and dry.stdout.count("huggingface-cli download") == 1
     assert "runs the bundled demo instead" in dry.stdout and "knows nothing" in dry.stdout
     for step in EVALUATIONS + EXPLAIN:
         assert "'demo_tiny_random'" in commands(dry)[step] and "ViT-B-16" not in commands(dry)[step]
     assert "note: Demo run: synthetic images (not COCO photographs) and a tiny random-init model" in dry.stdout
-    named = run_script("run_all.py", *args, "--MODELS=openclip_ViT-B-16_openai,siglip_google_siglip-base-patch16-224",
-                       env=offline, check=False)
+    named = run_script(
+        "run_all.py",
+        *args,
+        "--MODELS=openclip_ViT-B-16_openai,siglip_google_siglip-base-patch16-224",
+        env=offline,
+        check=False,
+    )
     assert named.returncode == 2 and "error: cannot run, nothing was run" in named.stderr
     assert "2 of 2 models cannot be had" in named.stderr and named.stderr.count("huggingface-cli download") == 1
     assert "demo instead" not in named.stdout and "demo_tiny_random" not in named.stdout + named.stderr
@@ -328,13 +386,19 @@ def test_a_steps_setting_on_run_alls_command_line_says_where_it_goes():
     proc = run_script("run_all.py", "--BOOTSTRAPS=100", check=False)
     assert proc.returncode == 2 and proc.stderr.startswith(
         "error: unknown setting 'BOOTSTRAPS'; did you mean BOOTSTRAP, a step's setting? A step's setting goes in "
-        "SETTINGS: --SETTINGS=\"{'BOOTSTRAP': 100}\"; run_all's own valid settings: ANNOTATIONS_JSON, "), proc.stderr
+        "SETTINGS: --SETTINGS=\"{'BOOTSTRAP': 100}\"; run_all's own valid settings: ANNOTATIONS_JSON, "
+    ), proc.stderr
     proc = run_script("run_all.py", "--BOOTSTRAP=100", check=False)
-    assert proc.returncode == 2 and "unknown setting 'BOOTSTRAP'; BOOTSTRAP is a step's setting. A step's setting " \
-        "goes in SETTINGS: --SETTINGS=\"{'BOOTSTRAP': 100}\"" in proc.stderr, proc.stderr
+    assert (
+        proc.returncode == 2
+        and "unknown setting 'BOOTSTRAP'; BOOTSTRAP is a step's setting. A step's setting "
+        "goes in SETTINGS: --SETTINGS=\"{'BOOTSTRAP': 100}\""
+        in proc.stderr
+    ), proc.stderr
     proc = run_script("run_all.py", "--DRY_RUNN=True", check=False)
-    assert proc.returncode == 2 and proc.stderr.startswith("error: unknown setting 'DRY_RUNN' (did you mean DRY_RUN?); "
-                                                           "valid settings: "), proc.stderr
+    assert proc.returncode == 2 and proc.stderr.startswith(
+        "error: unknown setting 'DRY_RUNN' (did you mean DRY_RUN?); valid settings: "
+    ), proc.stderr
     assert "SETTINGS" not in proc.stderr.split("valid settings:")[0]
 
 
@@ -348,23 +412,41 @@ def test_output_dir_takes_every_evaluations_outputs_and_the_report(tmp_path):
     proc = run_all(folder, *args)
     assert all(ran(proc, s) for s in steps), proc.stdout
     beside = sorted(os.listdir(folder))  # the inputs, the generators' outputs (the evaluations' inputs), their stamps
-    assert beside == ["images", "lgip_demo.jsonl"] + [f"lgip_demo_with_{k}.jsonl{m}" for k in ("fliptypes", "perturb")
-                                                       for m in ("", ".meta.json", ".run_all.meta.json")], beside
+    assert beside == ["images", "lgip_demo.jsonl"] + [
+        f"lgip_demo_with_{k}.jsonl{m}"
+        for k in ("fliptypes", "perturb")
+        for m in ("", ".meta.json", ".run_all.meta.json")
+    ], beside
     made = set(os.listdir(out))
-    assert {"lgip_demo_with_perturb__LGIP_ALL.metrics.json", "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
-            "lgip_demo_with_perturb__LGIP_tiny_openclip.scores.jsonl"} <= made, made
+    assert {
+        "lgip_demo_with_perturb__LGIP_ALL.metrics.json",
+        "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
+        "lgip_demo_with_perturb__LGIP_tiny_openclip.scores.jsonl",
+    } <= made, made
     rows = json.load(open(out / "lgip_demo_with_perturb__LGIP_ALL.metrics.json"))
     assert rows[0]["run"]["config"]["OUTPUT_DIR"] == str(out)
     if HAVE_REPORT:
-        assert "lgip_demo__LGIP_report.html" in made and f"report: open {out / 'lgip_demo__LGIP_report.html'}" in proc.stdout
+        assert (
+            "lgip_demo__LGIP_report.html" in made
+            and f"report: open {out / 'lgip_demo__LGIP_report.html'}" in proc.stdout
+        )
     again = run_all(folder, *args)
     assert all(skipped(again, s) for s in steps[2:]), again.stdout
 
 
 def _steps_as(folder, mode, *args):
-    return run_script("run_all.py", f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo",
-                      f"--MODELS={TINY_MODELS[:1]!r}", "--DEVICE=cpu", "--NUM_WORKERS=0", f"--STEP_START={mode}",
-                      "--STEPS=['diff_gen_caption', 'run_lgip_multi', 'report']", "--SETTINGS={'BOOTSTRAP': 50}", *args)
+    return run_script(
+        "run_all.py",
+        f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}",
+        "--DATA=demo",
+        f"--MODELS={TINY_MODELS[:1]!r}",
+        "--DEVICE=cpu",
+        "--NUM_WORKERS=0",
+        f"--STEP_START={mode}",
+        "--STEPS=['diff_gen_caption', 'run_lgip_multi', 'report']",
+        "--SETTINGS={'BOOTSTRAP': 50}",
+        *args,
+    )
 
 
 def test_steps_in_run_alls_process_write_what_new_processes_write(tmp_path):
@@ -373,14 +455,18 @@ def test_steps_in_run_alls_process_write_what_new_processes_write(tmp_path):
     the same outputs but for their times (benchmarks/compare_outputs.py)."""
     import subprocess
     import sys
+
     folder = demo_inputs(tmp_path / "demo")
     fresh = _steps_as(folder, "fresh")
     shutil.move(folder, tmp_path / "fresh")  # (its cache too: the second run computes everything again)
     demo_inputs(folder)
     here = _steps_as(folder, "process")
     assert "ran 3 of 3 steps" in fresh.stdout and "ran 3 of 3 steps" in here.stdout
-    compared = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "compare_outputs.py"),
-                               str(tmp_path / "fresh"), str(folder)], capture_output=True, text=True)
+    compared = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "compare_outputs.py"), str(tmp_path / "fresh"), str(folder)],
+        capture_output=True,
+        text=True,
+    )
     assert compared.returncode == 0 and " 0 differ" in compared.stdout, compared.stdout
 
 
@@ -393,17 +479,34 @@ def test_a_step_in_run_alls_process_stops_as_a_new_one_does_and_leaves_nothing(t
     import subprocess
     import sys
     import time
+
     folder = demo_inputs(tmp_path / "demo")
     spec = {"name": "slow", "type": "python", "loader": os.path.join(ROOT, "tests", "user_loaders.py") + ":slow"}
     # (SIGINT handled as in a terminal, even where the tests run in the background with it ignored)
-    code = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-            f"sys.argv = sys.argv[1:]; runpy.run_path({os.path.join(ROOT, 'run_all.py')!r}, run_name='__main__')")
-    proc = subprocess.Popen([sys.executable, "-c", code, "run_all.py", f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}",
-                             "--DATA=demo", f"--MODELS={[spec]!r}", "--DEVICE=cpu", "--NUM_WORKERS=0",
-                             "--STEPS=['diff_gen_caption', 'make_perturb_with_fliptypes', 'run_lgip_multi', "
-                             "'run_lgip_by_fliptype']", "--TEXT_BATCH_SIZE=4"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            start_new_session=True)
+    code = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.argv = sys.argv[1:]; runpy.run_path({os.path.join(ROOT, 'run_all.py')!r}, run_name='__main__')"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            code,
+            "run_all.py",
+            f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}",
+            "--DATA=demo",
+            f"--MODELS={[spec]!r}",
+            "--DEVICE=cpu",
+            "--NUM_WORKERS=0",
+            "--STEPS=['diff_gen_caption', 'make_perturb_with_fliptypes', 'run_lgip_multi', 'run_lgip_by_fliptype']",
+            "--TEXT_BATCH_SIZE=4",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line)

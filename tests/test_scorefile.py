@@ -1,6 +1,7 @@
 """The per-pair score files (lgip/scorefile.py): they reproduce the metrics; their lines equal one
 dict per caption dumped as first written; labels need a value per pair; later models reuse the
 layout; rounded similarities written as round() and repr() write them."""
+
 import json
 
 import numpy as np
@@ -42,8 +43,14 @@ class _DictSidecar:
             k, i = pairs.rec[n], pairs.cap[n]
             if (k, i) not in self.rows:
                 line, rec = self.records[k]
-                self.rows[(k, i)] = {"line": line, "image_id": rec.get("image_id"), "image_path": rec["image_path"],
-                                     "caption_index": i, "caption": rec["orig_captions"][i], "sim": None}
+                self.rows[(k, i)] = {
+                    "line": line,
+                    "image_id": rec.get("image_id"),
+                    "image_path": rec["image_path"],
+                    "caption_index": i,
+                    "caption": rec["orig_captions"][i],
+                    "sim": None,
+                }
             row = self.rows[(k, i)]
             row["sim"] = round(float(pairs.base_sim[n]), 6)
             item = {"text": pairs.text[n], "sim": round(float(pairs.sim[n]), 6)}
@@ -56,8 +63,17 @@ class _DictSidecar:
 
 def _score_groups(rng):
     """Records and three scored groups: out of record order, quotes, non-ASCII, NaN, None labels."""
-    records = [(k + 3, {"image_id": k if k % 3 else f"id-{k}", "image_path": f"images/{k}.jpg",
-                        "orig_captions": [f'caption {k}.{i} "quoted" \\ café ☃' for i in range(5)]}) for k in range(60)]
+    records = [
+        (
+            k + 3,
+            {
+                "image_id": k if k % 3 else f"id-{k}",
+                "image_path": f"images/{k}.jpg",
+                "orig_captions": [f'caption {k}.{i} "quoted" \\ café ☃' for i in range(5)],
+            },
+        )
+        for k in range(60)
+    ]
     para, flips, combined = Pairs(), Pairs(), Pairs()
     for k in rng.permutation(60):  # pairs of a group out of record order, some captions without a group
         for i in range(5):
@@ -87,7 +103,9 @@ def test_score_file_lines_equal_one_dict_per_caption(tmp_path):
         sidecar.add("flips", flips, type=flip_types, n=list(range(len(flips))))
         sidecar.add("combined", combined, type=combined.label, strength=strength)
         files.append(list(sidecar.lines()))
-    assert files[0] == files[1] and len(files[0]) == len({(k, i) for p in (para, flips, combined) for k, i in zip(p.rec, p.cap)})
+    assert files[0] == files[1] and len(files[0]) == len(
+        {(k, i) for p in (para, flips, combined) for k, i in zip(p.rec, p.cap)}
+    )
     path = ScoreSidecar(records)
     path.add("flips", flips, type=flip_types)
     written = path.write(tmp_path / "s.jsonl")
@@ -112,6 +130,7 @@ def test_score_labels_need_a_value_per_pair():
 def _rescored(pairs, rng):
     """A later model's copy of the pairs (ModelRun.pairs: the same lists), with its own similarities."""
     import copy
+
     out = copy.copy(pairs)
     base = {}
     out.base_sim = np.array([base.setdefault(key, rng.normal()) for key in zip(pairs.rec, pairs.cap)])
@@ -132,8 +151,12 @@ def test_later_models_score_files_reuse_the_layout_and_equal_a_fresh_one():
         files = []
         for sidecar, per_model in ((_DictSidecar(records), lambda v: v), (ScoreSidecar(records), PerModel)):
             sidecar.add("paraphrases", p, kind=p.label)
-            sidecar.add("flips", sub, type=[labels[j] for j in range(len(f)) if j % 3], strength=per_model(strength), n=sub.cap)
-            sidecar.add("combined", c, strength=per_model(-strength[:len(c)] * 1e-7), last=per_model(strength[:len(c)]))
+            sidecar.add(
+                "flips", sub, type=[labels[j] for j in range(len(f)) if j % 3], strength=per_model(strength), n=sub.cap
+            )
+            sidecar.add(
+                "combined", c, strength=per_model(-strength[: len(c)] * 1e-7), last=per_model(strength[: len(c)])
+            )
             files.append(list(sidecar.lines()))
         assert files[0] == files[1]
         layouts.append(_SCORE_LAYOUT[1])
@@ -149,10 +172,23 @@ def test_later_models_score_files_reuse_the_layout_and_equal_a_fresh_one():
 
 def test_rounded_similarities_are_written_as_round_and_repr_write_them():
     rng = np.random.default_rng(11)
-    ties = (rng.integers(-10 ** 6, 10 ** 6, size=20000) + 0.5) / 1e6  # x.xxxxxx5: round half to even, on the binary value
-    edges = np.array([0.0, -0.0, 2e-4, -2e-4, 1e-4, 5e-7, -5e-7, 0.99, -0.99, 0.9999995, 1.0, -1.0, 1.5, np.nan, np.inf, -np.inf])
-    values = np.concatenate([rng.normal(0.2, 0.15, 50000), rng.normal(size=20000) * 10.0 ** rng.integers(-9, 3, size=20000),
-                             ties, np.nextafter(ties, 2), np.nextafter(ties, -2), edges, np.nextafter(edges, 2),
-                             np.nextafter(edges, -2)])
+    ties = (rng.integers(-(10**6), 10**6, size=20000) + 0.5) / 1e6  # x.xxxxxx5: round half to even, on the binary value
+    edges = np.array(
+        [0.0, -0.0, 2e-4, -2e-4, 1e-4, 5e-7, -5e-7, 0.99, -0.99, 0.9999995, 1.0, -1.0, 1.5, np.nan, np.inf, -np.inf]
+    )
+    values = np.concatenate(
+        [
+            rng.normal(0.2, 0.15, 50000),
+            rng.normal(size=20000) * 10.0 ** rng.integers(-9, 3, size=20000),
+            ties,
+            np.nextafter(ties, 2),
+            np.nextafter(ties, -2),
+            edges,
+            np.nextafter(edges, 2),
+            np.nextafter(edges, -2),
+        ]
+    )
     assert _rounded_json(values) == _json_values(_rounded(values))
-    assert _rounded_json(np.clip(values, -1e30, 1e30).astype(np.float32)) == _json_values(_rounded(np.clip(values, -1e30, 1e30).astype(np.float32)))
+    assert _rounded_json(np.clip(values, -1e30, 1e30).astype(np.float32)) == _json_values(
+        _rounded(np.clip(values, -1e30, 1e30).astype(np.float32))
+    )

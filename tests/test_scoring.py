@@ -1,6 +1,7 @@
 """Pairs, means and bootstrap intervals (lgip/scoring.py): intervals that contain their estimate,
 narrow with more images, are seeded and share their draws within a budget; a headline metric's
 interval in every metrics file; pairs and their subsets; the flip type of a pair (lgip/method.py)."""
+
 import json
 
 import numpy as np
@@ -102,6 +103,7 @@ def test_ci_draws_kept_within_their_budget(monkeypatch):
 
 def test_pairs_subsets_of_the_run_share_their_lists():
     import copy
+
     pairs = Pairs()
     for k in range(5):
         pairs.add(k, 0, 0, [1, 2], [f"a{k}", f"b{k}"], "x")
@@ -116,6 +118,12 @@ def test_pairs_need_a_slot_per_text():
     pairs = Pairs()
     pairs.add(4, 1, 9, [10, 11], ["a", "b"], "same_caps")
     assert (pairs.rec, pairs.cap, pairs.base_slot, pairs.slot, pairs.text, pairs.label) == (
-        [4, 4], [1, 1], [9, 9], [10, 11], ["a", "b"], ["same_caps"] * 2)
+        [4, 4],
+        [1, 1],
+        [9, 9],
+        [10, 11],
+        ["a", "b"],
+        ["same_caps"] * 2,
+    )
     with pytest.raises(ValueError, match="2 slots for 3 texts"):
         pairs.add(4, 1, 9, [10, 11], ["a", "b", "c"], "same_caps")

@@ -1,5 +1,6 @@
 """The house (README "How it is built"): no import cycle among the project's modules, the root
 holding the user's scripts only, and the scripts short enough to read as recipes."""
+
 import ast
 import os
 import subprocess
@@ -7,12 +8,30 @@ import subprocess
 from conftest import ROOT
 
 # What the project root may hold, besides folders: the user's pipeline and its shared face.
-USER_SCRIPTS = {"common.py", "diff_gen_caption.py", "explain_flips.py", "make_base_jsonl.py",
-                "make_perturb_with_fliptypes.py", "rebuttal_enhanced_lgip_by_transformation.py",
-                "rebuttal_enhanced_perturb_with_fliptypes.py", "report.py", "run_all.py", "run_lgip_by_fliptype.py",
-                "run_lgip_multi.py", "run_lgip_retrieval.py", "siglip_sanity_check.py", "import_benchmark.py",
-                "run_lgip_images.py"}
-OTHER_FILES = {"README.md", "requirements.txt", "LICENSE", ".gitignore", "pyproject.toml"}  # (pyproject: the editable install)
+USER_SCRIPTS = {
+    "common.py",
+    "diff_gen_caption.py",
+    "explain_flips.py",
+    "make_base_jsonl.py",
+    "make_perturb_with_fliptypes.py",
+    "rebuttal_enhanced_lgip_by_transformation.py",
+    "rebuttal_enhanced_perturb_with_fliptypes.py",
+    "report.py",
+    "run_all.py",
+    "run_lgip_by_fliptype.py",
+    "run_lgip_multi.py",
+    "run_lgip_retrieval.py",
+    "siglip_sanity_check.py",
+    "import_benchmark.py",
+    "run_lgip_images.py",
+}
+OTHER_FILES = {
+    "README.md",
+    "requirements.txt",
+    "LICENSE",
+    ".gitignore",
+    "pyproject.toml",
+}  # (pyproject: the editable install)
 RECIPE_LINES = 150  # a script that is a recipe over the package fits in about this many lines
 RECIPES = ["explain_flips.py", "make_base_jsonl.py", "run_lgip_images.py"]
 
@@ -25,7 +44,7 @@ def project_modules():
             if f.endswith(".py"):
                 path = os.path.join(folder, f)
                 name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
-                mods[name[:-len(".__init__")] if name.endswith(".__init__") else name] = path
+                mods[name[: -len(".__init__")] if name.endswith(".__init__") else name] = path
     return mods
 
 
@@ -39,7 +58,7 @@ def imports(name, path, mods):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = package.split(".")
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
@@ -65,11 +84,12 @@ def test_no_import_cycle_among_the_projects_modules():
         stack.append(n)
         for m in sorted(graph[n]):
             if state.get(m) == "open":
-                cycles.append(" -> ".join(stack[stack.index(m):] + [m]))
+                cycles.append(" -> ".join(stack[stack.index(m) :] + [m]))
             elif m not in state:
                 visit(m, stack)
         stack.pop()
         state[n] = "done"
+
     for n in sorted(graph):
         if n not in state:
             visit(n, [])
@@ -89,7 +109,9 @@ def test_the_root_lists_the_users_pipeline_only():
 
 
 def test_scripts_read_as_recipes():
-    long = {s: n for s in RECIPES if (n := len(open(os.path.join(ROOT, s), encoding="utf-8").readlines())) > RECIPE_LINES}
+    long = {
+        s: n for s in RECIPES if (n := len(open(os.path.join(ROOT, s), encoding="utf-8").readlines())) > RECIPE_LINES
+    }
     assert not long, f"scripts over {RECIPE_LINES} lines (machinery belongs in lgip/): {long}"
 
 
@@ -99,7 +121,10 @@ MODULE_LINES = 600  # a module of lgip/ holds one concern: about this many lines
 def test_no_module_of_the_package_passes_600_lines():
     """Each module of lgip/ fits its concern in about MODULE_LINES lines; one that grows past is two
     concerns (split it by what it holds, as lgip/report's modules are)."""
-    long = {os.path.relpath(p, ROOT): n for p in project_modules().values()
-            if (n := len(open(p, encoding="utf-8").readlines())) > MODULE_LINES}
+    long = {
+        os.path.relpath(p, ROOT): n
+        for p in project_modules().values()
+        if (n := len(open(p, encoding="utf-8").readlines())) > MODULE_LINES
+    }
     assert not long, f"modules of lgip/ over {MODULE_LINES} lines: {long}"
     assert len(project_modules()) > 40  # (the walk saw the package)

@@ -2,6 +2,7 @@
 batches and uploads, the "auto" text batch, token tables shared by models that tokenize alike
 (lgip/tokens.py), CLIP token ids fast (lgip/models/clip_tokenizer.py), parallel tokenization, prefix-tree
 packs (lgip/models/prefix_packs.py), and the calls a run's models share."""
+
 import glob
 import os
 
@@ -42,8 +43,9 @@ def test_batches_group_by_padding_then_exact_length(enc):
     keys = [(t, None) for t in TEXTS] + [(TEXTS[0], 20), (TEXTS[1], 20), (TEXTS[2], 16), (TEXTS[3], 20)]
     todo = list(range(len(keys)))
     batches, texts_of = bank._batches(todo, keys, tokens, 2)
-    expected = sorted(todo, key=lambda k: ((0, keys[k][1]) if keys[k][1] else (1, lengths[keys[k][0]]),
-                                           lengths[keys[k][0]]))
+    expected = sorted(
+        todo, key=lambda k: ((0, keys[k][1]) if keys[k][1] else (1, lengths[keys[k][0]]), lengths[keys[k][0]])
+    )
     assert [k for b in batches for k in b] == expected and all(len(b) <= 2 for b in batches)
     for b, (rows, pad) in zip(batches, texts_of):
         assert len({keys[k][1] or lengths[keys[k][0]] for k in b}) == 1
@@ -60,7 +62,7 @@ def test_token_ids_uploaded_in_groups_keep_every_batch(enc):
     bank._tokenize(TEXTS, tokens)
     keys = [(t, None) for t in TEXTS]
     batches, texts_of = bank._batches(list(range(len(keys))), keys, tokens, 2)
-    for max_tokens in (1, 5, 10 ** 6):  # a group per batch, a few batches per group, one group
+    for max_tokens in (1, 5, 10**6):  # a group per batch, a few batches per group, one group
         out = list(bank._on_device(batches, texts_of, tokens, max_tokens=max_tokens))
         assert [b for b, _ in out] == batches
         for (b, (ids, exact)), (rows, pad) in zip(out, texts_of):
@@ -73,6 +75,7 @@ def test_models_that_tokenize_alike_share_one_token_table(enc):
     """Two open_clip models with one tokenizer: the second reuses the first's token ids (its own
     tokenizer is never called) and gets the same embeddings; SigLIP tokenizes otherwise."""
     from conftest import SIGLIP_TINY
+
     forget_token_tables()
     twin = load_model(dict(OPENCLIP_TINY, name="twin"), "corrected", "cpu")
     assert twin.tokenizer_key == enc.tokenizer_key
@@ -97,31 +100,48 @@ def test_openclip_tokenize_keeps_texts_whole_through_id_zero(enc):
     Tokens run to EOT (where the tower pools), equal open_clip's own padded rows, and the cut
     embedding equals the model's encode_text on the full 77-token row."""
     import open_clip
-    tricky = ['a sign saying "stop!".', "x !(", "A café — naïve “quotes” &amp; 3½", " ".join(["word"] * 90), "dog"]
+
+    tricky = [
+        'a sign saying "stop!".',
+        "x !(",
+        "A café — naïve “quotes” &amp; 3½",
+        " ".join(["word"] * 90),
+        "dog",
+    ]
     tok = open_clip.get_tokenizer("local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny"))
     full = tok(tricky)
     ids = enc.tokenize(tricky)
     assert 0 in ids[0][1:-1]
     for row, cut in zip(full, ids):
-        assert cut == row[:len(cut)].tolist() and not row[len(cut):].any() and cut[-1] == tok.eot_token_id
+        assert cut == row[: len(cut)].tolist() and not row[len(cut) :].any() and cut[-1] == tok.eot_token_id
     assert len(ids[3]) == enc.context_length
     with torch.no_grad():
         want = torch.nn.functional.normalize(enc.model.encode_text(full[:1]).float(), dim=-1)
     torch.testing.assert_close(enc.encode_tokens(torch.tensor(ids[:1])), want, atol=1e-5, rtol=0)
 
 
-PREFIX_TEXTS = ["a photo of a dog.", "a photo of a dog on a mat.", "a photo of a cat.", "A photo of a dog.",
-                "a photo of", "dog", "In this image, a dog.", "In this image, two dogs.", "a photo of a red bus",
-                "a photo of a blue bus", 'a sign saying "stop!" twice', "a photo of a dog. <end_of_text> ignored",
-                "A very long caption about two white dogs and one person walking on the beach near a pier " * 6]
+PREFIX_TEXTS = [
+    "a photo of a dog.",
+    "a photo of a dog on a mat.",
+    "a photo of a cat.",
+    "A photo of a dog.",
+    "a photo of",
+    "dog",
+    "In this image, a dog.",
+    "In this image, two dogs.",
+    "a photo of a red bus",
+    "a photo of a blue bus",
+    'a sign saying "stop!" twice',
+    "a photo of a dog. <end_of_text> ignored",
+    "A very long caption about two white dogs and one person walking on the beach near a pier " * 6,
+]
 
 
 def _plan(enc, texts, size, packs_per_batch):
     tokens = TokenTable()
     tokens.add(texts, *_pack(enc.tokenize(texts)))
     flat, starts, lengths = tokens.packed()
-    return tokens, PrefixPacks(flat, starts, lengths, np.arange(len(texts)), size=size,
-                                      packs_per_batch=packs_per_batch)
+    return tokens, PrefixPacks(flat, starts, lengths, np.arange(len(texts)), size=size, packs_per_batch=packs_per_batch)
 
 
 @pytest.mark.parametrize("size,packs_per_batch", [(77, 1), (80, 3), (256, 4)])
@@ -137,7 +157,7 @@ def test_prefix_packs_hold_every_text_once_and_share_only_true_prefixes(enc, siz
         pack_of = np.repeat(np.arange(eot.shape[0]), eot.shape[1])[slot]
         for t, (text_pos, g) in enumerate(zip(where.tolist(), pack_of.tolist())):
             want = tokens.ids(PREFIX_TEXTS[text_pos]).tolist()
-            nodes = path[t, :len(want)]
+            nodes = path[t, : len(want)]
             assert tok[g, nodes].tolist() == want and pos[g, nodes].tolist() == list(range(len(want)))
             assert eot.ravel()[slot[t]] == nodes[-1]
             # each node's creator has the same prefix up to that node
@@ -154,6 +174,7 @@ def test_prefix_packs_give_open_clip_embeddings(enc, size, packs_per_batch):
     """encode_packs equals open_clip's own encode_text (77 padded tokens) to 1e-6, however the
     texts fall into packs and batches."""
     import open_clip
+
     tok = open_clip.get_tokenizer("local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny"))
     with torch.no_grad():
         want = torch.nn.functional.normalize(enc.model.encode_text(tok(PREFIX_TEXTS)).float(), dim=-1)
@@ -168,6 +189,7 @@ def test_text_bank_shares_prefixes_and_counts_positions(enc):
     """A TextBank over an open_clip tower packs its texts: the same embeddings as exact-length
     batches (1e-6), fewer positions computed than the texts hold, both reported; uploads in
     groups keep every batch whole."""
+
     def run(packs, max_ints=1 << 23):
         saved = enc.encode_packs
         enc.encode_packs = packs
@@ -181,6 +203,7 @@ def test_text_bank_shares_prefixes_and_counts_positions(enc):
             enc.encode_packs = saved
             TextBank._packs_on_device = real
         return emb[rows[slots]], bank.positions
+
     plain, plain_pos = run(None)
     for max_ints in (1, 1 << 23):
         packed, pos = run(enc.encode_packs, max_ints)
@@ -201,6 +224,7 @@ def test_a_literal_end_of_text_in_a_caption_pools_where_open_clip_does(enc, tmp_
     first EOT (argmax), so the project's tokens stop there, in every path; the text cache keys
     carry the tokenization's tag, so caches from before these fixes are never reused."""
     import open_clip
+
     tok = open_clip.get_tokenizer("local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny"))
     texts = ["a dog <end_of_text> on grass", "a cat <end_of_text> on mats", "a dog"]
     with torch.no_grad():
@@ -212,6 +236,7 @@ def test_a_literal_end_of_text_in_a_caption_pools_where_open_clip_does(enc, tmp_
     emb, rows = bank.encode(batch_size=8, cache=cache)
     torch.testing.assert_close(emb[rows[slots]], want, atol=1e-6, rtol=0)
     import json
+
     keys = [k for c in glob.glob(os.path.join(cache.dir, "text-*.npz")) for k in json.loads(bytes(np.load(c)["keys"]))]
     assert keys and all(k.startswith("eot2|") for k in keys)
 
@@ -241,12 +266,22 @@ def test_models_of_a_run_share_its_calls_and_what_derives_from_them(tmp_path, mo
     import shutil
     import run_lgip_multi
     from conftest import REFERENCE, SIGLIP_TINY
+
     spec = OPENCLIP_TINY if family == "openclip" else SIGLIP_TINY
     jsonl = tmp_path / "fixture_with_perturb.jsonl"
     shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), jsonl)
     monkeypatch.setattr(run_lgip_multi, "JSONL_PATH", str(jsonl))
-    config = {"JSONL_PATH": str(jsonl), "IMAGE_ROOT": FIXTURES, "PROTOCOL": protocol, "DEVICE": "cpu",
-              "DTYPE": "fp32", "IMAGE_BATCH_SIZE": 4, "TEXT_BATCH_SIZE": 16, "NUM_WORKERS": 0, "CACHE_DIR": None}
+    config = {
+        "JSONL_PATH": str(jsonl),
+        "IMAGE_ROOT": FIXTURES,
+        "PROTOCOL": protocol,
+        "DEVICE": "cpu",
+        "DTYPE": "fp32",
+        "IMAGE_BATCH_SIZE": 4,
+        "TEXT_BATCH_SIZE": 16,
+        "NUM_WORKERS": 0,
+        "CACHE_DIR": None,
+    }
     records = load_records(str(jsonl), ("same_caps", "diff_caps"))
     twin = dict(spec, name="twin")
     built, tokenized = [], []
@@ -276,18 +311,34 @@ def test_fast_clip_encode_gives_open_clips_ids():
     SimpleTokenizer.encode on random texts, plain or not; other texts take encode itself."""
     import random
     import open_clip
+
     tokenizer = open_clip.tokenizer.SimpleTokenizer()
     fast = _fast_clip_encode(tokenizer)
     rng = random.Random(0)
-    plain = "".join(chr(c) for c in range(0x20, 0x7f) if chr(c) != "&")
+    plain = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "&")
     words = ["a", "photo", "of", "Dog", "DOGS", "isn't", "<end_of_text>", "<start_of_text>", "10:45", "x" * 40]
     texts = []
     for _ in range(3000):
-        parts = [rng.choice(words) if rng.random() < 0.5 else "".join(rng.choice(plain) for _ in range(rng.randint(0, 12)))
-                 for _ in range(rng.randint(0, 8))]
+        parts = [
+            rng.choice(words) if rng.random() < 0.5 else "".join(rng.choice(plain) for _ in range(rng.randint(0, 12)))
+            for _ in range(rng.randint(0, 8))
+        ]
         texts.append((rng.choice([" ", "  ", ""])).join(parts))
-    others = ["a &amp; b", "caf\u00e9 &lt;3", "tab\there", "new\nline", "cr\r\nlf", "\u201cquoted\u201d", "\x1b[31mred",
-              "ﬁne ligature", "ｆｕｌｌ width", "mojibake Ã©", "nul\x00byte", "  &  ", "&#39;s"]
+    others = [
+        "a &amp; b",
+        "caf\u00e9 &lt;3",
+        "tab\there",
+        "new\nline",
+        "cr\r\nlf",
+        "\u201cquoted\u201d",
+        "\x1b[31mred",
+        "ﬁne ligature",
+        "ｆｕｌｌ width",
+        "mojibake Ã©",
+        "nul\x00byte",
+        "  &  ",
+        "&#39;s",
+    ]
     assert [fast(t) for t in texts + others] == [tokenizer.encode(t) for t in texts + others]
     calls = []
     real = tokenizer.encode

@@ -2,6 +2,7 @@
 made offline from their configs, read back as a Hub id would be, and run: LLaVA's chat template
 renders [user: image, prompt; assistant: caption], its tokens carry one BOS and the image's tokens,
 and the fast tokenizer's offsets find the caption's tokens; BLIP's matching head scores a pair."""
+
 import os
 
 import torch
@@ -20,10 +21,13 @@ def _image():
 
 def test_a_tiny_llava_builds_offline_and_scores_a_caption_through_its_chat_template(tmp_path):
     from transformers import AutoModelForImageTextToText, AutoProcessor
+
     folder = tiny_llava(tmp_path / "llava")
     model, processor = AutoModelForImageTextToText.from_pretrained(folder).eval(), AutoProcessor.from_pretrained(folder)
-    conversation = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe the image."}]},
-                    {"role": "assistant", "content": [{"type": "text", "text": CAPTION}]}]
+    conversation = [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe the image."}]},
+        {"role": "assistant", "content": [{"type": "text", "text": CAPTION}]},
+    ]
     text = processor.apply_chat_template(conversation)
     assert text == f"USER: <image>\nDescribe the image. ASSISTANT: {CAPTION}</s>"
     inputs = processor(images=_image(), text=text, return_tensors="pt")
@@ -45,10 +49,12 @@ def test_a_tiny_llava_builds_offline_and_scores_a_caption_through_its_chat_templ
 
 def test_a_tiny_blip_matching_head_scores_a_pair(tmp_path):
     from transformers import AutoProcessor, BlipForImageTextRetrieval
+
     folder = tiny_blip_itm(tmp_path / "blip")
     model, processor = BlipForImageTextRetrieval.from_pretrained(folder).eval(), AutoProcessor.from_pretrained(folder)
-    inputs = processor(images=[_image(), _image()], text=[CAPTION, "two dogs on the beach"], return_tensors="pt",
-                       padding=True)
+    inputs = processor(
+        images=[_image(), _image()], text=[CAPTION, "two dogs on the beach"], return_tensors="pt", padding=True
+    )
     assert processor.tokenizer.unk_token_id not in inputs["input_ids"][0].tolist()  # (the captions' words are known)
     with torch.no_grad():
         scores = model(**inputs, use_itm_head=True).itm_score

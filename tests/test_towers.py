@@ -2,6 +2,7 @@
 text batches cut to their longest text (CLIP and CustomTextCLIP), the last block for the pooled
 position or the class token only, SigLIP's last layer for its pooled position only (and the
 load-time check that drops it when it disagrees)."""
+
 import json
 import os
 
@@ -19,6 +20,7 @@ from conftest import FIXTURES, OPENCLIP_TINY, SIGLIP_TINY, TEXTS, UNEVEN_TEXTS
 def test_openclip_cut_to_longest_equals_full_context(openclip_tiny):
     """Causal mask + EOT pooling: cutting a batch to its longest text changes no embedding."""
     import open_clip
+
     enc = openclip_tiny
     full = open_clip.get_tokenizer(OPENCLIP_TINY["model_name"])(UNEVEN_TEXTS)  # padded to 77, as published
     with torch.no_grad():
@@ -28,7 +30,7 @@ def test_openclip_cut_to_longest_equals_full_context(openclip_tiny):
     assert enc.info["text_trimmed"] and enc.pad_length([5, 9]) is None and longest < 77
     cut = torch.zeros(len(UNEVEN_TEXTS), longest, dtype=torch.long)  # mixed lengths, cut to the longest
     for r, t in enumerate(tokens):
-        cut[r, :len(t)] = torch.tensor(t)
+        cut[r, : len(t)] = torch.tensor(t)
     torch.testing.assert_close(enc.encode_tokens(cut), expected, atol=1e-6, rtol=0)
     bank = TextBank(enc)  # the bank's own batches (grouped by exact length) agree too
     slots = bank.add_call(UNEVEN_TEXTS)
@@ -40,15 +42,19 @@ def test_custom_text_tower_cut_too(tmp_path):
     """CustomTextCLIP (EVA02-L-14's "custom_text": true) has the same causal text tower in
     model.text: it is cut to the longest text as well, through the is_causal attention blocks."""
     import open_clip
+
     cfg = json.load(open(os.path.join(FIXTURES, "models", "openclip-tiny", "open_clip_config.json")))
     folder = tmp_path / "custom"
     folder.mkdir()
-    (folder / "open_clip_config.json").write_text(json.dumps(
-        dict(cfg, model_cfg=dict(cfg["model_cfg"], custom_text=True))))
+    (folder / "open_clip_config.json").write_text(
+        json.dumps(dict(cfg, model_cfg=dict(cfg["model_cfg"], custom_text=True)))
+    )
     torch.manual_seed(0)
     model = open_clip.create_model("local-dir:" + str(folder), pretrained=None)
     torch.save(model.state_dict(), folder / "open_clip_pytorch_model.bin")
-    enc = load_model({"name": "custom", "type": "openclip", "model_name": "local-dir:" + str(folder)}, "corrected", "cpu")
+    enc = load_model(
+        {"name": "custom", "type": "openclip", "model_name": "local-dir:" + str(folder)}, "corrected", "cpu"
+    )
     assert isinstance(enc.model, open_clip.CustomTextCLIP) and enc.info["text_trimmed"]
     assert _plain_blocks(enc.model.text.transformer) is not None
     full = open_clip.get_tokenizer("local-dir:" + str(folder))(UNEVEN_TEXTS)
@@ -65,6 +71,7 @@ def test_last_block_for_the_pooled_position_only(enc):
     position only and gives the full model's embeddings (77 padded tokens, open_clip's own
     encode_text) to 1e-6; the TextBank passes it for its exact-length batches."""
     import open_clip
+
     tok = open_clip.get_tokenizer("local-dir:" + os.path.join(FIXTURES, "models", "openclip-tiny"))
     same_length = ["a red bus", "a blue car", "two dogs run"]
     ids = enc.tokenize(same_length)
@@ -92,8 +99,11 @@ def test_image_last_block_for_the_class_token_only(enc):
     same embeddings as open_clip's encode_image (1e-6); towers pooling otherwise keep the full
     forward."""
     import copy
+
     size = enc.model.visual.image_size
-    x = torch.randn(3, 3, *(size if isinstance(size, tuple) else (size, size)), generator=torch.Generator().manual_seed(0))
+    x = torch.randn(
+        3, 3, *(size if isinstance(size, tuple) else (size, size)), generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         want = torch.nn.functional.normalize(enc.model.encode_image(x).float(), dim=-1)
     assert enc.info["image_last_block_class_token_only"]
@@ -116,9 +126,11 @@ def test_siglip_last_layer_for_the_pooled_position_only(protocol):
     for width in (max(map(len, ids)), 64):
         batch = torch.full((len(ids), width), sig.pad_id, dtype=torch.long)
         for r, row in enumerate(ids):
-            batch[r, :len(row)] = torch.tensor(row[:width])
+            batch[r, : len(row)] = torch.tensor(row[:width])
         with torch.no_grad():
-            want = torch.nn.functional.normalize(_as_features(sig.model.get_text_features(input_ids=batch)).float(), dim=-1)
+            want = torch.nn.functional.normalize(
+                _as_features(sig.model.get_text_features(input_ids=batch)).float(), dim=-1
+            )
         torch.testing.assert_close(sig.encode_tokens(batch), want, atol=1e-6, rtol=0)
     assert _siglip_text_tower(torch.nn.Linear(2, 2)) is None
 

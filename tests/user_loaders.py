@@ -1,6 +1,7 @@
 """Loaders of one's own, as a user writes them for `{"type": "python", "loader": "user_loaders.py:<function>"}`:
 the fixture's tiny open_clip model through open_clip's own functions, and loaders that go wrong
 in the ways the tests check (an exception in the user's code, a result of the wrong kind)."""
+
 import os
 
 import torch
@@ -10,6 +11,7 @@ TINY = "local-dir:" + os.path.join(os.path.dirname(os.path.abspath(__file__)), "
 
 def openclip_tiny(device="cpu", dtype=torch.float32, name=TINY):
     import open_clip
+
     model, _, preprocess = open_clip.create_model_and_transforms(name, device=device, precision="fp32")
     return model.to(dtype=dtype).eval(), preprocess, open_clip.get_tokenizer(name)
 
@@ -104,6 +106,7 @@ class _Slow(Wrapped):
 
     def encode_text(self, ids):
         import time
+
         time.sleep(0.3)
         print("encoded", len(ids), flush=True)
         return super().encode_text(ids)

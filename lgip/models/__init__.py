@@ -20,15 +20,30 @@ each importing only those above it (and lgip's own lower floor: errors, util, ac
                   (PUBLISHED_MODELS)
 
 The room for a new model family: a module here with its loader `(spec, protocol, device, dtype) ->
-Encoder`, and a line in each of registry's dicts. A loader that finds a model its type cannot
-evaluate raises lgip.errors.WrongModelType; the registry adds the valid types to the message.
+Encoder` and its record, `register(Family(...))` (families), imported by the registry. A loader that
+finds a model its type cannot evaluate raises lgip.errors.WrongModelType; the registry adds the valid
+types to the message.
 
     >>> from lgip.models import load_model
     >>> enc = load_model({"name": "b16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "openai"})
     >>> enc.encode_images(pixels), enc.encode_tokens(ids)
 """
-from .registry import (MODEL_FIELDS, MODEL_KEYS, MODEL_LOADERS, MODEL_PREPARERS, MODEL_SCORERS, PUBLISHED_MODELS,
-                       cacheable, key_encoder, load_model)
 
-__all__ = ["MODEL_FIELDS", "MODEL_KEYS", "MODEL_LOADERS", "MODEL_PREPARERS", "MODEL_SCORERS", "PUBLISHED_MODELS",
-           "cacheable", "key_encoder", "load_model"]
+from .families import FAMILIES, Family, family, register
+from .registry import (
+    PUBLISHED_MODELS,
+    cacheable,
+    key_encoder,
+    load_model,
+)
+
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "PUBLISHED_MODELS",
+    "cacheable",
+    "family",
+    "key_encoder",
+    "load_model",
+    "register",
+]

@@ -20,6 +20,7 @@ along the text) leaves every conversation to the processor (the image still proc
     >>> conv = Conversations(processor)
     >>> items = conv.items(image, [("Describe the image in one sentence.", "A red bus.")])   # [(inputs, positions)]
 """
+
 import copy
 
 _PROMPT, _ANSWER = "\u27e6lgip prompt\u27e7", "\u27e6lgip answer\u27e7"  # (stand-ins no caption holds)
@@ -72,6 +73,7 @@ class Conversations:
         """[(inputs, positions of the answer's tokens)] for each (prompt, answer) of `convs`, equal to
         generative.tokenized's; the image processed once."""
         from .generative import tokenized
+
         processor = self.processor
         real = getattr(processor, "image_processor", None)
         if real is not None:
@@ -91,6 +93,7 @@ class Conversations:
         the prompt and the answer, each conversation's put in their place, where the template writes both
         as given (checked on the first two; else each rendered)."""
         from .generative import conversation
+
         render = self.processor.apply_chat_template
         shape = render(conversation(_PROMPT, _ANSWER))
         if shape.count(_PROMPT) == 1 and shape.count(_ANSWER) == 1:
@@ -103,6 +106,7 @@ class Conversations:
         """The items by the splice, or None (self.refused then says why)."""
         import torch
         from .generative import _answer_positions, tokenized
+
         inputs0, _ = first
         tok = self.processor.tokenizer
         texts = self._rendered(convs)
@@ -115,7 +119,7 @@ class Conversations:
         while s < min(len(c0), len(e0)) - p and c0[-1 - s] == e0[-1 - s]:
             s += 1
         k = len(c0) - p - s  # the placeholder's tokens, replaced by the expansion e0[p:len(e0) - s]
-        expansion = e0[p:len(e0) - s]
+        expansion = e0[p : len(e0) - s]
         if c0 == e0:  # (the processor expands nothing: Mllama's one image token)
             p = k = 0
         shift = len(expansion) - k
@@ -132,10 +136,10 @@ class Conversations:
                     self.refused = f"the processor's {key} vary along the texts"
                     return None
                 extras[key] = (v[:, :head], v[:, -1:])
-        head_ids = inputs0["input_ids"][0, :p + len(expansion)]
+        head_ids = inputs0["input_ids"][0, : p + len(expansion)]
         out, written = [], []
         for i, ((_, answer), text, ids) in enumerate(zip(convs, texts, collapsed)):
-            if ids[:p + k] != c0[:p + k]:
+            if ids[: p + k] != c0[: p + k]:
                 self.refused = "the conversations differ before the image's tokens end"
                 return None
             positions = _answer_positions(text, answer, offsets[i])
@@ -143,7 +147,7 @@ class Conversations:
                 self.refused = "an answer's tokens come before the image's"
                 return None
             # (the shared start and the expansion as the processor made them; the rest from this conversation)
-            full = torch.cat([head_ids, torch.tensor(ids[p + k:], dtype=head_ids.dtype)])[None]
+            full = torch.cat([head_ids, torch.tensor(ids[p + k :], dtype=head_ids.dtype)])[None]
             inputs = {key: v for key, v in inputs0.items() if key not in ("input_ids", "attention_mask", *extras)}
             inputs["input_ids"] = full
             if "attention_mask" in inputs0:
@@ -157,12 +161,18 @@ class Conversations:
         if shape not in self._checked:  # (the processor's own tokens of a second conversation: the splice's proof)
             own, own_positions = tokenized(self.processor, image, *convs[1])
             mine = out[1][0]
-            if own_positions != out[1][1] or set(own) != set(mine) or not all(
-                    torch.equal(own[key], mine[key]) for key in ("input_ids", "attention_mask", *extras) if key in own):
+            if (
+                own_positions != out[1][1]
+                or set(own) != set(mine)
+                or not all(
+                    torch.equal(own[key], mine[key]) for key in ("input_ids", "attention_mask", *extras) if key in own
+                )
+            ):
                 self.refused = "the processor's tokens of a conversation differ from the splice's"
                 return None
             self._checked.add(shape)
         from .generative import _check_answer_tokens
+
         for (_, positions), (_, answer), ids, p_ in zip(out, convs, collapsed, written):
             _check_answer_tokens(tok, ids, p_, answer)  # (the answer's tokens as written: the same tokens)
         return out

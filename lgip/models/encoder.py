@@ -5,6 +5,7 @@ protocols, dtype and device resolution, normalising, the tokenizer key.
 
 An Encoder turns token ids and pixels into L2-normalised float32 embeddings; the scripts never
 branch on model family (lgip.models.registry holds the registry of loaders)."""
+
 from ..errors import ModelError
 
 
@@ -18,6 +19,7 @@ class _Model:
     """What every model object of a run has, with or without weights: its name in MODELS, type,
     protocol and demo flag (`named`, by the registry), device and dtype, the cache keys' parts
     (text_key_tag, pad_length, tokenizer_key) and what the run block says of it (`info`)."""
+
     name = type = protocol = None
     demo = False  # True for the bundled demo model (lgip.demo): its outputs say so
     device = "cpu"
@@ -42,6 +44,7 @@ class _Model:
     def rounds_to_fp16(self):
         """True when the model runs below fp32: its embeddings are then rounded to fp16."""
         import torch
+
         return self.dtype not in (None, torch.float32)
 
     @property
@@ -50,6 +53,7 @@ class _Model:
         (below the model's own precision), so a cached re-run gives the same numbers. Similarities
         are computed in float32 from them."""
         import torch
+
         return torch.float16 if self.rounds_to_fp16 else torch.float32
 
 
@@ -79,18 +83,43 @@ class Encoder(_Model):
     release(): called once a run is done with the model (a caller's model in memory: its mode
         restored), or None. context_length: the text tower's longest text (open_clip), or None.
     """
+
     weights_loaded = True
 
-    def __init__(self, *, model, device, dtype, tokenizer, image_transform, tokenize, encode_tokens, encode_images,
-                 pad_length, text_key_tag, tokenizer_identity=None, info=None, pad_id=0, pad_needs_lengths=False,
-                 pixels=None, encode_packs=None, accelerations=frozenset(), release=None, context_length=None):
+    def __init__(
+        self,
+        *,
+        model,
+        device,
+        dtype,
+        tokenizer,
+        image_transform,
+        tokenize,
+        encode_tokens,
+        encode_images,
+        pad_length,
+        text_key_tag,
+        tokenizer_identity=None,
+        info=None,
+        pad_id=0,
+        pad_needs_lengths=False,
+        pixels=None,
+        encode_packs=None,
+        accelerations=frozenset(),
+        release=None,
+        context_length=None,
+    ):
         self.model, self.device, self.dtype, self.tokenizer = model, device, dtype, tokenizer
         self.image_transform, self.pixels, self.encode_images = image_transform, pixels, encode_images
         self.tokenize, self.tokenizer_identity = tokenize, tokenizer_identity
         self.pad_length, self.pad_needs_lengths, self.pad_id = pad_length, pad_needs_lengths, pad_id
         self.encode_tokens, self.encode_packs, self.context_length = encode_tokens, encode_packs, context_length
-        self.text_key_tag, self.info, self.accelerations, self.release = (text_key_tag, dict(info or {}),
-                                                                           frozenset(accelerations), release)
+        self.text_key_tag, self.info, self.accelerations, self.release = (
+            text_key_tag,
+            dict(info or {}),
+            frozenset(accelerations),
+            release,
+        )
 
 
 class KeyEncoder(_Model):
@@ -99,10 +128,12 @@ class KeyEncoder(_Model):
     lengths), so a re-run whose embeddings are all in the cache needs no more. It encodes nothing
     (encode_* None); the run loads the weights (lgip.evaluation.ModelRun.load_weights) once
     something is not in the cache."""
+
     weights_loaded = False
 
-    def __init__(self, *, text_key_tag, pad_length, tokenize=None, tokenizer_identity=None, pad_id=0,
-                 pad_needs_lengths=False):
+    def __init__(
+        self, *, text_key_tag, pad_length, tokenize=None, tokenizer_identity=None, pad_id=0, pad_needs_lengths=False
+    ):
         self.text_key_tag, self.pad_length, self.pad_needs_lengths = text_key_tag, pad_length, pad_needs_lengths
         self.tokenize, self.tokenizer_identity, self.pad_id = tokenize, tokenizer_identity, pad_id
         self.info = {"weights_loaded": False}
@@ -121,8 +152,15 @@ def _normalise(x):
 def resolve_dtype(dtype, device):
     """DTYPE constant -> torch dtype: None/"auto" = bf16 on CUDA, fp32 elsewhere."""
     import torch
-    names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-             "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+    names = {
+        "fp32": torch.float32,
+        "float32": torch.float32,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp16": torch.float16,
+        "float16": torch.float16,
+    }
     if dtype in (None, "auto"):
         return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     if dtype not in names:
@@ -132,6 +170,7 @@ def resolve_dtype(dtype, device):
 
 def resolve_device(device):
     import torch
+
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
@@ -139,12 +178,33 @@ def resolve_device(device):
 
 # what a failed download says, by exception class names (along its causes) or message: only these get the
 # network's advice; any other load error is said as it is
-_NETWORK_ERRORS = {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "ConnectionError", "ConnectTimeout",
-                   "ReadTimeout", "ConnectError", "TimeoutException", "ProxyError", "SSLError", "MaxRetryError",
-                   "NewConnectionError", "NameResolutionError", "gaierror"}
-_NETWORK_WORDS = ("couldn't connect", "could not connect", "offline mode", "max retries exceeded",
-                  "temporary failure in name resolution", "name or service not known", "connection refused",
-                  "network is unreachable", "connection reset", "timed out")
+_NETWORK_ERRORS = {
+    "LocalEntryNotFoundError",
+    "OfflineModeIsEnabled",
+    "ConnectionError",
+    "ConnectTimeout",
+    "ReadTimeout",
+    "ConnectError",
+    "TimeoutException",
+    "ProxyError",
+    "SSLError",
+    "MaxRetryError",
+    "NewConnectionError",
+    "NameResolutionError",
+    "gaierror",
+}
+_NETWORK_WORDS = (
+    "couldn't connect",
+    "could not connect",
+    "offline mode",
+    "max retries exceeded",
+    "temporary failure in name resolution",
+    "name or service not known",
+    "connection refused",
+    "network is unreachable",
+    "connection reset",
+    "timed out",
+)
 
 
 def _is_network_error(err):
@@ -163,6 +223,7 @@ def _download_hint(spec, err):
     a network failure with the network's advice, anything else as it is."""
     import os
     from .hub import local_copy_hint
+
     what = spec.get("model_id") or f"{spec.get('model_name')} / {spec.get('pretrained')}"
     name = spec.get("name")
     for path in (spec.get("model_id"), spec.get("pretrained")):
@@ -171,22 +232,30 @@ def _download_hint(spec, err):
     if not _is_network_error(err):
         return ModelError(f"model {name!r}: could not load {what} ({type(err).__name__}: {err})")
     local = local_copy_hint(spec)
-    return ModelError(f"model {name!r}: could not load weights for {what} ({type(err).__name__}: {err}). "
-                      f"Check the network, or download them once elsewhere and point the spec at a local copy: "
-                      f"{local}; a populated Hugging Face cache also works with HF_HUB_OFFLINE=1.")
+    return ModelError(
+        f"model {name!r}: could not load weights for {what} ({type(err).__name__}: {err}). "
+        f"Check the network, or download them once elsewhere and point the spec at a local copy: "
+        f"{local}; a populated Hugging Face cache also works with HF_HUB_OFFLINE=1."
+    )
 
 
 def looks_local(path):
     """True for a path on this machine rather than a Hub id or a tag: absolute, ~, ./, ../, or a file name
     with a checkpoint's extension."""
-    return (path.startswith(("/", "~", "./", "../", ".\\")) or path.endswith((".bin", ".pt", ".pth", ".safetensors"))
-            or (len(path) > 1 and path[1] == ":"))
+    return (
+        path.startswith(("/", "~", "./", "../", ".\\"))
+        or path.endswith((".bin", ".pt", ".pth", ".safetensors"))
+        or (len(path) > 1 and path[1] == ":")
+    )
 
 
 # Texts that tell tokenizations apart: case, punctuation, digits, HTML entities, non-ASCII, and
 # one longer than any context (truncation).
-_TOKENIZER_PROBES = ["A Red BUS, parked & waiting at 10:45!", "Ünïcödé café — naïve “quotes” &amp; 3½ emojis 🚌",
-                     " ".join(f"w{k}" for k in range(120))]
+_TOKENIZER_PROBES = [
+    "A Red BUS, parked & waiting at 10:45!",
+    "Ünïcödé café — naïve “quotes” &amp; 3½ emojis 🚌",
+    " ".join(f"w{k}" for k in range(120)),
+]
 
 
 def tokenizer_key(model_type, identity, tokenize):
@@ -208,8 +277,20 @@ def check_keys(spec, valid, what):
     """A key the spec's type does not read is a typo until proven otherwise ('pretraind' would mean
     random weights): ModelError naming it, the closest valid key and them all."""
     import difflib
+
     for key in spec:
         if key not in valid:
             close = difflib.get_close_matches(str(key), valid, n=1, cutoff=0.5)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ModelError(f"{what}: unknown key {key!r}; {hint}valid keys: {', '.join(valid)}")
+
+
+def hf_config(spec):
+    """A transformers spec's config (its model_id's config.json, no weights); a load error said as it is
+    (_download_hint)."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(spec["model_id"])
+    except (OSError, ValueError) as e:
+        raise _download_hint(spec, e) from e

@@ -18,6 +18,7 @@ MODELS type "generative" (lgip.models.joint) scores with it.
     >>> plain_scores(model, processor, image, "Describe the image in one sentence.", ["A red bus."])
     [-42.1]
 """
+
 from ..errors import ModelError
 
 DEFAULT_PROMPT = "Describe the image in one sentence."
@@ -25,8 +26,10 @@ DEFAULT_PROMPT = "Describe the image in one sentence."
 
 def conversation(prompt, answer):
     """[user: image, prompt; assistant: answer] in the chat template's message form."""
-    return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]},
-            {"role": "assistant", "content": [{"type": "text", "text": answer}]}]
+    return [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]},
+        {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+    ]
 
 
 def tokenized(processor, image, prompt, answer):
@@ -34,8 +37,10 @@ def tokenized(processor, image, prompt, answer):
     it, the positions of the answer's tokens in input_ids). ModelError when the processor has no chat
     template or the answer cannot be found in what it renders."""
     if not getattr(processor, "chat_template", None):
-        raise ModelError(f"{type(processor).__name__} has no chat template: section 13's conversation cannot be "
-                         "rendered for this model")
+        raise ModelError(
+            f"{type(processor).__name__} has no chat template: section 13's conversation cannot be "
+            "rendered for this model"
+        )
     text = processor.apply_chat_template(conversation(prompt, answer))
     _answer_start(text, answer)
     # the processor expands the image token into the image's tokens: offsets are of the expanded text,
@@ -75,13 +80,16 @@ def _check_answer_tokens(tokenizer, ids, positions, answer):
         ids = ids.tolist()
     found = tokenizer.decode([ids[p] for p in positions]) if positions else ""
     if " ".join(found.split()) != " ".join(answer.split()):  # (offsets that do not cover the text as assumed)
-        raise ModelError(f"the tokens found for {answer!r} in the rendered conversation read {found!r}: this "
-                         f"tokenizer's offsets do not place the text; it cannot be scored as section 13 says")
+        raise ModelError(
+            f"the tokens found for {answer!r} in the rendered conversation read {found!r}: this "
+            f"tokenizer's offsets do not place the text; it cannot be scored as section 13 says"
+        )
 
 
 def _token_logprobs(logits, ids, positions):
     """log P(ids[p] | ids[:p]) for each p in positions (logits[p - 1] predicts ids[p])."""
     import torch
+
     logp = torch.log_softmax(logits.float(), dim=-1)
     return torch.stack([logp[p - 1, ids[p]] for p in positions])
 
@@ -89,15 +97,19 @@ def _token_logprobs(logits, ids, positions):
 def _on(inputs, model):
     """The processor's tensors on the model's device, floating ones (pixels) in its dtype."""
     device, dtype = model.device, model.dtype
-    return {k: (v.to(device, dtype) if v.is_floating_point() else v.to(device)) if hasattr(v, "to") else v
-            for k, v in inputs.items()}
+    return {
+        k: (v.to(device, dtype) if v.is_floating_point() else v.to(device)) if hasattr(v, "to") else v
+        for k, v in inputs.items()
+    }
 
 
 def _check_length(model, ids, answer):
     limit = getattr(getattr(model.config, "text_config", model.config), "max_position_embeddings", None)
     if limit is not None and len(ids) > limit:
-        raise ModelError(f"the conversation of {answer[:80]!r} is {len(ids)} tokens, more than the model's context "
-                         f"({limit}): shorten the text or the prompt")
+        raise ModelError(
+            f"the conversation of {answer[:80]!r} is {len(ids)} tokens, more than the model's context "
+            f"({limit}): shorten the text or the prompt"
+        )
 
 
 def plain_scores(model, processor, image, prompt, answers, mean=False):
@@ -113,8 +125,7 @@ def prefix_scores(model, processor, image, prompt, answers, mean=False, batch=16
     return conversation_scores(model, processor, image, [(prompt, a) for a in answers], mean, reuse=True, batch=batch)
 
 
-def conversation_scores(model, processor, image, convs, mean=False, reuse=True, batch=16, packs=0,
-                        conversations=None):
+def conversation_scores(model, processor, image, convs, mean=False, reuse=True, batch=16, packs=0, conversations=None):
     """The score of each (prompt, answer) of `convs` against `image`: its answer's log-probability (mean:
     per token) in [user: image, prompt; assistant: answer]. reuse False: one plain forward per conversation
     (the definition). reuse True: the tokens all conversations share before the first scored token (the
@@ -231,8 +242,10 @@ def prefix_lm_scores(model, processor, image, convs, mean=False, reuse=True, bat
     for (inputs, _), (_, answer) in zip(items, convs):
         _check_length(model, inputs["input_ids"][0], answer)
     cut = items[0][1][0]
-    same = all(pos[0] == cut and torch_equal(inp["input_ids"][0][:cut], items[0][0]["input_ids"][0][:cut])
-               for inp, pos in items)
+    same = all(
+        pos[0] == cut and torch_equal(inp["input_ids"][0][:cut], items[0][0]["input_ids"][0][:cut])
+        for inp, pos in items
+    )
     if not reuse or not same:
         return [_plain(model, inputs, positions, mean) for inputs, positions in items]
     return _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=True).result()
@@ -240,11 +253,13 @@ def prefix_lm_scores(model, processor, image, convs, mean=False, reuse=True, bat
 
 def torch_equal(a, b):
     import torch
+
     return a.shape == b.shape and bool(torch.equal(a, b))
 
 
 def _plain(model, inputs, positions, mean):
     import torch
+
     with torch.no_grad():
         logits = model(**_on(inputs, model)).logits[0]
     lp = _token_logprobs(logits, inputs["input_ids"][0].to(logits.device), positions)
@@ -254,6 +269,7 @@ def _plain(model, inputs, positions, mean):
 def _shared_length(ids, limit):
     """How many leading tokens every id list shares, at most `limit`."""
     import torch
+
     m = min([limit] + [len(t) for t in ids])
     differ = (torch.stack([t[:m] for t in ids]) != ids[0][:m]).any(0).nonzero()  # (one comparison for them all)
     return int(differ[0]) if len(differ) else m
@@ -280,8 +296,12 @@ def _prefix_run(model, first, cut, prefix_lm=False):
     the rope deltas of a multimodal rope or None), or None when its cache is not one of _PLAIN_CACHES (a
     hybrid cache of convolutions or recurrences, which a continued input would read as a decoding step)."""
     import torch
-    prefix = {k: (v[:, :cut] if k in _PER_TOKEN else v)
-              for k, v in first.items() if not (prefix_lm and k in ("token_type_ids", "labels"))}
+
+    prefix = {
+        k: (v[:, :cut] if k in _PER_TOKEN else v)
+        for k, v in first.items()
+        if not (prefix_lm and k in ("token_type_ids", "labels"))
+    }
     with torch.no_grad():
         out = model(**_on(prefix, model), use_cache=True)
     # multimodal rope (Qwen2-VL, Qwen2.5-VL): the positions after the image are shifted by the prefix's rope
@@ -298,10 +318,12 @@ def _gathered(last, logits, rows, targets, owners, counts, mean):
     the text's index), as one tensor on the device: log_softmax in float32, summed per text (mean: divided
     by its count of tokens)."""
     import torch
+
     device = logits.device
     table = torch.cat([last[None], logits], dim=0)
-    rows, targets, owners = (torch.tensor(x, dtype=torch.long).to(device, non_blocking=True)
-                             for x in (rows, targets, owners))
+    rows, targets, owners = (
+        torch.tensor(x, dtype=torch.long).to(device, non_blocking=True) for x in (rows, targets, owners)
+    )
     lp = torch.log_softmax(table[rows].float(), dim=-1).gather(1, targets[:, None])[:, 0]
     sums = torch.zeros(len(counts), dtype=torch.float32, device=device).index_add_(0, owners, lp)
     if mean:
@@ -317,6 +339,7 @@ def _on_prefix_packed(model, items, cut, mean, limit):
     its plain forward."""
     import copy
     import torch
+
     ids = [inp["input_ids"][0] for inp, _ in items]
     prefix = _prefix_run(model, items[0][0], cut)
     if prefix is None:
@@ -352,8 +375,14 @@ def _on_prefix_packed(model, items, cut, mean, limit):
             pos = pos[None]
         x = torch.cat(rest)[None].to(device)
         with torch.no_grad():
-            logits = model(input_ids=x, attention_mask=mask, position_ids=pos, past_key_values=copy.deepcopy(cache),
-                           use_cache=True, cache_position=torch.arange(cut, cut + width, device=device)).logits[0]
+            logits = model(
+                input_ids=x,
+                attention_mask=mask,
+                position_ids=pos,
+                past_key_values=copy.deepcopy(cache),
+                use_cache=True,
+                cache_position=torch.arange(cut, cut + width, device=device),
+            ).logits[0]
         rows, targets, owners, counts, offset = [], [], [], [], 0
         rests = [r.tolist() for r in rest]
         for r, j in enumerate(group):
@@ -375,6 +404,7 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
     the whole forward; the rests run with token types and labels, so they stay causal after it."""
     import copy
     import torch
+
     ids = [inp["input_ids"][0] for inp, _ in items]
     first = items[0][0]
     prefix = _prefix_run(model, first, cut, prefix_lm)
@@ -386,15 +416,15 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
     pending = Pending(n=len(items))
     order = sorted(range(len(items)), key=lambda j: len(ids[j]))  # (texts of like length together: less padding)
     for b in range(0, len(order), batch):
-        group = order[b:b + batch]
+        group = order[b : b + batch]
         rest = [ids[j][cut:] for j in group]
         width = max(len(r) for r in rest)
         x = torch.full((len(rest), width), pad, dtype=torch.long)
         mask = torch.zeros((len(rest), cut + width), dtype=torch.long)
         mask[:, :cut] = 1
         for r, t in enumerate(rest):
-            x[r, :len(t)] = t
-            mask[r, cut:cut + len(t)] = 1
+            x[r, : len(t)] = t
+            mask[r, cut : cut + len(t)] = 1
         extra = {}
         if prefix_lm:  # (token types and labels: the answers causal, as in the whole forward)
             types = torch.zeros((len(rest), cut + width), dtype=torch.long)
@@ -403,10 +433,12 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
             extra = {"token_type_ids": types.to(device), "labels": labels.to(device)}
         if "cross_attention_mask" in first:  # (Mllama: which image tiles each token sees, the whole text's
             # rows, which the model indexes by cache position; the padding's rows see none)
-            full = torch.zeros((len(rest), cut + width, *first["cross_attention_mask"].shape[2:]),
-                               dtype=first["cross_attention_mask"].dtype)
+            full = torch.zeros(
+                (len(rest), cut + width, *first["cross_attention_mask"].shape[2:]),
+                dtype=first["cross_attention_mask"].dtype,
+            )
             for r, j in enumerate(group):
-                full[r, :len(ids[j])] = items[j][0]["cross_attention_mask"][0]
+                full[r, : len(ids[j])] = items[j][0]["cross_attention_mask"][0]
             extra["cross_attention_mask"] = full.to(device)
         if deltas is not None:
             pos = torch.arange(cut, cut + width, device=device) + deltas.reshape(-1)[0].to(device)
@@ -414,8 +446,14 @@ def _on_prefix(model, processor, items, cut, mean, batch, prefix_lm=False):
         c = copy.deepcopy(cache)
         c.batch_repeat_interleave(len(rest))
         with torch.no_grad():
-            logits = model(input_ids=x.to(device), attention_mask=mask.to(device), past_key_values=c, use_cache=True,
-                           cache_position=torch.arange(cut, cut + width, device=device), **extra).logits
+            logits = model(
+                input_ids=x.to(device),
+                attention_mask=mask.to(device),
+                past_key_values=c,
+                use_cache=True,
+                cache_position=torch.arange(cut, cut + width, device=device),
+                **extra,
+            ).logits
         # position p of the whole text is predicted by p - 1: the prefix's last logits for p = cut
         rows, targets, owners, counts = [], [], [], []
         for r, j in enumerate(group):

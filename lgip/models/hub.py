@@ -12,11 +12,13 @@ run that cannot load.
     >>> print("\n".join(describe(problems)))   # the same, advice that holds for several models said once
     >>> check_model(spec)                 # raises ModelError for one model
 """
+
 import os
 import sys
 import time
 
 from ..errors import ModelError
+from .families import family
 
 
 PROBE_TIMEOUT_S = 4.0  # seconds the Hub has to answer one request before it counts as unreachable
@@ -29,7 +31,11 @@ def endpoint():
 
 def _env_offline():
     return os.environ.get("HF_HUB_OFFLINE", os.environ.get("TRANSFORMERS_OFFLINE", "")).strip().lower() in (
-        "1", "on", "yes", "true")
+        "1",
+        "on",
+        "yes",
+        "true",
+    )
 
 
 def go_offline():
@@ -57,16 +63,22 @@ def hub_status():
         else:
             import urllib.error
             import urllib.request
+
             t0 = time.perf_counter()
             try:
-                urllib.request.urlopen(urllib.request.Request(endpoint(), method="HEAD"), timeout=PROBE_TIMEOUT_S).close()
+                urllib.request.urlopen(
+                    urllib.request.Request(endpoint(), method="HEAD"), timeout=PROBE_TIMEOUT_S
+                ).close()
                 _HUB["reachable"] = (True, "")
             except urllib.error.HTTPError:  # it answered
                 _HUB["reachable"] = (True, "")
             except Exception as e:  # refused, no route, no DNS, timed out
                 reason = getattr(e, "reason", e)
-                _HUB["reachable"] = (False, f"{endpoint()} cannot be reached ({type(reason).__name__}: {reason}; "
-                                            f"{time.perf_counter() - t0:.1f} s)")
+                _HUB["reachable"] = (
+                    False,
+                    f"{endpoint()} cannot be reached ({type(reason).__name__}: {reason}; "
+                    f"{time.perf_counter() - t0:.1f} s)",
+                )
         if not _HUB["reachable"][0]:
             go_offline()
     return _HUB["reachable"]
@@ -75,6 +87,7 @@ def hub_status():
 def _cached(repo_id, filenames):
     """The first of filenames that the local Hugging Face cache holds for repo_id, or None."""
     from huggingface_hub import try_to_load_from_cache
+
     for name in filenames:
         path = try_to_load_from_cache(repo_id, name)
         if isinstance(path, str) and os.path.exists(path):
@@ -98,6 +111,7 @@ CATALOGUE = {
 
 def _open_clip_version():
     from importlib import metadata
+
     try:
         return metadata.version("open_clip_torch")
     except metadata.PackageNotFoundError:
@@ -106,20 +120,29 @@ def _open_clip_version():
 
 def hub_files(spec):
     """[(repo id, [file names, any one will do])] that a model spec needs from the Hub; [] when
-    it needs none (local folders and files, random init); None when it downloads from elsewhere
-    (an open_clip tag hosted at a plain URL)."""
-    if spec.get("type") == "python":  # a loader of one's own fetches what it needs
+    it needs none (local folders and files, random init, a loader of one's own, which fetches what it
+    needs); None when it downloads from elsewhere (an open_clip tag hosted at a plain URL). Its family's
+    record says (lgip.models.families: model_id_files, openclip_files)."""
+    return family(spec).hub_files(spec)
+
+
+def model_id_files(spec):
+    """A transformers model's files: its config and its weights (one of their names), unless its model_id is a
+    local folder or path."""
+    model_id = str(spec.get("model_id", ""))
+    if os.path.isdir(model_id) or model_id.startswith((".", "/", "~")):
         return []
-    if spec.get("type") in ("siglip", "transformers", "generative", "itm"):
-        model_id = str(spec.get("model_id", ""))
-        if os.path.isdir(model_id) or model_id.startswith((".", "/", "~")):
-            return []
-        return [(model_id, ["config.json"]), (model_id, ["model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-                                                         "pytorch_model.bin.index.json"])]
+    weights = ["model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json"]
+    return [(model_id, ["config.json"]), (model_id, weights)]
+
+
+def openclip_files(spec):
+    """An open_clip model's files: an hf-hub: repository's config and weights, a tag's file as open_clip's
+    catalogue hosts it (CATALOGUE for the published tags), none for a local folder, a file or random init."""
     name, pretrained = str(spec.get("model_name", "")), spec.get("pretrained")
     weights = ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
     if name.startswith("hf-hub:"):
-        repo = name[len("hf-hub:"):]
+        repo = name[len("hf-hub:") :]
         return [(repo, ["open_clip_config.json"]), (repo, weights)]
     if name.startswith("local-dir:") or not pretrained or os.path.isfile(str(pretrained)):
         return []
@@ -127,6 +150,7 @@ def hub_files(spec):
         return [(repo, list(files)) for repo, files in CATALOGUE[(name, pretrained)]]
     import open_clip
     from open_clip import pretrained as catalogue
+
     hf = (open_clip.get_pretrained_cfg(name, pretrained) or {}).get("hf_hub", "")
     if not hf:
         return None
@@ -138,6 +162,7 @@ def hub_files(spec):
 
 def _cache_dir():
     from huggingface_hub import constants
+
     return constants.HF_HUB_CACHE
 
 
@@ -151,6 +176,7 @@ def local_copy_hint(spec):
 class Unreachable(str):
     """A problem message of a model whose files are not cached while the Hub cannot be reached: its
     advice is the same for every such model, so a run says it once (`advice`)."""
+
     repos = ()
     why = ""
 
@@ -169,17 +195,25 @@ def problem(spec):
     repos = sorted({repo for repo, _ in missing})
     if reachable:
         from huggingface_hub import file_exists
+
         for repo, names in missing:
             try:
                 if not any(file_exists(repo, n) for n in names):
-                    return (f"model {spec.get('name')!r}: {repo} has none of {', '.join(names)} on the Hub ({endpoint()}); "
-                            f"check the spec's name, or point it at a local copy: {local_copy_hint(spec)}")
+                    return (
+                        f"model {spec.get('name')!r}: {repo} has none of {', '.join(names)} on the Hub ({endpoint()}); "
+                        f"check the spec's name, or point it at a local copy: {local_copy_hint(spec)}"
+                    )
             except Exception as e:  # a gated or private repo, a flaky network: the load says more
-                return None if "401" not in str(e) and "403" not in str(e) else (
-                    f"model {spec.get('name')!r}: {repo} needs a Hugging Face login (huggingface-cli login): {e}")
+                return (
+                    None
+                    if "401" not in str(e) and "403" not in str(e)
+                    else (f"model {spec.get('name')!r}: {repo} needs a Hugging Face login (huggingface-cli login): {e}")
+                )
         return None
-    out = Unreachable(f"model {spec.get('name')!r}: {', '.join(repos)} is not in the local Hugging Face cache "
-                      f"({_cache_dir()}) and {why}. " + advice(repos, [spec]))
+    out = Unreachable(
+        f"model {spec.get('name')!r}: {', '.join(repos)} is not in the local Hugging Face cache "
+        f"({_cache_dir()}) and {why}. " + advice(repos, [spec])
+    )
     out.repos, out.why, out.spec = repos, why, spec
     return out
 
@@ -187,9 +221,11 @@ def problem(spec):
 def advice(repos, specs):
     """What to do about models whose files are not cached while the Hub cannot be reached."""
     hints = sorted({local_copy_hint(s) for s in specs})
-    return (f"Download {'it' if len(repos) == 1 else 'them'} once where there is network "
-            f"(`huggingface-cli download {repos[0]}`{', ...' if len(repos) > 1 else ''}), then copy the cache here "
-            f"(HF_HUB_OFFLINE=1 uses it), or point the spec at a local copy: {' / '.join(hints)}")
+    return (
+        f"Download {'it' if len(repos) == 1 else 'them'} once where there is network "
+        f"(`huggingface-cli download {repos[0]}`{', ...' if len(repos) > 1 else ''}), then copy the cache here "
+        f"(HF_HUB_OFFLINE=1 uses it), or point the spec at a local copy: {' / '.join(hints)}"
+    )
 
 
 def check_model(spec):
@@ -213,8 +249,10 @@ def describe(problems):
     if far:
         repos = sorted({r for m in far for r in m.repos})
         lines += [f"model {m.spec.get('name')!r} needs {', '.join(m.repos)}" for m in far]
-        lines.append(f"{'it is' if len(repos) == 1 else 'they are'} not in the local Hugging Face cache "
-                     f"({_cache_dir()}), and {far[0].why}.")
+        lines.append(
+            f"{'it is' if len(repos) == 1 else 'they are'} not in the local Hugging Face cache "
+            f"({_cache_dir()}), and {far[0].why}."
+        )
         lines.append(advice(repos, [m.spec for m in far]))
     return lines
 
@@ -223,5 +261,7 @@ def require_models(specs):
     """Stop (ModelError) naming every model of a run whose files cannot be had, before any work."""
     problems = check_models(specs)
     if problems:
-        raise ModelError(f"{len(problems)} of {len(specs)} models cannot be loaded, so nothing was run:\n  "
-                         + "\n  ".join(describe(problems)))
+        raise ModelError(
+            f"{len(problems)} of {len(specs)} models cannot be loaded, so nothing was run:\n  "
+            + "\n  ".join(describe(problems))
+        )

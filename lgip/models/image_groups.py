@@ -17,6 +17,7 @@ whose image inputs stack along the batch (GROUP_FAMILIES); the others go per ima
     >>> pending = group.add(items, cut)      # one image's (inputs, answer positions), its prefix length
     >>> pending.result()                     # runs the group (once `size` images wait, or now)
 """
+
 from .generative import Pending
 
 # LLaVA-1.5's family: one position per token, pixel_values of one shape per image (stacked for a batch).
@@ -79,6 +80,7 @@ class ImageGroup:
         """[a tensor of each text's score] for each (items, cut) of `images`, from one forward."""
         import torch
         from .generative import _on
+
         model = self.model
         dtype = model.dtype
         rows, widths = [], []
@@ -97,7 +99,7 @@ class ImageGroup:
         local = torch.zeros((len(images), width), dtype=torch.long)
         targets, where, owners, counts, firsts = [], [], [], [], []
         for b, ((items, cut), row) in enumerate(zip(images, rows)):
-            x[b, :len(row)] = row
+            x[b, : len(row)] = row
             pos[b, :cut] = torch.arange(cut)
             seg[b, :cut] = -1
             local[b, :cut] = torch.arange(cut)
@@ -126,14 +128,17 @@ class ImageGroup:
         prefix_col = (seg_d == -1)[:, None, :]
         text_row = (seg_d >= 0)[:, :, None]
         eye = torch.eye(width, dtype=torch.bool, device=device)[None]
-        allowed = (same & earlier & (seg_d[:, :, None] != -2)) | (text_row & prefix_col) | ((seg_d == -2)[:, :, None] & eye)
+        allowed = (
+            (same & earlier & (seg_d[:, :, None] != -2)) | (text_row & prefix_col) | ((seg_d == -2)[:, :, None] & eye)
+        )
         mask = torch.zeros((len(images), 1, width, width), dtype=dtype, device=device)
         mask.masked_fill_(~allowed[:, None], torch.finfo(dtype).min)
         pixels = torch.cat([items[0][0]["pixel_values"] for items, _ in images])
         inputs = _on({"pixel_values": pixels}, model)
         with torch.no_grad():
-            logits = model(input_ids=x.to(device), attention_mask=mask, position_ids=pos.to(device),
-                           use_cache=False, **inputs).logits
+            logits = model(
+                input_ids=x.to(device), attention_mask=mask, position_ids=pos.to(device), use_cache=False, **inputs
+            ).logits
         flat = logits.reshape(-1, logits.shape[-1])
         where_d, targets_d, owners_d = (torch.tensor(v, dtype=torch.long).to(device) for v in (where, targets, owners))
         lp = torch.log_softmax(flat[where_d].float(), dim=-1).gather(1, targets_d[:, None])[:, 0]
@@ -141,4 +146,4 @@ class ImageGroup:
         if self.mean:
             sums = sums / torch.tensor(counts, dtype=torch.float32).to(device)
         bounds = firsts + [len(counts)]
-        return [sums[bounds[i]:bounds[i + 1]] for i in range(len(images))]
+        return [sums[bounds[i] : bounds[i + 1]] for i in range(len(images))]

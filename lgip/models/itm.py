@@ -13,29 +13,38 @@ takes its query tokens with the text, so it runs whole, in batches. The two agre
     >>> plain_scores(model, processor, image, ["A red bus."])
     [1.7]
 """
+
 from ..errors import ModelError
 
 
 def head_kind(model):
-    """"blip" or "blip2" by the model's class; ModelError for any other (the type's two heads)."""
+    """ "blip" or "blip2" by the model's class; ModelError for any other (the type's two heads)."""
     name = type(model).__name__
     if name == "BlipForImageTextRetrieval":
         return "blip"
     if name == "Blip2ForImageTextRetrieval":
         return "blip2"
-    raise ModelError(f"{name} has no image-text matching head that type 'itm' reads (BlipForImageTextRetrieval, "
-                     f"Blip2ForImageTextRetrieval)")
+    raise ModelError(
+        f"{name} has no image-text matching head that type 'itm' reads (BlipForImageTextRetrieval, "
+        f"Blip2ForImageTextRetrieval)"
+    )
 
 
 def _inputs(model, processor, image, texts):
     import torch
+
     enc = processor(images=[image] * len(texts), text=list(texts), return_tensors="pt", padding=True)
     limit = getattr(getattr(model.config, "text_config", model.config), "max_position_embeddings", None)
     if limit is not None and enc["input_ids"].shape[1] > limit:
-        raise ModelError(f"a text is {enc['input_ids'].shape[1]} tokens, more than the model's context ({limit}): "
-                         f"{max(texts, key=len)[:80]!r}")
-    return {k: (v.to(model.device, model.dtype) if v.is_floating_point() else v.to(model.device))
-            for k, v in enc.items() if isinstance(v, torch.Tensor)}
+        raise ModelError(
+            f"a text is {enc['input_ids'].shape[1]} tokens, more than the model's context ({limit}): "
+            f"{max(texts, key=len)[:80]!r}"
+        )
+    return {
+        k: (v.to(model.device, model.dtype) if v.is_floating_point() else v.to(model.device))
+        for k, v in enc.items()
+        if isinstance(v, torch.Tensor)
+    }
 
 
 def _log_odds(logits):
@@ -46,6 +55,7 @@ def _log_odds(logits):
 def plain_scores(model, processor, image, texts):
     """The match log-odds of each text against `image`: the whole model run on that one pair."""
     import torch
+
     kind, out = head_kind(model), []
     for text in texts:
         inputs = _inputs(model, processor, image, [text])
@@ -68,6 +78,7 @@ def reused_scores(model, processor, image, texts, batch=64):
     arithmetic has one shape whatever texts share its image's call, so its score is the same bits in one
     process or split over torchrun's (where an image's texts arrive in other groups)."""
     import torch
+
     if not texts:
         return []
     kind = head_kind(model)
@@ -89,20 +100,27 @@ def reused_scores(model, processor, image, texts, batch=64):
     out = [None] * len(texts)
     for width, idx in sorted(by_width.items()):
         for b in range(0, len(idx), batch):
-            group = idx[b:b + batch]
+            group = idx[b : b + batch]
             rows = [texts[j] for j in group] + [texts[group[0]]] * (batch - len(group))
             enc = tok(rows, padding="max_length", max_length=width, return_tensors="pt")
             ids, mask = enc["input_ids"].to(model.device), enc["attention_mask"].to(model.device)
             with torch.no_grad():
                 if kind == "blip":
                     hidden = states.expand(batch, -1, -1)
-                    text = model.text_encoder(input_ids=ids, attention_mask=mask, encoder_hidden_states=hidden,
-                                              encoder_attention_mask=torch.ones(hidden.shape[:-1], dtype=torch.long,
-                                                                                device=hidden.device))
+                    text = model.text_encoder(
+                        input_ids=ids,
+                        attention_mask=mask,
+                        encoder_hidden_states=hidden,
+                        encoder_attention_mask=torch.ones(hidden.shape[:-1], dtype=torch.long, device=hidden.device),
+                    )
                     logits = model.itm_head(text.last_hidden_state[:, 0, :])
                 else:
-                    logits = model(input_ids=ids, attention_mask=mask, pixel_values=pixels.expand(batch, *pixels.shape[1:]),
-                                   use_image_text_matching_head=True).logits_per_image
+                    logits = model(
+                        input_ids=ids,
+                        attention_mask=mask,
+                        pixel_values=pixels.expand(batch, *pixels.shape[1:]),
+                        use_image_text_matching_head=True,
+                    ).logits_per_image
             for j, v in zip(group, _log_odds(logits)):
                 out[j] = v
     return out

@@ -13,12 +13,17 @@ which has no weights: the scores come from the cache.
     ...                         "corrected", "cuda", torch.bfloat16)
     >>> model.score(image, ["A red bus.", "A blue bus."])
 """
+
 import sys
+from dataclasses import replace
 
 from .. import accelerations
 from ..errors import ModelError, WrongModelType
+from .cards import joint_card, model_id_named
 from .conversations import Conversations
-from .encoder import _Model, _download_hint
+from .encoder import _Model, _download_hint, hf_config as _config
+from .families import Family, register
+from .hub import model_id_files
 
 SCORES = ("logprob", "logprob_mean", "vqascore")  # a generative spec's "score"
 DEFAULT_PROMPT = "Describe the image in one sentence."
@@ -39,11 +44,26 @@ class JointModel(_Model):
     logprob, logprob_mean, vqascore, itm_logodds); settings: what the score depends on beyond the
     weights (score, prompt, question: the cache's identity holds them); score(image, texts) -> floats;
     card: section 12's fields the model tells; info: the run block's model details."""
+
     weights_loaded = True
     entries = "pair"  # its cache holds pair scores
 
-    def __init__(self, *, model, processor, device, dtype, score_kind, settings, score, info=None,
-                 accelerations_applied=frozenset(), release=None, submit=None, why_not=None):
+    def __init__(
+        self,
+        *,
+        model,
+        processor,
+        device,
+        dtype,
+        score_kind,
+        settings,
+        score,
+        info=None,
+        accelerations_applied=frozenset(),
+        release=None,
+        submit=None,
+        why_not=None,
+    ):
         self.model, self.processor, self.device, self.dtype = model, processor, device, dtype
         self.score_kind, self.settings, self._score, self._submit = score_kind, dict(settings), score, submit
         self.info, self.accelerations, self.release = dict(info or {}), frozenset(accelerations_applied), release
@@ -61,25 +81,19 @@ class JointModel(_Model):
         if self._submit is not None:
             return self._submit(image, list(texts))
         from .generative import Pending
+
         return Pending(self._score(image, list(texts)))
 
 
 class JointKey(_Model):
     """A joint model without its weights (a re-run whose pair scores are all in the cache)."""
+
     weights_loaded = False
     entries = "pair"
 
     def __init__(self, *, score_kind, settings):
         self.score_kind, self.settings = score_kind, dict(settings)
         self.info = {"weights_loaded": False}
-
-
-def _config(spec):
-    from transformers import AutoConfig
-    try:
-        return AutoConfig.from_pretrained(spec["model_id"])
-    except (OSError, ValueError) as e:
-        raise _download_hint(spec, e) from e
 
 
 def check_settings(spec):
@@ -97,8 +111,10 @@ def check_settings(spec):
     question = spec.get("question", DEFAULT_QUESTION)
     rest = question.replace("{}", "")
     if question.count("{}") != 1 or "{" in rest or "}" in rest:
-        raise ModelError(f"{what}: 'question' must hold the caption's place as one {{}} and no other braces, "
-                         f"got {question!r} (default {DEFAULT_QUESTION!r})")
+        raise ModelError(
+            f"{what}: 'question' must hold the caption's place as one {{}} and no other braces, "
+            f"got {question!r} (default {DEFAULT_QUESTION!r})"
+        )
 
 
 def settings_of(spec, config=None):
@@ -130,6 +146,7 @@ def _processor(spec):
     fast (offsets). Returns (processor, the image processor's class name, or None)."""
     from transformers import AutoImageProcessor, AutoProcessor
     from transformers.utils import logging
+
     level = logging.get_verbosity()
     logging.set_verbosity_error()  # (its notes on slow and fast image processors: the PIL one is taken on purpose)
     try:
@@ -153,6 +170,7 @@ def load_generative(spec, protocol, device, dtype):
     """A JointModel of type "generative" (module docstring)."""
     from transformers import AutoModelForImageTextToText
     from .transformers import _transformers_dtype_kwarg
+
     what = f"model {spec['name']!r} ({spec['model_id']})"
     config = _config(spec)
     settings = settings_of(spec, config)
@@ -160,9 +178,11 @@ def load_generative(spec, protocol, device, dtype):
         model = AutoModelForImageTextToText.from_pretrained(spec["model_id"], **_transformers_dtype_kwarg(dtype))
     except ValueError as e:
         if "Unrecognized configuration class" in str(e) or "AutoModelForImageTextToText" in str(e):
-            raise WrongModelType(f"{what} is not a generative image-text model (AutoModelForImageTextToText does not "
-                                 f"load a {config.model_type!r}): a dual encoder is type 'transformers', a BLIP "
-                                 f"matching head type 'itm'.") from e
+            raise WrongModelType(
+                f"{what} is not a generative image-text model (AutoModelForImageTextToText does not "
+                f"load a {config.model_type!r}): a dual encoder is type 'transformers', a BLIP "
+                f"matching head type 'itm'."
+            ) from e
         raise
     except OSError as e:
         raise _download_hint(spec, e) from e
@@ -177,25 +197,34 @@ def generative_model(spec, model, processor, settings, device, dtype):
     """The JointModel of a loaded generative `model` and its `processor` (load_generative's; a benchmark's
     model built in memory): its scores with `settings` (settings_of), the accelerations on."""
     from . import generative, image_groups
+
     what = f"model {spec['name']!r} ({spec['model_id']})"
     config = model.config
     prefix_lm = config.model_type == "paligemma"  # (no chat template: processor(text=prefix, suffix=answer))
     if not prefix_lm and not getattr(processor, "chat_template", None):
-        raise ModelError(f"{what}: its processor has no chat template, so LGIP_SPEC.md 13's conversation cannot "
-                         f"be rendered; give the model_id of a chat (instruction-tuned) checkpoint, whose processor "
-                         f"has one")
+        raise ModelError(
+            f"{what}: its processor has no chat template, so LGIP_SPEC.md 13's conversation cannot "
+            f"be rendered; give the model_id of a chat (instruction-tuned) checkpoint, whose processor "
+            f"has one"
+        )
     if not getattr(processor.tokenizer, "is_fast", False):
         raise ModelError(f"{what}: its tokenizer is not a fast one: the caption's tokens are found by offsets")
     mean = settings["score"] == "logprob_mean"
     reuse = accelerations.PREFIX_REUSE and generative.reusable(model)
     if accelerations.PREFIX_REUSE and not reuse:
-        print(f"note: {what}: a {config.model_type!r} is not among the families whose cache the reused prefix is "
-              f"known to continue exactly ({', '.join(generative.REUSE_FAMILIES)}): one plain forward per text",
-              file=sys.stderr)
+        print(
+            f"note: {what}: a {config.model_type!r} is not among the families whose cache the reused prefix is "
+            f"known to continue exactly ({', '.join(generative.REUSE_FAMILIES)}): one plain forward per text",
+            file=sys.stderr,
+        )
     conversations = Conversations(processor, splice=accelerations.CONVERSATION_SPLICE) if not prefix_lm else None
     packs = PACK_TOKENS if accelerations.TEXT_PACKS and generative.packable(model) else 0
-    groups = (reuse and accelerations.IMAGE_GROUPS and accelerations.JOINT_PIPELINE
-              and config.model_type in image_groups.GROUP_FAMILIES)
+    groups = (
+        reuse
+        and accelerations.IMAGE_GROUPS
+        and accelerations.JOINT_PIPELINE
+        and config.model_type in image_groups.GROUP_FAMILIES
+    )
     group = image_groups.ImageGroup(model, mean, GROUP_IMAGES) if groups else None
     checked = []  # (the self-check runs once, on the first image)
 
@@ -207,8 +236,9 @@ def generative_model(spec, model, processor, settings, device, dtype):
 
     def submit(image, texts):
         convs = convs_of(texts)
-        pending = generative.submit(model, processor, image, convs, mean, reuse, TEXT_BATCH, packs, conversations,
-                                    group)
+        pending = generative.submit(
+            model, processor, image, convs, mean, reuse, TEXT_BATCH, packs, conversations, group
+        )
         if reuse and not checked and convs:
             checked.append(True)
             values = pending.result()
@@ -218,29 +248,47 @@ def generative_model(spec, model, processor, settings, device, dtype):
 
     why_not = {}
     if accelerations.PREFIX_REUSE and not reuse:
-        why = (f"a {config.model_type!r}'s cache is not one the reused prefix is known to continue exactly "
-               f"(REUSE_FAMILIES): one plain forward per text")
+        why = (
+            f"a {config.model_type!r}'s cache is not one the reused prefix is known to continue exactly "
+            f"(REUSE_FAMILIES): one plain forward per text"
+        )
         why_not.update(PREFIX_REUSE=why, CONVERSATION_SPLICE=why, TEXT_PACKS=why)
     elif not accelerations.PREFIX_REUSE:
-        why_not.update(CONVERSATION_SPLICE="PREFIX_REUSE is off: the processor per text, as the definition",
-                       TEXT_PACKS="PREFIX_REUSE is off: one plain forward per text")
+        why_not.update(
+            CONVERSATION_SPLICE="PREFIX_REUSE is off: the processor per text, as the definition",
+            TEXT_PACKS="PREFIX_REUSE is off: one plain forward per text",
+        )
     elif prefix_lm:
         why_not["CONVERSATION_SPLICE"] = "PaliGemma's conversation is its processor's prefix and suffix"
     if reuse and not packs and accelerations.TEXT_PACKS and "TEXT_PACKS" not in why_not:
-        why_not["TEXT_PACKS"] = (f"a {config.model_type!r} is not among the families whose cache a packed row "
-                                 f"continues exactly ({', '.join(generative.PACKED_FAMILIES)}): batches of "
-                                 f"{TEXT_BATCH} on repeated caches")
+        why_not["TEXT_PACKS"] = (
+            f"a {config.model_type!r} is not among the families whose cache a packed row "
+            f"continues exactly ({', '.join(generative.PACKED_FAMILIES)}): batches of "
+            f"{TEXT_BATCH} on repeated caches"
+        )
     if accelerations.IMAGE_GROUPS and not groups:
         why_not["IMAGE_GROUPS"] = (
-            "PREFIX_REUSE is off or does not apply" if not reuse else "JOINT_PIPELINE is off: each image is waited for"
-            if not accelerations.JOINT_PIPELINE else
-            f"a {config.model_type!r} is not among the families whose images run in one forward "
-            f"({', '.join(image_groups.GROUP_FAMILIES)}): per image")
+            "PREFIX_REUSE is off or does not apply"
+            if not reuse
+            else "JOINT_PIPELINE is off: each image is waited for"
+            if not accelerations.JOINT_PIPELINE
+            else f"a {config.model_type!r} is not among the families whose images run in one forward "
+            f"({', '.join(image_groups.GROUP_FAMILIES)}): per image"
+        )
     applied = {n for n in accelerations.JOINT_ONLY if getattr(accelerations, n) and n not in why_not}
-    joint = JointModel(model=model, processor=processor, device=device, dtype=dtype, score_kind=settings["score"],
-                       settings=settings, score=None, submit=submit,
-                       info={"model_id": spec["model_id"], "class": type(model).__name__, **settings},
-                       accelerations_applied=applied, why_not=why_not)
+    joint = JointModel(
+        model=model,
+        processor=processor,
+        device=device,
+        dtype=dtype,
+        score_kind=settings["score"],
+        settings=settings,
+        score=None,
+        submit=submit,
+        info={"model_id": spec["model_id"], "class": type(model).__name__, **settings},
+        accelerations_applied=applied,
+        why_not=why_not,
+    )
     joint.in_flight = GROUP_IMAGES if groups else 1
     return joint
 
@@ -252,6 +300,7 @@ def self_check(model, processor, image, convs, values, mean, what):
     {texts, max_abs_diff, bound, seconds}, the run block's record."""
     import time
     from . import generative
+
     t0 = time.perf_counter()
     n = min(SELF_CHECK_TEXTS, len(convs))
     plain = generative.conversation_scores(model, processor, image, convs[:n], mean, reuse=False)
@@ -262,17 +311,25 @@ def self_check(model, processor, image, convs, values, mean, what):
     worst = max(range(n), key=lambda j: abs(values[j] - plain[j]) / (bound * tokens[j]))
     diff = abs(values[worst] - plain[worst])
     if diff > bound * tokens[worst] or not all(map(_finite, values[:n] + plain)):
-        raise ModelError(f"{what}: the self-check failed: with its prefix run once, {convs[worst][1]!r} scores "
-                         f"{values[worst]:.6f}; in one plain forward {plain[worst]:.6f} (difference {diff:.2e}, "
-                         f"allowed {bound * tokens[worst]:.2e} in {dtype}). The fast path is not exact for this "
-                         f"model: run with ACCELERATIONS_OFF=[\"PREFIX_REUSE\"] (one plain forward per text), and "
-                         f"report it")
-    return {"texts": n, "max_abs_diff": max(abs(a - b) for a, b in zip(values, plain)), "bound": bound,
-            "bound_per_token": per_token, "seconds": round(time.perf_counter() - t0, 3)}
+        raise ModelError(
+            f"{what}: the self-check failed: with its prefix run once, {convs[worst][1]!r} scores "
+            f"{values[worst]:.6f}; in one plain forward {plain[worst]:.6f} (difference {diff:.2e}, "
+            f"allowed {bound * tokens[worst]:.2e} in {dtype}). The fast path is not exact for this "
+            f'model: run with ACCELERATIONS_OFF=["PREFIX_REUSE"] (one plain forward per text), and '
+            f"report it"
+        )
+    return {
+        "texts": n,
+        "max_abs_diff": max(abs(a - b) for a, b in zip(values, plain)),
+        "bound": bound,
+        "bound_per_token": per_token,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
 
 
 def _finite(x):
     import math
+
     return math.isfinite(x)
 
 
@@ -281,12 +338,15 @@ def load_itm(spec, protocol, device, dtype):
     from transformers import Blip2ForImageTextRetrieval, BlipForImageTextRetrieval
     from . import itm
     from .transformers import _transformers_dtype_kwarg
+
     what = f"model {spec['name']!r} ({spec['model_id']})"
     config = _config(spec)
     classes = {"blip": BlipForImageTextRetrieval, "blip-2": Blip2ForImageTextRetrieval}
     if config.model_type not in classes:
-        raise WrongModelType(f"{what} has no image-text matching head that type 'itm' reads (a {config.model_type!r}; "
-                             f"it reads BLIP and BLIP-2 retrieval checkpoints such as Salesforce/blip-itm-base-coco).")
+        raise WrongModelType(
+            f"{what} has no image-text matching head that type 'itm' reads (a {config.model_type!r}; "
+            f"it reads BLIP and BLIP-2 retrieval checkpoints such as Salesforce/blip-itm-base-coco)."
+        )
     try:
         model = classes[config.model_type].from_pretrained(spec["model_id"], **_transformers_dtype_kwarg(dtype))
     except OSError as e:
@@ -300,14 +360,43 @@ def load_itm(spec, protocol, device, dtype):
         return itm.plain_scores(model, processor, image, texts)
 
     why = "BLIP's matching head has no conversation: its texts run in batches on the image's vision states"
-    return JointModel(model=model, processor=processor, device=device, dtype=dtype, score_kind="itm_logodds",
-                      settings={}, score=score,
-                      info={"model_id": spec["model_id"], "class": type(model).__name__,
-                            "image_processor": image_processor},
-                      accelerations_applied={n for n in ("PREFIX_REUSE", "JOINT_PIPELINE") if getattr(accelerations, n)},
-                      why_not={"CONVERSATION_SPLICE": why, "TEXT_PACKS": why, "IMAGE_GROUPS": why})
+    return JointModel(
+        model=model,
+        processor=processor,
+        device=device,
+        dtype=dtype,
+        score_kind="itm_logodds",
+        settings={},
+        score=score,
+        info={"model_id": spec["model_id"], "class": type(model).__name__, "image_processor": image_processor},
+        accelerations_applied={n for n in ("PREFIX_REUSE", "JOINT_PIPELINE") if getattr(accelerations, n)},
+        why_not={"CONVERSATION_SPLICE": why, "TEXT_PACKS": why, "IMAGE_GROUPS": why},
+    )
 
 
 def joint_key(spec, protocol):
     """The JointKey of a spec (its settings read from its config: no weights)."""
     return JointKey(score_kind=score_kind_of(spec), settings=settings_of(spec))
+
+
+def _card(spec, model, enc):
+    return joint_card(spec, model, getattr(enc, "processor", None))
+
+
+# LGIP_SPEC.md 13: a pair scored by one model (the "joint" scorer); its card and files as a transformers model's
+GENERATIVE = register(
+    Family(
+        "generative",
+        required="model_id",
+        options=("score", "prompt", "question"),
+        load=load_generative,
+        keys=joint_key,
+        scorer="joint",
+        score_kind=score_kind_of,
+        hub_files=model_id_files,
+        named=model_id_named,
+        card=_card,
+        check=check_settings,
+    )
+)
+ITM = register(replace(GENERATIVE, type="itm", options=(), load=load_itm))

@@ -5,12 +5,23 @@ and an Encoder over the exact faster forwards of lgip.models.towers where the to
     >>> enc = load_openclip({"name": "b16", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "openai"},
     ...                     "corrected", "cuda", torch.bfloat16)
 """
+
 import os
 
 from .. import accelerations
 from ..errors import ModelError
+from .cards import openclip_card, openclip_named
+from .families import Family, register
+from .hub import openclip_files
 from .encoder import Encoder, KeyEncoder, Prepared, _download_hint, _normalise, tokenizer_key
-from .towers import _class_token_blocks, _openclip_causal_text_tower, _openclip_image_pooled, _openclip_text_packed, _openclip_text_trimmed, _plain_blocks
+from .towers import (
+    _class_token_blocks,
+    _openclip_causal_text_tower,
+    _openclip_image_pooled,
+    _openclip_text_packed,
+    _openclip_text_trimmed,
+    _plain_blocks,
+)
 from .clip_tokenizer import _openclip_tokenize_fn, _openclip_tokenizer_identity
 from .pixels import pixel_split_openclip
 
@@ -31,6 +42,7 @@ def openclip_create_kwargs(spec, protocol):
     ('ViT-B-16', 'openai', {'force_quick_gelu': True})
     """
     import open_clip
+
     name, pretrained = spec["model_name"], spec.get("pretrained")
     kwargs = {}
     if protocol != "corrected" or not isinstance(pretrained, str) or name.startswith(("hf-hub:", "local-dir:")):
@@ -47,15 +59,19 @@ def openclip_create_kwargs(spec, protocol):
 
 def _check_openclip_name(name):
     import open_clip
+
     if name.startswith(("hf-hub:", "local-dir:")):
         return
     valid = open_clip.list_models()
     if name not in valid:
         import difflib
+
         close = difflib.get_close_matches(name, valid, n=8, cutoff=0.5)
-        raise ModelError(f"unknown open_clip model_name {name!r}; close matches: {', '.join(close) or 'none'} "
-                         f"(all {len(valid)}: open_clip.list_models()); 'hf-hub:org/repo' and "
-                         f"'local-dir:/path' names are accepted too")
+        raise ModelError(
+            f"unknown open_clip model_name {name!r}; close matches: {', '.join(close) or 'none'} "
+            f"(all {len(valid)}: open_clip.list_models()); 'hf-hub:org/repo' and "
+            f"'local-dir:/path' names are accepted too"
+        )
 
 
 def _is_download_error(e):
@@ -71,11 +87,13 @@ def _create_openclip_on(device, name, pretrained, kwargs):
     the CPU and moved, as open_clip does by default."""
     import open_clip
     import torch
+
     if torch.device(device).type != "cpu" and accelerations.BUILD_ON_DEVICE:
         try:
             with torch.device(device):
-                model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, device=device,
-                                                                             **kwargs)
+                model, _, preprocess = open_clip.create_model_and_transforms(
+                    name, pretrained=pretrained, device=device, **kwargs
+                )
             return model, preprocess, str(device)
         except (RuntimeError, TypeError, NotImplementedError) as e:
             if _is_download_error(e):
@@ -86,6 +104,7 @@ def _create_openclip_on(device, name, pretrained, kwargs):
 
 def load_openclip(spec, protocol, device, dtype):
     import open_clip
+
     _check_openclip_name(spec["model_name"])
     name, pretrained, kwargs = openclip_create_kwargs(spec, protocol)
     if name.startswith(("hf-hub:", "local-dir:")):
@@ -93,8 +112,10 @@ def load_openclip(spec, protocol, device, dtype):
     elif pretrained and not os.path.isfile(str(pretrained)):
         tags = open_clip.list_pretrained_tags_by_model(name)
         if pretrained not in tags:
-            raise ModelError(f"unknown pretrained tag {pretrained!r} for open_clip {name}; valid: {', '.join(tags) or 'none'} "
-                             f"(or a checkpoint file path, or None for random init)")
+            raise ModelError(
+                f"unknown pretrained tag {pretrained!r} for open_clip {name}; valid: {', '.join(tags) or 'none'} "
+                f"(or a checkpoint file path, or None for random init)"
+            )
     try:
         model, preprocess, built_on = _create_openclip_on(device, name, pretrained, kwargs)
     except (OSError, ConnectionError, TimeoutError) as e:
@@ -111,8 +132,11 @@ def is_openclip(model, tokenizer):
     """An open_clip model and tokenizer, as open_clip builds them (a training loop's model in memory):
     openclip_encoder then gives it the accelerations of its spec twin."""
     import open_clip
-    return (isinstance(model, (open_clip.CLIP, open_clip.CustomTextCLIP))
-            and type(tokenizer).__module__ == open_clip.tokenizer.__name__)
+
+    return (
+        isinstance(model, (open_clip.CLIP, open_clip.CustomTextCLIP))
+        and type(tokenizer).__module__ == open_clip.tokenizer.__name__
+    )
 
 
 def openclip_encoder(model, preprocess, tokenizer, device, dtype, built_on=None):
@@ -121,6 +145,7 @@ def openclip_encoder(model, preprocess, tokenizer, device, dtype, built_on=None)
     (lgip.models.python), whose weights it neither moves nor casts. `enc.accelerations`: the
     switches of lgip.accelerations.PER_MODEL that apply to this model (the run block records no other as on)."""
     import torch
+
     context_length = getattr(model, "context_length", None) or tokenizer.context_length
     tower = _openclip_causal_text_tower(model) if accelerations.TRIMMED_TEXT else None
     trimmable = tower is not None
@@ -136,7 +161,7 @@ def openclip_encoder(model, preprocess, tokenizer, device, dtype, built_on=None)
             x = _openclip_text_trimmed(tower, blocks, ids, exact_length and pooled)
         else:
             full = torch.zeros(ids.shape[0], context_length, dtype=ids.dtype, device=device)
-            full[:, :ids.shape[1]] = ids
+            full[:, : ids.shape[1]] = ids
             x = model.encode_text(full)
         return _normalise(x)
 
@@ -151,26 +176,47 @@ def openclip_encoder(model, preprocess, tokenizer, device, dtype, built_on=None)
 
     @torch.no_grad()
     def encode_packs(*arrays):
-        return _normalise(_openclip_text_packed(tower, blocks, *(a.to(device, non_blocking=True) for a in arrays),
-                                                pooled=pooled))
+        return _normalise(
+            _openclip_text_packed(tower, blocks, *(a.to(device, non_blocking=True) for a in arrays), pooled=pooled)
+        )
 
     packs = encode_packs if blocks is not None else None  # (only for a trimmable tower)
     # Causal mask + EOT pooling: positions after a text's EOT never reach its embedding, so
     # every batch is cut to its longest member (tests/test_towers.py proves it).
     enc = Encoder(
-        model=model, device=device, dtype=dtype, tokenizer=tokenizer, image_transform=preprocess,
-        pixels=pixel_split_openclip(preprocess), tokenize=tokenize, encode_tokens=encode_tokens,
-        encode_images=encode_images, encode_packs=packs, context_length=context_length,
-        tokenizer_identity=_openclip_tokenizer_identity(tokenizer, context_length), text_key_tag=TEXT_KEY_TAG,
+        model=model,
+        device=device,
+        dtype=dtype,
+        tokenizer=tokenizer,
+        image_transform=preprocess,
+        pixels=pixel_split_openclip(preprocess),
+        tokenize=tokenize,
+        encode_tokens=encode_tokens,
+        encode_images=encode_images,
+        encode_packs=packs,
+        context_length=context_length,
+        tokenizer_identity=_openclip_tokenizer_identity(tokenizer, context_length),
+        text_key_tag=TEXT_KEY_TAG,
         pad_length=lambda call_lengths: None if trimmable else context_length,
-        info={"quick_gelu": _uses_quick_gelu(model), **({"built_on": built_on} if built_on is not None else {}),
-              "text_trimmed": trimmable, "text_prefix_sharing": packs is not None,
-              "image_last_block_class_token_only": visual_blocks is not None},
-        accelerations=(name for name, on in (
-            ("PREFIX_PACKS", packs is not None),
-            ("POOLED_LAST_BLOCK", visual_blocks is not None or trimmable and pooled),
-            ("TRIMMED_TEXT", trimmable), ("FAST_CLIP_TOKENIZER", tokenize.fast),
-            ("BUILD_ON_DEVICE", built_on is not None and built_on != "cpu")) if on))
+        info={
+            "quick_gelu": _uses_quick_gelu(model),
+            **({"built_on": built_on} if built_on is not None else {}),
+            "text_trimmed": trimmable,
+            "text_prefix_sharing": packs is not None,
+            "image_last_block_class_token_only": visual_blocks is not None,
+        },
+        accelerations=(
+            name
+            for name, on in (
+                ("PREFIX_PACKS", packs is not None),
+                ("POOLED_LAST_BLOCK", visual_blocks is not None or trimmable and pooled),
+                ("TRIMMED_TEXT", trimmable),
+                ("FAST_CLIP_TOKENIZER", tokenize.fast),
+                ("BUILD_ON_DEVICE", built_on is not None and built_on != "cpu"),
+            )
+            if on
+        ),
+    )
     return enc
 
 
@@ -186,17 +232,58 @@ def openclip_key_encoder(spec, protocol):
 
 def _uses_quick_gelu(model):
     from open_clip.transformer import QuickGELU
+
     return any(isinstance(m, QuickGELU) for m in model.modules())
 
 
 def prepare_openclip(spec, protocol):
     """The tokenizer of an open_clip model (its pixels need the model built: None here)."""
     import open_clip
+
     _check_openclip_name(spec["model_name"])
     tokenizer = open_clip.get_tokenizer(spec["model_name"])
     context = tokenizer.context_length
     # Tokenized as a causal CLIP tower's texts (to EOT; full rows when TRIMMED_TEXT is off): a
     # tower that is not causal gets another key, and the texts tokenized ahead are not used.
     tokenize = _openclip_tokenize_fn(tokenizer, context, accelerations.TRIMMED_TEXT)
-    return Prepared(spec["name"], tokenizer_key("openclip", _openclip_tokenizer_identity(tokenizer, context), tokenize),
-                    tokenize, None)
+    return Prepared(
+        spec["name"],
+        tokenizer_key("openclip", _openclip_tokenizer_identity(tokenizer, context), tokenize),
+        tokenize,
+        None,
+    )
+
+
+def random_init(spec):
+    """A warning for an open_clip architecture named without weights (no "pretrained", not hf-hub: or
+    local-dir:): open_clip builds it with random weights; None otherwise (the demo model is random by design
+    and says so)."""
+    name = spec.get("model_name")
+    if spec.get("pretrained") or spec.get("demo") or not isinstance(name, str):
+        return None
+    if name.startswith(("hf-hub:", "local-dir:")):
+        return None
+    import open_clip
+
+    tags = open_clip.list_pretrained_tags_by_model(name)[:4]
+    return (
+        f"model {spec['name']!r} has no pretrained weights (open_clip {name} with pretrained None): a random-init "
+        f'model, whose figures say nothing of a trained one; give "pretrained" a tag '
+        f"({', '.join(tags) or 'none for this architecture'}) or a checkpoint file"
+    )
+
+
+OPENCLIP = register(
+    Family(
+        "openclip",
+        required="model_name",
+        options=("pretrained",),
+        load=load_openclip,
+        prepare=prepare_openclip,
+        keys=openclip_key_encoder,
+        hub_files=openclip_files,
+        named=openclip_named,
+        card=openclip_card,
+        random_init=random_init,
+    )
+)

@@ -19,10 +19,12 @@ class PixelSplit:
     def __init__(self, geometry, key, rescale, mean, std):
         self.geometry, self.key, self.rescale = geometry, key, rescale  # rescale: ("div32", 255) or ("mul64", 1/255)
         self.mean, self.std = [float(v) for v in mean], [float(v) for v in std]
-        self._constants = {}  # (device, rescale, mean, std) -> their tensors, made once: a copy per batch would stall the GPU
+        # (device, rescale, mean, std) -> their tensors, made once: a copy per batch would stall the GPU
+        self._constants = {}
 
     def to_input(self, u8, device, dtype):
         import torch
+
         kind, value = self.rescale
         key = (str(device), self.rescale, tuple(self.mean), tuple(self.std))
         if key not in self._constants:
@@ -30,7 +32,8 @@ class PixelSplit:
             self._constants[key] = (
                 torch.full((1, 1, 1, 1), value, dtype=wide, device=device),
                 torch.tensor(self.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1),
-                torch.tensor(self.std, dtype=torch.float32, device=device).view(1, -1, 1, 1))
+                torch.tensor(self.std, dtype=torch.float32, device=device).view(1, -1, 1, 1),
+            )
         scale, mean, std = self._constants[key]
         x = u8.to(device, non_blocking=True)
         if kind == "div32":  # torchvision to_tensor: float32(x).div(255); a device divisor, never a reciprocal
@@ -49,6 +52,7 @@ class _PilToUint8:
     def __call__(self, img):
         import numpy as np
         import torch
+
         for t in self.transforms:
             img = t(img)
         if img.mode != "RGB":
@@ -60,15 +64,20 @@ def pixel_split_openclip(preprocess):
     """PixelSplit of an open_clip preprocess Compose([Resize/CenterCrop/MaybeConvertMode...,
     (Maybe)ToTensor, Normalize]); None for any other shape."""
     from torchvision import transforms as T
+
     steps = list(getattr(preprocess, "transforms", []))
     known = (T.Resize, T.CenterCrop)
-    if (len(steps) < 3 or type(steps[-2]).__name__ not in ("ToTensor", "MaybeToTensor")
-            or not isinstance(steps[-1], T.Normalize)
-            or not all(isinstance(t, known) or type(t).__name__ == "MaybeConvertMode" for t in steps[:-2])):
+    if (
+        len(steps) < 3
+        or type(steps[-2]).__name__ not in ("ToTensor", "MaybeToTensor")
+        or not isinstance(steps[-1], T.Normalize)
+        or not all(isinstance(t, known) or type(t).__name__ == "MaybeConvertMode" for t in steps[:-2])
+    ):
         return None
     geometry = steps[:-2]
-    key = "torchvision:" + "|".join(f"MaybeConvertMode({t.mode})" if type(t).__name__ == "MaybeConvertMode" else repr(t)
-                                    for t in geometry)
+    key = "torchvision:" + "|".join(
+        f"MaybeConvertMode({t.mode})" if type(t).__name__ == "MaybeConvertMode" else repr(t) for t in geometry
+    )
     return PixelSplit(_PilToUint8(geometry), key, ("div32", 255.0), steps[-1].mean, steps[-1].std)
 
 
@@ -80,7 +89,10 @@ class _HfGeometry:
 
     def __call__(self, img):
         import torch
-        x = self.image_processor(images=img, do_rescale=False, do_normalize=False, return_tensors="pt")["pixel_values"][0]
+
+        x = self.image_processor(images=img, do_rescale=False, do_normalize=False, return_tensors="pt")["pixel_values"][
+            0
+        ]
         if x.dtype != torch.uint8:
             raise ValueError(f"{type(self.image_processor).__name__} without rescale gave {x.dtype}, not uint8")
         return x
@@ -91,8 +103,11 @@ def pixel_split_siglip(image_processor):
     SiglipImageProcessorPil) that resizes, rescales and normalises, without a center crop, and
     returns pixel_values only; None for any other processor."""
     ip = image_processor
-    if (type(ip).__name__ not in ("SiglipImageProcessor", "SiglipImageProcessorPil")
-            or not (ip.do_resize and ip.do_rescale and ip.do_normalize) or getattr(ip, "do_center_crop", False)):
+    if (
+        type(ip).__name__ not in ("SiglipImageProcessor", "SiglipImageProcessorPil")
+        or not (ip.do_resize and ip.do_rescale and ip.do_normalize)
+        or getattr(ip, "do_center_crop", False)
+    ):
         return None
     key = f"transformers:{type(ip).__name__}:{ip.size}:{int(ip.resample)}:{getattr(ip, 'do_convert_rgb', None)}"
     return PixelSplit(_HfGeometry(ip), key, ("mul64", float(ip.rescale_factor)), ip.image_mean, ip.image_std)
@@ -104,6 +119,7 @@ def check_pixel_split(enc, split):
     import numpy as np
     import torch
     from PIL import Image
+
     if split is None:
         return None
     rng = np.random.default_rng(0)

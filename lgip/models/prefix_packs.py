@@ -1,16 +1,22 @@
 """lgip.models.prefix_packs: texts of a causal text tower packed as prefix trees, so a shared start
 ("a photo of a ...") is computed once (accelerations.PREFIX_PACKS); the tree mask each pack's
 attention uses. Exact: a position attends only to the positions before it on its own text's path."""
+
 from ..tokens import padded_ids
 
 
-PACK_NODES = 128  # tree nodes per prefix pack: larger shares a little more (1-2%), but its dense [M, M] tree mask costs attention FLOPs (~6% of a pack's at 128 on ViT-B-16 text, ~11% at 256); 0: no prefix packs (exact-length batches)
+# tree nodes per prefix pack: larger shares a little more (1-2%), but its dense [M, M] tree mask costs attention FLOPs
+# (~6% of a pack's at 128 on ViT-B-16 text, ~11% at 256); 0: no prefix packs (exact-length batches)
+PACK_NODES = 128
 
 
-PACK_SORT_COLUMNS = 12  # texts are ordered by their first 12 ids (24 shared 0.1% more positions on the bench's texts, for 1.8 s more per 1.7M texts)
+# texts are ordered by their first 12 ids (24 shared 0.1% more positions on the bench's texts, for 1.8 s more per
+# 1.7M texts)
+PACK_SORT_COLUMNS = 12
 
 
-PACK_TOKENS_PER_TEXT = 16  # packs per batch = TEXT_BATCH_SIZE * this / PACK_NODES (a batch holds about as many positions as before)
+# packs per batch = TEXT_BATCH_SIZE * this / PACK_NODES (a batch holds about as many positions as before)
+PACK_TOKENS_PER_TEXT = 16
 
 
 class PrefixPacks:
@@ -29,6 +35,7 @@ class PrefixPacks:
 
     def __init__(self, flat, starts, lengths, rows, size=128, packs_per_batch=8, sort_columns=24):
         import numpy as np
+
         rows = np.asarray(rows, dtype=np.int64)
         lens = lengths[rows]
         if len(rows) and int(lens.max()) > size:
@@ -82,12 +89,14 @@ class PrefixPacks:
         the nodes where the pack's texts end (their pooled position); slot [T] each text's
         place in eot.flatten(). Pad nodes: token 0, depth 0, creator -1."""
         import numpy as np
+
         bounds = np.r_[np.searchsorted(self.pack, np.arange(0, self.n_packs, self.packs_per_batch)), len(self.pack)]
         for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             yield self.order[lo:hi], self._arrays(lo, hi)
 
     def _arrays(self, lo, hi):
         import numpy as np
+
         lens, shared, pack = self.lens[lo:hi], self.shared[lo:hi], self.pack[lo:hi]
         pack = pack - pack[0]
         n_texts, width = len(lens), int(lens.max())
@@ -126,6 +135,7 @@ def prefix_tree_mask(pos, path, creator):
     """[G, M, M] bool: node j is an ancestor of node i (or i itself), from PrefixPacks arrays
     on any device. i's ancestor at depth d is path[creator[i], d]; pad nodes see themselves."""
     import torch
+
     g, m = pos.shape
     valid = creator >= 0
     anc = path[creator.clamp(min=0)]  # [G, M, L]

@@ -16,9 +16,10 @@ no text's ids depend on its neighbours). An exception in the user's code is repo
 (ModelError naming the model, the loader and their traceback: exit status 2); a result of the
 wrong type or shape is named.
 
-    >>> enc = load_python({"name": "mine", "type": "python", "loader": "my_models.py:build", "kwargs": {"ckpt": "e3.pt"}},
-    ...                   "corrected", "cuda", torch.bfloat16)
+    >>> enc = load_python({"name": "mine", "type": "python", "loader": "my_models.py:build",
+    ...                    "kwargs": {"ckpt": "e3.pt"}}, "corrected", "cuda", torch.bfloat16)
 """
+
 import importlib
 import importlib.util
 import os
@@ -26,6 +27,8 @@ import sys
 import traceback
 
 from ..errors import ModelError
+from .cards import loader_named, own_card
+from .families import Family, register
 from .encoder import Encoder, KeyEncoder, _normalise
 from .openclip import is_openclip, openclip_encoder
 from ..util import jsonable
@@ -57,11 +60,15 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 def _theirs(spec, what, e):
     tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_HERE):
+    while (
+        tb is not None and tb.tb_next is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_HERE)
+    ):
         tb = tb.tb_next  # their frames only: the ones in lgip/ that called them say nothing to them
     tb = "".join(traceback.format_exception(type(e), e, tb))
-    return UserCodeError(f"model {spec.get('name')!r}: {what} raised {type(e).__name__} in your code "
-                         f"(loader {loader_name(spec)}):\n{tb.rstrip()}")
+    return UserCodeError(
+        f"model {spec.get('name')!r}: {what} raised {type(e).__name__} in your code "
+        f"(loader {loader_name(spec)}):\n{tb.rstrip()}"
+    )
 
 
 def _locate(loader):
@@ -91,23 +98,28 @@ def loader_file(loader):
 def loader_files(spec):
     """The files a string loader's cache identity covers: its code, and the files its kwargs name
     (lgip.cache: an edited loader or checkpoint never reuses stale entries)."""
-    return [loader_file(str(spec.get("loader", "")))] + [v for v in (spec.get("kwargs") or {}).values()
-                                                         if isinstance(v, str)]
+    return [loader_file(str(spec.get("loader", "")))] + [
+        v for v in (spec.get("kwargs") or {}).values() if isinstance(v, str)
+    ]
 
 
 def _import_loader(spec):
     """The function a string loader names."""
     loader = spec["loader"]
     if ":" not in loader:
-        raise ModelError(f"model {spec.get('name')!r}: loader {loader!r} must be 'package.module:function' or "
-                         f"'path/to/file.py:function'")
+        raise ModelError(
+            f"model {spec.get('name')!r}: loader {loader!r} must be 'package.module:function' or "
+            f"'path/to/file.py:function'"
+        )
     where, name = loader.rsplit(":", 1)
     module, path = _locate(loader)
     try:
         if path is not None:
             if not os.path.isfile(path):
-                raise ModelError(f"model {spec.get('name')!r}: loader file {path} does not exist (relative paths are "
-                                 f"taken from the working folder, {os.getcwd()})")
+                raise ModelError(
+                    f"model {spec.get('name')!r}: loader file {path} does not exist (relative paths are "
+                    f"taken from the working folder, {os.getcwd()})"
+                )
             module_name = f"lgip_user_loader_{abs(hash(path))}"
             found = importlib.util.spec_from_file_location(module_name, path)
             module = importlib.util.module_from_spec(found)
@@ -119,8 +131,10 @@ def _import_loader(spec):
         raise
     except ModuleNotFoundError as e:
         if e.name and where.startswith(e.name):
-            raise ModelError(f"model {spec.get('name')!r}: no module {where!r} for loader {loader!r} (is its folder "
-                             f"on PYTHONPATH, or give it as 'path/to/file.py:{name}')") from e
+            raise ModelError(
+                f"model {spec.get('name')!r}: no module {where!r} for loader {loader!r} (is its folder "
+                f"on PYTHONPATH, or give it as 'path/to/file.py:{name}')"
+            ) from e
         raise _theirs(spec, f"importing {where}", e) from e
     except Exception as e:
         raise _theirs(spec, f"importing {where}", e) from e
@@ -138,30 +152,37 @@ def _triple(spec, device, dtype):
     else:
         fn = _import_loader(spec) if isinstance(loader, str) else loader
         if not callable(fn):
-            raise ModelError(f"model {spec.get('name')!r}: loader must be 'module:function', 'file.py:function', a "
-                             f"function or a (model, preprocess, tokenizer) tuple, got {type(loader).__name__}")
+            raise ModelError(
+                f"model {spec.get('name')!r}: loader must be 'module:function', 'file.py:function', a "
+                f"function or a (model, preprocess, tokenizer) tuple, got {type(loader).__name__}"
+            )
         try:
             got = fn(device=device, dtype=dtype, **(spec.get("kwargs") or {}))
         except Exception as e:
             raise _theirs(spec, "the loader", e) from e
         given = False
     if not isinstance(got, (tuple, list)) or len(got) != 3:
-        raise ModelError(f"model {spec.get('name')!r}: loader {loader_name(spec)} must return (model, preprocess, "
-                         f"tokenizer), got {type(got).__name__}" + (f" of {len(got)}" if isinstance(got, (tuple, list)) else ""))
+        raise ModelError(
+            f"model {spec.get('name')!r}: loader {loader_name(spec)} must return (model, preprocess, "
+            f"tokenizer), got {type(got).__name__}" + (f" of {len(got)}" if isinstance(got, (tuple, list)) else "")
+        )
     model, preprocess, tokenizer = got
     wrong = [f"model.{m}" for m in ("encode_image", "encode_text") if not callable(getattr(model, m, None))]
     wrong += [n for n, f in (("preprocess", preprocess), ("tokenizer", tokenizer)) if not callable(f)]
     if wrong:
-        raise ModelError(f"model {spec.get('name')!r}: loader {loader_name(spec)} returned no callable "
-                         f"{', '.join(wrong)} (open_clip's convention: model.encode_image(pixels), "
-                         f"model.encode_text(token_ids), preprocess(PIL image) -> tensor, tokenizer(list of str) -> "
-                         f"LongTensor [N, L])")
+        raise ModelError(
+            f"model {spec.get('name')!r}: loader {loader_name(spec)} returned no callable "
+            f"{', '.join(wrong)} (open_clip's convention: model.encode_image(pixels), "
+            f"model.encode_text(token_ids), preprocess(PIL image) -> tensor, tokenizer(list of str) -> "
+            f"LongTensor [N, L])"
+        )
     return model, preprocess, tokenizer, given
 
 
 def _where(model, device, dtype):
     """(device, dtype) of the model's weights; the run's when it has none."""
     import torch
+
     for p in list(model.parameters()) if isinstance(model, torch.nn.Module) else []:
         if p.is_floating_point():
             return p.device, p.dtype
@@ -170,11 +191,19 @@ def _where(model, device, dtype):
 
 def _expect(spec, what, x, dims, ints=False):
     import torch
-    if not torch.is_tensor(x) or x.dim() != dims or (ints and x.is_floating_point()) or (not ints and not x.is_floating_point()):
+
+    if (
+        not torch.is_tensor(x)
+        or x.dim() != dims
+        or (ints and x.is_floating_point())
+        or (not ints and not x.is_floating_point())
+    ):
         desc = f"a tensor {tuple(x.shape)} of {x.dtype}" if torch.is_tensor(x) else type(x).__name__
         kind = "an integer tensor" if ints else "a float tensor"
-        raise ModelError(f"model {spec.get('name')!r}: {what} gave {desc}; expected {kind} of {dims} dimensions "
-                         f"(loader {loader_name(spec)})")
+        raise ModelError(
+            f"model {spec.get('name')!r}: {what} gave {desc}; expected {kind} of {dims} dimensions "
+            f"(loader {loader_name(spec)})"
+        )
     return x
 
 
@@ -183,6 +212,7 @@ def load_python(spec, protocol, device, dtype):
     import numpy as np
     import torch
     from PIL import Image
+
     model, preprocess, tokenizer, given = _triple(spec, device, dtype)
     device, dtype = _where(model, device, dtype)
     was_training = bool(getattr(model, "training", False))
@@ -226,29 +256,51 @@ def load_python(spec, protocol, device, dtype):
     @torch.no_grad()
     def encode_images(pixels):  # (in the Encoder's dtype of the moment: explain_flips runs a model in memory in fp32)
         pixels = pixels.to(device=device, dtype=enc.dtype, non_blocking=True)
-        return _normalise(_expect(spec, "model.encode_image(pixels)", call("model.encode_image(pixels)",
-                                                                            model.encode_image, pixels), 2))
+        return _normalise(
+            _expect(
+                spec, "model.encode_image(pixels)", call("model.encode_image(pixels)", model.encode_image, pixels), 2
+            )
+        )
 
     # texts batched with texts of their token length: pad_length None (padded back above)
     enc = Encoder(
-        model=model, device=device, dtype=dtype, tokenizer=tokenizer, image_transform=preprocess, tokenize=tokenize,
-        encode_tokens=encode_tokens, encode_images=encode_images, pad_id=pad if pad is not None else 0,
-        pad_length=lambda call_lengths: None, text_key_tag=TEXT_KEY_TAG,
+        model=model,
+        device=device,
+        dtype=dtype,
+        tokenizer=tokenizer,
+        image_transform=preprocess,
+        tokenize=tokenize,
+        encode_tokens=encode_tokens,
+        encode_images=encode_images,
+        pad_id=pad if pad is not None else 0,
+        pad_length=lambda call_lengths: None,
+        text_key_tag=TEXT_KEY_TAG,
         tokenizer_identity=(type(tokenizer).__module__, type(tokenizer).__qualname__, fixed),
-        info={"loader": loader_name(spec), "in_memory": in_memory(spec),
-              "tokenizer_rows": (f"{length} ids, padded with {pad}" if pad is not None else
-                                 f"{length} ids" if fixed else "one text at a time")},
+        info={
+            "loader": loader_name(spec),
+            "in_memory": in_memory(spec),
+            "tokenizer_rows": (
+                f"{length} ids, padded with {pad}"
+                if pad is not None
+                else f"{length} ids"
+                if fixed
+                else "one text at a time"
+            ),
+        },
         # the caller's model back in the mode it came in
-        release=(lambda: model.train(was_training)) if given and isinstance(model, torch.nn.Module) else None)
+        release=(lambda: model.train(was_training)) if given and isinstance(model, torch.nn.Module) else None,
+    )
     # the probes, through the Encoder (its encode_images runs in the Encoder's dtype of the moment)
     image = Image.fromarray(np.random.default_rng(0).integers(0, 256, (97, 131, 3), dtype=np.uint8))
     pixels = _expect(spec, "preprocess(PIL image)", call("preprocess(PIL image)", preprocess, image), 3)
     d_image = encode_images(pixels[None]).shape
     d_text = encode_tokens(probe).shape
     if d_image[0] != 1 or d_text[0] != len(_PROBE_TEXTS) or d_image[1] != d_text[1]:
-        raise ModelError(f"model {spec.get('name')!r}: encode_image gave {tuple(d_image)} for 1 image and encode_text "
-                         f"{tuple(d_text)} for {len(_PROBE_TEXTS)} texts; expected [N, D] with one D for both "
-                         f"(loader {loader_name(spec)})")
+        raise ModelError(
+            f"model {spec.get('name')!r}: encode_image gave {tuple(d_image)} for 1 image and encode_text "
+            f"{tuple(d_text)} for {len(_PROBE_TEXTS)} texts; expected [N, D] with one D for both "
+            f"(loader {loader_name(spec)})"
+        )
     return enc
 
 
@@ -281,3 +333,17 @@ def python_key_encoder(spec, protocol):
     if in_memory(spec):
         return None
     return KeyEncoder(text_key_tag=TEXT_KEY_TAG, pad_length=lambda call_lengths: None)
+
+
+PYTHON = register(
+    Family(
+        "python",
+        required="loader",
+        options=("kwargs",),
+        load=load_python,
+        keys=python_key_encoder,
+        cache_files=loader_files,
+        named=loader_named,
+        card=own_card,
+    )
+)

@@ -4,8 +4,11 @@ text, and last blocks run for the pooled position only. Each equals the tower's 
 float rounding (tests/test_towers.py, against open_clip's encode_text / encode_image and
 transformers' get_text_features); lgip.accelerations switches them off.
 
-    >>> x = _openclip_text_trimmed(tower, _plain_blocks(tower.transformer), ids)  # = model.encode_text(ids padded to 77)
+    >>> x = _openclip_text_trimmed(
+    ...     tower, _plain_blocks(tower.transformer), ids
+    ... )  # = model.encode_text(ids padded to 77)
 """
+
 from .prefix_packs import prefix_tree_mask
 
 
@@ -15,6 +18,7 @@ def _openclip_causal_text_tower(model):
     for CLIP, `model.text` for CustomTextCLIP (EVA02, ...); None for any other tower."""
     import open_clip
     from open_clip.transformer import TextTransformer
+
     if isinstance(model, open_clip.CLIP):
         tower, pool = model, getattr(model, "text_pool_type", "argmax")
     elif isinstance(getattr(model, "text", None), TextTransformer):
@@ -32,13 +36,20 @@ def _plain_blocks(transformer):
     (batch-first nn.MultiheadAttention), which `_sdpa_block` computes exactly; else None."""
     import torch
     from open_clip.transformer import ResidualAttentionBlock
+
     blocks = list(getattr(transformer, "resblocks", []))
     if not getattr(transformer, "batch_first", False) or not blocks:
         return None
     for b in blocks:
         a = getattr(b, "attn", None)
-        if (type(b) is not ResidualAttentionBlock or hasattr(b, "ln_1_kv") or not isinstance(a, torch.nn.MultiheadAttention)
-                or not a.batch_first or not a._qkv_same_embed_dim or a.bias_k is not None):
+        if (
+            type(b) is not ResidualAttentionBlock
+            or hasattr(b, "ln_1_kv")
+            or not isinstance(a, torch.nn.MultiheadAttention)
+            or not a.batch_first
+            or not a._qkv_same_embed_dim
+            or a.bias_k is not None
+        ):
             return None
     return blocks
 
@@ -55,6 +66,7 @@ def _sdpa_block(block, x, causal=False, mask=None, rows=None):
     mask) -> [N, E, W]."""
     import torch
     import torch.nn.functional as F
+
     attn = block.attn
     n, length, width = x.shape
     heads = attn.num_heads
@@ -69,15 +81,18 @@ def _sdpa_block(block, x, causal=False, mask=None, rows=None):
             def take(t):
                 return t[:, one]
         else:
+
             def take(t):
                 return torch.gather(t, 1, rows[..., None].expand(-1, -1, t.shape[-1]))
+
         q = F.linear(take(h), w[:width], None if b is None else b[:width])
         k, v = F.linear(h, w[width:], None if b is None else b[width:]).chunk(2, dim=-1)
         x = take(x)
         mask = take(mask) if mask is not None else None
     q, k, v = (t.reshape(n, -1, heads, width // heads).transpose(1, 2) for t in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask[:, None],
-                                       is_causal=causal and rows is None)
+    y = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=None if mask is None else mask[:, None], is_causal=causal and rows is None
+    )
     x = x + block.ls_1(attn.out_proj(y.transpose(1, 2).reshape(n, -1, width)))
     return x + block.ls_2(block.mlp(block.ln_2(x)))
 
@@ -87,9 +102,14 @@ def _class_token_blocks(visual):
     'tok', no attention pooling, no token outputs, plain blocks), for _openclip_image_pooled;
     else None (EVA02's timm tower, SigLIP's attention-pooled one: the full forward)."""
     from open_clip.transformer import VisionTransformer
-    if (type(visual) is not VisionTransformer or getattr(visual, "attn_pool", None) is not None
-            or getattr(visual, "pool_type", None) != "tok" or getattr(visual, "output_tokens", False)
-            or not hasattr(visual, "_embeds")):
+
+    if (
+        type(visual) is not VisionTransformer
+        or getattr(visual, "attn_pool", None) is not None
+        or getattr(visual, "pool_type", None) != "tok"
+        or getattr(visual, "output_tokens", False)
+        or not hasattr(visual, "_embeds")
+    ):
         return None
     return _plain_blocks(visual.transformer)
 
@@ -108,6 +128,7 @@ def _openclip_text_packed(tower, blocks, tok, pos, path, creator, eot, slot, poo
     """open_clip encode_text of the texts of PrefixPacks arrays (on the device), in slot order.
     pooled: the last block runs for the texts' ends (eot) only; else for every node."""
     import torch
+
     cast = tower.transformer.get_cast_dtype()
     x = tower.token_embedding(tok).to(cast) + tower.positional_embedding[pos].to(cast)
     mask = prefix_tree_mask(pos, path, creator)
@@ -128,6 +149,7 @@ def _openclip_text_trimmed(tower, blocks, ids, exact_length=False):
     project's batches of one exact length; the last block then runs for that position only
     (the pooled one): ~7% fewer text FLOPs for 12 blocks, and no check on the device."""
     import torch
+
     cast = tower.transformer.get_cast_dtype()
     n = ids.shape[1]
     x = tower.token_embedding(ids).to(cast) + tower.positional_embedding[:n].to(cast)
@@ -147,6 +169,7 @@ def _openclip_text_trimmed(tower, blocks, ids, exact_length=False):
 
 def _project_text(tower, x):
     import torch
+
     proj = tower.text_projection
     if proj is not None:
         x = proj(x) if isinstance(proj, torch.nn.Linear) else x @ proj
@@ -163,8 +186,13 @@ def _siglip_text_tower(model):
         return None
     for layer in layers:
         a = getattr(layer, "self_attn", None)
-        if (not all(hasattr(layer, n) for n in ("layer_norm1", "layer_norm2", "mlp")) or a is None
-                or not all(hasattr(a, n) for n in ("q_proj", "k_proj", "v_proj", "out_proj", "num_heads", "head_dim", "scale"))):
+        if (
+            not all(hasattr(layer, n) for n in ("layer_norm1", "layer_norm2", "mlp"))
+            or a is None
+            or not all(
+                hasattr(a, n) for n in ("q_proj", "k_proj", "v_proj", "out_proj", "num_heads", "head_dim", "scale")
+            )
+        ):
             return None
     return tower
 
@@ -174,6 +202,7 @@ def _siglip_text_last(tower, ids):
     pooled (last) position only: keys and values for every position, the rest for one
     (~7% fewer text FLOPs for 12 layers, 3.5% for 24)."""
     import torch.nn.functional as F
+
     x = tower.embeddings(input_ids=ids)
     layers = tower.encoder.layers
     for layer in layers[:-1]:

@@ -17,11 +17,25 @@ A text's embedding never depends on the texts that share its batch. How, per fam
     >>> enc = load_transformers({"name": "b32", "type": "transformers", "model_id": "openai/clip-vit-base-patch32"},
     ...                         "corrected", "cuda", torch.bfloat16)
 """
+
 import os
+from dataclasses import replace
 
 from .. import accelerations
 from ..errors import ModelError, WrongModelType
-from .encoder import Encoder, KeyEncoder, Prepared, SIGLIP_TEXT_LENGTH, _as_features, _download_hint, _normalise, tokenizer_key
+from .cards import dual_encoder_card, model_id_named
+from .families import Family, register
+from .hub import model_id_files
+from .encoder import (
+    Encoder,
+    KeyEncoder,
+    Prepared,
+    SIGLIP_TEXT_LENGTH,
+    _as_features,
+    _download_hint,
+    _normalise,
+    tokenizer_key,
+)
 from .towers import _siglip_text_last, _siglip_text_tower
 from .pixels import pixel_split_siglip
 
@@ -34,6 +48,7 @@ REQUIRED = ("get_text_features", "get_image_features")  # what a model needs to 
 
 def _transformers_version():
     import transformers
+
     return tuple(int(p) for p in transformers.__version__.split(".")[:2])
 
 
@@ -54,7 +69,13 @@ class TextRules:
 
     def __init__(self, family, max_len, lowercase=False, mask=False, pad=None, length=None):
         self.family, self.max_len, self.lowercase, self.mask, self.pad, self.length = (
-            family, max_len, lowercase, mask, pad, length)
+            family,
+            max_len,
+            lowercase,
+            mask,
+            pad,
+            length,
+        )
 
     def padding(self):
         """{"pad_length", "pad_needs_lengths"} of an Encoder of this family (see lgip.models.encoder.Encoder)."""
@@ -65,15 +86,24 @@ class TextRules:
         return {"pad_length": lambda call_lengths: None}
 
     def info(self):
-        return {"family": self.family, "text_length": {"call": "longest in call", "fixed": self.length}.get(
-            self.pad, "own length (no padding)"), "lowercase": self.lowercase, "text_attention_mask": self.mask}
+        return {
+            "family": self.family,
+            "text_length": {"call": "longest in call", "fixed": self.length}.get(self.pad, "own length (no padding)"),
+            "lowercase": self.lowercase,
+            "text_attention_mask": self.mask,
+        }
 
 
 def _limit(tok, config):
     """Most tokens a text keeps: the tokenizer's limit, within the model's position table."""
-    limits = [n for n in (getattr(tok, "model_max_length", None),
-                          getattr(getattr(config, "text_config", config), "max_position_embeddings", None))
-              if isinstance(n, int) and 0 < n < 1_000_000]
+    limits = [
+        n
+        for n in (
+            getattr(tok, "model_max_length", None),
+            getattr(getattr(config, "text_config", config), "max_position_embeddings", None),
+        )
+        if isinstance(n, int) and 0 < n < 1_000_000
+    ]
     return min(limits) if limits else 512
 
 
@@ -109,23 +139,29 @@ def text_rules(spec, protocol, config, processor, tok):
 def _tokenize_fn(tok, rules):
     """(tokenize(texts) -> unpadded id lists, tokenizer identity). Shared by the loader, the
     preparer and the key encoder, so a text tokenized ahead has the model's ids."""
+
     def tokenize(texts):
         texts = [t.lower() for t in texts] if rules.lowercase else list(texts)
         return tok(texts, truncation=True, max_length=rules.max_len, padding=False)["input_ids"]
+
     return tokenize, (type(tok).__name__, len(tok), rules.max_len, rules.lowercase)
 
 
 def _preprocessors(model_id, images=True):
     """(processor or None, tokenizer, PIL image processor or None) of a checkpoint."""
     from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
+
     try:
         processor = AutoProcessor.from_pretrained(model_id)
     except (OSError, ValueError, KeyError):  # a checkpoint with a tokenizer but no processor config
         processor = None
     tok = getattr(processor, "tokenizer", None)
     if tok is None:
-        tok = processor if processor is not None and hasattr(processor, "convert_tokens_to_ids") else \
-            AutoTokenizer.from_pretrained(model_id)
+        tok = (
+            processor
+            if processor is not None and hasattr(processor, "convert_tokens_to_ids")
+            else AutoTokenizer.from_pretrained(model_id)
+        )
     # Only the image processor gets the backend kwarg: through AutoProcessor it would reach the
     # tokenizer too (4.x use_fast=False turns SigLIP2's Gemma tokenizer slow).
     image_processor = AutoImageProcessor.from_pretrained(model_id, **_pil_image_processor_kwarg()) if images else None
@@ -134,26 +170,35 @@ def _preprocessors(model_id, images=True):
 
 def _not_loadable(spec, e):
     model_id = spec["model_id"]
-    if os.path.isdir(model_id) or "not a valid model identifier" in str(e) or "does not appear" in str(e) \
-            or "Unrecognized" in str(e):
-        return ModelError(f"model {spec.get('name')!r}: {model_id!r} is not a transformers checkpoint that "
-                          f"AutoModel and AutoProcessor can load (a Hub id like openai/clip-vit-base-patch32 or "
-                          f"google/siglip-base-patch16-224, or a folder saved with save_pretrained): {e}")
+    if (
+        os.path.isdir(model_id)
+        or "not a valid model identifier" in str(e)
+        or "does not appear" in str(e)
+        or "Unrecognized" in str(e)
+    ):
+        return ModelError(
+            f"model {spec.get('name')!r}: {model_id!r} is not a transformers checkpoint that "
+            f"AutoModel and AutoProcessor can load (a Hub id like openai/clip-vit-base-patch32 or "
+            f"google/siglip-base-patch16-224, or a folder saved with save_pretrained): {e}"
+        )
     return _download_hint(spec, e)
 
 
 def _check_dual_encoder(spec, model):
     missing = [m for m in REQUIRED if not callable(getattr(model, m, None))]
     if missing:
-        raise WrongModelType(f"model {spec.get('name')!r}: {type(model).__name__} ({spec['model_id']}) has no "
-                             f"{' and no '.join(missing)}, so it is not an image-text dual encoder the 'transformers' "
-                             f"type can evaluate (CLIPModel, AltCLIPModel, AlignModel, ChineseCLIPModel, SiglipModel, "
-                             f"Siglip2Model, ...).")
+        raise WrongModelType(
+            f"model {spec.get('name')!r}: {type(model).__name__} ({spec['model_id']}) has no "
+            f"{' and no '.join(missing)}, so it is not an image-text dual encoder the 'transformers' "
+            f"type can evaluate (CLIPModel, AltCLIPModel, AlignModel, ChineseCLIPModel, SiglipModel, "
+            f"Siglip2Model, ...)."
+        )
 
 
 def load_transformers(spec, protocol, device, dtype):
     import torch
     from transformers import AutoConfig, AutoModel
+
     model_id = spec["model_id"]
     try:
         config = AutoConfig.from_pretrained(model_id)
@@ -188,7 +233,7 @@ def load_transformers(spec, protocol, device, dtype):
     if tower is not None:  # proven on this model and device in fp32 (before the cast), else the full forward
         probe = torch.full((3, rules.max_len), pad_id, dtype=torch.long)
         for r, ids in enumerate(tokenize(["a photo of a dog", "two red buses parked on a street.", "A cat!"])):
-            probe[r, :len(ids)] = torch.tensor(ids)
+            probe[r, : len(ids)] = torch.tensor(ids)
         for ids in (probe, probe[:, :8]):  # padded as trained, and cut short (the reference protocol)
             if tower is not None and not (encode_tokens(ids, last_only=False) - encode_tokens(ids)).abs().max() < 1e-4:
                 tower = None
@@ -197,22 +242,36 @@ def load_transformers(spec, protocol, device, dtype):
     @torch.no_grad()
     def encode_images(batch):
         batch = batch if isinstance(batch, dict) else {"pixel_values": batch}
-        batch = {k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device))
-                 for k, v in batch.items()}
+        batch = {
+            k: (v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device)) for k, v in batch.items()
+        }
         return _normalise(_as_features(model.get_image_features(**batch)))
 
-    return Encoder(model=model, device=device, dtype=dtype, tokenizer=tok, tokenize=tokenize, encode_tokens=encode_tokens,
-                   encode_images=encode_images, tokenizer_identity=identity, pad_id=pad_id,
-                   image_transform=ProcessorImageTransform(image_processor), pixels=pixel_split_siglip(image_processor),
-                   text_key_tag="" if siglip else TEXT_KEY_TAG, **rules.padding(),
-                   info=dict(rules.info(), model_class=type(model).__name__,
-                             text_last_layer_pooled_position_only=tower is not None),
-                   accelerations=["POOLED_LAST_BLOCK"] if tower is not None else [])
+    return Encoder(
+        model=model,
+        device=device,
+        dtype=dtype,
+        tokenizer=tok,
+        tokenize=tokenize,
+        encode_tokens=encode_tokens,
+        encode_images=encode_images,
+        tokenizer_identity=identity,
+        pad_id=pad_id,
+        image_transform=ProcessorImageTransform(image_processor),
+        pixels=pixel_split_siglip(image_processor),
+        text_key_tag="" if siglip else TEXT_KEY_TAG,
+        **rules.padding(),
+        info=dict(
+            rules.info(), model_class=type(model).__name__, text_last_layer_pooled_position_only=tower is not None
+        ),
+        accelerations=["POOLED_LAST_BLOCK"] if tower is not None else [],
+    )
 
 
 def _rules_without_weights(spec, protocol):
     """(TextRules, tokenizer or None) from the small files alone."""
     from transformers import AutoConfig
+
     if spec.get("type") == "siglip" and protocol != "reference":
         # (as trained: the fixed length needs neither the tokenizer nor the config; a checkpoint
         # that is not SigLIP after all has other keys: they miss, and the model loads)
@@ -251,8 +310,26 @@ class ProcessorImageTransform:
 def prepare_transformers(spec, protocol):
     """The tokenizer and pixel geometry of a transformers model: small files, no weights."""
     from transformers import AutoConfig
+
     processor, tok, image_processor = _preprocessors(spec["model_id"])
     rules = text_rules(spec, protocol, AutoConfig.from_pretrained(spec["model_id"]), processor, tok)
     tokenize, identity = _tokenize_fn(tok, rules)
     pixels = pixel_split_siglip(image_processor) if accelerations.PIXELS_ON_DEVICE else None
     return Prepared(spec["name"], tokenizer_key(spec["type"], identity, tokenize), tokenize, pixels)
+
+
+TRANSFORMERS = register(
+    Family(
+        "transformers",
+        required="model_id",
+        options=("lowercase",),
+        load=load_transformers,
+        prepare=prepare_transformers,
+        keys=transformers_key_encoder,
+        hub_files=model_id_files,
+        named=model_id_named,
+        card=dual_encoder_card,
+    )
+)
+# the published specs' name for SigLIP and SigLIP 2: the same family
+SIGLIP = register(replace(TRANSFORMERS, type="siglip"))

@@ -8,6 +8,7 @@ and SHARD picks every n-th model of the expanded list for one job of a cluster's
     >>> shard(list("abcdefg"), "1/3")
     ['b', 'e']
 """
+
 import fnmatch
 import os
 import re
@@ -27,20 +28,28 @@ def expand_zoo(spec):
     """The openclip specs of one zoo entry, in list_pretrained()'s order, each named
     `<architecture>__<tag>` (made file-safe); ModelError naming the pattern when nothing matches."""
     import open_clip
+
     check_keys(spec, ("type", "match", "tags", "card"), f"an {ZOO_TYPE} entry")
     match, tags = spec.get("match"), spec.get("tags", "*")
     if not isinstance(match, str) or not match or not isinstance(tags, str) or not tags:
-        raise ModelError(f"a {ZOO_TYPE} entry needs \"match\" (a pattern of open_clip architectures, e.g. \"ViT-B-*\") "
-                         f"and may have \"tags\" (a pattern of pretrained tags, default \"*\"), got {spec!r}")
+        raise ModelError(
+            f'a {ZOO_TYPE} entry needs "match" (a pattern of open_clip architectures, e.g. "ViT-B-*") '
+            f'and may have "tags" (a pattern of pretrained tags, default "*"), got {spec!r}'
+        )
     pairs = open_clip.list_pretrained()
-    out = [{"name": _UNSAFE.sub("_", f"{arch}__{tag}"), "type": "openclip", "model_name": arch, "pretrained": tag}
-           for arch, tag in pairs if fnmatch.fnmatchcase(arch, match) and fnmatch.fnmatchcase(tag, tags)]
+    out = [
+        {"name": _UNSAFE.sub("_", f"{arch}__{tag}"), "type": "openclip", "model_name": arch, "pretrained": tag}
+        for arch, tag in pairs
+        if fnmatch.fnmatchcase(arch, match) and fnmatch.fnmatchcase(tag, tags)
+    ]
     if not out:
         archs = list(dict.fromkeys(a for a, _ in pairs))
         near = [a for a in archs if fnmatch.fnmatchcase(a.lower(), match.lower())] or archs[:8]
-        raise ModelError(f"{ZOO_TYPE}: no pretrained open_clip model matches architecture {match!r} with tags {tags!r} "
-                         f"(case-sensitive fnmatch patterns); architectures such as: {', '.join(near[:8])} "
-                         f"(all {len(archs)}: open_clip.list_pretrained())")
+        raise ModelError(
+            f"{ZOO_TYPE}: no pretrained open_clip model matches architecture {match!r} with tags {tags!r} "
+            f"(case-sensitive fnmatch patterns); architectures such as: {', '.join(near[:8])} "
+            f"(all {len(archs)}: open_clip.list_pretrained())"
+        )
     for m in out:  # (a card the entry gives holds for each of its models)
         if isinstance(spec.get("card"), dict):
             m["card"] = dict(spec["card"])
@@ -57,15 +66,18 @@ def shard_of(value, environ=None):
         names = ("SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_COUNT")
         missing = [n for n in names if not str(environ.get(n, "")).strip().lstrip("-").isdigit()]
         if missing:
-            raise ConfigError(f"SHARD is \"slurm\" but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set "
-                              f"(run it as a job array: sbatch --array=0-7 ...), or give SHARD as \"i/n\"")
+            raise ConfigError(
+                f'SHARD is "slurm" but {", ".join(missing)} {"is" if len(missing) == 1 else "are"} not set '
+                f'(run it as a job array: sbatch --array=0-7 ...), or give SHARD as "i/n"'
+            )
         i = int(environ["SLURM_ARRAY_TASK_ID"]) - int(environ["SLURM_ARRAY_TASK_MIN"])
         n = int(environ["SLURM_ARRAY_TASK_COUNT"])
     else:
         m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(value))
         if not m:
-            raise ConfigError(f"SHARD must be None, \"i/n\" (0 <= i < n: this job runs models i, i + n, ...) or "
-                              f"\"slurm\", got {value!r}")
+            raise ConfigError(
+                f'SHARD must be None, "i/n" (0 <= i < n: this job runs models i, i + n, ...) or "slurm", got {value!r}'
+            )
         i, n = int(m.group(1)), int(m.group(2))
     if not 0 <= i < n:
         raise ConfigError(f"SHARD {value!r}: shard {i} of {n} is not one of 0..{n - 1}")
@@ -75,4 +87,4 @@ def shard_of(value, environ=None):
 def shard(models, value, environ=None):
     """The models of this shard: positions i, i + n, i + 2n, ... of the expanded list."""
     got = shard_of(value, environ)
-    return list(models) if got is None else list(models)[got[0]::got[1]]
+    return list(models) if got is None else list(models)[got[0] :: got[1]]

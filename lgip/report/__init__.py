@@ -16,7 +16,8 @@
              and over all models
   factors    what predicts robustness (LGIP_SPEC.md 12): the models' cards against their figures, rank
              correlations with intervals over models, levels, controlled pairs; the factors file
-  plots      the frontier, text-prior, flip-type, retrieval, image-side and factors figures (matplotlib, PNG); a new figure goes here
+  plots      the frontier, text-prior, flip-type, retrieval, image-side and factors figures (matplotlib, PNG);
+             a new figure goes here
   overview   `Report` (what the markdown and the page say) and the texts around the figures; beside it
              each section's own: attribution_text, controls_text, benchmark_text, factors_text
   gallery    gallery items: thumbnails as data: URIs (placeholders when unreadable), words marked,
@@ -32,17 +33,40 @@ its outputs through, so that they are renamed into place together or not at all.
     >>> found, looked = find_metrics("x.jsonl")
     >>> rows = build_rows({k: load_metrics(p) for k, p in found.items()})
 """
-from .evaluations import (COLUMNS, EVALUATIONS, HEADLINE_KEYS, SCORE_KEYS, SCRIPTS, columns, csv_columns,
-                          find_metrics, load_metrics, report_types)
+
+from .evaluations import (
+    COLUMNS,
+    EVALUATIONS,
+    HEADLINE_KEYS,
+    SCORE_KEYS,
+    SCRIPTS,
+    columns,
+    csv_columns,
+    find_metrics,
+    load_metrics,
+    report_types,
+)
 from .rows import build_rows, image_roots, short_label, short_labels
 from .comparisons import comparison_files, load_comparisons
 from .benchmarks import add_benchmark_means, benchmark_source
 from .tables import RESULT_COLUMNS, result_columns_for, row_types, write_csv
 from .toplists import TopK, TopLists, scan_scores, score_files
 from .factors import compute_factors, write_factors
-from .plots import (FACTOR_FIGURES, FLIPTYPE_FIGURES, FRONTIER_FIGURES, IMAGE_SIDE_FIGURES, PRIOR_FIGURES, RETRIEVAL_FIGURES,
-                    fliptype_figures, model_colors_hex, pareto_front, plot_factors, plot_fliptypes, plot_frontier,
-                    plot_image_side, plot_prior, plot_retrieval, subtitle)
+from .diagnostic_plots import IMAGE_SIDE_FIGURES, plot_factors, plot_image_side, plot_prior
+from .plots import (
+    FACTOR_FIGURES,
+    FLIPTYPE_FIGURES,
+    FRONTIER_FIGURES,
+    PRIOR_FIGURES,
+    RETRIEVAL_FIGURES,
+    fliptype_figures,
+    model_colors_hex,
+    pareto_front,
+    plot_fliptypes,
+    plot_frontier,
+    plot_retrieval,
+    subtitle,
+)
 from .overview import Report, demo_note, random_init_note, unmeasured_notes
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .image_side import altered_items, image_score_files, image_side_lines, scan_altered, seeds
@@ -50,14 +74,70 @@ from .markdown import console_table, results_table, write_markdown
 from .page import page_context, render_page, write_page
 from ..outputs import OutputSet
 
-__all__ = ["COLUMNS", "EVALUATIONS", "FACTOR_FIGURES", "FLIPTYPE_FIGURES", "FRONTIER_FIGURES", "HEADLINE_KEYS",
-           "IMAGE_SIDE_FIGURES", "OutputSet", "altered_items", "image_score_files", "image_side_lines", "plot_image_side",
-           "scan_altered", "seeds",
-           "PRIOR_FIGURES", "RESULT_COLUMNS", "RETRIEVAL_FIGURES", "Report", "SCORE_KEYS", "SCRIPTS", "TopK", "TopLists",
-           "add_benchmark_means", "attach_attributions", "benchmark_source", "build_rows", "columns", "comparison_files",
-           "compute_factors", "csv_columns", "demo_note", "explain_files", "find_metrics", "fliptype_figures", "gallery_items",
-           "image_roots", "load_comparisons", "load_metrics", "model_colors_hex", "page_context", "pareto_front",
-           "plot_factors", "plot_fliptypes", "plot_frontier", "plot_prior", "plot_retrieval", "random_init_note", "render_page", "report_types",
-           "result_columns_for", "results_table", "console_table", "row_types", "scan_scores", "score_files", "short_label", "short_labels",
-           "subtitle", "thumbnail", "unmeasured_notes", "word_marks", "write_csv", "write_factors", "write_markdown",
-           "write_page"]
+__all__ = [
+    "COLUMNS",
+    "EVALUATIONS",
+    "FACTOR_FIGURES",
+    "FLIPTYPE_FIGURES",
+    "FRONTIER_FIGURES",
+    "HEADLINE_KEYS",
+    "IMAGE_SIDE_FIGURES",
+    "OutputSet",
+    "altered_items",
+    "image_score_files",
+    "image_side_lines",
+    "plot_image_side",
+    "scan_altered",
+    "seeds",
+    "PRIOR_FIGURES",
+    "RESULT_COLUMNS",
+    "RETRIEVAL_FIGURES",
+    "Report",
+    "SCORE_KEYS",
+    "SCRIPTS",
+    "TopK",
+    "TopLists",
+    "add_benchmark_means",
+    "attach_attributions",
+    "benchmark_source",
+    "build_rows",
+    "columns",
+    "comparison_files",
+    "compute_factors",
+    "csv_columns",
+    "demo_note",
+    "explain_files",
+    "find_metrics",
+    "fliptype_figures",
+    "gallery_items",
+    "image_roots",
+    "load_comparisons",
+    "load_metrics",
+    "model_colors_hex",
+    "page_context",
+    "pareto_front",
+    "plot_factors",
+    "plot_fliptypes",
+    "plot_frontier",
+    "plot_prior",
+    "plot_retrieval",
+    "random_init_note",
+    "render_page",
+    "report_types",
+    "result_columns_for",
+    "results_table",
+    "console_table",
+    "row_types",
+    "scan_scores",
+    "score_files",
+    "short_label",
+    "short_labels",
+    "subtitle",
+    "thumbnail",
+    "unmeasured_notes",
+    "word_marks",
+    "write_csv",
+    "write_factors",
+    "write_markdown",
+    "write_page",
+]

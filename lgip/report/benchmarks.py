@@ -5,6 +5,7 @@ and the mean over its types that the benchmark itself reports, added to each row
     >>> bench = benchmark_source("data/sugarcrepe.jsonl", metrics, types)   # None for LGIP's own data
     >>> extra = add_benchmark_means(rows) if bench else []
 """
+
 import os
 
 from ..errors import InputError
@@ -13,10 +14,20 @@ from ..records import read_json
 from .fields import what_is
 
 
-BENCHMARK_NAMES = {"sugarcrepe": "SugarCrepe", "sugarcrepe++": "SugarCrepe++", "rococo": "RoCOCO"}  # import_benchmark.py's SOURCE
-PAIR_ACCURACY = ("sugarcrepe", "sugarcrepe++")  # benchmarks whose own accuracy is a type's positive rate (RoCOCO's is retrieval)
-BENCHMARK_MEANS = (("pos_rate", "benchmark_mean_pos_rate"), ("robust_pos_rate", "benchmark_mean_robust_pos_rate"),
-                   ("text_only_rate", "benchmark_mean_text_only_rate"))  # per-type figure -> its mean over the types (CSV)
+BENCHMARK_NAMES = {
+    "sugarcrepe": "SugarCrepe",
+    "sugarcrepe++": "SugarCrepe++",
+    "rococo": "RoCOCO",
+}  # import_benchmark.py's SOURCE
+PAIR_ACCURACY = (
+    "sugarcrepe",
+    "sugarcrepe++",
+)  # benchmarks whose own accuracy is a type's positive rate (RoCOCO's is retrieval)
+BENCHMARK_MEANS = (
+    ("pos_rate", "benchmark_mean_pos_rate"),
+    ("robust_pos_rate", "benchmark_mean_robust_pos_rate"),
+    ("text_only_rate", "benchmark_mean_text_only_rate"),
+)  # per-type figure -> its mean over the types (CSV)
 
 
 def _import_meta(path):
@@ -31,9 +42,13 @@ def _import_meta(path):
     if isinstance(meta, dict) and meta.get("script") == "import_benchmark.py" and isinstance(meta.get("source"), str):
         for key in ("items_by_type", "items_written_by_type"):  # (what the benchmark table reads of it: checked)
             v = meta.get(key)
-            if v is not None and (not isinstance(v, dict) or not all(
-                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v.values())):
-                raise InputError(f"{path}.meta.json: field {key!r} is {what_is(v)}, not an object of counts per type"[:300])
+            if v is not None and (
+                not isinstance(v, dict)
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in v.values())
+            ):
+                raise InputError(
+                    f"{path}.meta.json: field {key!r} is {what_is(v)}, not an object of counts per type"[:300]
+                )
         for key in ("num_images", "num_images_missing"):
             v = meta.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
@@ -50,13 +65,21 @@ def benchmark_source(jsonl_path, metrics, types):
     is about an imported benchmark: the meta beside JSONL_PATH or beside the typed evaluations' input
     says so, or the per-type figures have types that are not LGIP's (then source None, name "Benchmark");
     else None."""
-    inputs = [jsonl_path] + [((m.get("run") or {}).get("config") or {}).get("JSONL_PATH")
-                             for key in ("fliptypes", "multi") for m in metrics.get(key, ())]
+    inputs = [jsonl_path] + [
+        ((m.get("run") or {}).get("config") or {}).get("JSONL_PATH")
+        for key in ("fliptypes", "multi")
+        for m in metrics.get(key, ())
+    ]
     for path in dict.fromkeys(p for p in inputs if isinstance(p, str) and p):
         meta = _import_meta(path)
         if meta is not None:
-            return {"source": meta["source"], "name": BENCHMARK_NAMES.get(meta["source"], meta["source"]),
-                    "meta": meta, "meta_path": path + ".meta.json", "accuracy": meta["source"] in PAIR_ACCURACY}
+            return {
+                "source": meta["source"],
+                "name": BENCHMARK_NAMES.get(meta["source"], meta["source"]),
+                "meta": meta,
+                "meta_path": path + ".meta.json",
+                "accuracy": meta["source"] in PAIR_ACCURACY,
+            }
     if types and not set(types) <= set(FLIP_TYPES):
         return {"source": None, "name": "Benchmark", "meta": None, "meta_path": None, "accuracy": False}
     return None

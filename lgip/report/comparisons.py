@@ -5,6 +5,7 @@ row checked as a metrics row is (lgip.report.fields), and which figure of a row 
     >>> files, absent = comparison_files(found)
     >>> rows = [c for key, path in files for c in load_comparisons(path, key)]
 """
+
 import os
 
 from ..errors import InputError
@@ -16,10 +17,18 @@ from .evaluations import EVALUATIONS
 # --- paired model comparisons (LGIP_SPEC.md section 9): <input stem>__LGIP_comparisons.metrics.json ---
 
 COMPARISONS_SUFFIX = "LGIP_comparisons.metrics.json"
-COMPARED = {"sensitivity_pos_rate": "pos_rate", "grounded_pos_rate": "grounded_pos_rate",
-            "invariance_error_mean": "invariance_error", "invariance_error_rel": "invariance_error_rel"}  # a compared figure -> its name in a row (<evaluation>_<name>)
-COMPARED_OWN = {"i2t_recall@1": "retrieval_i2t_recall@1", "i2t_flip_top1_rate": "retrieval_i2t_flip_top1_rate",
-                "localization_acc": "localization_acc", "image_sensitivity_pos_rate": "image_pos_rate"}
+COMPARED = {
+    "sensitivity_pos_rate": "pos_rate",
+    "grounded_pos_rate": "grounded_pos_rate",
+    "invariance_error_mean": "invariance_error",
+    "invariance_error_rel": "invariance_error_rel",
+}  # a compared figure -> its name in a row (<evaluation>_<name>)
+COMPARED_OWN = {
+    "i2t_recall@1": "retrieval_i2t_recall@1",
+    "i2t_flip_top1_rate": "retrieval_i2t_flip_top1_rate",
+    "localization_acc": "localization_acc",
+    "image_sensitivity_pos_rate": "image_pos_rate",
+}
 # ^ the figures of the evaluations with one figure of a name (section 12's outcomes) -> its key in a row
 
 
@@ -29,7 +38,7 @@ def comparison_files(found):
     files, absent = [], []
     for e in EVALUATIONS:
         if e.comparisons and e.key in found:
-            path = found[e.key][:-len(e.suffix)] + COMPARISONS_SUFFIX
+            path = found[e.key][: -len(e.suffix)] + COMPARISONS_SUFFIX
             if path in absent or any(p == path for _, p in files):
                 continue
             if os.path.isfile(path):
@@ -65,8 +74,10 @@ def _comparison(row):
         raise BadField("excludes_zero", f"is {what_is(said)}, not true, false or null")
     out["excludes_zero"] = None if out["lo"] is None else bool(out["lo"] > 0 or out["hi"] < 0)
     if said is not None and out["excludes_zero"] is not None and said != out["excludes_zero"]:
-        raise BadField("excludes_zero", f"is {said!r}, but diff_ci95 {row['diff_ci95']!r} "
-                                        f"{'excludes' if out['excludes_zero'] else 'contains'} 0")
+        raise BadField(
+            "excludes_zero",
+            f"is {said!r}, but diff_ci95 {row['diff_ci95']!r} {'excludes' if out['excludes_zero'] else 'contains'} 0",
+        )
     run = block(row, "run")
     out["created"] = None if run.get("created") is None else str(run["created"])
     return out
@@ -80,8 +91,10 @@ def load_comparisons(path, key=None):
     by_script = {e.script: e.key for e in EVALUATIONS if e.comparisons}
     data = read_json(path)
     if not isinstance(data, list):
-        raise InputError(f"{path}: expected a list of paired comparisons ({{script, a, b, figure, flip_type, diff, "
-                         f"diff_ci95, ...}}), got {type(data).__name__}")
+        raise InputError(
+            f"{path}: expected a list of paired comparisons ({{script, a, b, figure, flip_type, diff, "
+            f"diff_ci95, ...}}), got {type(data).__name__}"
+        )
     out = []
     for i, row in enumerate(data):
         where = f"{path}: row {i + 1} of {len(data)}"

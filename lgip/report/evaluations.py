@@ -13,6 +13,7 @@ run_lgip_images.py's image side (`images`: section 11's figures as `image_<name>
 
     >>> found, looked = find_metrics("data/x.jsonl")      # {"multi": "data/x_with_perturb__LGIP_ALL.metrics.json", ...}
 """
+
 import json
 import os
 from dataclasses import dataclass
@@ -22,9 +23,27 @@ from ..errors import InputError
 from ..filenames import default_output, metrics_path
 from ..method import FLIP_TYPES
 from ..records import read_json
-from .fields import BadField, CONTROL_FIGURES, FIGURES, RELATIVE, TYPE_CONTROLS, block, check_card, count, what_is, with_ci
-from .extract import (extract_enhanced, extract_explain, extract_fliptypes, extract_images, extract_multi,
-                      extract_retrieval, enhanced_blocks)
+from .fields import (
+    BadField,
+    CONTROL_FIGURES,
+    FIGURES,
+    RELATIVE,
+    TYPE_CONTROLS,
+    block,
+    check_card,
+    count,
+    what_is,
+    with_ci,
+)
+from .extract import (
+    extract_enhanced,
+    extract_explain,
+    extract_fliptypes,
+    extract_images,
+    extract_multi,
+    extract_retrieval,
+    enhanced_blocks,
+)
 
 
 def _num_samples(m):
@@ -37,15 +56,27 @@ def _num_samples(m):
 # float rounding: the published calls are the method's, not the batch sizes'); where it ran (the
 # dtype it resolved to is compared, as `dtype`); which files it also wrote; which other models ran
 # beside (this model's own MODELS entry is compared, as `model spec`); a model it could not run.
-IGNORED_SETTINGS = frozenset({
-    "JSONL_PATH", "IMAGE_ROOT",
-    "NUM_WORKERS", "LOOKAHEAD", "CACHE_DIR", "CACHE_FLUSH_S", "PIXEL_MEMORY_GB", "ACCELERATIONS_OFF",
-    "IMAGE_BATCH_SIZE", "TEXT_BATCH_SIZE",
-    "DEVICE", "DTYPE",
-    "WRITE_SCORES",
-    "MODELS", "SHARD",
-    "ON_MODEL_ERROR", "UNSUPPORTED",
-})
+IGNORED_SETTINGS = frozenset(
+    {
+        "JSONL_PATH",
+        "IMAGE_ROOT",
+        "NUM_WORKERS",
+        "LOOKAHEAD",
+        "CACHE_DIR",
+        "CACHE_FLUSH_S",
+        "PIXEL_MEMORY_GB",
+        "ACCELERATIONS_OFF",
+        "IMAGE_BATCH_SIZE",
+        "TEXT_BATCH_SIZE",
+        "DEVICE",
+        "DTYPE",
+        "WRITE_SCORES",
+        "MODELS",
+        "SHARD",
+        "ON_MODEL_ERROR",
+        "UNSUPPORTED",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -58,7 +89,9 @@ class Evaluation:
     short: str  # its name in a figure's subtitle
     headline: bool = True  # has invariance error, gap and positive rate, so can head the table
     typed: bool = False  # has figures per flip type
-    columns: Tuple[str, ...] = ()  # CSV columns of its own, after the shared ones (COLUMNS), when it ran: its extract's keys
+    columns: Tuple[
+        str, ...
+    ] = ()  # CSV columns of its own, after the shared ones (COLUMNS), when it ran: its extract's keys
     scores: bool = True  # writes per-pair score files (the top lists' SCORE_SOURCES)
     evaluated: Callable = _num_samples  # one model's metrics -> what it evaluated, as the inputs table says it
     fixed_dtype: bool = False  # runs every model in one dtype whatever the settings (so not compared: mixed_settings)
@@ -72,25 +105,79 @@ def _by_flip_type(m):
 
 
 EVALUATIONS = [
-    Evaluation("multi", "run_lgip_multi.py", "LGIP_ALL.metrics.json", ("_with_perturb.jsonl", ""),
-               extract_multi, "run_lgip_multi", controls=True, comparisons=True),
-    Evaluation("fliptypes", "run_lgip_by_fliptype.py", "LGIP_fliptypes.metrics.json", ("_with_fliptypes.jsonl", ""),
-               extract_fliptypes, "run_lgip_by_fliptype", typed=True, controls=True, comparisons=True,
-               type_blocks=_by_flip_type),
-    Evaluation("enhanced", "rebuttal_enhanced_lgip_by_transformation.py", "ENHANCED_LGIP_analysis.json",
-               ("_with_fliptypes.jsonl", "rebuttal_enhanced_"), extract_enhanced, "enhanced analysis, corrected",
-               typed=True, evaluated=lambda m: (m.get("corrected") or {}).get("num_records", "?"),
-               type_blocks=lambda m: enhanced_blocks(m)[0].get("error_type_stats")),
-    Evaluation("retrieval", "run_lgip_retrieval.py", "LGIP_retrieval.metrics.json", ("_with_fliptypes.jsonl", ""),
-               extract_retrieval, "run_lgip_retrieval", headline=False, columns=tuple(extract_retrieval({})), scores=False,
-               comparisons=True, type_blocks=_by_flip_type),
-    Evaluation("explain", "explain_flips.py", "LGIP_explain.metrics.json", ("_with_fliptypes.jsonl", ""),
-               extract_explain, "explain_flips", headline=False, columns=tuple(extract_explain({})), scores=False,
-               evaluated=lambda m: f"{m.get('num_flips', '?')} flips", fixed_dtype=True, comparisons=True,
-               type_blocks=_by_flip_type),
-    Evaluation("images", "run_lgip_images.py", "LGIP_images.metrics.json", ("_with_fliptypes.jsonl", ""),
-               extract_images, "run_lgip_images", headline=False, columns=tuple(extract_images({})), scores=False,
-               comparisons=True),
+    Evaluation(
+        "multi",
+        "run_lgip_multi.py",
+        "LGIP_ALL.metrics.json",
+        ("_with_perturb.jsonl", ""),
+        extract_multi,
+        "run_lgip_multi",
+        controls=True,
+        comparisons=True,
+    ),
+    Evaluation(
+        "fliptypes",
+        "run_lgip_by_fliptype.py",
+        "LGIP_fliptypes.metrics.json",
+        ("_with_fliptypes.jsonl", ""),
+        extract_fliptypes,
+        "run_lgip_by_fliptype",
+        typed=True,
+        controls=True,
+        comparisons=True,
+        type_blocks=_by_flip_type,
+    ),
+    Evaluation(
+        "enhanced",
+        "rebuttal_enhanced_lgip_by_transformation.py",
+        "ENHANCED_LGIP_analysis.json",
+        ("_with_fliptypes.jsonl", "rebuttal_enhanced_"),
+        extract_enhanced,
+        "enhanced analysis, corrected",
+        typed=True,
+        evaluated=lambda m: (m.get("corrected") or {}).get("num_records", "?"),
+        type_blocks=lambda m: enhanced_blocks(m)[0].get("error_type_stats"),
+    ),
+    Evaluation(
+        "retrieval",
+        "run_lgip_retrieval.py",
+        "LGIP_retrieval.metrics.json",
+        ("_with_fliptypes.jsonl", ""),
+        extract_retrieval,
+        "run_lgip_retrieval",
+        headline=False,
+        columns=tuple(extract_retrieval({})),
+        scores=False,
+        comparisons=True,
+        type_blocks=_by_flip_type,
+    ),
+    Evaluation(
+        "explain",
+        "explain_flips.py",
+        "LGIP_explain.metrics.json",
+        ("_with_fliptypes.jsonl", ""),
+        extract_explain,
+        "explain_flips",
+        headline=False,
+        columns=tuple(extract_explain({})),
+        scores=False,
+        evaluated=lambda m: f"{m.get('num_flips', '?')} flips",
+        fixed_dtype=True,
+        comparisons=True,
+        type_blocks=_by_flip_type,
+    ),
+    Evaluation(
+        "images",
+        "run_lgip_images.py",
+        "LGIP_images.metrics.json",
+        ("_with_fliptypes.jsonl", ""),
+        extract_images,
+        "run_lgip_images",
+        headline=False,
+        columns=tuple(extract_images({})),
+        scores=False,
+        comparisons=True,
+    ),
 ]
 BY_KEY = {e.key: e for e in EVALUATIONS}
 EVAL_KEYS = [e.key for e in EVALUATIONS]
@@ -108,11 +195,25 @@ def own_columns(e, types=None):
 def columns(types=None):
     """The CSV's columns, in order, with per-type columns for `types` (None: LGIP's color, number,
     object; a benchmark's own types otherwise: `report_types`)."""
+
     def ci(name):
         return with_ci([name])
-    cols = ["model", "label", "protocol", "score_kind", "num_records", "num_failed_images", "headline_source", "headline_file",
-            "headline_created", "mixed_settings"]
-    for f in FIGURES + CONTROL_FIGURES + (RELATIVE,):  # (the controls from the headline's evaluation, as the positive rate)
+
+    cols = [
+        "model",
+        "label",
+        "protocol",
+        "score_kind",
+        "num_records",
+        "num_failed_images",
+        "headline_source",
+        "headline_file",
+        "headline_created",
+        "mixed_settings",
+    ]
+    for f in (
+        FIGURES + CONTROL_FIGURES + (RELATIVE,)
+    ):  # (the controls from the headline's evaluation, as the positive rate)
         cols += ci(f)
     cols += ["flip_type_source", "flip_type_file", "flip_type_created"]
     for t in FLIP_TYPES if types is None else types:
@@ -185,8 +286,15 @@ def _check_model(m, e):
     check_card(m)
     model, config = block(run, "model"), block(run, "config")
     versions = block(run, "versions")
-    for b, key in ((config, "IMAGE_ROOT"), (config, "JSONL_PATH"), (model, "type"), (model, "protocol"),
-                   (model, "dtype"), (run, "script"), (run, "created")):
+    for b, key in (
+        (config, "IMAGE_ROOT"),
+        (config, "JSONL_PATH"),
+        (model, "type"),
+        (model, "protocol"),
+        (model, "dtype"),
+        (run, "script"),
+        (run, "created"),
+    ):
         if b.get(key) is not None and not isinstance(b[key], str):
             raise BadField(b.where + key, f"is {what_is(b[key])}, not a string or null")
     for name, v in versions.items():
@@ -221,8 +329,10 @@ def load_metrics(path, key=None):
     for i, m in enumerate(data):
         tag = m.get("model_tag") if isinstance(m, dict) else None
         if not isinstance(tag, str) or not tag:
-            raise InputError(f"{path}: model #{i + 1} of {len(data)}: "
-                             + ("not an object" if not isinstance(m, dict) else "no 'model_tag' (a non-empty string)"))
+            raise InputError(
+                f"{path}: model #{i + 1} of {len(data)}: "
+                + ("not an object" if not isinstance(m, dict) else "no 'model_tag' (a non-empty string)")
+            )
         if tag in seen:
             raise InputError(f"{path}: model {tag} is listed twice")
         seen.add(tag)
@@ -264,5 +374,7 @@ def mixed_settings(runs):
 
 def mixed_text(mixed, name=lambda key: key):
     """'PROTOCOL "reference" (multi), "corrected" (fliptypes); ...' (name: evaluation key -> as shown)."""
-    return "; ".join(f"{k} " + ", ".join(f"{v} ({', '.join(name(key) for key in keys)})" for v, keys in values)
-                     for k, values in mixed)
+    return "; ".join(
+        f"{k} " + ", ".join(f"{v} ({', '.join(name(key) for key in keys)})" for v, keys in values)
+        for k, values in mixed
+    )

@@ -5,6 +5,7 @@ figures named `<key>_<figure>`, checked by lgip.report.fields). An evaluation's 
     >>> extract_multi({"invariance_error_mean": 0.1, "sensitivity_pos_rate": 0.6})["multi_pos_rate"]
     0.6
 """
+
 from ..method import FLIP_TYPES
 from ..retrieval import KS
 from .fields import Block, CONTROLS, RELATIVE, TYPE_CONTROLS, block, count, fig, number
@@ -123,9 +124,21 @@ def extract_explain(m, types=None):
     return out
 
 
-RETRIEVAL = ([f"i2t_recall@{k}" for k in KS] + [f"t2i_recall@{k}" for k in KS] + [f"i2t_flip_recall@{k}" for k in KS]
-             + ["i2t_flip_top1_rate", "own_flip_preferred_rate", "t2i_paraphrase_recall@1", "t2i_paraphrase_agreement@1"])
-RETRIEVAL_COUNTS = ("num_samples", "gallery_size", "num_blocks", "num_captions", "num_flips", "num_paraphrases", "num_images_with_flips")
+RETRIEVAL = (
+    [f"i2t_recall@{k}" for k in KS]
+    + [f"t2i_recall@{k}" for k in KS]
+    + [f"i2t_flip_recall@{k}" for k in KS]
+    + ["i2t_flip_top1_rate", "own_flip_preferred_rate", "t2i_paraphrase_recall@1", "t2i_paraphrase_agreement@1"]
+)
+RETRIEVAL_COUNTS = (
+    "num_samples",
+    "gallery_size",
+    "num_blocks",
+    "num_captions",
+    "num_flips",
+    "num_paraphrases",
+    "num_images_with_flips",
+)
 
 
 def extract_retrieval(m, types=None):
@@ -144,10 +157,17 @@ def extract_retrieval(m, types=None):
 
 IMAGE_PARAPHRASE_KINDS = ("jpeg", "downscale", "crop", "hflip")  # LGIP_SPEC.md 11 (lgip.alterations: not imported, the
 IMAGE_FLIP_KINDS = ("mix", "patch")  # report reads files and needs no model code)
-IMAGE_FIGURES = (("image_invariance_error_mean", "image_invariance_error"), ("image_sensitivity_gap_mean", "image_gap"),
-                 ("image_sensitivity_pos_rate", "image_pos_rate"))
-IMAGE_FLIP_FIGURES = (("image_sensitivity_gap_mean", "gap"), ("image_sensitivity_pos_rate", "pos_rate"),
-                      *((f"t2i_flip_recall@{k}", f"t2i_flip_recall@{k}") for k in KS), ("t2i_flip_top1_rate", "t2i_flip_top1_rate"))
+IMAGE_FIGURES = (
+    ("image_invariance_error_mean", "image_invariance_error"),
+    ("image_sensitivity_gap_mean", "image_gap"),
+    ("image_sensitivity_pos_rate", "image_pos_rate"),
+)
+IMAGE_FLIP_FIGURES = (
+    ("image_sensitivity_gap_mean", "gap"),
+    ("image_sensitivity_pos_rate", "pos_rate"),
+    *((f"t2i_flip_recall@{k}", f"t2i_flip_recall@{k}") for k in KS),
+    ("t2i_flip_top1_rate", "t2i_flip_top1_rate"),
+)
 
 
 def extract_images(m, types=None):
@@ -160,7 +180,9 @@ def extract_images(m, types=None):
     by_kind = block(m, "by_kind")
     for kind in IMAGE_PARAPHRASE_KINDS + IMAGE_FLIP_KINDS:
         b = block(by_kind, kind)
-        figures = IMAGE_FLIP_FIGURES if kind in IMAGE_FLIP_KINDS else (("image_invariance_error_mean", "invariance_error"),)
+        figures = (
+            IMAGE_FLIP_FIGURES if kind in IMAGE_FLIP_KINDS else (("image_invariance_error_mean", "invariance_error"),)
+        )
         for key, name in figures:
             out.update(fig(b, key, f"image_{kind}_{name}"))
         out[f"image_{kind}_count"] = count(b, "count")

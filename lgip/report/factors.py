@@ -23,6 +23,7 @@ one input's metrics and each model's `model_card`: `<stem>__LGIP_factors.metrics
     >>> f["numeric"]["log10_params_total"]["sensitivity_pos_rate"]
     {'n': 4, 'rho': 0.4, 'rho_ci95': [-0.8, 1.0], 'resamples_used': 873}
 """
+
 import json
 import math
 
@@ -42,11 +43,18 @@ OUTCOMES = (  # (name in the metrics, key in a report row, header, digits, bette
     ("image_sensitivity_pos_rate", "image_pos_rate", "Image pos. ↑", 3, "high"),
 )
 OUTCOME = {o[0]: o for o in OUTCOMES}
-OUTCOME_SOURCE = {"i2t_recall@1": "retrieval", "i2t_flip_top1_rate": "retrieval", "localization_acc": "explain",
-                  "image_sensitivity_pos_rate": "images"}  # the evaluation whose paired comparisons have an outcome
+OUTCOME_SOURCE = {
+    "i2t_recall@1": "retrieval",
+    "i2t_flip_top1_rate": "retrieval",
+    "localization_acc": "explain",
+    "image_sensitivity_pos_rate": "images",
+}  # the evaluation whose paired comparisons have an outcome
 # (the others: the evaluation the table's headline figures come from)
-NUMERIC = (("log10_params_total", "params_total", True), ("log10_samples_seen", "samples_seen", True),
-           ("image_size", "image_size", False))  # (factor, its card field, taken as log10)
+NUMERIC = (
+    ("log10_params_total", "params_total", True),
+    ("log10_samples_seen", "samples_seen", True),
+    ("image_size", "image_size", False),
+)  # (factor, its card field, taken as log10)
 CATEGORICAL = ("family", "training_data", "loss")
 MIN_RHO_MODELS = 4  # fewer models: rho None
 MIN_LEVEL_MODELS = 2  # two levels are compared only when both have this many models
@@ -61,7 +69,9 @@ def _raw_value(metrics, tag, name):
             if m.get("model_tag") == tag and m.get(name) is not None:
                 v = m[name]
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                    raise InputError(f"{SCRIPTS[e.key]}'s metrics: model {tag}: field '{name}' is {v!r}, not a finite number")
+                    raise InputError(
+                        f"{SCRIPTS[e.key]}'s metrics: model {tag}: field '{name}' is {v!r}, not a finite number"
+                    )
                 return v
     return None
 
@@ -71,6 +81,7 @@ def outcome_values(rows, metrics):
     have no such column at all, the metrics' own field). Models of several score kinds (LGIP_SPEC.md
     13): no invariance_error_mean (in each kind's own units), invariance_error_rel compares them."""
     from .rows import mixed_kinds
+
     units = ("invariance_error_mean",) if mixed_kinds(rows) else ()
     out = {}
     for r in rows:
@@ -87,6 +98,7 @@ def outcome_values(rows, metrics):
 
 def _ranks(v):
     import numpy as np
+
     u, inverse, counts = np.unique(v, return_inverse=True, return_counts=True)
     ends = np.cumsum(counts)
     return ((ends - counts + 1 + ends) / 2.0)[inverse]  # average ranks: a tie shares the mean of its positions
@@ -97,6 +109,7 @@ def rho(xs, ys):
     their mean rank), lgip.scoring.spearman's (the same to 1e-12) with the ranks vectorised, for the
     resamples; None for a constant side or fewer than 2 pairs."""
     import numpy as np
+
     if len(xs) < 2:
         return None
     rx, ry = _ranks(np.asarray(xs, dtype=np.float64)), _ranks(np.asarray(ys, dtype=np.float64))
@@ -110,6 +123,7 @@ def rho_interval(xs, ys, resamples, seed):
     pairs with replacement (numpy.random.default_rng(seed).integers(0, n, (resamples, n))), a resample
     with a constant column skipped; (None, 0) when none is left or resamples is 0."""
     import numpy as np
+
     if not resamples:
         return None, 0
     xs, ys = np.asarray(xs, dtype=np.float64), np.asarray(ys, dtype=np.float64)
@@ -155,8 +169,11 @@ def categorical_factor(rows, values, factor, outcome):
             levels.setdefault((r.get("_card") or {}).get(factor), []).append(y)
     out = [{"level": level, "n": len(ys), "mean": sum(ys) / len(ys)} for level, ys in levels.items()]
     known = [lv for lv in out if lv["level"] is not None and lv["n"] >= MIN_LEVEL_MODELS]
-    compared = [{"a": a["level"], "b": b["level"], "n_a": a["n"], "n_b": b["n"], "diff": a["mean"] - b["mean"]}
-                for i, a in enumerate(known) for b in known[i + 1:]]
+    compared = [
+        {"a": a["level"], "b": b["level"], "n_a": a["n"], "n_b": b["n"], "diff": a["mean"] - b["mean"]}
+        for i, a in enumerate(known)
+        for b in known[i + 1 :]
+    ]
     return {"levels": out, "compared": compared}
 
 
@@ -168,14 +185,28 @@ def controlled_reason(ca, cb):
 
     def known(field):
         return a.get(field) is not None and b.get(field) is not None
-    if known("architecture") and known("training_data") and a["architecture"] == b["architecture"] \
-            and a["training_data"] != b["training_data"]:
-        return "training_data", (f"same architecture {a['architecture']}, training data {a['training_data']} "
-                                 f"vs {b['training_data']}")
-    if known("training_data") and known("family") and known("params_total") and a["training_data"] == b["training_data"] \
-            and a["family"] == b["family"] and a["params_total"] != b["params_total"]:
-        return "params_total", (f"same training data {a['training_data']} and family {a['family']}, "
-                                f"{a['params_total'] / 1e6:.1f}M vs {b['params_total'] / 1e6:.1f}M parameters")
+
+    if (
+        known("architecture")
+        and known("training_data")
+        and a["architecture"] == b["architecture"]
+        and a["training_data"] != b["training_data"]
+    ):
+        return "training_data", (
+            f"same architecture {a['architecture']}, training data {a['training_data']} vs {b['training_data']}"
+        )
+    if (
+        known("training_data")
+        and known("family")
+        and known("params_total")
+        and a["training_data"] == b["training_data"]
+        and a["family"] == b["family"]
+        and a["params_total"] != b["params_total"]
+    ):
+        return "params_total", (
+            f"same training data {a['training_data']} and family {a['family']}, "
+            f"{a['params_total'] / 1e6:.1f}M vs {b['params_total'] / 1e6:.1f}M parameters"
+        )
     return None
 
 
@@ -184,11 +215,18 @@ def _paired(comparisons, script, a, b, outcome, va, vb):
     (diff a - b, [lo, hi] or None, its file), or None; one whose values are not the figures' (an
     earlier run's) is not used."""
     for c in comparisons:
-        if c["script"] != script or c["figure"] != outcome or c.get("flip_type") is not None or {c["a"], c["b"]} != {a, b}:
+        if (
+            c["script"] != script
+            or c["figure"] != outcome
+            or c.get("flip_type") is not None
+            or {c["a"], c["b"]} != {a, b}
+        ):
             continue
         sign = 1.0 if c["a"] == a else -1.0
         mine = (va, vb) if sign > 0 else (vb, va)
-        if any(v is not None and m is not None and abs(v - m) > 1e-9 for v, m in zip((c["a_value"], c["b_value"]), mine)):
+        if any(
+            v is not None and m is not None and abs(v - m) > 1e-9 for v, m in zip((c["a_value"], c["b_value"]), mine)
+        ):
             continue
         ci = None if c["lo"] is None else sorted([sign * c["lo"], sign * c["hi"]])
         return sign * c["diff"] if c["diff"] is not None else va - vb, ci, c["file"]
@@ -200,7 +238,7 @@ def controlled_pairs(rows, values, comparisons):
     controlled pair of models (rows order: a before b)."""
     out = []
     for i, ra in enumerate(rows):
-        for rb in rows[i + 1:]:
+        for rb in rows[i + 1 :]:
             reason = controlled_reason(ra.get("_card"), rb.get("_card"))
             if reason is None:
                 continue
@@ -211,15 +249,28 @@ def controlled_pairs(rows, values, comparisons):
                 if va is None or vb is None:
                     continue
                 src = OUTCOME_SOURCE.get(name) or (
-                    ra.get("headline_source") if ra.get("headline_source") == rb.get("headline_source") else None)
+                    ra.get("headline_source") if ra.get("headline_source") == rb.get("headline_source") else None
+                )
                 found = _paired(comparisons, SCRIPTS.get(src), a, b, name, va, vb) if src else None
                 if found:
-                    diffs[name] = {"a_value": va, "b_value": vb, "diff": found[0], "diff_ci95": found[1], "from": found[2],
-                                   "note": None if found[1] is not None else "no interval in its paired comparison (BOOTSTRAP=0)"}
+                    diffs[name] = {
+                        "a_value": va,
+                        "b_value": vb,
+                        "diff": found[0],
+                        "diff_ci95": found[1],
+                        "from": found[2],
+                        "note": None if found[1] is not None else "no interval in its paired comparison (BOOTSTRAP=0)",
+                    }
                 else:
-                    diffs[name] = {"a_value": va, "b_value": vb, "diff": va - vb, "diff_ci95": None, "from": None,
-                                   "note": "no paired comparison of this pair for this figure: the difference of the "
-                                           "figures, no interval"}
+                    diffs[name] = {
+                        "a_value": va,
+                        "b_value": vb,
+                        "diff": va - vb,
+                        "diff_ci95": None,
+                        "from": None,
+                        "note": "no paired comparison of this pair for this figure: the difference of the "
+                        "figures, no interval",
+                    }
             out.append({"a": a, "b": b, "rule": reason[0], "why": reason[1], "outcomes": diffs})
     return out
 
@@ -231,15 +282,30 @@ def compute_factors(rows, metrics, comparisons, resamples=1000, seed=0):
     outcomes = [name for name, *_ in OUTCOMES if any(name in v for v in values.values())]
     return {
         "outcomes": outcomes,
-        "models": [{"model": r["model"], "label": r["label"], "card": r.get("_card"),
-                    "factors": {**{f: factor_value(r.get("_card"), f) for f, _, _ in NUMERIC},
-                                **{f: (r.get("_card") or {}).get(f) for f in CATEGORICAL}},
-                    "outcomes": {o: values[r["model"]].get(o) for o in outcomes}} for r in rows],
-        "numeric": {f: {o: numeric_factor(rows, values, f, o, resamples, seed) for o in outcomes} for f, _, _ in NUMERIC},
+        "models": [
+            {
+                "model": r["model"],
+                "label": r["label"],
+                "card": r.get("_card"),
+                "factors": {
+                    **{f: factor_value(r.get("_card"), f) for f, _, _ in NUMERIC},
+                    **{f: (r.get("_card") or {}).get(f) for f in CATEGORICAL},
+                },
+                "outcomes": {o: values[r["model"]].get(o) for o in outcomes},
+            }
+            for r in rows
+        ],
+        "numeric": {
+            f: {o: numeric_factor(rows, values, f, o, resamples, seed) for o in outcomes} for f, _, _ in NUMERIC
+        },
         "categorical": {f: {o: categorical_factor(rows, values, f, o) for o in outcomes} for f in CATEGORICAL},
         "controlled_pairs": controlled_pairs(rows, values, comparisons),
-        "settings": {"resamples": resamples, "seed": seed, "min_models_rho": MIN_RHO_MODELS,
-                     "min_models_level": MIN_LEVEL_MODELS},
+        "settings": {
+            "resamples": resamples,
+            "seed": seed,
+            "min_models_rho": MIN_RHO_MODELS,
+            "min_models_level": MIN_LEVEL_MODELS,
+        },
     }
 
 

@@ -3,11 +3,18 @@ rank correlations and level means, the controlled pairs, and their notes, for th
 
     >>> factor_lines(compute_factors(rows, metrics, comparisons, 1000, 0))["groups"][0]["title"]
 """
+
 import os
 
 
-FACTOR_NAMES = {"log10_params_total": "Parameters (log10)", "log10_samples_seen": "Samples seen (log10)",
-                "image_size": "Image size", "family": "family", "training_data": "training data", "loss": "loss"}
+FACTOR_NAMES = {
+    "log10_params_total": "Parameters (log10)",
+    "log10_samples_seen": "Samples seen (log10)",
+    "image_size": "Image size",
+    "family": "family",
+    "training_data": "training data",
+    "loss": "loss",
+}
 
 
 def _models(n):
@@ -26,6 +33,7 @@ def factor_lines(factors):
     if factors is None or len(factors["models"]) < 2:
         return None
     from .factors import CATEGORICAL, MIN_LEVEL_MODELS, MIN_RHO_MODELS, NUMERIC, OUTCOME, UNKNOWN
+
     outcomes = factors["outcomes"]
     header = [OUTCOME[o][2] for o in outcomes]
     digits = {o: OUTCOME[o][3] for o in outcomes}
@@ -36,12 +44,22 @@ def factor_lines(factors):
         for o in outcomes:
             st = factors["numeric"][f][o]
             ci = st["rho_ci95"]
-            cells.append({"text": "–" if st["rho"] is None else f"ρ {_signed(st['rho'], 2)}",
-                          "sub": (f"[{_signed(ci[0], 2)}, {_signed(ci[1], 2)}] · " if ci else "") + _models(st["n"])
-                          + (f" (under {MIN_RHO_MODELS})" if st["n"] < MIN_RHO_MODELS and st["n"] else "")})
+            cells.append(
+                {
+                    "text": "–" if st["rho"] is None else f"ρ {_signed(st['rho'], 2)}",
+                    "sub": (f"[{_signed(ci[0], 2)}, {_signed(ci[1], 2)}] · " if ci else "")
+                    + _models(st["n"])
+                    + (f" (under {MIN_RHO_MODELS})" if st["n"] < MIN_RHO_MODELS and st["n"] else ""),
+                }
+            )
         numeric.append({"label": FACTOR_NAMES[f], "title": f"{f}: the card's {card_field}", "cells": cells})
-    groups = [{"title": f"Numeric: Spearman's ρ over the models with both values, [95% interval over {resamples} "
-                        f"resamples of the models]; under {MIN_RHO_MODELS} models none", "rows": numeric}]
+    groups = [
+        {
+            "title": f"Numeric: Spearman's ρ over the models with both values, [95% interval over {resamples} "
+            f"resamples of the models]; under {MIN_RHO_MODELS} models none",
+            "rows": numeric,
+        }
+    ]
     for f in CATEGORICAL:
         by_outcome = factors["categorical"][f]
         levels = list(dict.fromkeys(lv["level"] for o in outcomes for lv in by_outcome[o]["levels"]))
@@ -50,21 +68,43 @@ def factor_lines(factors):
             cells = []
             for o in outcomes:
                 lv = next((x for x in by_outcome[o]["levels"] if x["level"] == level), None)
-                cells.append({"text": "–", "sub": ""} if lv is None else
-                             {"text": f"{lv['mean']:.{digits[o]}f}", "sub": _models(lv["n"])})
-            rows.append({"label": f"{FACTOR_NAMES[f]}: {UNKNOWN if level is None else level}",
-                         "title": f"mean over the models whose card's {f} is " + ("unknown (None)" if level is None else repr(level)),
-                         "cells": cells})
+                cells.append(
+                    {"text": "–", "sub": ""}
+                    if lv is None
+                    else {"text": f"{lv['mean']:.{digits[o]}f}", "sub": _models(lv["n"])}
+                )
+            rows.append(
+                {
+                    "label": f"{FACTOR_NAMES[f]}: {UNKNOWN if level is None else level}",
+                    "title": f"mean over the models whose card's {f} is "
+                    + ("unknown (None)" if level is None else repr(level)),
+                    "cells": cells,
+                }
+            )
         pairs = list(dict.fromkeys((c["a"], c["b"]) for o in outcomes for c in by_outcome[o]["compared"]))
         for a, b in pairs:
             cells = []
             for o in outcomes:
                 c = next((x for x in by_outcome[o]["compared"] if (x["a"], x["b"]) == (a, b)), None)
-                cells.append({"text": "–", "sub": ""} if c is None else
-                             {"text": _signed(c["diff"], digits[o]), "sub": f"{c['n_a']} vs {c['n_b']} models"})
-            rows.append({"label": f"{FACTOR_NAMES[f]}: {a} − {b}", "title": "difference of the two levels' means", "cells": cells})
-        groups.append({"title": f"Categorical: {FACTOR_NAMES[f]}, the mean of each level (differences only between known "
-                                f"levels of {MIN_LEVEL_MODELS} models or more)", "rows": rows})
+                cells.append(
+                    {"text": "–", "sub": ""}
+                    if c is None
+                    else {"text": _signed(c["diff"], digits[o]), "sub": f"{c['n_a']} vs {c['n_b']} models"}
+                )
+            rows.append(
+                {
+                    "label": f"{FACTOR_NAMES[f]}: {a} − {b}",
+                    "title": "difference of the two levels' means",
+                    "cells": cells,
+                }
+            )
+        groups.append(
+            {
+                "title": f"Categorical: {FACTOR_NAMES[f]}, the mean of each level (differences only between known "
+                f"levels of {MIN_LEVEL_MODELS} models or more)",
+                "rows": rows,
+            }
+        )
     pair_rows = []
     for p in factors["controlled_pairs"]:
         cells = []
@@ -74,30 +114,49 @@ def factor_lines(factors):
                 cells.append({"text": "–", "sub": ""})
                 continue
             ci = d["diff_ci95"]
-            cells.append({"text": _signed(d["diff"], digits[o]),
-                          "sub": f"[{_signed(ci[0], digits[o])}, {_signed(ci[1], digits[o])}]" + (
-                              " · excludes 0" if ci[0] > 0 or ci[1] < 0 else "") if ci else "no interval"})
+            cells.append(
+                {
+                    "text": _signed(d["diff"], digits[o]),
+                    "sub": f"[{_signed(ci[0], digits[o])}, {_signed(ci[1], digits[o])}]"
+                    + (" · excludes 0" if ci[0] > 0 or ci[1] < 0 else "")
+                    if ci
+                    else "no interval",
+                }
+            )
         pair_rows.append({"a": p["a"], "b": p["b"], "why": p["why"], "cells": cells})
     n = len(factors["models"])
     cards = sum(1 for m in factors["models"] if any(v is not None for v in (m["card"] or {}).values()))
-    lead = (f"Which property of a model goes with its figures, across the {_models(n)} here (LGIP_SPEC.md section 12, "
-            "after the holistic CLIP study): each model's card (`model_card`: parameters counted, image size, training "
-            "data and samples seen from its pretrained tag, family, loss; unknown where the card does not say) beside "
-            "the table's figures. Numeric factors: Spearman's rank correlation ρ over the models (near +1: the larger the "
-            "factor, the higher the figure). Categorical: each level's mean. Controlled pairs: two models differing in "
-            "one factor only, their difference A − B with its 95% interval over images from the paired comparisons. "
-            "Across a handful of models these describe those models, nothing more; `"
-            f"{os.path.basename(factors.get('file') or '<stem>__LGIP_factors.metrics.json')}` has every figure.")
+    lead = (
+        f"Which property of a model goes with its figures, across the {_models(n)} here (LGIP_SPEC.md section 12, "
+        "after the holistic CLIP study): each model's card (`model_card`: parameters counted, image size, training "
+        "data and samples seen from its pretrained tag, family, loss; unknown where the card does not say) beside "
+        "the table's figures. Numeric factors: Spearman's rank correlation ρ over the models (near +1: the larger the "
+        "factor, the higher the figure). Categorical: each level's mean. Controlled pairs: two models differing in "
+        "one factor only, their difference A − B with its 95% interval over images from the paired comparisons. "
+        "Across a handful of models these describe those models, nothing more; `"
+        f"{os.path.basename(factors.get('file') or '<stem>__LGIP_factors.metrics.json')}` has every figure."
+    )
     notes = []
     if cards < n:
-        notes.append(f"{n - cards} of the {_models(n)} have no model card in their metrics (made before the cards): "
-                     "every factor unknown.")
+        notes.append(
+            f"{n - cards} of the {_models(n)} have no model card in their metrics (made before the cards): "
+            "every factor unknown."
+        )
     if not factors["controlled_pairs"]:
-        notes.append("No controlled pair: no two models have the same architecture and different training data, nor the "
-                     "same training data and family and a different size (a card field that is unknown matches nothing).")
+        notes.append(
+            "No controlled pair: no two models have the same architecture and different training data, nor the "
+            "same training data and family and a different size (a card field that is unknown matches nothing)."
+        )
     elif any(d["diff_ci95"] is None for p in factors["controlled_pairs"] for d in p["outcomes"].values()):
-        notes.append("\"no interval\": the evaluation of that figure made no paired comparison of the pair (a figure it "
-                     "does not compare, models evaluated in different runs, or `BOOTSTRAP=0`): the difference of the "
-                     "figures alone.")
-    return {"lead": lead, "header": header, "groups": groups,
-            "pairs": {"header": ["A", "B", "Why"] + header, "rows": pair_rows}, "notes": notes}
+        notes.append(
+            '"no interval": the evaluation of that figure made no paired comparison of the pair (a figure it '
+            "does not compare, models evaluated in different runs, or `BOOTSTRAP=0`): the difference of the "
+            "figures alone."
+        )
+    return {
+        "lead": lead,
+        "header": header,
+        "groups": groups,
+        "pairs": {"header": ["A", "B", "Why"] + header, "rows": pair_rows},
+        "notes": notes,
+    }

@@ -8,6 +8,7 @@ InputError naming the file, the model and the field. Also the names of the figur
     >>> fig({"pos_rate": 0.6, "pos_rate_ci95": [0.5, 0.7]}, "pos_rate")
     {'pos_rate': 0.6, 'pos_rate_ci_lo': 0.5, 'pos_rate_ci_hi': 0.7}
 """
+
 import re
 
 from ..util import finite_number
@@ -17,15 +18,22 @@ FIGURES = ("invariance_error", "gap", "pos_rate")  # the headline figures, each 
 # LGIP_SPEC.md sections 9 and 10, in run_lgip_multi.py's and run_lgip_by_fliptype.py's rows: (key in
 # the metrics, name in a row); each with a CI, None in an older file (written before them) or with
 # fewer than 2 images (prior and grounded) or no paraphrase (the hard positives)
-CONTROLS = (("prior_pos_rate", "prior_pos_rate"), ("grounded_pos_rate", "grounded_pos_rate"),
-            ("prior_gap_mean", "prior_gap"), ("grounded_gap_mean", "grounded_gap"),
-            ("invariance_error_prior_mean", "invariance_error_prior"),
-            ("invariance_error_grounded_mean", "invariance_error_grounded"),
-            ("robust_pos_rate", "robust_pos_rate"), ("text_only_rate", "text_only_rate"))
+CONTROLS = (
+    ("prior_pos_rate", "prior_pos_rate"),
+    ("grounded_pos_rate", "grounded_pos_rate"),
+    ("prior_gap_mean", "prior_gap"),
+    ("grounded_gap_mean", "grounded_gap"),
+    ("invariance_error_prior_mean", "invariance_error_prior"),
+    ("invariance_error_grounded_mean", "invariance_error_grounded"),
+    ("robust_pos_rate", "robust_pos_rate"),
+    ("text_only_rate", "text_only_rate"),
+)
 CONTROL_FIGURES = tuple(name for _, name in CONTROLS)
 TYPE_CONTROLS = CONTROLS[:4] + CONTROLS[6:]  # a by_flip_type block's (no paraphrase figures)
-RELATIVE = "invariance_error_rel"  # LGIP_SPEC.md 13: the invariance error comparable across score kinds (None in an older file)
-NON_NEGATIVE = re.compile(r"(^|_)(inv_error|invariance_error)(_\w+)?_mean$")  # a metrics key of a mean of |differences|: >= 0
+# LGIP_SPEC.md 13: the invariance error comparable across score kinds (None in an older file)
+RELATIVE = "invariance_error_rel"
+# a metrics key of a mean of |differences|: >= 0
+NON_NEGATIVE = re.compile(r"(^|_)(inv_error|invariance_error)(_\w+)?_mean$")
 RATE = re.compile(r"(rate|recall|acc|chance|agreement)(@\d+)?(_detected|_preferred)?$")  # figures in [0, 1]
 
 
@@ -45,6 +53,7 @@ class BadField(ValueError):
 class Block(dict):
     """A block of one model's metrics that knows where it lies (`where`: 'corrected.global_sensitivity.'),
     so that a bad value in it is named by its whole path."""
+
     where = ""
 
 
@@ -114,9 +123,30 @@ def fig(b, key, name=None, required=False):
     return {name: value, name + "_ci_lo": lo, name + "_ci_hi": hi}
 
 
-CARD_FIELDS = ("source", "architecture", "pretrained", "family", "params_image", "params_text", "params_total",
-               "embed_dim", "image_size", "context_length", "loss", "training_data", "samples_seen")  # LGIP_SPEC.md 12
-CARD_NUMBERS = ("params_image", "params_text", "params_total", "embed_dim", "image_size", "context_length", "samples_seen")
+CARD_FIELDS = (
+    "source",
+    "architecture",
+    "pretrained",
+    "family",
+    "params_image",
+    "params_text",
+    "params_total",
+    "embed_dim",
+    "image_size",
+    "context_length",
+    "loss",
+    "training_data",
+    "samples_seen",
+)  # LGIP_SPEC.md 12
+CARD_NUMBERS = (
+    "params_image",
+    "params_text",
+    "params_total",
+    "embed_dim",
+    "image_size",
+    "context_length",
+    "samples_seen",
+)
 
 
 def check_card(m):

@@ -2,7 +2,8 @@
 top lists: its image as a small JPEG `data:` URI (or why there is none), the caption and the
 flip or paraphrase word by word with the words that differ marked, both similarities, the gap
 (or change), the flip's prior gap when its score file has it (whether the model prefers the flip on
-the average other image too: a text prior), the flip type, and its rank in its model's list and in the list over all models.
+the average other image too: a text prior), the flip type, and its rank in its model's list and in
+the list over all models.
 
 A word is a dict {"text", "changed"}. `attach_attributions` adds explain_flips.py's word
 attribution to the flips it explained: each word's "score", "strength" (|score| over the
@@ -23,6 +24,7 @@ whether it is the changed one, that run's similarities).
     >>> items["flips"][1]["attribution"]["blamed"], items["flips"][1]["attribution"]["hit"]
     ('playing', False)
 """
+
 import base64
 import difflib
 import io
@@ -46,8 +48,10 @@ def word_marks(caption, text):
         for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
             for j in range(block.size):
                 changed_a[block.a + j] = changed_b[block.b + j] = False
-    return ([{"text": w, "changed": c} for w, c in zip(a, changed_a)],
-            [{"text": w, "changed": c} for w, c in zip(b, changed_b)])
+    return (
+        [{"text": w, "changed": c} for w, c in zip(a, changed_a)],
+        [{"text": w, "changed": c} for w, c in zip(b, changed_b)],
+    )
 
 
 def resolve_image(image_path, roots):
@@ -65,6 +69,7 @@ def thumbnail(path, px, quality=80):
     model saw it (decoded and converted to RGB as the evaluations do, no EXIF rotation); or
     {"error": why, "path": path} when it cannot be read."""
     from ..images import open_rgb
+
     if not os.path.isfile(path):
         return {"error": "image not found", "path": path}
     try:
@@ -76,23 +81,42 @@ def thumbnail(path, px, quality=80):
 def image_thumbnail(img, px, quality=80):
     """{"src", "width", "height"} of a decoded RGB image (PIL) fitted in px x px, as thumbnail's."""
     from PIL import Image
+
     img = img.copy()
     img.thumbnail((px, px), Image.Resampling.LANCZOS)
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=quality, optimize=True)
-    return {"src": "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),
-            "width": img.width, "height": img.height}
+    return {
+        "src": "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii"),
+        "width": img.width,
+        "height": img.height,
+    }
 
 
 def _item(row, kind, label, roots):
     caption_words, words = word_marks(row["caption"] or "", row["text"])
     path, _ = resolve_image(row.get("image_path") or "", roots.get((row["source"], row["model"]), []))
-    item = {"kind": kind, "model": row["model"], "label": label, "source": row["source"],
-            "image": row["image"], "image_path": row.get("image_path"), "path": path,
-            "caption": row["caption"], "caption_sim": row["caption_sim"], "caption_words": caption_words,
-            "text": row["text"], "sim": row["sim"], "words": words, "rank_all": None, "rank_model": None}
+    item = {
+        "kind": kind,
+        "model": row["model"],
+        "label": label,
+        "source": row["source"],
+        "image": row["image"],
+        "image_path": row.get("image_path"),
+        "path": path,
+        "caption": row["caption"],
+        "caption_sim": row["caption_sim"],
+        "caption_words": caption_words,
+        "text": row["text"],
+        "sim": row["sim"],
+        "words": words,
+        "rank_all": None,
+        "rank_model": None,
+    }
     if kind == "flip":
-        item.update(type=row.get("type"), gap=row["gap"], prior_gap=row.get("prior_gap"))  # (None: not in its score file)
+        item.update(
+            type=row.get("type"), gap=row["gap"], prior_gap=row.get("prior_gap")
+        )  # (None: not in its score file)
     else:
         item.update(para_kind=row.get("kind"), delta=row["delta"])
     return item
@@ -105,7 +129,9 @@ def _items(lists, kind, labels, roots):
     for model, rows in sorted(lists.items(), key=lambda kv: kv[0] is not None):  # None (all models) first
         for rank, row in enumerate(rows, 1):
             key = (row["model"], row.get("image_path"), row["caption"], row["text"])
-            item = items.get(key) or items.setdefault(key, _item(row, kind, labels.get(row["model"], row["model"]), roots))
+            item = items.get(key) or items.setdefault(
+                key, _item(row, kind, labels.get(row["model"], row["model"]), roots)
+            )
             item["rank_all" if model is None else "rank_model"] = rank
     return list(items.values())
 
@@ -114,8 +140,10 @@ def gallery_items(tops, roots, labels, thumb_px=200):
     """{"flips": [...], "paraphrases": [...]} from a TopLists; roots: {(evaluation, model): image
     folders} (lgip.report.image_roots); labels: model tag -> label. Each image is read
     and encoded once, however many items show it."""
-    out = {"flips": _items(tops.flips, "flip", labels, roots),
-           "paraphrases": _items(tops.paraphrases, "paraphrase", labels, roots)}
+    out = {
+        "flips": _items(tops.flips, "flip", labels, roots),
+        "paraphrases": _items(tops.paraphrases, "paraphrase", labels, roots),
+    }
     thumbs = {}
     for item in out["flips"] + out["paraphrases"]:
         if item["path"] not in thumbs:
@@ -124,8 +152,19 @@ def gallery_items(tops, roots, labels, thumb_px=200):
     return out
 
 
-EXPLAIN_FIELDS = ("image_path", "caption", "flip", "words", "word_scores", "changed", "blamed", "hit",
-                  "sim_caption", "sim_flip", "gap")
+EXPLAIN_FIELDS = (
+    "image_path",
+    "caption",
+    "flip",
+    "words",
+    "word_scores",
+    "changed",
+    "blamed",
+    "hit",
+    "sim_caption",
+    "sim_flip",
+    "gap",
+)
 
 
 def explain_files(metrics, paths):
@@ -163,7 +202,9 @@ def _check(line):
     n = len(line["words"])
     if line["words"] != line["flip"].split() or len(line["word_scores"]) != n:
         return "words and word_scores are not the flip's whitespace words"
-    if not all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k < n for k in [line["blamed"], *line["changed"]]):
+    if not all(
+        isinstance(k, int) and not isinstance(k, bool) and 0 <= k < n for k in [line["blamed"], *line["changed"]]
+    ):
         return f"blamed {line['blamed']!r} or changed {line['changed']!r} is not a word index"
     return None
 
@@ -174,11 +215,20 @@ def _attach(item, line):
     scale = max((abs(v) for v in scores if v is not None), default=0.0)
     changed = set(line["changed"])
     for k, (w, v) in enumerate(zip(words, scores)):
-        w.update(score=v, blamed=k == line["blamed"], changed=k in changed,  # (its changed words: the card's marks agree)
-                 strength=None if v is None else round(abs(v) / scale, 2) if scale else 0.0)
-    item["attribution"] = {"blamed": words[line["blamed"]]["text"], "hit": bool(line["hit"]),
-                           "changed": [words[k]["text"] for k in line["changed"]],
-                           "sim_caption": line["sim_caption"], "sim_flip": line["sim_flip"], "gap": line["gap"]}
+        w.update(
+            score=v,
+            blamed=k == line["blamed"],
+            changed=k in changed,  # (its changed words: the card's marks agree)
+            strength=None if v is None else round(abs(v) / scale, 2) if scale else 0.0,
+        )
+    item["attribution"] = {
+        "blamed": words[line["blamed"]]["text"],
+        "hit": bool(line["hit"]),
+        "changed": [words[k]["text"] for k in line["changed"]],
+        "sim_caption": line["sim_caption"],
+        "sim_flip": line["sim_flip"],
+        "gap": line["gap"],
+    }
 
 
 def attach_attributions(flips, files):

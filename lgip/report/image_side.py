@@ -17,6 +17,7 @@ the text side's.
     >>> items[0]["thumb"]["src"][:23], items[0]["altered_thumb"]["src"][:23]
     ('data:image/jpeg;base64,', 'data:image/jpeg;base64,')
 """
+
 import math
 import os
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ def scan_altered(files, k):
                     for top in (mine, every):
                         top.offer(-row["gap"], (model, line, kind), row)
             groups.clear()
+
         for lineno, r in iter_score_lines(path, ("line", "caption_index")):
             if r["line"] != current:
                 flush()
@@ -98,10 +100,19 @@ def scan_altered(files, k):
                 if gap < 0:
                     g["preferred"] += 1
                     if g["worst"] is None or gap < g["worst"]["gap"]:
-                        g["worst"] = {"line": r["line"], "image": image_label(r), "image_path": r.get("image_path"), "caption_index": r["caption_index"],
-                                      "caption": r.get("caption"), "caption_sim": base, "kind": item["text"],
-                                      "sim": item["sim"], "gap": gap, "other_image_path": item["other_image_path"],
-                                      "r": item.get("r")}
+                        g["worst"] = {
+                            "line": r["line"],
+                            "image": image_label(r),
+                            "image_path": r.get("image_path"),
+                            "caption_index": r["caption_index"],
+                            "caption": r.get("caption"),
+                            "caption_sim": base,
+                            "kind": item["text"],
+                            "sim": item["sim"],
+                            "gap": gap,
+                            "other_image_path": item["other_image_path"],
+                            "r": item.get("r"),
+                        }
         flush()
     lists = {key: t.rows() for key, t in tops.items()}
     if len(set(kinds.values())) > 1:  # (scores of several kinds, LGIP_SPEC.md 13: each model's in turn)
@@ -123,6 +134,7 @@ def remake(path, other_path, kind, seed, r):
     made it (lgip.alterations: the same pixels for the same SEED and r)."""
     from ..alterations import alter
     from ..images import open_rgb
+
     if kind == "patch" and r is None:
         raise ValueError("the score file has no 'r' (written before it): re-run run_lgip_images.py to see it")
     return alter(open_rgb(path), kind, open_rgb(other_path), seed, r or 0)
@@ -152,8 +164,15 @@ def altered_items(tops, roots, labels, model_seeds, thumb_px=200):
                 folders = roots.get((KEY, row["model"]), [])
                 path, _ = resolve_image(row.get("image_path") or "", folders)
                 other, _ = resolve_image(row["other_image_path"], folders)
-                items[key] = dict(row, label=labels.get(row["model"], row["model"]), source=SCRIPTS[KEY], path=path,
-                                  other_path=other, rank_all=None, rank_model=None)
+                items[key] = dict(
+                    row,
+                    label=labels.get(row["model"], row["model"]),
+                    source=SCRIPTS[KEY],
+                    path=path,
+                    other_path=other,
+                    rank_all=None,
+                    rank_model=None,
+                )
             items[key]["rank_all" if model is None else "rank_model"] = rank
     out = list(items.values())
     originals, altered = {}, {}
@@ -169,12 +188,14 @@ def altered_items(tops, roots, labels, model_seeds, thumb_px=200):
     return out
 
 
-LEAD = ("The same questions asked of the image (`run_lgip_images.py`, LGIP_SPEC.md section 11, after RoCOCO): does the "
-        "caption's score stay put when its image is re-encoded as JPEG, halved and restored, cropped to its centre or "
-        "mirrored (image invariance error, lower is better: the text side's is the paraphrases'), and drop when another "
-        "image is blended in at 10% (`mix`) or pasted in as a patch (`patch`; image positive rate: the share scored below "
-        "the original, 0.5 = chance, beside the flips' positive rate)? RoCOCO's text-to-image test puts the altered "
-        "images in the gallery: how often one of them outranks every original for a caption.")
+LEAD = (
+    "The same questions asked of the image (`run_lgip_images.py`, LGIP_SPEC.md section 11, after RoCOCO): does the "
+    "caption's score stay put when its image is re-encoded as JPEG, halved and restored, cropped to its centre or "
+    "mirrored (image invariance error, lower is better: the text side's is the paraphrases'), and drop when another "
+    "image is blended in at 10% (`mix`) or pasted in as a patch (`patch`; image positive rate: the share scored below "
+    "the original, 0.5 = chance, beside the flips' positive rate)? RoCOCO's text-to-image test puts the altered "
+    "images in the gallery: how often one of them outranks every original for a caption."
+)
 
 
 def _verdict(r):
@@ -191,24 +212,30 @@ def _verdict(r):
 def image_line(r, m):
     """One model's sentence: its image figures beside its text figures, per flip kind, and RoCOCO's
     text-to-image figure with the altered images in the gallery."""
+
     def fig(name, digits):
         ci = interval(r, name, digits)
         return num(r.get(name), digits) + (f" {ci}" if ci else "")
+
     text_inv = f" (text: {num(r['invariance_error'], 4)})" if r.get("invariance_error") is not None else ""
     text_pos = f" (text: {num(r['pos_rate'], 3)})" if r.get("pos_rate") is not None else ""
     out = f"`{r['model']}`: image invariance error {fig('image_invariance_error', 4)}{text_inv}"
     kinds = [k for k in IMAGE_FLIP_KINDS if r.get(f"image_{k}_pos_rate") is not None]
     if r.get("image_pos_rate") is None:
-        note = next((b.get("note") for b in (m.get("by_kind") or {}).values() if isinstance(b, dict) and b.get("note")), None)
+        note = next(
+            (b.get("note") for b in (m.get("by_kind") or {}).values() if isinstance(b, dict) and b.get("note")), None
+        )
         return out + "; no image flips" + (f" ({note.rstrip('.')})" if note else "") + "."
     out += f"; image positive rate {fig('image_pos_rate', 3)}{text_pos}{_verdict(r)}"
     if kinds:
         out += "; by kind " + ", ".join(f"{k} {num(r[f'image_{k}_pos_rate'], 3)}" for k in kinds)
         top1 = [k for k in kinds if r.get(f"image_{k}_t2i_flip_top1_rate") is not None]
         if top1:
-            out += ("; with the altered images in the gallery, one of them ranks first for "
-                    + " and ".join(f"{num(r[f'image_{k}_t2i_flip_top1_rate'], 3)} ({k})" for k in top1)
-                    + " of the captions")
+            out += (
+                "; with the altered images in the gallery, one of them ranks first for "
+                + " and ".join(f"{num(r[f'image_{k}_t2i_flip_top1_rate'], 3)} ({k})" for k in top1)
+                + " of the captions"
+            )
     return out + "."
 
 
@@ -219,19 +246,41 @@ def image_side_lines(rows, metrics, paths):
         return None
     by_tag = {m["model_tag"]: m for m in metrics[KEY]}
     lines = [{"model": r["model"], "text": image_line(r, by_tag[r["model"]])} for r in rows if r["model"] in by_tag]
-    config = ((metrics[KEY][0].get("run") or {}).get("config") or {})
+    config = (metrics[KEY][0].get("run") or {}).get("config") or {}
     kinds = [k for k in config.get("KINDS") or (*IMAGE_PARAPHRASE_KINDS, *IMAGE_FLIP_KINDS)]
-    notes = [f"From `{os.path.basename(paths[KEY])}` (kinds {', '.join(kinds)}; SEED {config.get('SEED', 0)}: which "
-             "record lends its image, and where patch's box lies); every kind's figures, with intervals, are in the CSV "
-             "(`image_<kind>_*`). The altered images the models prefer are under \"Failures, with their images\"."]
+    notes = [
+        f"From `{os.path.basename(paths[KEY])}` (kinds {', '.join(kinds)}; SEED {config.get('SEED', 0)}: which "
+        "record lends its image, and where patch's box lies); every kind's figures, with intervals, are in the CSV "
+        '(`image_<kind>_*`). The altered images the models prefer are under "Failures, with their images".'
+    ]
     return {"lead": LEAD, "lines": lines, "notes": notes}
 
 
 def markdown_rows(tops, max_text_chars=0):
     """(header, cells, align) of the markdown's list of the altered images preferred over all models."""
     from .tables import md_text
-    header = ["#", "Model", "Image", "Kind", "Gap", "Captions preferring it", "Caption (the one preferring it most)", "Other image"]
-    cells = [[str(i), f"`{row['model']}`", str(row["image"]), row["kind"], f"{row['gap']:+.4f}",
-              f"{row['preferred']} of {row['captions']}", md_text(row["caption"] or "", max_text_chars),
-              f"`{os.path.basename(row['other_image_path'])}`"] for i, row in enumerate(tops.lists.get(None, []), 1)]
+
+    header = [
+        "#",
+        "Model",
+        "Image",
+        "Kind",
+        "Gap",
+        "Captions preferring it",
+        "Caption (the one preferring it most)",
+        "Other image",
+    ]
+    cells = [
+        [
+            str(i),
+            f"`{row['model']}`",
+            str(row["image"]),
+            row["kind"],
+            f"{row['gap']:+.4f}",
+            f"{row['preferred']} of {row['captions']}",
+            md_text(row["caption"] or "", max_text_chars),
+            f"`{os.path.basename(row['other_image_path'])}`",
+        ]
+        for i, row in enumerate(tops.lists.get(None, []), 1)
+    ]
     return header, cells, ["r", "l", "l", "l", "r", "r", "l", "l"]

@@ -3,16 +3,27 @@ evaluations found, the results table, notes, the file of each model's figures, t
 correlation with retrieval (when run_lgip_retrieval.py ran), the figures (linked beside it), the text-prior
 controls' line per model and the paired comparisons (when the evaluations wrote them), the image
 side (run_lgip_images.py: a line per model, its figure, the altered images preferred), the word
-attribution's line per model (when explain_flips.py ran), the top lists, and what made it. Pure text from a `Report` (lgip.report.overview).
+attribution's line per model (when explain_flips.py ran), the top lists, and what made it. Pure text
+from a `Report` (lgip.report.overview).
 
     >>> print(results_table(report.rows))     # also what report.py prints
     | Model         | Records |            Inv. error ↓ | ...
 """
+
 import os
 
 from ..outputs import atomic_open
-from .overview import (demo_note, frontier_note, made_by, missing_note, random_init_note, retrieval_note, runs_table,
-                       source_notes, sources_table)
+from .overview import (
+    demo_note,
+    frontier_note,
+    made_by,
+    missing_note,
+    random_init_note,
+    retrieval_note,
+    runs_table,
+    source_notes,
+    sources_table,
+)
 from .attribution_text import attribution_lines
 from .controls_text import COMPARISONS_LEAD, comparison_rows, comparison_text, comparisons_notes, prior_lines
 from .benchmark_text import benchmark_lines
@@ -25,16 +36,27 @@ def results_table(rows):
     return md_table(*main_table(rows))
 
 
-CONSOLE_COLUMNS = ("Model", "Records", "Inv. error ↓", "Pos. rate ↑", "Grounded pos. ↑", "I2T R@1 ↑", "Img. inv. ↓",
-                   "Img. pos. ↑")
+CONSOLE_COLUMNS = (
+    "Model",
+    "Records",
+    "Inv. error ↓",
+    "Pos. rate ↑",
+    "Grounded pos. ↑",
+    "I2T R@1 ↑",
+    "Img. inv. ↓",
+    "Img. pos. ↑",
+)
 
 
 def console_table(rows):
     """The main table's headline columns (CONSOLE_COLUMNS, those some row has), to fit a terminal: the
     report's .md and page have them all."""
     from .rows import mixed_kinds
+
     header, cells, align = main_table(rows)
-    wanted = CONSOLE_COLUMNS + (("Inv. rel. ↓",) if mixed_kinds(rows) else ())  # (several score kinds: what compares them)
+    wanted = CONSOLE_COLUMNS + (
+        ("Inv. rel. ↓",) if mixed_kinds(rows) else ()
+    )  # (several score kinds: what compares them)
     keep = [i for i, h in enumerate(header) if h in wanted]
     return md_table([header[i] for i in keep], [[c[i] for i in keep] for c in cells], [align[i] for i in keep])
 
@@ -43,8 +65,9 @@ def _runs_summary(report):
     header, cells, versions = runs_table(report.metrics, report.paths)
     lines = [md_table(header, cells)]
     for which, v in versions:
-        lines.append(f"\nPackage versions{f' ({which})' if which else ''}: "
-                     + ", ".join(f"{k} {val}" for k, val in v.items()))
+        lines.append(
+            f"\nPackage versions{f' ({which})' if which else ''}: " + ", ".join(f"{k} {val}" for k, val in v.items())
+        )
     return "\n".join(lines)
 
 
@@ -70,32 +93,66 @@ def _top_tables(report):
     para_rows = [(i + 1, row) for rows in para_top.values() for i, row in enumerate(rows)]  # ranked per bucket
     flip_rows = [(i + 1, row) for rows in flip_top.values() for i, row in enumerate(rows)]
     scope = "per model" if report.top_k_per_model else "over all models"
-    parts.append(f"## Paraphrases that move the score most\n\nTop {k} paraphrases {scope} by |Δ sim|"
-                 + _fewer(report, para_rows, "paraphrase was scored", "paraphrases were scored") + ", "
-                 "Δ sim = sim(image, paraphrase) − sim(image, caption); an invariant model keeps it near 0.\n")
+    parts.append(
+        f"## Paraphrases that move the score most\n\nTop {k} paraphrases {scope} by |Δ sim|"
+        + _fewer(report, para_rows, "paraphrase was scored", "paraphrases were scored")
+        + ", "
+        "Δ sim = sim(image, paraphrase) − sim(image, caption); an invariant model keeps it near 0.\n"
+    )
     if para_rows:
-        parts.append(md_table(["#", "Model", "Image", "Caption", "Paraphrase", "Δ sim"],
-                              [[i, f"`{r['model']}`", r["image"], md_text(r["caption"], limit),
-                                md_text(r["text"], limit), f"{r['delta']:+.4f}"] for i, r in para_rows],
-                              ["r", "l", "r", "l", "l", "r"]))
+        parts.append(
+            md_table(
+                ["#", "Model", "Image", "Caption", "Paraphrase", "Δ sim"],
+                [
+                    [
+                        i,
+                        f"`{r['model']}`",
+                        r["image"],
+                        md_text(r["caption"], limit),
+                        md_text(r["text"], limit),
+                        f"{r['delta']:+.4f}",
+                    ]
+                    for i, r in para_rows
+                ],
+                ["r", "l", "r", "l", "l", "r"],
+            )
+        )
     else:
         parts.append("No paraphrase scores found.")
-    parts.append(f"\n## Flips most preferred over their original\n\nTop {k} flips {scope} with gap < 0"
-                 + _fewer(report, flip_rows, "flip has gap < 0", "flips have gap < 0") + ", "
-                 "gap = sim(image, caption) − sim(image, flip): the model scores the wrong caption higher.\n")
+    parts.append(
+        f"\n## Flips most preferred over their original\n\nTop {k} flips {scope} with gap < 0"
+        + _fewer(report, flip_rows, "flip has gap < 0", "flips have gap < 0")
+        + ", "
+        "gap = sim(image, caption) − sim(image, flip): the model scores the wrong caption higher.\n"
+    )
     if flip_rows:
         prior = any(r.get("prior_gap") is not None for _, r in flip_rows)  # (score files with the flips' prior gaps)
-        parts.append(md_table(["#", "Model", "Image", "Caption", "Flip", "Type", "Gap", *(["Average other image"] if prior else [])],
-                              [[i, f"`{r['model']}`", r["image"], md_text(r["caption"], limit),
-                                md_text(r["text"], limit), r.get("type") or "?", f"{r['gap']:+.4f}",
-                                *([prior_text(r.get("prior_gap"))] if prior else [])]
-                               for i, r in flip_rows],
-                              ["r", "l", "r", "l", "l", "l", "r", *(["l"] if prior else [])]))
+        parts.append(
+            md_table(
+                ["#", "Model", "Image", "Caption", "Flip", "Type", "Gap", *(["Average other image"] if prior else [])],
+                [
+                    [
+                        i,
+                        f"`{r['model']}`",
+                        r["image"],
+                        md_text(r["caption"], limit),
+                        md_text(r["text"], limit),
+                        r.get("type") or "?",
+                        f"{r['gap']:+.4f}",
+                        *([prior_text(r.get("prior_gap"))] if prior else []),
+                    ]
+                    for i, r in flip_rows
+                ],
+                ["r", "l", "r", "l", "l", "l", "r", *(["l"] if prior else [])],
+            )
+        )
         if prior:
-            parts.append("\nAverage other image: the same flip scored against the average of the other images (prior "
-                         "gap, LGIP_SPEC.md section 9): \"prefers it too\" (prior gap ≤ 0: a text prior, the flip wins "
-                         "with any image) or \"prefers the caption\" (the model prefers the flip only on this image); –: its score file has no prior "
-                         "gaps (the enhanced analysis, or an evaluation from before them).")
+            parts.append(
+                "\nAverage other image: the same flip scored against the average of the other images (prior "
+                'gap, LGIP_SPEC.md section 9): "prefers it too" (prior gap ≤ 0: a text prior, the flip wins '
+                'with any image) or "prefers the caption" (the model prefers the flip only on this image); '
+                "–: its score file has no prior gaps (the enhanced analysis, or an evaluation from before them)."
+            )
     else:
         parts.append("No flip was scored above its original.")
     return "\n".join(parts)
@@ -104,12 +161,29 @@ def _top_tables(report):
 def comparisons_table(rows, typed=False):
     """(header, cells, align) of the paired comparisons (lgip.report.overview.comparison_rows), overall
     or by flip type."""
-    header = ["Evaluation", "Figure", *(["Flip type"] if typed else []), "A", "B", "A − B [95% CI]", "Images",
-              "Interval excludes 0?"]
-    cells = [[f"`{c['script']}`", c["figure"], *([c["flip_type"]] if typed else []),
-              f"{c['a']['label']} ({c['a']['value']})", f"{c['b']['label']} ({c['b']['value']})",
-              (f"{c['diff']} {c['ci']}" if c["ci"] else c["diff"]) + (" †" if c["stale"] else ""),
-              "–" if c["images"] is None else str(c["images"]), comparison_text(c)] for c in rows]
+    header = [
+        "Evaluation",
+        "Figure",
+        *(["Flip type"] if typed else []),
+        "A",
+        "B",
+        "A − B [95% CI]",
+        "Images",
+        "Interval excludes 0?",
+    ]
+    cells = [
+        [
+            f"`{c['script']}`",
+            c["figure"],
+            *([c["flip_type"]] if typed else []),
+            f"{c['a']['label']} ({c['a']['value']})",
+            f"{c['b']['label']} ({c['b']['value']})",
+            (f"{c['diff']} {c['ci']}" if c["ci"] else c["diff"]) + (" †" if c["stale"] else ""),
+            "–" if c["images"] is None else str(c["images"]),
+            comparison_text(c),
+        ]
+        for c in rows
+    ]
     return header, cells, ["l", "l", *(["l"] if typed else []), "l", "l", "r", "r", "l"]
 
 
@@ -118,7 +192,9 @@ def _prior_section(report):
     prior = prior_lines(report.rows, report.paths)
     if prior is None:
         return []
-    md = ["## Is it the image? Text-prior controls", "", prior["lead"], ""] + ["- " + line["text"] for line in prior["lines"]]
+    md = ["## Is it the image? Text-prior controls", "", prior["lead"], ""] + [
+        "- " + line["text"] for line in prior["lines"]
+    ]
     table = comparison_rows(report.comparisons, report.rows)
     notes = comparisons_notes(table, report.comparisons, report.rows)
     if table["overall"] or table["by_type"] or notes:
@@ -135,8 +211,10 @@ def _prior_section(report):
 
 def bench_md_table(t):
     """(header, cells, align) of one of an imported benchmark's tables (lgip.report.overview.benchmark_lines)."""
-    header = ["Model"] + [f"{h['sub']} {h['text']}" if t["groups"] else h["text"] + (f" ({h['sub']})" if h["sub"] else "")
-                          for h in t["header"]]
+    header = ["Model"] + [
+        f"{h['sub']} {h['text']}" if t["groups"] else h["text"] + (f" ({h['sub']})" if h["sub"] else "")
+        for h in t["header"]
+    ]
     cells = [[r["label"]] + [c["text"] + (f" {c['ci']}" if c["ci"] else "") for c in r["cells"]] for r in t["rows"]]
     return header, cells, ["l"] + ["r"] * (len(header) - 1)
 
@@ -155,15 +233,20 @@ def _benchmark_section(report):
 def factor_md_tables(f):
     """(the factor table, the controlled pairs' table) of factor_lines' dict, each (header, cells, align);
     a cell its figure and, after it, its interval and counts."""
+
     def cell(c):
         return c["text"] + (f" ({c['sub']})" if c["sub"] else "")
+
     cells = []
     for g in f["groups"]:
         cells.append([f"**{g['title']}**"] + [""] * len(f["header"]))
         cells += [[r["label"]] + [cell(c) for c in r["cells"]] for r in g["rows"]]
     factor = (["Factor"] + f["header"], cells, ["l"] + ["r"] * len(f["header"]))
-    pairs = (f["pairs"]["header"], [[f"`{p['a']}`", f"`{p['b']}`", p["why"]] + [cell(c) for c in p["cells"]]
-                                    for p in f["pairs"]["rows"]], ["l", "l", "l"] + ["r"] * len(f["header"]))
+    pairs = (
+        f["pairs"]["header"],
+        [[f"`{p['a']}`", f"`{p['b']}`", p["why"]] + [cell(c) for c in p["cells"]] for p in f["pairs"]["rows"]],
+        ["l", "l", "l"] + ["r"] * len(f["header"]),
+    )
     return factor, pairs
 
 
@@ -175,10 +258,18 @@ def _factors_section(report, md_dir):
     factor, pairs = factor_md_tables(f)
     md = ["## What predicts robustness", "", f["lead"], "", md_table(*factor), ""]
     if report.factors_png:
-        md += [f"![Positive rate and grounded positive rate against parameters, by training data]"
-               f"({os.path.relpath(os.path.abspath(report.factors_png), md_dir)})", ""]
+        md += [
+            f"![Positive rate and grounded positive rate against parameters, by training data]"
+            f"({os.path.relpath(os.path.abspath(report.factors_png), md_dir)})",
+            "",
+        ]
     if pairs[1]:
-        md += ["Controlled pairs (A − B, [95% interval over images] from the paired comparisons):", "", md_table(*pairs), ""]
+        md += [
+            "Controlled pairs (A − B, [95% interval over images] from the paired comparisons):",
+            "",
+            md_table(*pairs),
+            "",
+        ]
     return md + ([" ".join(f["notes"]), ""] if f["notes"] else [])
 
 
@@ -190,15 +281,23 @@ def _image_side_section(report, md_dir):
     md = ["## The image side: does the score follow the image?", "", image["lead"], ""]
     md += ["- " + line["text"] for line in image["lines"]] + [""]
     if report.image_side_png:
-        md += [f"![Image invariance error against text invariance error; image positive rate against text positive rate]"
-               f"({os.path.relpath(os.path.abspath(report.image_side_png), md_dir)})", ""]
+        md += [
+            f"![Image invariance error against text invariance error; image positive rate against text positive rate]"
+            f"({os.path.relpath(os.path.abspath(report.image_side_png), md_dir)})",
+            "",
+        ]
     md += [" ".join(image["notes"]), ""]
     if report.altered is not None:
         header, cells, align = altered_rows(report.altered, report.max_text_chars)
         k = report.altered.k
-        md += [f"Altered images preferred to their original: the top {k} over all models"
-               + (f" (only {len(cells)})" if len(cells) < k else "") + ", by the most negative image gap = sim(image, "
-               "caption) − sim(altered image, caption) of its record's captions (the page shows each beside its original).", ""]
+        md += [
+            f"Altered images preferred to their original: the top {k} over all models"
+            + (f" (only {len(cells)})" if len(cells) < k else "")
+            + ", by the most negative image gap = sim(image, "
+            "caption) − sim(altered image, caption) of its record's captions "
+            "(the page shows each beside its original).",
+            "",
+        ]
         md += [md_table(header, cells, align) if cells else "No altered image was scored above its original.", ""]
     return md
 
@@ -209,15 +308,29 @@ def markdown(report, md_path):
     md_dir = os.path.dirname(os.path.abspath(md_path))
     demo = demo_note(report.metrics)
     random = random_init_note(report.metrics)
-    md = [f"# LGIP report: {report.stem}", "", *([f"**{demo}**", ""] if demo else []),
-          *([f"**{random}**", ""] if random else []),
-          f"Input: `{os.path.abspath(report.jsonl_path)}`  ",
-          "Models: " + ", ".join(f"`{r['model']}`" for r in rows) + "  ",
-          "Protocol: " + ", ".join(report.protocols), "",
-          _runs_summary(report), "", "## Results", "", results_table(rows), "",
-          "\n".join("- " + n for n in source_notes(rows, report.metrics, report.paths)), "",
-          "Where each model's figures come from (a list file keeps the rows of the models a later run did not "
-          "evaluate; Made: when its row was made):", "", md_table(*sources_table(rows)), ""]
+    md = [
+        f"# LGIP report: {report.stem}",
+        "",
+        *([f"**{demo}**", ""] if demo else []),
+        *([f"**{random}**", ""] if random else []),
+        f"Input: `{os.path.abspath(report.jsonl_path)}`  ",
+        "Models: " + ", ".join(f"`{r['model']}`" for r in rows) + "  ",
+        "Protocol: " + ", ".join(report.protocols),
+        "",
+        _runs_summary(report),
+        "",
+        "## Results",
+        "",
+        results_table(rows),
+        "",
+        "\n".join("- " + n for n in source_notes(rows, report.metrics, report.paths)),
+        "",
+        "Where each model's figures come from (a list file keeps the rows of the models a later run did not "
+        "evaluate; Made: when its row was made):",
+        "",
+        md_table(*sources_table(rows)),
+        "",
+    ]
     md += _benchmark_section(report)
     if report.front is not None:
         md.append(frontier_note(report.front, report.rows) + "\n")
@@ -230,13 +343,19 @@ def markdown(report, md_path):
     md += _image_side_section(report, md_dir)
     attribution = attribution_lines(rows, report.metrics, report.paths, report.explain_missing)
     if attribution is not None:
-        md += (["## Which word does a model blame?", "", attribution["lead"], ""]
-               + ["- " + line["text"] for line in attribution["lines"]] + [""]
-               + ([attribution["missing"], ""] if attribution["missing"] else []))
+        md += (
+            ["## Which word does a model blame?", "", attribution["lead"], ""]
+            + ["- " + line["text"] for line in attribution["lines"]]
+            + [""]
+            + ([attribution["missing"], ""] if attribution["missing"] else [])
+        )
         detection = attribution["detection"]
         if detection is not None:
-            md += (["### Misalignment detection: F-CLIPScore against CLIPScore", "", detection["lead"], ""]
-                   + ["- " + line["text"] for line in detection["lines"]] + [""])
+            md += (
+                ["### Misalignment detection: F-CLIPScore against CLIPScore", "", detection["lead"], ""]
+                + ["- " + line["text"] for line in detection["lines"]]
+                + [""]
+            )
     md += _factors_section(report, md_dir)
     if report.tops is not None:
         md.append(_top_tables(report))

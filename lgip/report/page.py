@@ -7,20 +7,31 @@ What the template gets (`page_context`): the overview (inputs, evaluations, vers
 provenance), the results table as rows of cells that carry the value they sort by, the figures,
 the text-prior controls' lines and the paired comparisons, the image side's lines and figure, the word
 attribution's lines, and the gallery items (lgip.report.gallery; a flip's words with their scores when
-explain_flips.py explained it; the altered images a model prefers, lgip.report.image_side). A later column, figure or item field shows once it
-is in these; the template is the one place that decides how.
+explain_flips.py explained it; the altered images a model prefers, lgip.report.image_side). A later
+column, figure or item field shows once it is in these; the template is the one place that decides how.
 
     >>> html = render_page(page_context(report, gallery_items(report.tops, roots, labels)))
     >>> write_page("x__LGIP_report.html", html)
 """
+
 import base64
 import os
 import re
 
 from ..method import FLIP_TYPES
 from ..outputs import atomic_open
-from .overview import (SINGLE_MODEL_NOTE, demo_note, frontier_note, made_by, missing_note, random_init_note,
-                       retrieval_note, runs_table, source_notes, sources_table)
+from .overview import (
+    SINGLE_MODEL_NOTE,
+    demo_note,
+    frontier_note,
+    made_by,
+    missing_note,
+    random_init_note,
+    retrieval_note,
+    runs_table,
+    source_notes,
+    sources_table,
+)
 from .attribution_text import attribution_lines, word_scores_note
 from .controls_text import COMPARISONS_LEAD, comparison_rows, comparison_text, comparisons_notes, prior_lines
 from .benchmark_text import benchmark_lines
@@ -40,6 +51,7 @@ def inline_markdown(text):
 
     def code(m):
         return "<code>" + re.sub(r"([_./])", r"\1<wbr>", m.group(1)) + "</code>"
+
     html = re.sub(r"`([^`]+)`", code, str(escape(text)))
     return Markup(re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", html))
 
@@ -53,6 +65,7 @@ def figure_size(png):
     """{"width": CSS pixels at 100 dots per inch of the figure, "basis": the width it may shrink to
     beside another}: a wide figure (many models) takes a row of its own, two small ones share one."""
     from PIL import Image
+
     with Image.open(png) as img:
         dpi = (img.info.get("dpi") or (100, 100))[0] or 100
         width = round(img.width * 100 / dpi)
@@ -63,27 +76,49 @@ def results_table(rows):
     """(header cells, body rows) of the page's results table: every cell has `text`, the `value`
     it sorts by (None sorts last), and for figures its interval and whether it is the column's best."""
     spec = result_columns(rows)
-    header = ([{"text": "Model", "numeric": False, "better": "", "title": "model (hover a name for its tag)"},
-               {"text": "Records", "numeric": True, "better": "", "title": "records evaluated"}]
-              + [{"text": c.header.replace(" ↑", "\u00a0↑").replace(" ↓", "\u00a0↓"), "numeric": True, "better": c.better,
-                  "title": c.title or f"{c.name}: {c.better}er is better"} for c in spec])
+    header = [
+        {"text": "Model", "numeric": False, "better": "", "title": "model (hover a name for its tag)"},
+        {"text": "Records", "numeric": True, "better": "", "title": "records evaluated"},
+    ] + [
+        {
+            "text": c.header.replace(" ↑", "\u00a0↑").replace(" ↓", "\u00a0↓"),
+            "numeric": True,
+            "better": c.better,
+            "title": c.title or f"{c.name}: {c.better}er is better",
+        }
+        for c in spec
+    ]
     best = {}
     mixed = mixed_kinds(rows)  # (several score kinds: a column in score units has no best model)
     for c in spec:  # (a control's column has none)
         values = [r[c.name] for r in rows if r.get(c.name) is not None]
-        best[c.name] = ((min if c.better == "low" else max)(values)
-                        if len(values) > 1 and c.better and not (mixed and c.name in IN_SCORE_UNITS) else None)
+        best[c.name] = (
+            (min if c.better == "low" else max)(values)
+            if len(values) > 1 and c.better and not (mixed and c.name in IN_SCORE_UNITS)
+            else None
+        )
     body = []
     for r in rows:
-        source = (f" · headline figures from {r['headline_file']}" + (f" (made {r['headline_created']})"
-                                                                     if r.get("headline_created") else "")
-                  if r.get("headline_file") else "")
-        cells = [{"text": r["label"], "value": r["label"], "title": r["model"] + source},
-                 {"text": num(r["num_records"], 0), "value": r["num_records"], "ci": "", "best": False}]
+        source = (
+            f" · headline figures from {r['headline_file']}"
+            + (f" (made {r['headline_created']})" if r.get("headline_created") else "")
+            if r.get("headline_file")
+            else ""
+        )
+        cells = [
+            {"text": r["label"], "value": r["label"], "title": r["model"] + source},
+            {"text": num(r["num_records"], 0), "value": r["num_records"], "ci": "", "best": False},
+        ]
         for c in spec:
             v = r.get(c.name)
-            cells.append({"text": num(v, c.digits), "value": v, "ci": interval(r, c.name, c.digits),
-                          "best": v is not None and v == best[c.name]})
+            cells.append(
+                {
+                    "text": num(v, c.digits),
+                    "value": v,
+                    "ci": interval(r, c.name, c.digits),
+                    "best": v is not None and v == best[c.name],
+                }
+            )
         body.append({"model": r["model"], "cells": cells})
     return header, body
 
@@ -113,6 +148,7 @@ def share_thumbnails(gallery):
             return seen[t["src"]]
         shared += 1
         return {"same": seen[t["src"]]["id"], "width": t["width"], "height": t["height"]}
+
     for it in [i for key in ("flips", "paraphrases", "altered") for i in (gallery or {}).get(key, ())]:
         it["thumb"] = one(it["thumb"])
         if "altered_thumb" in it:
@@ -134,11 +170,19 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
     # one model: what compares models means nothing (a rank correlation over one point, a frontier of
     # one) and is left out of the page, which says so once; the markdown keeps its full text
     several = len(report.rows) > 1
-    figures = [dict(figure_size(staged(png)), src=data_uri(staged(png), "image/png"), alt=alt, name=os.path.basename(png))
-               for png, alt in report.figures if several or not png.endswith(COMPARING_FIGURES)]
+    figures = [
+        dict(figure_size(staged(png)), src=data_uri(staged(png), "image/png"), alt=alt, name=os.path.basename(png))
+        for png, alt in report.figures
+        if several or not png.endswith(COMPARING_FIGURES)
+    ]
 
     def embedded(png):  # a figure shown in its own section (None: not written)
-        return dict(figure_size(staged(png)), src=data_uri(staged(png), "image/png"), name=os.path.basename(png)) if png else None
+        return (
+            dict(figure_size(staged(png)), src=data_uri(staged(png), "image/png"), name=os.path.basename(png))
+            if png
+            else None
+        )
+
     return {
         "stem": report.stem,
         "demo": demo_note(report.metrics),
@@ -153,13 +197,16 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "table": {"header": table_header, "rows": table_rows},
         "benchmark": benchmark_lines(report.rows, report.benchmark, report.paths),  # None for LGIP's own data
         "notes": source_notes(report.rows, report.metrics, report.paths),
-        "sources": dict(zip(("header", "cells"), sources_table(report.rows))),  # per model: its figures' files, when made
+        "sources": dict(
+            zip(("header", "cells"), sources_table(report.rows))
+        ),  # per model: its figures' files, when made
         "frontier": frontier_note(report.front, report.rows) if report.front and several else None,
         "retrieval": retrieval_note(report.rows) if several else None,
         "figures": figures,
         "top_k": report.tops.k if report.tops is not None else 0,
         # (models of several score kinds: the list over all models takes each model's top in turn, lgip.report.toplists)
-        "all_scope": " over all models, each model's in turn (their scores differ in kind)" if mixed_kinds(report.rows)
+        "all_scope": " over all models, each model's in turn (their scores differ in kind)"
+        if mixed_kinds(report.rows)
         else " over all models",
         "prior": prior_lines(report.rows, report.paths),  # None without the text-prior controls
         "comparisons": comparisons_context(report),
@@ -168,24 +215,42 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "factors_figure": embedded(report.factors_png),
         "image_side": image_side_lines(report.rows, report.metrics, report.paths),  # None without run_lgip_images.py
         "image_side_figure": embedded(report.image_side_png),
-        "altered_kinds": [(k, KIND_NAMES[k]) for k in KIND_NAMES if gallery and any(i["kind"] == k for i in gallery.get("altered", ()))],
+        "altered_kinds": [
+            (k, KIND_NAMES[k])
+            for k in KIND_NAMES
+            if gallery and any(i["kind"] == k for i in gallery.get("altered", ()))
+        ],
         "gallery": gallery,
         "attributed": attributed,
-        "word_scores": word_scores_note(report.rows, report.metrics, attributed, len(gallery["flips"])) if gallery else None,
-        "flip_types": [t for t in list(dict.fromkeys(row_types(report.rows) + list(FLIP_TYPES)))
-                       if gallery and any(i.get("type") == t for i in gallery["flips"])],
+        "word_scores": word_scores_note(report.rows, report.metrics, attributed, len(gallery["flips"]))
+        if gallery
+        else None,
+        "flip_types": [
+            t
+            for t in list(dict.fromkeys(row_types(report.rows) + list(FLIP_TYPES)))
+            if gallery and any(i.get("type") == t for i in gallery["flips"])
+        ],
         "missing": missing_note(report.missing),
         "made_by": made_by(report.prov),
-        "csv": ({"name": os.path.basename(csv_path), "src": data_uri(staged(csv_path), "text/csv")}
-                if csv_path and os.path.isfile(staged(csv_path)) else None),
+        "csv": (
+            {"name": os.path.basename(csv_path), "src": data_uri(staged(csv_path), "text/csv")}
+            if csv_path and os.path.isfile(staged(csv_path))
+            else None
+        ),
     }
 
 
 def render_page(context):
     """The page's HTML from page_context's variables."""
     import jinja2
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["inline"] = inline_markdown
     env.filters["signed"] = lambda v, digits=4: "–" if v is None else f"{v:+.{digits}f}".replace("-", "−")
     env.filters["fixed"] = lambda v, digits=4: "–" if v is None else f"{v:.{digits}f}".replace("-", "−")

@@ -18,6 +18,7 @@ names the file of its headline and per-type figures and when that file's row was
 that differ between the runs that made its rows (`mixed_settings`; `_mixed` for the notes),
 settings in IGNORED_SETTINGS left out.
 """
+
 import os
 import re
 
@@ -25,8 +26,17 @@ from ..errors import InputError
 from ..method import FLIP_TYPES
 from ..scoring import spearman
 from .fields import CARD_FIELDS, CONTROL_FIGURES, FIGURES, RELATIVE, TYPE_CONTROLS, with_ci
-from .evaluations import (COLUMNS, EVALUATIONS, EVAL_KEYS, HEADLINE_KEYS, SCRIPTS, columns, mixed_settings,
-                          mixed_text, report_types)
+from .evaluations import (
+    COLUMNS,
+    EVALUATIONS,
+    EVAL_KEYS,
+    HEADLINE_KEYS,
+    SCRIPTS,
+    columns,
+    mixed_settings,
+    mixed_text,
+    report_types,
+)
 
 
 RETRIEVAL_AXES = ("retrieval_i2t_recall@1", "retrieval_i2t_flip_top1_rate")  # the retrieval figure's two x axes
@@ -41,7 +51,9 @@ def rank_correlations(rows):
     for x in RETRIEVAL_AXES:
         pairs = [(r[x], r["pos_rate"]) for r in rows if r.get(x) is not None and r.get("pos_rate") is not None]
         if pairs:
-            out.append({"x": x, "rho": spearman(*zip(*pairs)), "n": len(pairs), "descriptive": len(pairs) < DESCRIPTIVE_BELOW})
+            out.append(
+                {"x": x, "rho": spearman(*zip(*pairs)), "n": len(pairs), "descriptive": len(pairs) < DESCRIPTIVE_BELOW}
+            )
     return out
 
 
@@ -66,8 +78,10 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
     if headline not in ("auto", *HEADLINE_KEYS):
         raise InputError(f"unknown HEADLINE {headline!r}; valid: auto, {', '.join(HEADLINE_KEYS)}")
     if headline != "auto" and headline not in metrics:
-        raise InputError(f"HEADLINE={headline!r} but no {SCRIPTS[headline]} metrics were found "
-                         f"(found: {', '.join(metrics) or 'none'})")
+        raise InputError(
+            f"HEADLINE={headline!r} but no {SCRIPTS[headline]} metrics were found "
+            f"(found: {', '.join(metrics) or 'none'})"
+        )
     per_model = {}
     for e in EVALUATIONS:
         for m in metrics.get(e.key, ()):
@@ -85,36 +99,50 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
         row.update({k: val for k, val in v.items() if k in row})
         row["model"] = tag
         if src in runs:
-            row["headline_source"], row["headline_file"], row["headline_created"] = src, files.get(src), _created(runs[src])
+            row["headline_source"], row["headline_file"], row["headline_created"] = (
+                src,
+                files.get(src),
+                _created(runs[src]),
+            )
             # the headline evaluation's figures and controls (of the same pairs as its positive rate)
-            row.update({c: v.get(f"{src}_{c}") for c in with_ci(FIGURES + CONTROL_FIGURES + (RELATIVE,)) + ["num_records"]})
+            row.update(
+                {c: v.get(f"{src}_{c}") for c in with_ci(FIGURES + CONTROL_FIGURES + (RELATIVE,)) + ["num_records"]}
+            )
             row["_controls"] = bool(v.get(f"{src}__controls"))  # its file has them (an older one has not)
             row["_unmeasured"] = [f for f in FIGURES if row[f] is None]  # null in its file: nothing measured
         typed = next((e.key for e in EVALUATIONS if e.typed and e.key in runs), None)
         if typed:
-            row["flip_type_source"], row["flip_type_file"], row["flip_type_created"] = (typed, files.get(typed),
-                                                                                       _created(runs[typed]))
+            row["flip_type_source"], row["flip_type_file"], row["flip_type_created"] = (
+                typed,
+                files.get(typed),
+                _created(runs[typed]),
+            )
             per_type = with_ci(("pos_rate", "gap") + tuple(name for _, name in TYPE_CONTROLS)) + ["count"]
             row.update({f"{t}_{c}": v.get(f"{typed}_{t}_{c}") for t in types for c in per_type})
         run_infos = [(runs[k].get("run") or {}) for k in EVAL_KEYS if k in runs]
         head_run = (runs.get(src) or runs[next(iter(runs))]).get("run") or {}
         row["protocol"] = (head_run.get("model") or {}).get("protocol")
-        row["_type"] = next(((r.get("model") or {}).get("type") for r in run_infos
-                             if (r.get("model") or {}).get("type")), None)
-        row["_family"] = next(((r.get("model") or {}).get("family") for r in run_infos
-                               if (r.get("model") or {}).get("family")), None)  # (type transformers: clip, siglip, ...)
+        row["_type"] = next(
+            ((r.get("model") or {}).get("type") for r in run_infos if (r.get("model") or {}).get("type")), None
+        )
+        row["_family"] = next(
+            ((r.get("model") or {}).get("family") for r in run_infos if (r.get("model") or {}).get("family")), None
+        )  # (type transformers: clip, siglip, ...)
         row["_types"] = types
         # what its score s is (LGIP_SPEC.md 13; a file from before score kinds: a dual encoder's cosine)
-        row["score_kind"] = next((runs[k]["score_kind"] for k in EVAL_KEYS if k in runs
-                                  and isinstance(runs[k].get("score_kind"), str)), "cosine")
+        row["score_kind"] = next(
+            (runs[k]["score_kind"] for k in EVAL_KEYS if k in runs and isinstance(runs[k].get("score_kind"), str)),
+            "cosine",
+        )
         row["_card"] = model_card([runs[k] for k in EVAL_KEYS if k in runs])
         row["_mixed"] = mixed_settings(runs)
         row["mixed_settings"] = mixed_text(row["_mixed"]) or None
         failed = [r.get("num_failed_images") for r in run_infos if r.get("num_failed_images") is not None]
         row["num_failed_images"] = max(failed) if failed else None
         if row["num_records"] is None:
-            row["num_records"] = next((v.get(f"{k}_num_records") for k in EVAL_KEYS
-                                       if v.get(f"{k}_num_records") is not None), None)
+            row["num_records"] = next(
+                (v.get(f"{k}_num_records") for k in EVAL_KEYS if v.get(f"{k}_num_records") is not None), None
+            )
         rows.append(row)
     tags = short_labels([r["model"] for r in rows], labels)
     kinds = mixed_kinds(rows)
@@ -164,8 +192,9 @@ def image_roots(metrics, metrics_paths, image_root=None):
         beside = os.path.dirname(os.path.abspath(metrics_paths[key]))
         for m in ms:
             config = (m.get("run") or {}).get("config") or {}
-            recorded = config.get("IMAGE_ROOT") or (os.path.dirname(config["JSONL_PATH"])
-                                                   if config.get("JSONL_PATH") else None)
+            recorded = config.get("IMAGE_ROOT") or (
+                os.path.dirname(config["JSONL_PATH"]) if config.get("JSONL_PATH") else None
+            )
             first = image_root or recorded
             roots[(key, m["model_tag"])] = list(dict.fromkeys(r for r in (first, beside) if r))
     return roots

@@ -12,6 +12,7 @@ or explain metrics has no such column).
     |-------|----:|
     | a     | 0.1 |
 """
+
 import csv
 import io
 from dataclasses import dataclass
@@ -30,23 +31,41 @@ class Column:
     title: str = ""  # what it is, on the page's header (hover); "" = "<name>: <better>er is better"
 
 
-PRIOR_TITLE = ("prior_pos_rate: a control, not a score: the share of flips the caption beats on the average OTHER "
-               "image (what the text alone gets right); neither higher nor lower is better: compare it with Pos. rate")
-GROUNDED_TITLE = ("grounded_pos_rate: the share of flips the caption beats by more on its own image than on the "
-                  "average other image; 0.5 = the image decides nothing; higher is better")
+PRIOR_TITLE = (
+    "prior_pos_rate: a control, not a score: the share of flips the caption beats on the average OTHER "
+    "image (what the text alone gets right); neither higher nor lower is better: compare it with Pos. rate"
+)
+GROUNDED_TITLE = (
+    "grounded_pos_rate: the share of flips the caption beats by more on its own image than on the "
+    "average other image; 0.5 = the image decides nothing; higher is better"
+)
 
 # columns in a model's score units (LGIP_SPEC.md 13): no best model among models of several score kinds
-IN_SCORE_UNITS = ("invariance_error", "gap", "image_invariance_error", "image_gap", "enhanced_simple_invariance_error",
-                  "enhanced_advanced_invariance_error")
-REL_TITLE = ("invariance_error_rel (LGIP_SPEC.md 13): the invariance error over how far a caption of the image before "
-             "moves the score (0: a paraphrase never moves it; 1: as far as another image's caption); comparable "
-             "across score kinds (cosine, logprob, itm_logodds); lower is better")
-IMAGE_INV_TITLE = ("image_invariance_error_mean (run_lgip_images.py): mean |sim(altered image, caption) − sim(image, "
-                   "caption)| over jpeg, downscale, crop, hflip: the score should stay put; lower is better")
-IMAGE_GAP_TITLE = ("image_sensitivity_gap_mean (run_lgip_images.py): mean sim(image, caption) − sim(altered image, caption) "
-                   "over mix and patch (another image blended or pasted in); higher is better")
-IMAGE_POS_TITLE = ("image_sensitivity_pos_rate (run_lgip_images.py): share of mix and patch images scored below the "
-                   "original for its caption (0.5 = chance); higher is better")
+IN_SCORE_UNITS = (
+    "invariance_error",
+    "gap",
+    "image_invariance_error",
+    "image_gap",
+    "enhanced_simple_invariance_error",
+    "enhanced_advanced_invariance_error",
+)
+REL_TITLE = (
+    "invariance_error_rel (LGIP_SPEC.md 13): the invariance error over how far a caption of the image before "
+    "moves the score (0: a paraphrase never moves it; 1: as far as another image's caption); comparable "
+    "across score kinds (cosine, logprob, itm_logodds); lower is better"
+)
+IMAGE_INV_TITLE = (
+    "image_invariance_error_mean (run_lgip_images.py): mean |sim(altered image, caption) − sim(image, "
+    "caption)| over jpeg, downscale, crop, hflip: the score should stay put; lower is better"
+)
+IMAGE_GAP_TITLE = (
+    "image_sensitivity_gap_mean (run_lgip_images.py): mean sim(image, caption) − sim(altered image, caption) "
+    "over mix and patch (another image blended or pasted in); higher is better"
+)
+IMAGE_POS_TITLE = (
+    "image_sensitivity_pos_rate (run_lgip_images.py): share of mix and patch images scored below the "
+    "original for its caption (0.5 = chance); higher is better"
+)
 
 
 def type_label(t):
@@ -56,21 +75,28 @@ def type_label(t):
 
 def result_columns_for(types):
     """The results table's columns with a positive-rate column per flip type of `types`."""
-    return ([Column("Inv. error ↓", "invariance_error", 4, "low"),
-             Column("Inv. rel. ↓", "invariance_error_rel", 3, "low", REL_TITLE), Column("Gap ↑", "gap", 4, "high"),
-             Column("Pos. rate ↑", "pos_rate", 3, "high"),
-             Column("Prior pos.", "prior_pos_rate", 3, "", PRIOR_TITLE),
-             Column("Grounded pos. ↑", "grounded_pos_rate", 3, "high", GROUNDED_TITLE),
-             Column("I2T R@1 ↑", "retrieval_i2t_recall@1", 3, "high"),
-             Column("Flip top\u20111 ↓", "retrieval_i2t_flip_top1_rate", 3, "low"),
-             Column("Img. inv. ↓", "image_invariance_error", 4, "low", IMAGE_INV_TITLE),
-             Column("Img. gap ↑", "image_gap", 4, "high", IMAGE_GAP_TITLE),
-             Column("Img. pos. ↑", "image_pos_rate", 3, "high", IMAGE_POS_TITLE)]
-            + [Column(f"{type_label(t)} pos. ↑", f"{t}_pos_rate", 3, "high") for t in types]
-            + [Column("Simple inv. ↓", "enhanced_simple_invariance_error", 4, "low"),
-               Column("Advanced inv. ↓", "enhanced_advanced_invariance_error", 4, "low"),
-               Column("Combined pos. ↑", "enhanced_combined_pos_rate", 3, "high"),
-               Column("Loc. acc. ↑", "localization_acc", 3, "high")])
+    return (
+        [
+            Column("Inv. error ↓", "invariance_error", 4, "low"),
+            Column("Inv. rel. ↓", "invariance_error_rel", 3, "low", REL_TITLE),
+            Column("Gap ↑", "gap", 4, "high"),
+            Column("Pos. rate ↑", "pos_rate", 3, "high"),
+            Column("Prior pos.", "prior_pos_rate", 3, "", PRIOR_TITLE),
+            Column("Grounded pos. ↑", "grounded_pos_rate", 3, "high", GROUNDED_TITLE),
+            Column("I2T R@1 ↑", "retrieval_i2t_recall@1", 3, "high"),
+            Column("Flip top\u20111 ↓", "retrieval_i2t_flip_top1_rate", 3, "low"),
+            Column("Img. inv. ↓", "image_invariance_error", 4, "low", IMAGE_INV_TITLE),
+            Column("Img. gap ↑", "image_gap", 4, "high", IMAGE_GAP_TITLE),
+            Column("Img. pos. ↑", "image_pos_rate", 3, "high", IMAGE_POS_TITLE),
+        ]
+        + [Column(f"{type_label(t)} pos. ↑", f"{t}_pos_rate", 3, "high") for t in types]
+        + [
+            Column("Simple inv. ↓", "enhanced_simple_invariance_error", 4, "low"),
+            Column("Advanced inv. ↓", "enhanced_advanced_invariance_error", 4, "low"),
+            Column("Combined pos. ↑", "enhanced_combined_pos_rate", 3, "high"),
+            Column("Loc. acc. ↑", "localization_acc", 3, "high"),
+        ]
+    )
 
 
 # (retrieval beside the positive rate: the comparison the LGIP paper makes; the text-prior controls right
@@ -109,7 +135,7 @@ def md_text(text, limit=0):
     """A caption as a markdown table cell: one line, cut to `limit` characters, escaped."""
     text = " ".join(str(text).split())
     if limit and len(text) > limit:
-        text = text[:limit - 1].rstrip() + "…"
+        text = text[: limit - 1].rstrip() + "…"
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*").replace("_", "\\_")
 
 
@@ -137,8 +163,11 @@ def main_table(rows):
     """(header, cells, align) of the report's main table; columns nobody has are left out."""
     spec = result_columns(rows)
     header = ["Model", "Records"] + [c.header for c in spec]
-    cells = [[r["label"], num(r["num_records"], 0) if r["num_records"] is not None else "–"]
-             + [cell(r, c.name, c.digits) for c in spec] for r in rows]
+    cells = [
+        [r["label"], num(r["num_records"], 0) if r["num_records"] is not None else "–"]
+        + [cell(r, c.name, c.digits) for c in spec]
+        for r in rows
+    ]
     return header, cells, ["l"] + ["r"] * (len(header) - 1)
 
 

@@ -13,6 +13,7 @@ the average other image, LGIP_SPEC.md 9) or the paraphrase's kind.
     >>> tops.flips[None][0]["gap"], tops.flips["tiny_siglip"][0]["text"]   # None: over all models
     (-0.247546, 'The dog is parked by a gray building.')
 """
+
 import heapq
 import math
 import os
@@ -57,8 +58,10 @@ class TopLists:
     def for_markdown(self, per_model):
         """(paraphrases, flips) as the markdown lists them: per model, or one list over all."""
         if per_model:
-            return ({m: r for m, r in self.paraphrases.items() if m is not None},
-                    {m: r for m, r in self.flips.items() if m is not None})
+            return (
+                {m: r for m, r in self.paraphrases.items() if m is not None},
+                {m: r for m, r in self.flips.items() if m is not None},
+            )
         return {None: self.paraphrases[None]}, {None: self.flips[None]}
 
 
@@ -105,18 +108,41 @@ def scan_scores(files, k):
             where = (model, r.get("image_path"), r.get("caption_index"))
             for p in r.get("paraphrases") or ():
                 delta = p["sim"] - base
-                _offer(para, abs(delta), where + (p["text"],),
-                       lambda: {"model": model, "source": source, "record": r, "text": p["text"],
-                                "kind": p.get("kind"), "sim": p["sim"], "delta": delta})
+                _offer(
+                    para,
+                    abs(delta),
+                    where + (p["text"],),
+                    lambda: {
+                        "model": model,
+                        "source": source,
+                        "record": r,
+                        "text": p["text"],
+                        "kind": p.get("kind"),
+                        "sim": p["sim"],
+                        "delta": delta,
+                    },
+                )
             for j, fl in enumerate(r.get("flips") or ()):
                 if fl.get("prior_gap") is not None:
                     _check_prior(fl["prior_gap"], f"{path}:{lineno}: field 'flips[{j}].prior_gap'")
                 gap = base - fl["sim"]
                 if gap >= 0:
                     continue
-                _offer(flip, -gap, where + (fl["text"],),
-                       lambda: {"model": model, "source": source, "record": r, "text": fl["text"],
-                                "type": fl.get("type"), "sim": fl["sim"], "gap": gap, "prior_gap": fl.get("prior_gap")})
+                _offer(
+                    flip,
+                    -gap,
+                    where + (fl["text"],),
+                    lambda: {
+                        "model": model,
+                        "source": source,
+                        "record": r,
+                        "text": fl["text"],
+                        "type": fl.get("type"),
+                        "sim": fl["sim"],
+                        "gap": gap,
+                        "prior_gap": fl.get("prior_gap"),
+                    },
+                )
     out = []
     for top in (para_top, flip_top):
         lists = {key: t.rows() for key, t in top.items()}
@@ -126,7 +152,12 @@ def scan_scores(files, k):
             for row in rows:
                 r = row.pop("record", None)
                 if r is not None:
-                    row.update(image=image_label(r), image_path=r.get("image_path"), caption=r.get("caption"), caption_sim=r.get("sim"))
+                    row.update(
+                        image=image_label(r),
+                        image_path=r.get("image_path"),
+                        caption=r.get("caption"),
+                        caption_sim=r.get("sim"),
+                    )
         out.append(lists)
     return TopLists(out[0], out[1], k)
 

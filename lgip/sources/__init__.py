@@ -4,6 +4,7 @@ below names them. The next benchmark is one module and one line here.
 
     >>> records, missing = build_records(SOURCES["sugarcrepe"].read("data/sugar-crepe"), ImageFinder(dirs), out_dir)
 """
+
 from . import rococo, sugarcrepe, sugarcrepe_pp
 from .base import ImageFinder, Item, build_records, coco_id
 

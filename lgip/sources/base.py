@@ -2,12 +2,14 @@
 `Item` a reader yields, the checks that name file, item and field, COCO images found under both
 namings, and the items grouped into LGIP records.
 
-    >>> items = [Item("replace_att", "000000000009.jpg", "A red bus.", negatives=["A blue bus."], where="add_att.json: item 0")]
+    >>> items = [Item("replace_att", "000000000009.jpg", "A red bus.", negatives=["A blue bus."],
+    ...               where="add_att.json: item 0")]
     >>> records, missing = build_records(items, ImageFinder(["/coco/val2017"]), out_dir="/data")
     >>> records[0]
     {'image_id': 9, 'image_path': '../coco/val2017/000000000009.jpg', 'orig_captions': ['A red bus.'],
      'same_caps': {}, 'diff_caps': {'0': ['A blue bus.']}, 'diff_caps_replace_att': {'0': ['A blue bus.']}}
 """
+
 import os
 import re
 import sys
@@ -24,6 +26,7 @@ class Item:
     """One benchmark item: its type, its image (file name as the source writes it), its caption,
     the negatives and paraphrases of that caption, and where it was read (for messages). `own_slot`:
     the caption fills a caption slot of its own (SugarCrepe++), not the slot of an equal text."""
+
     type: str
     image: str
     caption: str
@@ -38,8 +41,10 @@ def read_source_json(folder, name, kind):
     `kind` (dict or list), with what to pass."""
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file (SOURCE_DIR must be the benchmark's folder of JSON files, "
-                         f"as its repository has them)")
+        raise InputError(
+            f"{path}: no such file (SOURCE_DIR must be the benchmark's folder of JSON files, "
+            f"as its repository has them)"
+        )
     twice = []
 
     def pairs(items):  # (json keeps the last of a key written twice, as the benchmarks' own loaders read it: said)
@@ -49,14 +54,20 @@ def read_source_json(folder, name, kind):
                 twice.append(k)
             seen.add(k)
         return dict(items)
+
     data = read_json(path, object_pairs_hook=pairs)
     if not isinstance(data, kind):
-        raise InputError(f"{path}: expected a JSON {'object' if kind is dict else 'list'} of items, got "
-                         f"{type(data).__name__}")
+        raise InputError(
+            f"{path}: expected a JSON {'object' if kind is dict else 'list'} of items, got {type(data).__name__}"
+        )
     if twice:
         shown = ", ".join(repr(k) for k in twice[:5]) + (", ..." if len(twice) > 5 else "")
-        print(f"warning: {path}: {len(twice)} key(s) written twice in one object ({shown}): JSON keeps the last of "
-              f"each, as the benchmark's own loader reads it; the earlier ones are left out", file=sys.stderr, flush=True)
+        print(
+            f"warning: {path}: {len(twice)} key(s) written twice in one object ({shown}): JSON keeps the last of "
+            f"each, as the benchmark's own loader reads it; the earlier ones are left out",
+            file=sys.stderr,
+            flush=True,
+        )
     return data, path
 
 
@@ -137,7 +148,13 @@ def build_records(items, finder, out_dir):
                 missing[it.image] = 1
                 continue
             rel = os.path.relpath(path, out_dir).replace(os.sep, "/")
-            rec = {"image_id": coco_id(it.image), "image_path": rel, "orig_captions": [], "same_caps": {}, "diff_caps": {}}
+            rec = {
+                "image_id": coco_id(it.image),
+                "image_path": rel,
+                "orig_captions": [],
+                "same_caps": {},
+                "diff_caps": {},
+            }
             by_image[it.image] = rec
             records.append(rec)
         caps = rec["orig_captions"]

@@ -6,6 +6,7 @@ a sixth original has none), as RoCOCO's own loader reads them. The type is the f
 
     >>> items = list(read("data/rococo"))            # Item(type="same_concept", image="val2014/COCO_val2014_...", ...)
 """
+
 from ..errors import InputError
 from .base import Item, read_source_json, text_field
 
@@ -21,8 +22,10 @@ def read(folder):
             image = text_field(entry, "image", where)
             texts = text_field(entry, "caption", where, list)
             if len(texts) not in (10, 11):
-                raise InputError(f"{where}: field 'caption' must list 10 or 11 texts (the originals, then an altered "
-                                 f"version of each of the first 5), got {len(texts)}")
+                raise InputError(
+                    f"{where}: field 'caption' must list 10 or 11 texts (the originals, then an altered "
+                    f"version of each of the first 5), got {len(texts)}"
+                )
             for j, t in enumerate(texts):
                 if not isinstance(t, str) or not t.strip():
                     raise InputError(f"{where}: field 'caption' text {j} must be a non-empty string, got {t!r}"[:300])

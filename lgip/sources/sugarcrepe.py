@@ -6,6 +6,7 @@ and its positive rate is SugarCrepe's accuracy (strict sim(image, caption) > sim
 
     >>> items = list(read("data/sugar-crepe"))      # Item(type="add_att", image="000000331352.jpg", ...)
 """
+
 from .base import Item, read_source_json, text_field
 
 FILES = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
@@ -17,5 +18,10 @@ def read(folder):
         data, path = read_source_json(folder, stem + ".json", dict)
         for key, item in data.items():
             where = f"{path}: item {key!r}"
-            yield Item(stem, text_field(item, "filename", where), text_field(item, "caption", where),
-                       negatives=[text_field(item, "negative_caption", where)], where=where)
+            yield Item(
+                stem,
+                text_field(item, "filename", where),
+                text_field(item, "caption", where),
+                negatives=[text_field(item, "negative_caption", where)],
+                where=where,
+            )

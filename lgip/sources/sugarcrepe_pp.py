@@ -5,8 +5,9 @@ text may fill several slots of a record): `orig_captions` gets `caption`, `same_
 [`caption2`], `diff_caps[i]` = `diff_caps_<type>[i]` = [`negative_caption`]. Its ITT accuracy is
 `robust_pos_rate`, its TOT accuracy `text_only_rate` (lgip.controls).
 
-    >>> items = list(read("data/scpp/data"))         # Item(type="replace_att", own_slot=True, paraphrases=[caption2], ...)
+    >>> items = list(read("data/scpp/data"))  # Item(type="replace_att", own_slot=True, paraphrases=[caption2], ...)
 """
+
 from .base import Item, read_source_json, text_field
 
 FILES = ("replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
@@ -17,7 +18,15 @@ def read(folder):
     for stem in FILES:
         data, path = read_source_json(folder, stem + ".json", list)
         for k, item in enumerate(data):
-            where = f"{path}: item {k}" + (f" (id {item.get('id')!r})" if isinstance(item, dict) and "id" in item else "")
-            yield Item(stem, text_field(item, "filename", where), text_field(item, "caption", where),
-                       negatives=[text_field(item, "negative_caption", where)],
-                       paraphrases=[text_field(item, "caption2", where)], where=where, own_slot=True)
+            where = f"{path}: item {k}" + (
+                f" (id {item.get('id')!r})" if isinstance(item, dict) and "id" in item else ""
+            )
+            yield Item(
+                stem,
+                text_field(item, "filename", where),
+                text_field(item, "caption", where),
+                negatives=[text_field(item, "negative_caption", where)],
+                paraphrases=[text_field(item, "caption2", where)],
+                where=where,
+                own_slot=True,
+            )

@@ -1,0 +1,92 @@
+"""lgip.command: the `lgip` console command (pyproject.toml's [project.scripts], or `python -m lgip`), beside
+the scripts, as CLIP_benchmark and lm-eval give one: `lgip <step> [--NAME=value ...]` runs the checkout's
+script of that step exactly as `python <script>.py --NAME=value ...` would (its constants, its --help, its
+exit status).
+
+    lgip run-all --DATA=demo --MODELS=demo
+    lgip report --JSONL_PATH=demo/lgip_demo.jsonl
+    lgip eval run_lgip_by_fliptype --JSONL_PATH=x_with_fliptypes.jsonl --MODELS=demo
+    lgip list                                   # every step and script it runs
+"""
+
+import os
+import sys
+
+from . import scripts
+
+# the words `lgip` takes for a script (a script's own name, "_" or "-", is taken too)
+COMMANDS = {
+    "run-all": "run_all",
+    "report": "report",
+    "multi": "run_lgip_multi",
+    "by-fliptype": "run_lgip_by_fliptype",
+    "retrieval": "run_lgip_retrieval",
+    "images": "run_lgip_images",
+    "explain": "explain_flips",
+    "enhanced": "rebuttal_enhanced_lgip_by_transformation",
+    "import-benchmark": "import_benchmark",
+    "make-base": "make_base_jsonl",
+    "perturb": "diff_gen_caption",
+    "fliptypes": "make_perturb_with_fliptypes",
+    "enhanced-perturb": "rebuttal_enhanced_perturb_with_fliptypes",
+    "sanity-check": "siglip_sanity_check",
+}
+USAGE = (
+    "usage: lgip <command> [--NAME=value ...]   (each command runs its script of the checkout, as\n"
+    "       python <script>.py --NAME=value ... would; `lgip <command> --help` lists its settings)\n"
+    "       lgip eval <script> [--NAME=value ...]   (any script by its file name)\n"
+    "       lgip list"
+)
+
+
+def script_of(word):
+    """The script a command word names (COMMANDS, or a script's own name with "-" or "_"), or None."""
+    word = word[:-3] if word.endswith(".py") else word
+    name = COMMANDS.get(word, word.replace("-", "_"))
+    return name if name in scripts.SCRIPTS else None
+
+
+def listing():
+    named = {v: k for k, v in COMMANDS.items()}
+    return "\n".join(f"  {named.get(s, s.replace('_', '-')):<18} {s}.py" for s in scripts.SCRIPTS)
+
+
+def main(argv=None):
+    """`lgip ...`: the script's exit status (2, with the valid commands, for one it does not know)."""
+    import difflib
+    import runpy
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["eval"]:
+        argv = argv[1:]
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE + "\n\ncommands:\n" + listing())
+        return 0
+    if argv[0] == "list":
+        print(listing())
+        return 0
+    name = script_of(argv[0])
+    if name is None:
+        words = list(COMMANDS) + [s.replace("_", "-") for s in scripts.SCRIPTS]
+        close = difflib.get_close_matches(argv[0], words, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        print(f"error: lgip: unknown command {argv[0]!r}{hint}\n{USAGE}\n\ncommands:\n{listing()}", file=sys.stderr)
+        return 2
+    path = os.path.join(scripts.ROOT, name + ".py")
+    if not os.path.isfile(path):
+        print(
+            f"error: lgip: {path} is not there: the command runs the scripts of an editable install "
+            f"(pip install -e <checkout>)",
+            file=sys.stderr,
+        )
+        return 2
+    sys.argv = [path, *argv[1:]]
+    sys.path.insert(0, scripts.ROOT)  # (as `python <script>.py` puts the script's folder first)
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
+    return 0

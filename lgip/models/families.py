@@ -1,0 +1,93 @@
+"""lgip.models.families: one record per model family (a spec's "type"), everything the rest of lgip asks of
+a type: the keys its spec takes, its loader, what it can do without weights (its tokenizer and pixels ahead,
+its cache keys), how it scores a pair, what its card says, which Hub files it needs. A family's module
+registers its record when it is imported (lgip.models.registry imports them all), so a new type is one
+module and one record, and nothing outside the family modules asks which type a spec is.
+
+    register(Family("mine", required="loader", load=load_mine))   # in the family's own module
+    family({"name": "m", "type": "mine", "loader": ...}).load(spec, protocol, device, dtype)
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from ..errors import ModelError
+
+SPEC_COMMON = ("name", "type", "card", "demo")  # every type's: its name, type, own card fields, demo marker
+
+
+def _nothing(spec):
+    return []
+
+
+def _cosine(spec):
+    return "cosine"
+
+
+def _said(spec):
+    return {}
+
+
+def _fine(spec):
+    return None
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model type. Functions take the spec (and the protocol, device, dtype where said):
+    load: (spec, protocol, device, dtype) -> an Encoder (lgip.models.encoder), or a JointModel for scorer "joint";
+    prepare: (spec, protocol) -> Prepared (its tokenizer and pixels, no weights: the lookahead's), or None;
+    keys: (spec, protocol) -> a KeyEncoder making its cache keys without weights, or None;
+    cache_files: spec -> the files beyond its checkpoint whose size and mtime its cache's identity covers;
+    scorer: "embeddings" (image and text embedded apart, scored by cosine) or "joint" (one model scores a pair,
+      LGIP_SPEC.md 13), the PairScorer kind of lgip.scorer;
+    score_kind: spec -> what its score is (LGIP_SPEC.md 13: "cosine" for a dual encoder);
+    hub_files: spec -> [(repo id, [file names, any one will do])] it needs from the Hub, [] for none, None
+      when it downloads from elsewhere (lgip.models.hub);
+    named: spec -> the card's fields the spec alone tells (pretrained, architecture, ...: LGIP_SPEC.md 12);
+    card: (spec, model or None, Encoder or None) -> the card's fields counted on the model (built without
+      weights where the family can), {} when nothing can be told;
+    check: spec -> None, or ModelError naming what of its type's own settings is not valid (no file read);
+    random_init: spec -> a warning when the spec builds a model with random weights, else None."""
+
+    type: str
+    required: str  # the field a spec of the type must have
+    load: Callable
+    options: tuple = ()  # the fields it may have besides its required one and SPEC_COMMON's
+    prepare: Optional[Callable] = None
+    keys: Optional[Callable] = None
+    cache_files: Optional[Callable] = None
+    scorer: str = "embeddings"
+    score_kind: Callable = _cosine
+    hub_files: Callable = _nothing
+    named: Callable = _said
+    card: Optional[Callable] = None
+    check: Callable = _fine
+    random_init: Callable = _fine
+
+    def spec_keys(self):
+        """The keys a spec of the type may have, in the order an error lists them."""
+        return SPEC_COMMON[:2] + (self.required,) + self.options + SPEC_COMMON[2:]
+
+
+FAMILIES = {}  # type -> Family, in the order the family modules registered them
+
+
+def register(record):
+    """Add a family's record (a family module calls it once, when imported); returns it."""
+    if not isinstance(record, Family):
+        raise TypeError(f"register takes a Family, got {type(record).__name__}")
+    if record.scorer not in ("embeddings", "joint"):
+        raise ValueError(f"family {record.type!r}: scorer must be 'embeddings' or 'joint', got {record.scorer!r}")
+    FAMILIES[record.type] = record
+    return record
+
+
+def family(spec):
+    """The record of a spec's type (a dict's "type", or the type itself); an unknown type is an error
+    naming the valid ones."""
+    kind = spec.get("type") if isinstance(spec, dict) else spec
+    if kind not in FAMILIES:
+        name = f"model {spec.get('name')!r}: " if isinstance(spec, dict) and "name" in spec else ""
+        raise ModelError(f"{name}unknown type {kind!r}; valid: {', '.join(FAMILIES)}")
+    return FAMILIES[kind]
