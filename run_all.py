@@ -323,6 +323,8 @@ def main():
     demo_model = any(isinstance(m, dict) and m.get("demo") for m in models)
     if demo_model or mode == "demo":
         print(f"note: {common.demo_message(demo_model, mode == 'demo')}")
+    if problems:  # (a dry run: said above, before the steps; its exit status says it too)
+        raise common.ModelError("a real run would stop before any step:\n  " + "\n  ".join(problems))
 
 
 if __name__ == "__main__":

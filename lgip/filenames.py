@@ -20,10 +20,9 @@ OUTPUT_DIR = []  # [folder] while a script's OUTPUT_DIR is set (lgip.cli, lgip.e
 
 def set_output_dir(config):
     """Send every `metrics_path` (a script's outputs, and where report.py and run_all look for them) to
-    the script's OUTPUT_DIR, created when missing (not by a dry run); none set: beside the input."""
+    the script's OUTPUT_DIR; none set: beside the input. The folder is made by the first output written there
+    (lgip.outputs), so a run that stops before its work leaves none behind."""
     folder = config.get("OUTPUT_DIR")
-    if folder is not None and config.get("DRY_RUN") is not True:
-        os.makedirs(folder, exist_ok=True)
     OUTPUT_DIR[:] = [os.path.abspath(folder)] if folder is not None else []
 
 

@@ -218,12 +218,14 @@ def test_settings_read_from_the_metrics_without_a_record(demo_copy):
 
 def test_failing_step_stops_the_run(demo_copy):
     before = mtimes(demo_copy)
-    # (a spec run_all's own check passes, whose files are missing: the step fails loading it)
-    bad = [{"name": "bad", "type": "openclip", "model_name": "local-dir:" + str(demo_copy / "no_such_model")}]
+    # (a spec run_all's own check passes, a folder that is there with no model in it: the step fails loading it)
+    empty = demo_copy.parent / "empty_model"
+    empty.mkdir()
+    bad = [{"name": "bad", "type": "openclip", "model_name": "local-dir:" + str(empty)}]
     proc = run_all(demo_copy, f"--MODELS={bad!r}", check=False)
     assert proc.returncode != 0
     assert f"error: step run_lgip_multi failed (exit status {proc.returncode})" in proc.stderr
-    assert "no_such_model" in proc.stderr and "could not load" in proc.stderr  # the step's own message
+    assert "empty_model" in proc.stderr and "could not load" in proc.stderr  # the step's own message
     assert "run_lgip_by_fliptype" not in proc.stdout  # nothing after the failing step
     cache = ".lgip_cache"  # (the cache folder was opened before the model failed to load: its entries change)
     assert {k: v for k, v in mtimes(demo_copy).items() if k != cache} == {k: v for k, v in before.items() if k != cache}
@@ -345,9 +347,12 @@ def test_coco_without_images_stops_before_any_step(tmp_path):
     assert f"step make_base: {tmp_path / 'train2017' / 'train2017'} is not there" in proc.stderr
     assert not (tmp_path / "lgip_coco_native5_train2017.jsonl").exists()
     assert "diff_gen_caption" not in proc.stdout
-    dry = run_script("run_all.py", *args, "--DRY_RUN=True", env=hub_cache_env(tmp_path / "hf", PUBLISHED_MODELS))
+    dry = run_script(
+        "run_all.py", *args, "--DRY_RUN=True", check=False, env=hub_cache_env(tmp_path / "hf", PUBLISHED_MODELS)
+    )
     assert "a real run would stop here, before any step:" in dry.stdout and "train2017 is not there" in dry.stdout
     assert would_run(dry, "make_base")  # (what it would do, all the same)
+    assert dry.returncode == 2 and "error: a real run would stop before any step" in dry.stderr  # (as the real run)
 
 
 def test_without_the_default_weights_the_demo_runs_with_the_demo_model_and_says_so(tmp_path):
@@ -526,3 +531,31 @@ def test_a_step_in_run_alls_process_stops_as_a_new_one_does_and_leaves_nothing(t
     assert "during step run_lgip_multi; later steps not run. Run the same command again to go on" in err, err[-2000:]
     assert "Traceback" not in err, err[-2000:]
     assert not glob.glob(str(folder / "*.metrics.json"))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"name": "g", "type": "generative", "model_id": "/nope/llava"},
+        {"name": "i", "type": "itm", "model_id": "./nope/blip"},
+        {"name": "t", "type": "transformers", "model_id": "~/nope/clip"},
+        {"name": "o", "type": "openclip", "model_name": "ViT-B-16", "pretrained": "/nope/open_clip_model.bin"},
+        {"name": "d", "type": "openclip", "model_name": "local-dir:/nope/folder"},
+        {"name": "p", "type": "python", "loader": "/nope/my_models.py:build"},
+    ],
+    ids=lambda s: s["type"] + "-" + s["name"],
+)
+def test_a_local_path_that_does_not_exist_is_named_before_any_step(tmp_path, spec):
+    """Every type's local paths are checked before any step: the message names the path and says it does not
+    exist (no network advice), exit status 2, in a dry run too; nothing is created (no OUTPUT_DIR, no cache)."""
+    folder = demo_inputs(tmp_path / "demo")
+    out = tmp_path / "out"
+    args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo", f"--MODELS={[spec]!r}", f"--OUTPUT_DIR={out}"]
+    path = spec.get("model_id") or spec.get("pretrained") or spec.get("loader", "").split(":")[0]
+    path = path if not spec.get("model_name", "").startswith("local-dir:") else spec["model_name"][len("local-dir:") :]
+    for dry in (False, True):
+        proc = run_script("run_all.py", *args, f"--DRY_RUN={dry}", check=False)
+        assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert f"{path} does not exist" in proc.stderr and "network" not in proc.stderr, proc.stderr
+        assert ": run (" not in proc.stdout  # (no step ran)
+        assert not out.exists() and sorted(os.listdir(folder)) == ["images", "lgip_demo.jsonl"]

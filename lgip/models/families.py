@@ -48,6 +48,7 @@ class Family:
     card: (spec, model or None, Encoder or None) -> the card's fields counted on the model (built without
       weights where the family can), {} when nothing can be told;
     check: spec -> None, or ModelError naming what of its type's own settings is not valid (no file read);
+    local_paths: spec -> [(field, path)] the spec names on this machine (checked to exist before any work);
     random_init: spec -> a warning when the spec builds a model with random weights, else None."""
 
     type: str
@@ -63,6 +64,7 @@ class Family:
     named: Callable = _said
     card: Optional[Callable] = None
     check: Callable = _fine
+    local_paths: Callable = _nothing
     random_init: Callable = _fine
 
     def spec_keys(self):

@@ -136,6 +136,29 @@ def model_id_files(spec):
     return [(model_id, ["config.json"]), (model_id, weights)]
 
 
+LOCAL = (".", "/", "~")  # how a path begins, where a Hub id cannot
+
+
+def model_id_paths(spec):
+    """[("model_id", path)] for a model_id that is a local path (it begins as a path does, or is a folder)."""
+    model_id = spec.get("model_id")
+    return [("model_id", model_id)] if isinstance(model_id, str) and model_id.startswith(LOCAL) else []
+
+
+def openclip_paths(spec):
+    """The local paths of an open_clip spec: a local-dir: folder, a checkpoint file as "pretrained"."""
+    name, pretrained = spec.get("model_name"), spec.get("pretrained")
+    paths = (
+        [("model_name", name[len("local-dir:") :])] if isinstance(name, str) and name.startswith("local-dir:") else []
+    )
+    checkpoint = (".bin", ".pt", ".pth", ".safetensors", ".ckpt")
+    if isinstance(pretrained, str) and (
+        pretrained.startswith(LOCAL) or "/" in pretrained or pretrained.endswith(checkpoint)
+    ):
+        paths.append(("pretrained", pretrained))
+    return paths
+
+
 def openclip_files(spec):
     """An open_clip model's files: an hf-hub: repository's config and weights, a tag's file as open_clip's
     catalogue hosts it (CATALOGUE for the published tags), none for a local folder, a file or random init."""
@@ -184,7 +207,11 @@ class Unreachable(str):
 def problem(spec):
     """What keeps a model spec from loading, as one message; None when nothing is known to. A model
     not in the cache while the Hub cannot be reached gives an `Unreachable` message (the model, its
-    repos, and the advice)."""
+    repos, and the advice). A local path the spec names that does not exist is said first, as such."""
+    for field, path in family(spec).local_paths(spec):
+        if not os.path.exists(os.path.expanduser(path)):
+            hub = "; a Hub id is written without a leading '.', '/' or '~'" if field == "model_id" else ""
+            return f"model {spec.get('name')!r}: its {field} {path} does not exist (a local path: check it{hub})"
     files = hub_files(spec)
     if not files:
         return None

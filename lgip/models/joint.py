@@ -23,7 +23,7 @@ from .cards import joint_card, model_id_named
 from .conversations import Conversations
 from .encoder import _Model, _download_hint, hf_config as _config
 from .families import Family, register
-from .hub import model_id_files
+from .hub import model_id_files, model_id_paths
 
 SCORES = ("logprob", "logprob_mean", "vqascore")  # a generative spec's "score"
 DEFAULT_PROMPT = "Describe the image in one sentence."
@@ -397,6 +397,7 @@ GENERATIVE = register(
         named=model_id_named,
         card=_card,
         check=check_settings,
+        local_paths=model_id_paths,
     )
 )
 ITM = register(replace(GENERATIVE, type="itm", options=(), load=load_itm))

@@ -12,7 +12,7 @@ from .. import accelerations
 from ..errors import ModelError
 from .cards import openclip_card, openclip_named
 from .families import Family, register
-from .hub import openclip_files
+from .hub import openclip_files, openclip_paths
 from .encoder import Encoder, KeyEncoder, Prepared, _download_hint, _normalise, tokenizer_key
 from .towers import (
     _class_token_blocks,
@@ -285,5 +285,6 @@ OPENCLIP = register(
         named=openclip_named,
         card=openclip_card,
         random_init=random_init,
+        local_paths=openclip_paths,
     )
 )

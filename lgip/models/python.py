@@ -335,6 +335,16 @@ def python_key_encoder(spec, protocol):
     return KeyEncoder(text_key_tag=TEXT_KEY_TAG, pad_length=lambda call_lengths: None)
 
 
+def loader_paths(spec):
+    """[("loader", file)] for a loader named by its file ("my_models.py:build"); a module found on sys.path is
+    looked for when it loads."""
+    loader = spec.get("loader")
+    if not isinstance(loader, str) or ":" not in loader:
+        return []
+    _, path = _locate(loader)
+    return [("loader", path)] if path is not None else []
+
+
 PYTHON = register(
     Family(
         "python",
@@ -345,5 +355,6 @@ PYTHON = register(
         cache_files=loader_files,
         named=loader_named,
         card=own_card,
+        local_paths=loader_paths,
     )
 )

@@ -25,7 +25,7 @@ from .. import accelerations
 from ..errors import ModelError, WrongModelType
 from .cards import dual_encoder_card, model_id_named
 from .families import Family, register
-from .hub import model_id_files
+from .hub import model_id_files, model_id_paths
 from .encoder import (
     Encoder,
     KeyEncoder,
@@ -276,8 +276,11 @@ def _rules_without_weights(spec, protocol):
         # (as trained: the fixed length needs neither the tokenizer nor the config; a checkpoint
         # that is not SigLIP after all has other keys: they miss, and the model loads)
         return TextRules("siglip", SIGLIP_TEXT_LENGTH, pad="fixed", length=SIGLIP_TEXT_LENGTH), None
-    config = AutoConfig.from_pretrained(spec["model_id"])
-    processor, tok, _ = _preprocessors(spec["model_id"], images=False)
+    try:
+        config = AutoConfig.from_pretrained(spec["model_id"])
+        processor, tok, _ = _preprocessors(spec["model_id"], images=False)
+    except Exception as e:  # (a folder without a config or a tokenizer: the library's own words, not a traceback)
+        raise _download_hint(spec, e) from e
     return text_rules(spec, protocol, config, processor, tok), tok
 
 
@@ -329,6 +332,7 @@ TRANSFORMERS = register(
         hub_files=model_id_files,
         named=model_id_named,
         card=dual_encoder_card,
+        local_paths=model_id_paths,
     )
 )
 # the published specs' name for SigLIP and SigLIP 2: the same family
