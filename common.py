@@ -73,6 +73,7 @@ from contextlib import closing
 from lgip.accelerations import NAMES as ACCELERATIONS
 from lgip.cli import configure, parse_value, run_main
 from lgip.scorer import leave_out
+from lgip.console import detail, quiet
 from lgip.controls import (
     Comparisons,
     hard_positive_figures,
@@ -191,6 +192,7 @@ __all__ = [
     "default_output",
     "demo_block",
     "demo_message",
+    "detail",
     "describe_model_problems",
     "closing",
     "dump_jsonl_line",
@@ -220,6 +222,7 @@ __all__ = [
     "relative_figures",
     "relative_terms",
     "provenance",
+    "quiet",
     "read_json",
     "reason_to_run",
     "refuse_overwriting_input",

@@ -84,7 +84,7 @@ def explain_all(config):
     common.say_demo(models, JSONL_PATH, records)
     n = len(flips) if N_FLIPS is None else min(N_FLIPS, len(flips))
     sample = set(random.Random(SEED).sample(range(len(flips)), n))
-    print(
+    common.detail(
         f"{len(records)} records, {len(flips)} flips; explaining {n} drawn with seed {SEED} (+ TOP_K {TOP_K} per model)"
     )
     results, paired = [], common.Comparisons()
@@ -125,7 +125,7 @@ def explain_all(config):
         )
         print(f"{enc.name}: {explain.detection_line(m)}", flush=True)
     loop.finish(results)
-    print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_explain.metrics.json'), results)}")
+    common.detail(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_explain.metrics.json'), results)}")
     if len(paired.models) >= 2:
         common.write_comparisons(__file__, config, paired)
     return results

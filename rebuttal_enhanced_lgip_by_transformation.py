@@ -271,7 +271,9 @@ def run(**constants):
             __file__, config, ("same_caps", "diff_caps", "diff_caps_*", "combined_caps"), evaluate, summary
         )
         if results is not None:
-            print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'ENHANCED_LGIP_analysis.json'), results)}")
+            common.detail(
+                f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'ENHANCED_LGIP_analysis.json'), results)}"
+            )
         return results
 
 

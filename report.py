@@ -386,7 +386,9 @@ def main():
         sys.stdout.reconfigure(errors="replace")  # the table has arrows and dashes
     demo = demo_note(metrics)
     # (the headline columns: the full table is in the .md and the page)
-    print(("**" + demo.replace("`", "") + "**\n\n" if demo else "") + console_table(rows))
+    if demo:  # (run_all says it once, at its end)
+        common.detail("**" + demo.replace("`", "") + "**\n")
+    print(console_table(rows))
     print()
     random = random_init_note(metrics)  # (a model without its weights: said on every output)
     for note in ([random] if random else []) + unmeasured_notes(rows, found):
@@ -394,11 +396,11 @@ def main():
     for name in OUTPUTS[1:]:
         if name in pngs and pngs[name] is None:
             earlier = "; the one there is from an earlier run" if os.path.exists(out[name]) else ""
-            print(f"({NOT_WRITTEN[name]}: {os.path.basename(out[name])} not written{earlier})")
+            common.detail(f"({NOT_WRITTEN[name]}: {os.path.basename(out[name])} not written{earlier})")
         else:
-            print(f"-> {out[name]}")
+            common.detail(f"-> {out[name]}")
     unreadable = len({i["path"] for items in (gallery or {}).values() for i in items if "error" in i["thumb"]})
-    print(
+    common.detail(
         f"-> {out['report.html']} ({os.path.getsize(out['report.html']) / 1e6:.2f} MB"
         + (
             f"; {unreadable} gallery image{'' if unreadable == 1 else 's'} missing or unreadable, shown as placeholders"

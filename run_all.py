@@ -69,6 +69,8 @@ STEPS = None  # None = every step; or a list of step names (or one string "a,b")
 #   explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
+VERBOSE = False  # False: a line per step and per model result, the table and the report at the end; True: each
+#   step's command and time, the paths it wrote, each paired comparison, the notes (today's detail)
 STEP_START = "process"  # "process" (each step its script's run(**settings) in this process: torch and the
 #   libraries imported once, a step's models freed after it) or "fresh" (each step a new Python process, isolated)
 # step name -> its script, in the order they run
@@ -311,7 +313,7 @@ def main():
         if reason is None:
             print(f"[{k}/{len(steps)}] skip {s.name}: {s.note or 'up to date'}", flush=True)
             continue
-        common.run_step(s, k, len(steps), reason, DRY_RUN, STEP_START)
+        common.run_step(s, k, len(steps), reason, DRY_RUN, STEP_START, VERBOSE)
         pending.update(s.outputs)
         ran += 1
     verb = "would run" if DRY_RUN else "ran"

@@ -152,7 +152,9 @@ def run(**constants):
     with common.script_call(globals(), constants) as config:
         results = common.run_evaluation(__file__, config, FIELDS, evaluate, summary)
         if results is not None:
-            print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_fliptypes.metrics.json'), results)}")
+            common.detail(
+                f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_fliptypes.metrics.json'), results)}"
+            )
         return results
 
 

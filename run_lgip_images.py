@@ -133,16 +133,15 @@ def summary(m):
 
 
 def run(**constants):
-    """The command line's run, and a call from Python: the constants above as keyword arguments
-    (`run(JSONL_PATH=..., MODELS=[...], KINDS=["mix"])`), in force for this call only; returns the
-    list of per-model metrics dicts it writes (None on torchrun's other ranks)."""
+    """The command line's run, and a call from Python (`run(JSONL_PATH=..., MODELS=[...], KINDS=["mix"])`):
+    returns the list of per-model metrics dicts it writes (None on torchrun's other ranks)."""
     with common.script_call(globals(), constants) as config:
         common.check_kinds(config["KINDS"]), common.check_seed(config["SEED"])  # before any model's work
         common.check_gallery_size(config["GALLERY_SIZE"]), common.require_int(config, "SAVE_EXAMPLES", 0)
         _EXAMPLES.clear()
         results = common.run_evaluation(__file__, config, (), evaluate, summary)
         if results is not None:
-            print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_images.metrics.json'), results)}")
+            common.detail("->", common.write_rows(common.metrics_path(JSONL_PATH, "LGIP_images.metrics.json"), results))
         return results
 
 

@@ -152,7 +152,7 @@ def run(**constants):
                 results.append(m)
         if not main:
             return None
-        print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_ALL.metrics.json'), results)}")
+        common.detail(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_ALL.metrics.json'), results)}")
         return results
 
 

@@ -119,7 +119,9 @@ def run(**constants):
         common.check_gallery_size(config["GALLERY_SIZE"])  # before any model's work
         results = common.run_evaluation(__file__, config, FIELDS, evaluate, summary, needs=("embeddings",))
         if results is not None:
-            print(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_retrieval.metrics.json'), results)}")
+            common.detail(
+                f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_retrieval.metrics.json'), results)}"
+            )
         return results
 
 

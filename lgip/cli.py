@@ -109,7 +109,7 @@ def configure(namespace, argv=None, unknown_hint=None):
         if key not in names:
             hint = unknown_hint(key, value) if unknown_hint is not None else ""
             _usage_error(f"unknown setting {key!r}{closest(key, names)}; {hint}valid settings: {', '.join(names)}")
-        print(f"override: {key} = {_said(value)}")
+        print(f"override: {key} = {_said(value) if key == 'MODELS' else repr(value)}")
         namespace[key] = value
     return {k: namespace[k] for k in names}
 

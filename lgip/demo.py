@@ -15,6 +15,8 @@ a model a user names that cannot be had stays an error.
 
 import os
 
+from .console import detail
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the project's folder
 DEMO_DIR = os.path.join(ROOT, "demo")
 DEMO_JSONL = os.path.join(DEMO_DIR, "lgip_demo.jsonl")
@@ -78,5 +80,41 @@ def say_demo(models, input_path, records=None):
     """Print, once for a run, what of it is demo (nothing for an ordinary run); returns the block."""
     block = demo_block(any(is_demo_model(m) for m in models or []), input_path, records)
     if block is not None:
-        print(f"note: {block['message']}", flush=True)
+        detail(f"note: {block['message']}", flush=True)  # (run_all says it once, at the end)
     return block
+
+
+# the demo's files, as run_all's generator steps make them beside its base JSONL: name -> (script, file name)
+DEMO_INPUTS = {
+    "perturb": ("diff_gen_caption", "lgip_demo_with_perturb.jsonl"),
+    "fliptypes": ("make_perturb_with_fliptypes", "lgip_demo_with_fliptypes.jsonl"),
+    "enhanced": ("rebuttal_enhanced_perturb_with_fliptypes", "rebuttal_enhanced_lgip_demo_with_fliptypes.jsonl"),
+}
+
+
+def demo_inputs(folder=None):
+    """The bundled demo's inputs from Python, each evaluation's own: {"base": the base JSONL, "perturb":
+    run_lgip_multi's, "fliptypes": run_lgip_by_fliptype's (and run_lgip_retrieval's, run_lgip_images'),
+    "enhanced": the rebuttal analysis'}; a missing one is made by its generator (lgip.scripts, as run_all's
+    first steps make it: the same bytes). folder: the demo copied there first (its records and images), so
+    that its outputs go there; None: the checkout's demo/.
+        >>> from lgip.demo import demo_inputs
+        >>> rows = run_lgip_multi.run(JSONL_PATH=demo_inputs()["perturb"], MODELS=["demo"])"""
+    import shutil
+
+    from . import scripts
+
+    base = DEMO_JSONL
+    if folder is not None:
+        os.makedirs(folder, exist_ok=True)
+        base = os.path.join(folder, os.path.basename(DEMO_JSONL))
+        if not os.path.isfile(base):
+            shutil.copy(DEMO_JSONL, base)
+        if not os.path.isdir(os.path.join(folder, "images")):
+            shutil.copytree(os.path.join(DEMO_DIR, "images"), os.path.join(folder, "images"))
+    paths = {"base": base}
+    for name, (script, file) in DEMO_INPUTS.items():
+        paths[name] = os.path.join(os.path.dirname(base), file)
+        if not os.path.isfile(paths[name]):
+            scripts.load(script).run(INPUT_JSONL=base)
+    return paths

@@ -30,6 +30,7 @@ from .pixel_memory import _PIXEL_MEMORY
 from .texts import RunCalls, TextBank, TextCalls, _LAST_PLAN, resolve_text_batch_size
 from .lookahead import Lookahead
 from .scorer import for_gathering, leave_out, merged, scorer_class, scorer_for
+from .console import detail
 from .controls import Comparisons
 from .ranks import _gather, distributed, is_main_process  # noqa: F401 (is_main_process: common.py's)
 from .results import write_rows
@@ -115,7 +116,7 @@ def write_comparisons(script, config, paired):
     for r in rows:
         if r["flip_type"] is None:
             ci = r["diff_ci95"]
-            print(
+            detail(
                 f"{r['a']} - {r['b']}: {r['figure']} {r['diff']:+.4f}"
                 + (
                     f" [{ci[0]:+.4f}, {ci[1]:+.4f}]" + (": the interval excludes 0" if r["excludes_zero"] else "")
@@ -126,7 +127,7 @@ def write_comparisons(script, config, paired):
                 else f"{r['a']} - {r['b']}: {r['figure']} n/a",
                 flush=True,
             )
-    print(f"-> {write_rows(metrics_path(config['JSONL_PATH'], 'LGIP_comparisons.metrics.json'), rows)}", flush=True)
+    detail(f"-> {write_rows(metrics_path(config['JSONL_PATH'], 'LGIP_comparisons.metrics.json'), rows)}", flush=True)
 
 
 class ModelRun:

@@ -4,6 +4,7 @@ write the JSONL atomically with a .meta.json beside it)."""
 import os
 import random
 
+from .console import detail
 from .errors import InputError, Interrupted
 from .util import Timer, count_lines, progress, provenance
 from .outputs import atomic_open, refuse_overwriting_input, remove_stale_temps, write_json
@@ -108,5 +109,5 @@ def run_generator(script, config, input_path, output_path, perturb):
                 else ""
             )
         )
-    print(f"  {timer.seconds:.2f} s ({rate:,.0f} records/s) -> {output_path}")
+    detail(f"  {timer.seconds:.2f} s ({rate:,.0f} records/s) -> {output_path}")
     return stats

@@ -25,7 +25,7 @@ from .cache import image_cache_key, pair_cache_key
 from .controls import mark_hard_positives
 from .images import _ImageFiles
 from .scored import PairScorer, Scored
-from .util import default_num_workers
+from .util import default_num_workers, progress
 
 
 def _as_image(img):
@@ -52,7 +52,7 @@ def decoded(run, paths):
         num_workers=min(workers, len(paths)),
         collate_fn=_first,
     )
-    for i, img, err in loader:
+    for i, img, err in progress(loader, total=len(paths), desc=f"{run.enc.name}: images", unit="image", min_total=20):
         yield paths[i], img, err
 
 

@@ -25,6 +25,7 @@ import sys
 import time
 
 from .cli import parse_value
+from .console import quiet
 from .errors import Terminated
 from .records import read_json
 from .outputs import write_json
@@ -370,12 +371,13 @@ def _new_process(step):
 _MODELS_SHOWN = {}  # repr(MODELS) -> the step that printed those specs in full (later steps point to it)
 
 
-def run_step(step, k, n, reason, dry_run=False, start="process"):
+def run_step(step, k, n, reason, dry_run=False, start="process", verbose=True):
     """Run step k of n (print its command, its output as it comes, stamp its outputs); in a dry run only
     say it would. A failing step exits with its status, a stopped one with 130 (Ctrl-C) or 143 (SIGTERM).
     The model specs are printed in full by the first step that takes them; a later step with the same
     specs says whose (a failing step's error gives its whole command). start: "process" (its script's
-    run(**args) in this process, where in_process allows) or "fresh" (a new Python process)."""
+    run(**args) in this process, where in_process allows) or "fresh" (a new Python process). verbose False:
+    the step's line alone (its command and time left out, its detail too: lgip.console), as a dry run's too."""
     tag = f"[{k}/{n}] {step.name}"
     if not os.path.isfile(step.script):
         raise SystemExit(f"error: step {step.name}: {step.script} not found")
@@ -383,11 +385,15 @@ def run_step(step, k, n, reason, dry_run=False, start="process"):
     models = repr(step.args.get("MODELS")) if "MODELS" in step.args else None
     first = _MODELS_SHOWN.setdefault(models, f"[{k}/{n}] {step.name}") if models else None
     said = shown if first in (None, tag) else step.shown(models_as=f"the model specs of {first}")
-    print(f"{tag}: {'would run' if dry_run else 'run'} ({reason})\n  $ {said}", flush=True)
+    if verbose or dry_run:
+        print(f"{tag}: {'would run' if dry_run else 'run'} ({reason})\n  $ {said}", flush=True)
+    else:
+        print(f"{tag}: {reason}", flush=True)
     if dry_run:
         return
     t0 = time.perf_counter()
-    rc = _in_process(step) if start == "process" and in_process(step) else _new_process(step)
+    with quiet(not verbose):
+        rc = _in_process(step) if start == "process" and in_process(step) else _new_process(step)
     if rc in (130, 143, -signal.SIGINT, -signal.SIGTERM):
         stopped = rc in (143, -signal.SIGTERM)
         print(
@@ -407,4 +413,5 @@ def run_step(step, k, n, reason, dry_run=False, start="process"):
         )
         raise SystemExit(status)
     write_stamp(step)
-    print(f"{tag}  done in {seconds:.1f} s -> {show(step.outputs[0])}", flush=True)
+    if verbose:
+        print(f"{tag}  done in {seconds:.1f} s -> {show(step.outputs[0])}", flush=True)

@@ -41,6 +41,7 @@ import threading
 import time
 from contextlib import contextmanager
 
+from .console import detail
 from .errors import InputError, OutputError
 from .records import read_json
 from .outputs import OUTPUTS, output_error, write_json
@@ -152,9 +153,9 @@ def write_rows(path, rows, timeout_s=LOCK_TIMEOUT_S):
     kept = [_tag(r) for r in old if _tag(r) not in mine]
     if kept:
         shown = ", ".join(kept[:5]) + (f" and {len(kept) - 5} more" if len(kept) > 5 else "")
-        print(
-            f"{os.path.basename(path)}: {len(rows)} model{'' if len(rows) == 1 else 's'} written, "
-            f"{len(kept)} kept from earlier runs ({shown})",
+        detail(
+            f"{os.path.basename(path)}: {len(rows)} row{'' if len(rows) == 1 else 's'} written, "
+            f"{len(kept)} kept from the file as it was ({shown})",
             flush=True,
         )
     return path

@@ -9,6 +9,7 @@ Writing outputs safely is lgip.outputs; where they go, lgip.filenames.
 import math
 import os
 import platform
+import sys
 import time
 from contextlib import contextmanager
 
@@ -83,9 +84,18 @@ class _NoBar:
         pass
 
 
+def shows_bar(total, min_total):
+    """Whether a job of `total` items shows tqdm's bar: on a terminal any job does (seconds of scoring say how
+    far they are); in a log (stderr not a terminal) only a job of `min_total` or more (a line per update)."""
+    if total is None:
+        return True
+    isatty = getattr(sys.stderr, "isatty", None)
+    return total >= (1 if isatty is not None and isatty() else min_total)
+
+
 def progress_bar(total, desc="", unit="it", min_total=2000):
-    """A tqdm bar updated by hand (`.update(n)`, `.close()`) when the job is large; else a no-op."""
-    if total < min_total:
+    """A tqdm bar updated by hand (`.update(n)`, `.close()`) where shows_bar; else a no-op."""
+    if not shows_bar(total, min_total):
         return _NoBar()
     from tqdm import tqdm
 
@@ -93,8 +103,8 @@ def progress_bar(total, desc="", unit="it", min_total=2000):
 
 
 def progress(iterable, total=None, desc="", unit="it", min_total=2000):
-    """A tqdm bar (items/s, ETA) on stderr when the job is large; the bare iterable otherwise."""
-    if total is not None and total < min_total:
+    """A tqdm bar (items/s, ETA) on stderr where shows_bar; the bare iterable otherwise."""
+    if not shows_bar(total, min_total):
         return iterable
     from tqdm import tqdm
 

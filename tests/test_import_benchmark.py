@@ -342,6 +342,7 @@ def test_an_imported_file_runs_end_to_end_through_run_all(tmp_path):
         "--DEVICE=cpu",
         "--NUM_WORKERS=0",
         "--SETTINGS={'BOOTSTRAP': 20}",
+        "--VERBOSE=True",
     )
     assert "data: imported benchmark" in proc.stdout
     ran = re.findall(r"^\[\d+/(\d+)\] (\w+)  done", proc.stdout, re.M)

@@ -4,6 +4,7 @@ its page in Chromium. (A file of its own: the test runs every step, and the two 
 suite's time.)"""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -50,6 +51,13 @@ def test_run_all_with_a_llava_a_blip_and_the_demo_model_writes_a_page_with_all_t
     page = folder / "lgip_demo__LGIP_report.html"
     md = (folder / "lgip_demo__LGIP_report.md").read_text(encoding="utf-8")
     assert "| llava (logprob) " in md and "| blip (itm_logodds) " in md and "| demo_tiny_random (cosine) " in md
+    # each gallery card labels its score as its model's kind scores: a log-probability is not a "sim"
+    html = page.read_text(encoding="utf-8")
+    labels = {"llava": ("log p", "log p(image, caption)"), "blip": ("ITM", "itm(image, caption)"),
+              "demo_tiny_random": ("sim", "sim(image, caption)")}  # fmt: skip
+    for model, (short, formula) in labels.items():
+        cards = re.findall(rf'<article class="card"[^>]*data-model="{model}".*?</article>', html, re.S)
+        assert cards and all(f">{short}</th>" in c and f'title="{formula}"' in c for c in cards), model
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="playwright not installed (pip install -r requirements.txt)"
     )

@@ -114,7 +114,7 @@ def test_write_rows_stamps_and_keeps(tmp_path, capsys):
     assert a == made and b["run"]["created"] >= time.strftime("%Y-%m-%d")
     write_rows(path, [{"model_tag": "c", "run": {"created": "2030-01-01T00:00:00+0000"}}])
     assert [m["model_tag"] for m in rows(path)] == ["a", "b", "c"] and rows(path)[0] == made
-    assert "1 model written, 2 kept from earlier runs (a, b)" in capsys.readouterr().out
+    assert "1 row written, 2 kept from the file as it was (a, b)" in capsys.readouterr().out
     assert not leftovers(tmp_path)
 
 

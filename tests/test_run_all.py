@@ -56,6 +56,7 @@ def run_all(folder, *args, check=True):
         f"--MODELS={TINY_MODELS!r}",
         "--DEVICE=cpu",
         "--NUM_WORKERS=0",
+        "--VERBOSE=True",  # (these tests read each step's command and time: the default console is tested apart)
     ]
     if not HAVE_REPORT and not any(a.startswith("--STEPS=") for a in args):
         base.append(f"--STEPS={STEPS!r}")
@@ -63,7 +64,10 @@ def run_all(folder, *args, check=True):
 
 
 def ran(proc, step):
-    return re.search(rf"^\[\d+/\d+\] {step}  done in [\d.]+ s -> ", proc.stdout, re.M) is not None
+    """The step ran: its "done in" line (VERBOSE), or its one line (the default console) that is not a skip."""
+    done = re.search(rf"^\[\d+/\d+\] {step}  done in [\d.]+ s -> ", proc.stdout, re.M)
+    said = re.search(rf"^\[\d+/\d+\] {step}: (?!would run)", proc.stdout, re.M)
+    return (done or said) is not None and "error: step " + step not in proc.stderr
 
 
 def skipped(proc, step):
@@ -313,7 +317,7 @@ def test_coco_mode_builds_the_base_then_runs(tmp_path):
     args = make_coco(tmp_path)
     steps = f"--STEPS={['make_base'] + GENERATORS!r}"
     proc = run_script("run_all.py", *args, steps)
-    assert "data: COCO" in proc.stdout and re.search(r"^\[1/4\] make_base  done in", proc.stdout, re.M)
+    assert "data: COCO" in proc.stdout and ran(proc, "make_base")
     base = [json.loads(line) for line in open(tmp_path / "lgip_coco_native5_train2017.jsonl")]
     assert [r["image_path"] for r in base] == [f"train2017/train2017/00000000000{i}.jpg" for i in (1, 2, 3)]
     for name in (
@@ -559,3 +563,27 @@ def test_a_local_path_that_does_not_exist_is_named_before_any_step(tmp_path, spe
         assert f"{path} does not exist" in proc.stderr and "network" not in proc.stderr, proc.stderr
         assert ": run (" not in proc.stdout  # (no step ran)
         assert not out.exists() and sorted(os.listdir(folder)) == ["images", "lgip_demo.jsonl"]
+
+
+def test_the_console_says_a_line_per_step_and_per_model_result_and_verbose_says_the_rest(tmp_path):
+    """By default: one line per step and the models' result lines (with "from the cache"), no command, no path
+    written, no comparison, the demo note once at the end after the table and the report's path; VERBOSE=True:
+    each step's command and time, the paths it wrote, the paired comparisons."""
+    folder = demo_inputs(tmp_path / "demo")
+    model_dir = os.path.join(ROOT, "demo", "model")
+    models = ["demo", {"name": "demo2", "type": "openclip", "model_name": "local-dir:" + model_dir, "demo": True}]
+    args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo", f"--MODELS={models!r}", "--DEVICE=cpu"]
+    out = run_script("run_all.py", *args).stdout.splitlines()
+    steps = [line for line in out if re.match(r"\[\d+/10\] ", line)]
+    assert len(steps) == 10 and all(line.endswith("missing") for line in steps), steps
+    results = [line for line in out if line.startswith(("demo_tiny_random:", "demo2:"))]
+    assert len([r for r in results if ": invariance error" in r]) == 6  # (3 evaluations x 2)
+    assert any("from the cache: " in r for r in results)
+    assert not [line for line in out if line.startswith(("  $ ", "-> ")) or " - demo2: " in line or "done in" in line]
+    assert sum("Demo run" in line for line in out) == 1 and "Demo run" in out[-1]
+    assert out[-2].startswith("report: open ") and out[-3].startswith("run_all: ran 10 of 10 steps")
+    # (overrides, data, steps, the generators' and models' results, the table, the end)
+    assert len(out) <= 4 + 1 + 10 + 3 + len(results) + 5 + 3, out
+    loud = run_script("run_all.py", *args, "--FORCE=True", "--VERBOSE=True").stdout
+    assert "  $ python " in loud and "done in" in loud and "\n-> " in loud
+    assert "demo_tiny_random - demo2: " in loud  # (a paired comparison)

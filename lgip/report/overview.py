@@ -215,6 +215,12 @@ def source_notes(rows, metrics, paths):
         notes.append(
             f"Scores are {kinds[0]} (LGIP_SPEC.md 13), not cosines: invariance error and gap are in its units."
         )
+    if len(kinds) == 1 and any(r.get("invariance_error_rel") is not None for r in rows):
+        notes.append(
+            "Inv. rel. is the invariance error divided by how far another image's caption (the previous "
+            "record's) moves the score: 0 when a paraphrase never moves it, 1 when it moves it as far; it "
+            "compares across score kinds."
+        )
     typed = list(dict.fromkeys(r["flip_type_source"] for r in rows if r["flip_type_source"]))
     if typed:
         notes.append(

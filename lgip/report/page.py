@@ -41,6 +41,14 @@ from .tables import IN_SCORE_UNITS, interval, num, result_columns, row_types
 from .rows import mixed_kinds
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+# a score kind (LGIP_SPEC.md 13) -> (the gallery's column label, what the score is, its formula's name)
+SCORE_LABELS = {
+    "cosine": ("sim", "cosine similarity with the image", "sim"),
+    "logprob": ("log p", "log-probability of the text given the image (summed over its tokens)", "log p"),
+    "logprob_mean": ("log p / token", "mean log-probability of the text's tokens given the image", "log p"),
+    "vqascore": ("log p(Yes)", "log-probability of the answer Yes to whether the image shows the text", "log p(Yes)"),
+    "itm_logodds": ("ITM", "log-odds of a match by the image-text matching head", "itm"),
+}
 COMPARING_FIGURES = ("retrieval.png",)  # (figures across models alone: left off a one-model page)
 
 
@@ -191,6 +199,13 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "input": os.path.abspath(report.jsonl_path),
         "models": models,
         "color": {m["tag"]: m["color"] for m in models},
+        # each model's score label (its kind's: a log-probability is not called a similarity)
+        "score": {
+            r["model"]: dict(
+                zip(("short", "long", "fn"), SCORE_LABELS.get(r.get("score_kind"), SCORE_LABELS["cosine"]))
+            )
+            for r in report.rows
+        },
         "protocols": report.protocols,
         "runs": {"header": header, "cells": cells},
         "versions": versions,

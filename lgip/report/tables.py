@@ -50,9 +50,9 @@ IN_SCORE_UNITS = (
     "enhanced_advanced_invariance_error",
 )
 REL_TITLE = (
-    "invariance_error_rel (LGIP_SPEC.md 13): the invariance error over how far a caption of the image before "
-    "moves the score (0: a paraphrase never moves it; 1: as far as another image's caption); comparable "
-    "across score kinds (cosine, logprob, itm_logodds); lower is better"
+    "invariance_error_rel (LGIP_SPEC.md 13): the invariance error divided by how far another image's caption "
+    "(the previous record's) moves the score (0: a paraphrase never moves it; 1: as far as another image's "
+    "caption does); comparable across score kinds (cosine, logprob, itm_logodds); lower is better"
 )
 IMAGE_INV_TITLE = (
     "image_invariance_error_mean (run_lgip_images.py): mean |sim(altered image, caption) − sim(image, "

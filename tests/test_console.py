@@ -1,0 +1,68 @@
+"""What a run shows as it goes: tqdm's bar on a terminal for every loop over a model's batches (texts, images,
+pairs), however few; in a log (stderr not a terminal) only for a large job, as before (lgip.util.shows_bar)."""
+
+import contextlib
+import io
+import shutil
+
+from conftest import REFERENCE, TINY_MODELS, eval_settings
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _scored(tmp_path, stderr):
+    import run_lgip_multi
+
+    tmp_path.mkdir()
+    src = tmp_path / "x_with_perturb.jsonl"
+    shutil.copy(REFERENCE + "/fixture_with_perturb.jsonl", src)
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        run_lgip_multi.run(**eval_settings(src, "corrected", TINY_MODELS[:1], BOOTSTRAP=0, CACHE_DIR=None))
+    return stderr.getvalue()
+
+
+def test_a_terminal_shows_a_bar_for_a_small_job_and_a_log_does_not(tmp_path):
+    from lgip.util import shows_bar
+
+    shown = _scored(tmp_path / "tty", _Terminal())
+    assert "tiny_openclip: texts" in shown and "tiny_openclip: images" in shown and "batch/s" in shown, shown
+    logged = _scored(tmp_path / "log", io.StringIO())
+    assert "batch/s" not in logged and "tiny_openclip: texts" not in logged
+    with contextlib.redirect_stderr(_Terminal()):
+        assert shows_bar(1, 2000) and not shows_bar(0, 2000)
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert not shows_bar(1999, 2000) and shows_bar(2000, 2000) and shows_bar(None, 2000)
+
+
+def test_detail_is_said_only_when_verbose(capsys):
+    from lgip import console
+
+    console.detail("a")
+    with console.quiet():
+        console.detail("b")
+        with console.quiet(False):
+            console.detail("c")
+        console.detail("d")
+    assert capsys.readouterr().out == "a\nc\n" and console.VERBOSE
+
+
+def test_the_demo_inputs_from_python_are_made_when_missing(tmp_path):
+    """lgip.demo.demo_inputs: the bundled demo's evaluation inputs as paths, made by the generators where missing
+    (the same bytes as run_all's steps make), in a folder of one's own; then an evaluation runs on them."""
+    import filecmp
+
+    import run_lgip_multi
+    from lgip.demo import DEMO_JSONL, demo_inputs
+
+    paths = demo_inputs(tmp_path / "mine")
+    assert sorted(paths) == ["base", "enhanced", "fliptypes", "perturb"]
+    assert all(p.startswith(str(tmp_path / "mine")) for p in paths.values())
+    assert filecmp.cmp(paths["base"], DEMO_JSONL, shallow=False)
+    again = demo_inputs(tmp_path / "mine")  # (made once: the second call finds them)
+    assert again == paths
+    with contextlib.redirect_stdout(io.StringIO()):
+        rows = run_lgip_multi.run(JSONL_PATH=paths["perturb"], MODELS=["demo"], BOOTSTRAP=0, DEVICE="cpu")
+    assert rows[0]["model_tag"] == "demo_tiny_random" and rows[0]["num_samples"] == 12
