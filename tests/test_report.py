@@ -1196,3 +1196,29 @@ def test_models_chooses_the_reports_models(evaluated, tmp_path):
     ), proc.stderr
     proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'fixture.jsonl'}", "--MODELS=[1]", check=False)
     assert proc.returncode == 2 and "MODELS must be None, a list of model names or patterns" in proc.stderr
+
+
+def test_the_image_side_figure_takes_inv_rel_on_x_when_the_kinds_are_mixed(tmp_path, monkeypatch):
+    """A logprob model's text invariance error (~21) beside cosine models' (~0.1) says nothing on one axis:
+    with mixed score kinds the left panel's x is Inv. rel., as the frontier's is; one kind keeps the error."""
+    from lgip.report import diagnostic_plots
+
+    drawn = {}
+    monkeypatch.setattr(diagnostic_plots, "_save", lambda fig, path, dpi, files=None: drawn.setdefault(path, fig))
+    rows = _rate_rows([0.6, 0.7])
+    for i, r in enumerate(rows):
+        r.update(
+            score_kind=("logprob", "cosine")[i],
+            invariance_error=(21.0, 0.1)[i],
+            invariance_error_rel=(0.4, 0.3)[i],
+            image_invariance_error=(2.0, 0.01)[i],
+            image_pos_rate=0.55,
+        )
+    diagnostic_plots.plot_image_side(rows, str(tmp_path / "mixed.png"))
+    ax = drawn[str(tmp_path / "mixed.png")].axes[0]
+    assert "Inv. rel." in ax.get_xlabel() and ax.get_xlim()[1] < 1.0
+    for r in rows:
+        r["score_kind"] = "cosine"
+    diagnostic_plots.plot_image_side(rows, str(tmp_path / "one.png"))
+    ax = drawn[str(tmp_path / "one.png")].axes[0]
+    assert "Inv. rel." not in ax.get_xlabel() and ax.get_xlim()[1] > 21.0

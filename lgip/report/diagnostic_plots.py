@@ -44,8 +44,17 @@ def plot_image_side(rows, path, title_note="", dpi=150, files=None):
     against its text invariance error (left) and its image positive rate against its text positive
     rate (right), 95% CI whiskers both ways; on the right the diagonal (as sensitive to the image as
     to the caption) and chance (0.5) on both axes. A panel with no model having both figures is left
-    out; None when both are."""
-    panels = [(p, [r for r in rows if r.get(p[0]) is not None and r.get(p[1]) is not None]) for p in IMAGE_SIDE_PANELS]
+    out; None when both are. Models of several score kinds (LGIP_SPEC.md 13): the text side's relative
+    invariance error on the left's x, the one comparable across kinds (as the frontier)."""
+    from .rows import mixed_kinds
+
+    chosen = IMAGE_SIDE_PANELS
+    if mixed_kinds(rows):
+        rel = "Text relative invariance error (Inv. rel.: paraphrases over another image's caption; lower is better)"
+        chosen = tuple(
+            ("invariance_error_rel", p[1], p[2], rel, p[4]) if p[0] == "invariance_error" else p for p in chosen
+        )
+    panels = [(p, [r for r in rows if r.get(p[0]) is not None and r.get(p[1]) is not None]) for p in chosen]
     panels = [(p, pts) for p, pts in panels if pts]
     if not panels:
         return None
