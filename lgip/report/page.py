@@ -39,6 +39,7 @@ from .factors_text import factor_lines
 from .image_side import KIND_NAMES, image_side_lines
 from .tables import IN_SCORE_UNITS, interval, num, result_columns, row_types
 from .rows import mixed_kinds
+from .markdown import CONSOLE_COLUMNS
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # a score kind (LGIP_SPEC.md 13) -> (the gallery's column label, what the score is, its formula's name)
@@ -80,19 +81,25 @@ def figure_size(png):
     return {"width": width, "basis": round(width * 0.75)}
 
 
+# the results table's headline columns, shown first (the console's, and Inv. rel.); the others are one click away
+HEADLINE = CONSOLE_COLUMNS + ("Inv. rel. ↓",)
+
+
 def results_table(rows):
     """(header cells, body rows) of the page's results table: every cell has `text`, the `value`
-    it sorts by (None sorts last), and for figures its interval and whether it is the column's best."""
+    it sorts by (None sorts last), and for figures its interval and whether it is the column's best;
+    `more`: a column beyond the headline ones (HEADLINE), shown on a click."""
     spec = result_columns(rows)
     header = [
-        {"text": "Model", "numeric": False, "better": "", "title": "model (hover a name for its tag)"},
-        {"text": "Records", "numeric": True, "better": "", "title": "records evaluated"},
+        {"text": "Model", "numeric": False, "better": "", "title": "model (hover a name for its tag)", "more": False},
+        {"text": "Records", "numeric": True, "better": "", "title": "records evaluated", "more": False},
     ] + [
         {
             "text": c.header.replace(" ↑", "\u00a0↑").replace(" ↓", "\u00a0↓"),
             "numeric": True,
             "better": c.better,
             "title": c.title or f"{c.name}: {c.better}er is better",
+            "more": c.header not in HEADLINE,
         }
         for c in spec
     ]

@@ -11,6 +11,15 @@
   // The results table: a click on a header sorts the rows by that column, best first (a second
   // click reverses); rows without the figure stay last, ties keep the page's order.
   var table = document.getElementById("results");
+  var allColumns = document.getElementById("all-columns");
+  if (table && allColumns) {  // the headline columns, or all of them
+    var label = allColumns.textContent;
+    allColumns.addEventListener("click", function () {
+      var all = table.classList.toggle("headline") === false;
+      allColumns.setAttribute("aria-pressed", all ? "true" : "false");
+      allColumns.textContent = all ? "Show the headline columns" : label;
+    });
+  }
   if (table) {
     var heads = table.tHead.rows[0].cells;
     var body = table.tBodies[0];
