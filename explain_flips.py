@@ -48,6 +48,7 @@ UNSUPPORTED = "stop"  # "stop": a model of a family word attribution does not su
 #   run_all.py's choice)
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the flips for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 
 

@@ -26,6 +26,7 @@ SOURCE_DIR = os.path.join(_HERE, "sugar-crepe", "data")  # the benchmark's folde
 IMAGE_DIRS = [os.path.join(_HERE, "val2017"), os.path.join(_HERE, "train2017", "train2017")]  # list of folders searched
 #   in order for each image, under both COCO namings (000000391895.jpg, COCO_val2014_000000391895.jpg)
 OUTPUT_JSONL = None  # output path; None = lgip_<source>.jsonl in SOURCE_DIR (sugarcrepe++: lgip_sugarcrepe_pp.jsonl)
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 
 _SHOW_MISSING = 10  # images named in the console line (all of them go to the meta file)

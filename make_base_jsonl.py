@@ -32,6 +32,7 @@ N_IMAGES = 40000  # int >= 0: images to write (seeded sample when more are eligi
 SEED = 42  # int: seed of random.Random used to choose the N_IMAGES images
 CHECK_IMAGES = True  # True: skip images whose file is missing under IMAGE_DIR; False: do not look at the image folder
 CAPTIONS_PER_IMAGE = 5  # int >= 1: captions kept per image (images with fewer are skipped)
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 
 _SHOW_SKIPPED = 10  # image ids listed per skip reason in the report

@@ -17,6 +17,7 @@ OUTPUT_JSONL = None  # output path; None = <input stem>_with_fliptypes.jsonl nex
 MAX_SAME_PER_CAP = 6  # int >= 0: paraphrases kept per caption (random.sample when there are more)
 MAX_DIFF_PER_CAP = 6  # int >= 0: flips kept per caption (random.sample when there are more)
 SEED = 42  # int: seed of the single random stream (42 reproduces the published outputs)
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 
 

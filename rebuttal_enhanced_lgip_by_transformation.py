@@ -53,6 +53,7 @@ ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__ENHANCED_LGIP_<model>.scores.jsonl
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 
 SIMPLE_MARKERS = ["a photo of", "an image of", "a picture of", "in this image", "in the picture", "this image shows"]

@@ -30,6 +30,7 @@ PARAPHRASE_ORDER = (
     "generation"  # "generation" (deterministic) or "set" (the published order; depends on PYTHONHASHSEED)
 )
 SEED = 42  # int: seed of the single random stream (42 reproduces the published outputs)
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 
 

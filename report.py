@@ -120,6 +120,7 @@ BOOTSTRAP = 1000  # int >= 0: resamples of the models for the 95% intervals of t
 #   (<stem>__LGIP_factors.metrics.json); 0 = none
 BOOTSTRAP_SEED = 0  # int: seed of those resamples
 _OWN_RULES = ("MODELS",)  # (checked here: names or patterns of the metrics' models, not the shared rule's specs)
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 # (after CONFIG: not settings)
 from lgip.report import (  # noqa: E402

@@ -106,6 +106,7 @@ _OWN = {
     "SHARD",
     "ON_MODEL_ERROR",
     "OUTPUT_DIR",
+    "VERBOSE",
 }
 CONFIG = common.configure(
     globals(),
@@ -185,6 +186,7 @@ def choose_models(mode, base, steps):
 
 
 def step(name, args, inputs, outputs, note=None, needs=None):
+    args = dict(args, VERBOSE=VERBOSE)  # (each step says as much as run_all: its result lines, or all)
     return common.Step(name, os.path.join(_HERE, SCRIPTS[name]), args, inputs, outputs, note, SETTINGS, needs)
 
 

@@ -56,6 +56,7 @@ BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_images_<model>.scores.jsonl
 SAVE_EXAMPLES = 0  # int >= 0: write the altered images of the first this many readable records as PNG files to
 #   <stem>__LGIP_images_examples/ (to look at); 0 = none
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 PUBLISHED_TEXT_BATCH = 64  # the captions as run_lgip_multi.py and run_lgip_by_fliptype.py
 #   call them: the same cache keys

@@ -46,6 +46,7 @@ PRIOR_IMAGES = 3  # int >= 1: a joint scorer's (type generative or itm) text-pri
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_<model>.scores.jsonl
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 PUBLISHED_TEXT_BATCH = 64  # the published encode_text's batch: a longer call is padded per 64 texts
 

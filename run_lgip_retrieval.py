@@ -49,6 +49,7 @@ ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off
 #   (slower; the same numbers to float rounding)
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 FIELDS = ("same_caps", "diff_caps", "diff_caps_*")  # the typed lists are optional (a _with_perturb file has none)
 

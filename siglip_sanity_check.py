@@ -30,6 +30,7 @@ MAX_FLIPS = 5  # int >= 1: flips shown per caption (sampled when a caption has m
 SEED = 42  # int: seed of the draws (one random.Random, in the published order of calls); published: 42
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", ...
 DTYPE = "fp32"  # "fp32", "bf16", "fp16", "auto"
+VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 
 

@@ -20,6 +20,7 @@ import contextlib
 import os
 
 from .cli import check_config, closest, output_folders
+from .console import quiet
 from .errors import ConfigError
 from .evaluation import swap_process_state
 from .outputs import OUTPUTS, check_writable
@@ -52,7 +53,8 @@ def script_call(namespace, constants):
         if OUTPUTS.checked != folders:  # (the command line's run_main checked them already)
             OUTPUTS.reset(elsewhere)  # what this call writes, and could not (a score file: None in its metrics)
             check_writable(folders)  # before any work: not after an hour
-        yield config
+        with quiet(config.get("VERBOSE") is False):  # (VERBOSE False: the result lines alone, lgip.console)
+            yield config
     finally:
         namespace.update(saved)
         swap_process_state(state)

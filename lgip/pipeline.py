@@ -46,6 +46,7 @@ NO_EFFECT = {
     "PIXEL_MEMORY_GB",
     "LOOKAHEAD",
     "ON_MODEL_ERROR",
+    "VERBOSE",
 }  # (ON_MODEL_ERROR: which rows a failure leaves, never a row's figures)
 
 

@@ -153,6 +153,7 @@ RULES = {
     ),
     "LOOKAHEAD": (lambda v: isinstance(v, bool), "True or False"),
     "WRITE_SCORES": (lambda v: isinstance(v, bool), "True or False"),
+    "VERBOSE": (lambda v: isinstance(v, bool), "True or False"),
     "ACCELERATIONS_OFF": (_accelerations, 'a list of names from lgip/accelerations.py, or "all"'),
     "SHARD": (
         _shard,

@@ -66,3 +66,18 @@ def test_the_demo_inputs_from_python_are_made_when_missing(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         rows = run_lgip_multi.run(JSONL_PATH=paths["perturb"], MODELS=["demo"], BOOTSTRAP=0, DEVICE="cpu")
     assert rows[0]["model_tag"] == "demo_tiny_random" and rows[0]["num_samples"] == 12
+
+
+def test_a_script_says_everything_by_default_and_its_result_lines_with_verbose_false(tmp_path):
+    """Each script's VERBOSE: True (a script on its own) prints the paths it wrote; False (run_all's default,
+    passed to its steps) its result lines alone."""
+    from conftest import eval_args, run_script
+
+    tmp_path.mkdir(exist_ok=True)
+    src = tmp_path / "x_with_perturb.jsonl"
+    shutil.copy(REFERENCE + "/fixture_with_perturb.jsonl", src)
+    args = eval_args(src, "corrected", TINY_MODELS[:1], BOOTSTRAP=0, CACHE_DIR=None)
+    loud = run_script("run_lgip_multi.py", *args).stdout
+    terse = run_script("run_lgip_multi.py", *args, "--VERBOSE=False").stdout
+    assert "\n-> " in loud and "-> " not in terse
+    assert "tiny_openclip: invariance error" in loud and "tiny_openclip: invariance error" in terse
