@@ -234,7 +234,7 @@ def text_counts(records):
 
 def make_siglip_folder(arch, folder, seed):
     """A random-init SigLIP of the published checkpoint's sizes, saved with a processor, so the
-    project's own loader (lgip.models.transformers.load_transformers) reads it; token ids from the
+    project's own loader (lgip.models.dual_encoders.load_transformers) reads it; token ids from the
     fixture's tokenizer."""
     import torch
     from transformers import AutoModel, SiglipConfig, SiglipImageProcessor, SiglipProcessor, SiglipTokenizer

@@ -1,4 +1,4 @@
-"""Any image-text model (lgip/models/transformers.py, lgip/models/python.py, lgip/entry.py):
+"""Any image-text model (lgip/models/dual_encoders.py, lgip/models/own_loader.py, lgip/entry.py):
 transformers dual encoders through their own processors, a loader of one's own, and the
 evaluations called from Python. No network: tiny checkpoints built by tests/tiny_hf.py.
 

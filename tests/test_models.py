@@ -1,5 +1,5 @@
 """The loaders and their registry (lgip/models/registry.py, lgip/models/openclip.py,
-lgip/models/transformers.py, lgip/models/python.py): SigLIP's padding in each protocol, QuickGELU for
+lgip/models/dual_encoders.py, lgip/models/own_loader.py): SigLIP's padding in each protocol, QuickGELU for
 the weights trained with it, bad model specs and weights that cannot be downloaded, open_clip models
 built on their device."""
 
@@ -161,7 +161,7 @@ def test_siglip2_texts_are_lowercased_when_corrected_only(tmp_path):
     identity (cache keys, shared token tables) says which. The fixture's tokenizers fold case
     themselves, so a stand-in tokenizer shows what reaches it; the loaded models show the rule."""
     from types import SimpleNamespace
-    from lgip.models.transformers import _tokenize_fn, text_rules
+    from lgip.models.dual_encoders import _tokenize_fn, text_rules
 
     class Seen:
         model_max_length = 64

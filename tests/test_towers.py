@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from lgip.models import transformers as transformers_models
+from lgip.models import dual_encoders as transformers_models
 from lgip.models.encoder import _as_features
 from lgip.models import load_model
 from lgip.texts import TextBank

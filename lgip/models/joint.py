@@ -169,7 +169,7 @@ def _processor(spec):
 def load_generative(spec, protocol, device, dtype):
     """A JointModel of type "generative" (module docstring)."""
     from transformers import AutoModelForImageTextToText
-    from .transformers import _transformers_dtype_kwarg
+    from .dual_encoders import _transformers_dtype_kwarg
 
     what = f"model {spec['name']!r} ({spec['model_id']})"
     config = _config(spec)
@@ -337,7 +337,7 @@ def load_itm(spec, protocol, device, dtype):
     """A JointModel of type "itm" (module docstring)."""
     from transformers import Blip2ForImageTextRetrieval, BlipForImageTextRetrieval
     from . import itm
-    from .transformers import _transformers_dtype_kwarg
+    from .dual_encoders import _transformers_dtype_kwarg
 
     what = f"model {spec['name']!r} ({spec['model_id']})"
     config = _config(spec)

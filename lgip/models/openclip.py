@@ -142,7 +142,7 @@ def is_openclip(model, tokenizer):
 def openclip_encoder(model, preprocess, tokenizer, device, dtype, built_on=None):
     """The Encoder of a built open_clip model (in eval mode, on `device` in `dtype`), with every
     acceleration its tower admits: load_openclip's, and a model of one's own held in memory
-    (lgip.models.python), whose weights it neither moves nor casts. `enc.accelerations`: the
+    (lgip.models.own_loader), whose weights it neither moves nor casts. `enc.accelerations`: the
     switches of lgip.accelerations.PER_MODEL that apply to this model (the run block records no other as on)."""
     import torch
 

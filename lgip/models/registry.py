@@ -30,8 +30,8 @@ from .hub import check_model
 from .families import FAMILIES, family
 
 # the family modules, each registering its record when imported: their order is the order errors list the types
-from . import openclip, transformers, python, joint  # noqa: F401, E402  (registered: openclip, ..., itm)
-from .python import in_memory
+from . import openclip, dual_encoders, own_loader, joint  # noqa: F401, E402  (registered: openclip, ..., itm)
+from .own_loader import in_memory
 
 
 PUBLISHED_MODELS = [  # the nine models of the paper, as the published scripts specify them

@@ -1,4 +1,4 @@
-"""lgip.models.python: a model of one's own (type "python"): a loader returning
+"""lgip.models.own_loader: a model of one's own (type "python"): a loader returning
 `(model, preprocess, tokenizer)` in open_clip's convention (what `create_model_and_transforms`
 and `get_tokenizer` give, CLIP_benchmark's convention too):
   model.encode_image(pixels [N, C, H, W]) -> [N, D];  model.encode_text(token ids [N, L]) -> [N, D]

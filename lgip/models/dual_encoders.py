@@ -1,4 +1,4 @@
-"""lgip.models.transformers: the transformers loader (types "transformers" and "siglip", one
+"""lgip.models.dual_encoders: the transformers loader (types "transformers" and "siglip", one
 loader): any dual encoder with `get_text_features` and `get_image_features` (CLIPModel and
 MetaCLIP checkpoints, AltCLIPModel, AlignModel, ChineseCLIPModel, SiglipModel, Siglip2Model, ...),
 through its own AutoProcessor, the image processor pinned to its PIL backend.
