@@ -12,6 +12,7 @@ import time
 from contextlib import closing
 from dataclasses import replace
 
+from .settings import setting
 from . import accelerations
 from .demo import demo_block, say_demo
 from .models import prefix_packs
@@ -112,7 +113,7 @@ def eval_run_info(script, config, enc, image_report, n_records, scored=None, rec
 def write_comparisons(script, config, paired):
     """`<stem>__LGIP_comparisons.metrics.json`: the paired differences of the run's models (LGIP_SPEC.md
     section 9), merged with an earlier run's as the list files are; a line per model pair said."""
-    rows = paired.rows(os.path.basename(script), config.get("BOOTSTRAP", 1000), config.get("BOOTSTRAP_SEED", 0))
+    rows = paired.rows(os.path.basename(script), setting(config, "BOOTSTRAP"), setting(config, "BOOTSTRAP_SEED"))
     for r in rows:
         if r["flip_type"] is None:
             ci = r["diff_ci95"]
@@ -155,7 +156,7 @@ class ModelRun:
             cache_dir = os.path.join(
                 config.get("OUTPUT_DIR") or os.path.dirname(os.path.abspath(config["JSONL_PATH"])), ".lgip_cache"
             )
-        flush_s = config.get("CACHE_FLUSH_S", 60)
+        flush_s = setting(config, "CACHE_FLUSH_S")
         # A re-run may find every text and image in the cache: it starts with an Encoder that makes
         # the cache keys only, and loads the weights in score() if anything is missing. (The cache
         # is the model's either way: its folder depends on the spec, protocol and dtype alone.)
@@ -485,10 +486,10 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
     loop = ModelLoop(config, config["MODELS"], distributed=distributed()[1] > 1)  # (models that cannot be had: first)
     models = loop.runnable
     say_demo(models, config["JSONL_PATH"], records)
-    switched = accelerations.switch_off(config.get("ACCELERATIONS_OFF", []))
+    switched = accelerations.switch_off(setting(config, "ACCELERATIONS_OFF"))
     ahead = (
-        Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], config.get("PIXEL_MEMORY_GB", "auto"))
-        if config.get("LOOKAHEAD", True) and accelerations.LOOKAHEAD and len(models) > 1
+        Lookahead(models[1:], config["PROTOCOL"], config["NUM_WORKERS"], setting(config, "PIXEL_MEMORY_GB"))
+        if setting(config, "LOOKAHEAD") and accelerations.LOOKAHEAD and len(models) > 1
         else None
     )
     finished, paired = [], Comparisons()

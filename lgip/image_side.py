@@ -33,6 +33,7 @@ is more similar than its own image v1 (.8): rank 2, and the top-1 image is an al
 import os
 import sys
 
+from .settings import setting
 from .alterations import (
     FLIP_KINDS,
     KINDS,
@@ -152,7 +153,7 @@ class ImageSide:
             run.config["NUM_WORKERS"],
             desc="altered images",
             cache=run.cache,
-            pixel_memory_gb=run.config.get("PIXEL_MEMORY_GB", "auto"),
+            pixel_memory_gb=setting(run.config, "PIXEL_MEMORY_GB"),
         )
         self.emb, self.failed = job.start().finish()
         self._drop_nonfinite()

@@ -21,6 +21,7 @@ import sys
 import time
 from contextlib import contextmanager
 
+from .settings import setting
 from .cache import image_cache_key, pair_cache_key
 from .controls import mark_hard_positives
 from .images import _ImageFiles
@@ -161,7 +162,7 @@ class JointScorer(PairScorer):
         if ahead is not None:  # the later models' tokenizing and decoding, while this one scores
             ahead.start(run.enc, run.bank.calls, list(dict.fromkeys(path_of[k] for k in run.mine)))
         store, started = _Store(run), time.perf_counter()
-        prior_n = run.config.get("PRIOR_IMAGES", 3) if controls else 0
+        prior_n = setting(run.config, "PRIOR_IMAGES") if controls else 0
         with store.writing():
             failed, why, n_decoded = self._own_and_before(run, own, path_of, store, prior_n)
             readable = self._readable(run, failed)

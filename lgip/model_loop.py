@@ -16,6 +16,7 @@ import sys
 import time
 from contextlib import contextmanager
 
+from .settings import setting
 from .errors import ConfigError, InputError, Interrupted, ModelError, OutputError
 from .models.hub import check_models, describe, require_models
 
@@ -25,7 +26,7 @@ NOT_THE_MODELS = (InputError, ConfigError, OutputError, Interrupted, KeyboardInt
 
 class ModelLoop:
     def __init__(self, config, models, distributed=False):
-        self.skip = config.get("ON_MODEL_ERROR", "stop") == "skip"
+        self.skip = setting(config, "ON_MODEL_ERROR") == "skip"
         self.distributed = distributed  # (torchrun: a failure on one rank would leave the others waiting)
         self.models, self.skipped, self.done, self.t0 = list(models), [], 0, time.perf_counter()
         if not self.skip:

@@ -23,6 +23,7 @@ What a scorer provides (`provides`; an evaluation names what it needs: lgip.eval
 import time
 from dataclasses import replace
 
+from .settings import setting
 from .cache import image_cache_keys
 from .controls import mark_hard_positives
 from .device import cosines, row_dots
@@ -83,7 +84,7 @@ class EmbeddingScorer(PairScorer):
             run.config["NUM_WORKERS"],
             run.mine,
             run.cache,
-            pixel_memory_gb=run.config.get("PIXEL_MEMORY_GB", "auto"),
+            pixel_memory_gb=setting(run.config, "PIXEL_MEMORY_GB"),
         )
         batch = resolve_text_batch_size(run.config["TEXT_BATCH_SIZE"], run.enc.device)
         # The later models' tokenizing and decoding begin once this model's own are done.

@@ -190,6 +190,30 @@ def require_int(config, name, low=None, none_ok=False):
     )
 
 
+# The defaults the package falls back on for a setting a caller's config leaves out (a config built by hand, an
+# older script): each in one place, equal to every script's own constant (tests/test_settings.py checks it).
+DEFAULTS = {
+    "BOOTSTRAP": 1000,
+    "BOOTSTRAP_SEED": 0,
+    "CACHE_FLUSH_S": 60,
+    "PIXEL_MEMORY_GB": "auto",
+    "LOOKAHEAD": True,
+    "ACCELERATIONS_OFF": [],
+    "PRIOR_IMAGES": 3,
+    "ON_MODEL_ERROR": "stop",
+}
+
+
+def setting(config, name):
+    """config[name], or its default (DEFAULTS) when the config leaves it out; a name without one is a KeyError."""
+    if name in config:
+        return config[name]
+    if name not in DEFAULTS:
+        raise KeyError(f"setting {name!r} is not in the config and has no default in lgip.settings.DEFAULTS")
+    value = DEFAULTS[name]
+    return list(value) if isinstance(value, list) else value
+
+
 def check_settings(config, none_ok=()):
     """Raise a ConfigError for the first setting of `config` (NAME -> value) that breaks its rule
     in RULES; names without a rule are the script's own to check. `none_ok`: names that may be None."""

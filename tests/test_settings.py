@@ -420,3 +420,26 @@ def test_every_setting_of_every_script_has_its_comment_for_help():
     assert not missing, missing
     docs = _constant_docs(os.path.join(ROOT, "run_lgip_multi.py"))
     assert docs["NUM_WORKERS"][0] == "None" and "CPU count" in docs["NUM_WORKERS"][1]
+
+
+def test_a_default_the_package_falls_back_on_is_every_scripts_own():
+    """lgip.settings.DEFAULTS holds each fallback once; every script that has the setting has the same default
+    (so a config built by hand, leaving it out, runs as the script would)."""
+    import glob
+
+    from lgip.cli import _constant_docs
+    from lgip.settings import DEFAULTS, setting
+
+    seen = {}
+    for path in glob.glob(os.path.join(ROOT, "*.py")):
+        for name, (expr, _) in _constant_docs(path).items():
+            if name in DEFAULTS:
+                seen.setdefault(name, []).append(os.path.basename(path))
+                assert ast.literal_eval(expr) == DEFAULTS[name], (os.path.basename(path), name, expr)
+    assert set(seen) == set(DEFAULTS), set(DEFAULTS) - set(seen)  # (each default is some script's setting)
+    assert setting({}, "PRIOR_IMAGES") == 3 and setting({"PRIOR_IMAGES": 5}, "PRIOR_IMAGES") == 5
+    off = setting({}, "ACCELERATIONS_OFF")
+    off.append("x")  # (a fresh list each time: the default itself never changes)
+    assert setting({}, "ACCELERATIONS_OFF") == []
+    with pytest.raises(KeyError, match="MODELS"):
+        setting({}, "MODELS")
