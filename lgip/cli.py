@@ -20,7 +20,7 @@ from .outputs import OUTPUTS, check_writable
 from .filenames import set_output_dir
 
 
-_CONST_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)\s*=\s*(.*?)\s*(?:#\s*(.*))?$")
+_CONST_NAME = re.compile(r"[A-Z][A-Z0-9_]*")  # a script's setting: an UPPERCASE top-level name
 
 
 _CONTINUED = "#   "  # a comment line right after a constant's that goes on with its comment (lines under 120)
@@ -52,7 +52,7 @@ def _constant_docs(path):
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
             continue
         name = node.targets[0].id
-        if not _CONST_LINE.match(name + " =") or name in docs:
+        if not _CONST_NAME.fullmatch(name) or name in docs:
             continue
         said = [comments[n].lstrip("#").strip() for n in range(node.lineno, node.end_lineno + 1) if n in comments]
         n = node.end_lineno  # (1-based: lines[n] is the line after it)
@@ -293,6 +293,15 @@ def _handle_sigterm():
         _SIGTERM.clear()
 
     return restore
+
+
+def exit_code(e):
+    """The exit status a SystemExit gives the interpreter: its int code (None: 0), or 1 with a message
+    printed to stderr, as Python does; for a script run in this process (run_all's steps, `lgip`, the tests)."""
+    if e.code is None or isinstance(e.code, int):
+        return e.code or 0
+    print(e.code, file=sys.stderr)
+    return 1
 
 
 def run_main(main):

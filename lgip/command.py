@@ -13,6 +13,7 @@ import os
 import sys
 
 from . import scripts
+from .cli import exit_code
 
 # the words `lgip` takes for a script (a script's own name, "_" or "-", is taken too)
 COMMANDS = {
@@ -85,8 +86,5 @@ def main(argv=None):
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as e:
-        if e.code is None or isinstance(e.code, int):
-            return e.code or 0
-        print(e.code, file=sys.stderr)
-        return 1
+        return exit_code(e)
     return 0

@@ -25,7 +25,6 @@ import sys
 import time
 
 from .cli import parse_value
-from .console import quiet
 from .errors import Terminated
 from .records import read_json
 from .outputs import write_json
@@ -329,16 +328,13 @@ def _in_process(step):
     would run it: its exit status (the command line's: lgip.cli.exit_status), its output on this process's."""
     import gc
     from . import scripts
-    from .cli import exit_status
+    from .cli import exit_code, exit_status
 
     module = scripts.load(os.path.splitext(os.path.basename(step.script))[0])
     try:
         return exit_status(lambda: module.run(**step.args), step=True)
     except SystemExit as e:  # (a script's own exit)
-        if e.code is None or isinstance(e.code, int):
-            return e.code or 0
-        print(e.code, file=sys.stderr)
-        return 1
+        return exit_code(e)
     except Exception:  # a bug: its traceback, as a new process would print it, and status 1
         import traceback
 
@@ -378,7 +374,8 @@ def run_step(step, k, n, reason, dry_run=False, start="process", verbose=True):
     The model specs are printed in full by the first step that takes them; a later step with the same
     specs says whose (a failing step's error gives its whole command). start: "process" (its script's
     run(**args) in this process, where in_process allows) or "fresh" (a new Python process). verbose False:
-    the step's line alone (its command and time left out, its detail too: lgip.console), as a dry run's too."""
+    the step's one line (its command and time left out; a dry run says them all the same); the step's own
+    detail follows the VERBOSE setting run_all passes it (lgip.console)."""
     tag = f"[{k}/{n}] {step.name}"
     if not os.path.isfile(step.script):
         raise SystemExit(f"error: step {step.name}: {step.script} not found")
@@ -393,8 +390,8 @@ def run_step(step, k, n, reason, dry_run=False, start="process", verbose=True):
     if dry_run:
         return
     t0 = time.perf_counter()
-    with quiet(not verbose):
-        rc = _in_process(step) if start == "process" and in_process(step) else _new_process(step)
+    # (the step says as much as `verbose` through its own VERBOSE setting, which run_all passes it)
+    rc = _in_process(step) if start == "process" and in_process(step) else _new_process(step)
     if rc in (130, 143, -signal.SIGINT, -signal.SIGTERM):
         stopped = rc in (143, -signal.SIGTERM)
         print(

@@ -34,6 +34,8 @@ def _here(path, args):
     import runpy
     import traceback
 
+    from lgip.cli import exit_code
+
     out, err = io.StringIO(), io.StringIO()
     argv, cwd, rc = sys.argv, os.getcwd(), 0
     sys.argv = [path, *args]
@@ -43,11 +45,7 @@ def _here(path, args):
             try:
                 runpy.run_path(path, run_name="__main__")
             except SystemExit as e:
-                if e.code is None or isinstance(e.code, int):
-                    rc = e.code or 0
-                else:
-                    print(e.code, file=sys.stderr)
-                    rc = 1
+                rc = exit_code(e)
             except Exception:  # a traceback and status 1, as the interpreter ends an uncaught error
                 traceback.print_exc()
                 rc = 1

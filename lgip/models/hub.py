@@ -126,17 +126,17 @@ def hub_files(spec):
     return family(spec).hub_files(spec)
 
 
+LOCAL = (".", "/", "~")  # how a path begins, where a Hub id cannot
+
+
 def model_id_files(spec):
     """A transformers model's files: its config and its weights (one of their names), unless its model_id is a
     local folder or path."""
     model_id = str(spec.get("model_id", ""))
-    if os.path.isdir(model_id) or model_id.startswith((".", "/", "~")):
+    if os.path.isdir(model_id) or model_id.startswith(LOCAL):
         return []
     weights = ["model.safetensors", "pytorch_model.bin", "model.safetensors.index.json", "pytorch_model.bin.index.json"]
     return [(model_id, ["config.json"]), (model_id, weights)]
-
-
-LOCAL = (".", "/", "~")  # how a path begins, where a Hub id cannot
 
 
 def model_id_paths(spec):
