@@ -36,8 +36,9 @@ above it in this list, so it can be read, and changed, knowing only those:
                         the image side (LGIP_SPEC.md 11): images altered in the loader's workers (paraphrases
                         jpeg, downscale, crop, hflip; flips mix, patch), their pairs, text-to-image search
                         with the altered images in the gallery (run_lgip_images.py)
-  scorer                the seam: what scores one model's pairs (`PairScorer`; today's `EmbeddingScorer`:
-                        embeddings and cosines) and what it gives back (`Scored`)
+  scorers               the seam: what scores one model's pairs (`PairScorer`, asked with a `ScoreRequest`:
+                        data), what it gives back (`Scored`); `embeddings` (a dual encoder's cosines) and `joint`
+                        (a model that scores a pair jointly, LGIP_SPEC.md 13), each a module
   evaluation            ModelRun (one model over one JSONL, torchrun sharding) and run_evaluation
   entry                 a script's run(**constants): its command line's run, callable from Python
   attribution, explain  word attribution of a text's similarity (LGIP_SPEC.md 8): plain tower forwards
@@ -49,11 +50,11 @@ above it in this list, so it can be read, and changed, knowing only those:
 Where a record goes, in an evaluation: `records.load_records` reads and validates it;
 `evaluation.run_evaluation` runs each model of MODELS through the script's `evaluate(run)`; its
 `published_calls` registers the record's texts as the published calls (`texts.TextBank.add_call`)
-and its pairs (`scoring.Pairs`); `ModelRun.score` hands them to the model's scorer (`scorer`: the
-seam; today's `EmbeddingScorer`), which has the TextBank tokenize (`tokens`), batch or pack
+and its pairs (`scoring.Pairs`); `ModelRun.score` hands them to the model's scorer as a request (`scorers`:
+the seam; a dual encoder's `EmbeddingScorer`), which has the TextBank tokenize (`tokens`), batch or pack
 (`prefix_packs`) and encode them through the model's Encoder (`models`), cached (`cache`), while
 `images.RecordImages` decodes and encodes the record's image beside them; the pairs get their
-cosines (`device.cosines`) and come back in a `scorer.Scored`; `evaluate` turns them into metrics with intervals
+cosines (`device.cosines`) and come back in a `scorers.Scored`; `evaluate` turns them into metrics with intervals
 (`scoring`) and writes the score file (`scorefile`); run_evaluation adds the run block and the script writes
 the metrics JSON (`lgip.outputs.write_json`; the list of all models merged into the one there by
 `results.write_rows`).
@@ -72,7 +73,7 @@ from contextlib import closing
 
 from lgip.accelerations import NAMES as ACCELERATIONS
 from lgip.cli import configure, parse_value, run_main
-from lgip.scorer import leave_out
+from lgip.scorers import leave_out
 from lgip.console import detail, quiet
 from lgip.controls import (
     Comparisons,

@@ -208,7 +208,7 @@ def evaluate(run):
     if not run.is_main:
         return None
     gaps, types = flips.base_sim - flips.sim, flips.labels
-    text_cos = "text_cos" in scored.provides  # (a joint scorer has no text embeddings: strength from the prior)
+    text_cos = scored.gives("text_cos")  # (a scorer without text embeddings: strength from the prior)
     s = strength(types, flips.text_cos if text_cos else None)
     terms = common.relative_terms(scored.relative)
     rec_of = np.asarray(flips.rec)

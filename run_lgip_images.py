@@ -77,7 +77,7 @@ def caption_calls(records, ks, calls):
 def evaluate(run):
     (captions,) = run.pairs(caption_calls)
     scored = run.score(captions, keep_embeddings=True)  # captions and original images, encoded or read from the cache
-    if "embeddings" not in scored.provides and run.is_main:  # (LGIP_SPEC.md 13: the pairs' figures, no galleries)
+    if not scored.gives("embeddings") and run.is_main:  # (LGIP_SPEC.md 13: the pairs' figures, no galleries)
         print(
             f"{run.enc.name}: scores a pair jointly: its image paraphrase and flip figures only; the text-to-image "
             f"galleries need embeddings (t2i figures left out)",

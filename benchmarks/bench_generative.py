@@ -4,7 +4,7 @@ forward of the whole conversation per text (ACCELERATIONS_OFF=["PREFIX_REUSE"]).
 
 For each of N_IMAGES records of a perturbed JSONL: its texts (captions, paraphrases, flips) and those of
 the PRIOR_IMAGES records before it (the text-prior controls score them against this image too, as
-lgip/joint_scorer.py does), scored both ways. Prints each path's seconds and texts per second, the
+lgip/scorers/joint.py does), scored both ways. Prints each path's seconds and texts per second, the
 language-model tokens run per text (padding included), their ratio, and the largest score difference.
 Then the same count at LLaVA-1.5-7B's shape for the paper's job (`run_lgip_multi.py` on 40,000 images,
 `score` logprob, PRIOR_IMAGES 3): 576 image tokens, LLaVA-1.5's conversation around them, each text's

@@ -53,7 +53,7 @@ IMAGE_GROUPS = True  # a generative model's images run GROUP_IMAGES at a time in
 #   each image's row its prefix and packed texts under a block mask, no key-value cache (lgip/models/image_groups.py;
 #   GROUP_FAMILIES; needs JOINT_PIPELINE); False: per image, the prefix then its texts on its cache
 JOINT_PIPELINE = True  # a joint scorer prepares the next image (tokenizing, launching its forwards)
-#   while the device runs the last one's (lgip/joint_scorer.py); False: each image's scores waited for before the next
+#   while the device runs the last one's (lgip/scorers/joint.py); False: each image's scores waited for before the next
 SHARED_BOOTSTRAP_DRAWS = True  # bootstrap resamples drawn once per (images, resamples, seed), shared by every interval
 #   (lgip/scoring.py); False: drawn per interval
 
@@ -125,14 +125,9 @@ def applied(enc):
     on_cpu = str(getattr(enc, "device", "cpu")).startswith("cpu")
     on = state()
     record = {n: v and (n not in PER_MODEL or n in ran) for n, v in on.items()}
-    joint = "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)"
-    own = getattr(enc, "why_not", None) or {}  # (a joint model's own reasons)
+    own = getattr(enc, "why_not", None) or {}  # (the model's own reasons: lgip.models.encoder, .joint)
     return record, {
-        n: "the model runs on the CPU"
-        if n == "BUILD_ON_DEVICE" and on_cpu
-        else joint
-        if n in JOINT_ONLY and getattr(enc, "entries", "text") != "pair"
-        else own.get(n, why)
+        n: "the model runs on the CPU" if n == "BUILD_ON_DEVICE" and on_cpu else own.get(n, why)
         for n, v in on.items()
         if v and not record[n]
     }

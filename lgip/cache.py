@@ -1,12 +1,13 @@
-"""lgip.cache: the on-disk embedding cache, per model, protocol and dtype: images keyed by
-path, size and mtime, texts by text and padding, and (for a model that scores a pair jointly,
+"""lgip.cache: the on-disk cache of what a model computed, per model, protocol and dtype, one interface for
+every scorer (`lookup(kind, keys)`, `writer(kind)`): image embeddings keyed by path, size and mtime, text
+embeddings by text and padding, and (for a model that scores a pair jointly,
 LGIP_SPEC.md 13) a score per (image, text) pair keyed by both (`pair_cache_key`: its own chunks,
 `pair-*.npz`, beside the others'); chunks written whole by a thread of their own,
 a corrupt one reported and rebuilt. A cache that cannot be written (a full disk, a quota, a
 read-only folder) never costs the run: said once, the run goes on without caching the rest, and
 what is on disk stays usable.
 
-    >>> cache = EmbeddingCache(".lgip_cache", enc, spec); pos, emb = cache.lookup("text", keys)
+    >>> cache = ModelCache(".lgip_cache", enc, spec); pos, emb = cache.lookup("text", keys)
 """
 
 import json
@@ -56,12 +57,12 @@ def pair_cache_key(image_key, text_key):
 KINDS = ("image", "text", "pair")  # the entries a cache holds; each kind's chunks are `<kind>-*.npz`
 
 
-class EmbeddingCache:
-    """Embeddings already computed, on disk, per model, protocol and dtype.
+class ModelCache:
+    """Embeddings and pair scores already computed, on disk, per model, protocol and dtype.
 
-    Layout: <CACHE_DIR>/<model>-<hash>/ with meta.json and chunk files `image-*.npz` /
-    `text-*.npz` (arrays `emb` and `keys`, the keys as UTF-8 JSON). The hash covers the model
-    spec (and a local checkpoint's size and mtime), the protocol, the dtype and the open_clip,
+    Layout: <CACHE_DIR>/<model>-<hash>/ with meta.json and chunk files `image-*.npz`, `text-*.npz` and
+    `pair-*.npz` (arrays `emb` and `keys`, the keys as UTF-8 JSON; a pair's row is its one score). The hash
+    covers the model spec (and a local checkpoint's size and mtime), the protocol, the dtype and the open_clip,
     transformers and torch versions, so a changed setting never reuses stale entries. Chunks
     are written whole (temp file, then rename) every few thousand items, so an interrupted run
     resumes from its last chunk; a chunk that fails to load (truncated, corrupt) is reported,
@@ -81,9 +82,11 @@ class EmbeddingCache:
             path = str(spec.get(key, "")).replace("local-dir:", "")
             if path and os.path.exists(path):
                 ident[f"{key}_stat"] = _tree_stat(path)
-        if getattr(enc, "entries", "text") == "pair":  # (a joint scorer's score, prompt and question, defaults filled:
-            # a default given or left out is one setting)
-            ident["settings"] = settings = dict(getattr(enc, "settings", {}))
+        # what the model's scores depend on beyond its weights (a joint model's score, prompt and question, their
+        # defaults filled: a default given or left out is one setting); a dual encoder has none
+        settings = getattr(enc, "settings", None)
+        if settings is not None:
+            ident["settings"] = settings = dict(settings)
             ident["spec"] = {k: v for k, v in ident["spec"].items() if k not in settings}
         kind = FAMILIES.get(spec.get("type"))
         files = kind.cache_files if kind is not None else None  # (a loader of one's own: its code, its kwargs' files)
@@ -177,10 +180,11 @@ class EmbeddingCache:
         """{key: where} of every entry of one kind (KINDS: "image", "text", "pair") on disk."""
         return self._load(kind)[0]
 
-    def has_entries(self, kind):
-        """True when a chunk of this kind is on disk (a re-run; nothing is read)."""
+    def has_entries(self, kind=None):
+        """True when a chunk of this kind (None: of any kind) is on disk (a re-run; nothing is read)."""
+        kinds = KINDS if kind is None else (kind,)
         return os.path.isdir(self.dir) and any(
-            n.startswith(kind + "-") and n.endswith(".npz") for n in os.listdir(self.dir)
+            n.startswith(k + "-") and n.endswith(".npz") for n in os.listdir(self.dir) for k in kinds
         )
 
     def lookup(self, kind, keys):
@@ -219,7 +223,7 @@ class _ChunkWriter:
     host and the file write overlap the device's work instead of holding up the loop that feeds
     it (~2.6 GB of fp16 text rows per model at 40,000 images). At most `ahead` chunks wait to
     be written. A chunk that cannot be written (no space, no permission) is dropped, and so is
-    every later one (EmbeddingCache.cannot_write); any other failure is raised by the next add
+    every later one (ModelCache.cannot_write); any other failure is raised by the next add
     or by close."""
 
     def __init__(self, cache, kind, ahead=2):

@@ -3,8 +3,8 @@ positives of section 10 (SugarCrepe++'s ITT and TOT), and paired model compariso
 pairs an evaluation already scored.
 
 - Text prior: a flip pair's gap g = v_r . (t_i - t_f) beside its prior gap b = m_r . (t_i - t_f),
-  m_r the mean of the OTHER images (Pairs.prior_base / .prior, made by lgip.scorer.score_by_cosine from one sum
-  of the run's image embeddings): `prior_figures` adds prior_gap_mean, grounded_gap_mean,
+  m_r the mean of the OTHER images (Pairs.prior_base / .prior, made by lgip.scorers.embeddings.score_by_cosine
+  from one sum of the run's image embeddings): `prior_figures` adds prior_gap_mean, grounded_gap_mean,
   prior_pos_rate, grounded_pos_rate (and for paraphrase pairs invariance_error_prior_mean,
   invariance_error_grounded_mean), each with its interval over images.
 - Hard positives: `mark_hard_positives` (on each process, before its pairs are gathered: it needs

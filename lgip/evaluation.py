@@ -26,11 +26,11 @@ from .records import load_records
 from .models.encoder import resolve_device
 from .models import cacheable, key_encoder, load_model
 from .tokens import _TOKEN_TABLES
-from .cache import _UNWRITABLE, EmbeddingCache
+from .cache import _UNWRITABLE, ModelCache
 from .pixel_memory import _PIXEL_MEMORY
 from .texts import RunCalls, TextBank, TextCalls, _LAST_PLAN, resolve_text_batch_size
 from .lookahead import Lookahead
-from .scorer import for_gathering, leave_out, merged, scorer_class, scorer_for
+from .scorers import Context, ImageRequest, ScoreRequest, for_gathering, gives, leave_out, merged, scorer_for
 from .console import detail
 from .controls import Comparisons
 from .ranks import _gather, distributed, is_main_process  # noqa: F401 (is_main_process: common.py's)
@@ -87,7 +87,7 @@ def swap_process_state(state=None):
 
 def eval_run_info(script, config, enc, image_report, n_records, scored=None, records=None):
     """Provenance block stored in each model's metrics: settings, model details, bad inputs (and, given
-    the model's lgip.scorer.Scored, how many unique texts it scored)."""
+    the model's lgip.scorers.Scored, how many unique texts it scored)."""
     info = provenance(script, config)
     info.update(
         model={
@@ -132,7 +132,7 @@ def write_comparisons(script, config, paired):
 
 
 class ModelRun:
-    """One model over one JSONL: its Encoder, cache, text bank and scorer (lgip.scorer).
+    """One model over one JSONL: its Encoder, cache, text bank and scorer (lgip.scorers).
 
     Under torchrun each process takes every world-th record; `score` gathers the scored pairs
     on rank 0 in record order, so the metrics equal a single process's. A re-run (its model's
@@ -161,12 +161,12 @@ class ModelRun:
         # the cache keys only, and loads the weights in score() if anything is missing. (The cache
         # is the model's either way: its folder depends on the spec, protocol and dtype alone.)
         light = key_encoder(spec, config["PROTOCOL"], device, config["DTYPE"]) if enc is None and cache_dir else None
-        self.cache = EmbeddingCache(cache_dir, light, spec, flush_s=flush_s) if light is not None else None
-        if light is not None and self.cache.has_entries(light.entries):
+        self.cache = ModelCache(cache_dir, light, spec, flush_s=flush_s) if light is not None else None
+        if light is not None and self.cache.has_entries():
             enc = light
         self.enc = enc or load_model(spec, config["PROTOCOL"], device, config["DTYPE"])
         if cache_dir and self.cache is None:
-            self.cache = EmbeddingCache(cache_dir, self.enc, spec, flush_s=flush_s)
+            self.cache = ModelCache(cache_dir, self.enc, spec, flush_s=flush_s)
         self.image_root = config.get("IMAGE_ROOT") or os.path.dirname(os.path.abspath(config["JSONL_PATH"]))
         self.mine = range(self.rank, len(records), self.world)
         # The records the pairs are built over (the published calls: `pairs`). Images are read in
@@ -174,7 +174,7 @@ class ModelRun:
         # its pairs (the Scored's `ok` and `failed`).
         self.ok = list(self.mine)
         self.bank = TextBank(self.enc, config["NUM_WORKERS"])
-        self.scorer = scorer_for(spec)  # what scores this model's pairs (lgip.scorer; by its type: the registry)
+        self.scorer = scorer_for(spec)  # what scores this model's pairs (lgip.scorers; its family's kind)
         self.scored = None  # the Scored of score(), for the run block (info) and the model card
         self.ahead = None  # what the Lookahead did ahead for this model (score(): its scorer settles it)
         self.compared = []  # (figure, flip type, rec, values) for the paired comparisons (compare)
@@ -213,7 +213,7 @@ class ModelRun:
     def score(
         self, *pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(), relative=False
     ):
-        """Score each Pairs with this model (its scorer: lgip.scorer) and return the Scored, on rank 0
+        """Score each Pairs with this model (its scorer: lgip.scorers) and return the Scored, on rank 0
         every process's merged (None on the others, where its pairs are None).
         keep_embeddings: also keep this process's text table and slot -> row map (`text_embeddings`;
         images: `image_embeddings`, by record), for figures made from the embeddings.
@@ -222,15 +222,17 @@ class ModelRun:
         section 10 says (lgip.controls).
         relative: also the relative invariance error's denominator terms (LGIP_SPEC.md 13: `relative`)."""
         self.seconds["pairs"] = round(time.perf_counter() - self._mark, 3)
-        local = self.scorer.score(
-            self,
+        request = ScoreRequest(
             list(pairs_list),
             text_cos=text_cos,
             keep_embeddings=keep_embeddings,
             controls=controls,
-            hard_positives=hard_positives,
+            hard_positives=tuple(hard_positives),
             relative=relative,
         )
+        local = self.scorer.score(self.context(), request)
+        self.seconds.update(local.seconds)
+        self.ahead = local.ahead
         if self.world == 1:
             self._check_finite([local.nonfinite])
             self._check_usable(local.n_samples, local.image_report)
@@ -249,6 +251,33 @@ class ModelRun:
             self._scored(local)
             return replace(local, pairs=[None] * len(local.pairs))
         return self._scored(merged(local, gathered))
+
+    def context(self):
+        """What this model's scorer works with on this process (lgip.scorers.Context)."""
+        config = self.config
+        return Context(
+            records=self.records,
+            mine=self.mine,
+            image_root=self.image_root,
+            bank=self.bank,
+            cache=self.cache,
+            lookahead=self.lookahead,
+            world=self.world,
+            gather=self.all_gathered,
+            model=lambda: self.enc,
+            load_weights=self.load_weights,
+            image_batch_size=config["IMAGE_BATCH_SIZE"],
+            text_batch_size=config["TEXT_BATCH_SIZE"],
+            num_workers=config["NUM_WORKERS"],
+            pixel_memory_gb=setting(config, "PIXEL_MEMORY_GB"),
+            prior_images=setting(config, "PRIOR_IMAGES"),
+        )
+
+    def score_images(self, items, captions):
+        """This process's altered images (LGIP_SPEC.md 11) scored with `captions` (a list per item) by this
+        model's scorer, beside its last Scored (the captions with their originals, keep_embeddings):
+        an lgip.scorers.ImageScores."""
+        return self.scorer.score_images(self.context(), self.scored, ImageRequest(list(items), list(captions)))
 
     def _scored(self, scored):
         """The run's own record of its scoring (its run block reads it: `info`); `scored` returned."""
@@ -290,12 +319,7 @@ class ModelRun:
             if self.cache is not None
             else ""
         )
-        counted = (
-            f"{texts} image-text scores are"
-            if self.enc.entries == "pair"
-            # (a joint scorer's: LGIP_SPEC.md 13)
-            else f"{images} image and {texts} text embeddings are"
-        )
+        counted = self.scorer.not_finite(images, texts)
         raise ModelError(
             f"model {self.enc.name!r}: {counted} not finite "
             f"(NaN or inf; {where}), so no figure of it can be computed. {why}{cached} "
@@ -463,9 +487,9 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
     as a whole row (the model's card and the run block added here) for the caller to write, its
     `summary(row)` printed once the caller has it. Then every row's run block gets the models the
     run skipped (ON_MODEL_ERROR "skip": lgip.model_loop), and the paired comparisons are written.
-    needs: what the evaluation takes from a model's scorer beyond its scores (lgip.scorer.PROVIDES:
+    needs: what the evaluation takes from a model's scorer beyond its scores (lgip.scorers.PROVIDES:
     "embeddings" for retrieval and the image side): a model whose scorer does not give it is left out
-    before any work, with a line saying why (lgip.scorer.leave_out); with none left, nothing is done.
+    before any work, with a line saying why (lgip.scorers.leave_out); with none left, nothing is done.
     per_model_files: the caller writes each row as it comes (an interruption says they are written).
 
         >>> with closing(evaluate_models(__file__, CONFIG, FIELDS, evaluate, summary)) as rows:
@@ -561,8 +585,6 @@ def run_evaluation(script, config, per_caption_fields, evaluate, summary, needs=
     main = is_main_process()  # (asked before the loop: its end leaves torchrun's process group)
     with closing(evaluate_models(script, config, per_caption_fields, evaluate, summary, needs)) as rows:
         results = list(rows)
-    if needs and not any(
-        all(n in scorer_class(m).provides for n in needs) for m in config["MODELS"] if isinstance(m, dict)
-    ):
+    if needs and not any(gives(m, needs) for m in config["MODELS"] if isinstance(m, dict)):
         return None  # (every model was left out, and said so: nothing to write)
     return results if main else None

@@ -1,6 +1,6 @@
-"""lgip.image_side: the image side of LGIP (LGIP_SPEC.md section 11) from a ModelRun's embeddings:
-the altered images of its records made and encoded (lgip.alterations' pixels, made in the image
-loader's workers, cached), the image pairs scored, RoCOCO's text-to-image search with the altered
+"""lgip.image_side: the image side of LGIP (LGIP_SPEC.md section 11) over a ModelRun: the altered images
+of its records made and scored by the model's scorer (lgip.alterations' pixels, made in the image loader's
+workers, cached; lgip.scorers' score_images), the image pairs scored, RoCOCO's text-to-image search with the altered
 images in the gallery, and the figures with their intervals.
 
 `ImageSide(run, scored, captions, kinds, seed)`, with `scored = run.score(keep_embeddings=True)`: the records whose
@@ -33,7 +33,6 @@ is more similar than its own image v1 (.8): rank 2, and the top-1 image is an al
 import os
 import sys
 
-from .settings import setting
 from .alterations import (
     FLIP_KINDS,
     KINDS,
@@ -44,10 +43,8 @@ from .alterations import (
     mentions_left_or_right,
     partner,
 )
-from .cache import image_cache_keys
-from .device import cosines
 from .errors import ConfigError
-from .images import ImageEncoding, open_rgb
+from .images import open_rgb
 from .retrieval import CHUNK_ELEMENTS, KS, _chunks, _distinct_rows, check_gallery_size
 from .scoring import Pairs, add_ci, mean_or_none
 
@@ -99,13 +96,7 @@ class ImageSide:
         self.cap_slot = np.asarray(captions.slot, dtype=np.int64)[take]
         self.cap_lr = np.array([mentions_left_or_right(captions.text[j]) for j in take.tolist()], dtype=bool)
         self.items, self.row = self._items()
-        self.emb = self.failed = None
-        # a model that scores a pair jointly (LGIP_SPEC.md 13): s of each altered image with each caption, no
-        # embeddings (no galleries); the captions' scores with their originals are the run's own (scored.pairs)
-        self.joint = "embeddings" not in scored.provides
-        if self.joint:
-            own = scored.pairs[0]
-            self.base_of = {(k, i): v for k, i, v in zip(own.rec, own.cap, np.asarray(own.sim).tolist())}
+        self.scores = self.failed = None  # (encode: the model's lgip.scorers.ImageScores)
 
     def path(self, k):
         return os.path.join(self.run.image_root, self.run.records[k][1]["image_path"])
@@ -134,57 +125,16 @@ class ImageSide:
         return list(unique), row
 
     def encode(self):
-        """Encode this process's altered images (decoded and altered in the loader's workers; read
-        from the cache where there). The weights are loaded only when one is not cached (a file that
-        is not there needs no model: it is reported). A joint scorer: each altered image scored with
-        the captions of the records it was made for (lgip.joint_scorer.score_items)."""
-        run = self.run
-        if self.joint:
-            return self._score_jointly()
-        keys = image_cache_keys(self.items)
-        if not run.enc.weights_loaded and keys:
-            index = run.cache.index("image")
-            if not all(key in index for key in keys.values()):
-                run.load_weights()
-        job = ImageEncoding(
-            run.enc,
-            self.items,
-            run.config["IMAGE_BATCH_SIZE"],
-            run.config["NUM_WORKERS"],
-            desc="altered images",
-            cache=run.cache,
-            pixel_memory_gb=setting(run.config, "PIXEL_MEMORY_GB"),
-        )
-        self.emb, self.failed = job.start().finish()
-        self._drop_nonfinite()
-        self.sources = {
-            "num": len(self.items),
-            "decoded": job.n_decoded,
-            "from_pixel_memory": job.n_remembered,
-            "from_cache": job.n_cached,
-        }
-        for j, err in list(self.failed.items())[:MAX_LISTED]:
-            item = self.items[j]
-            print(
-                f"warning: {run.enc.name}: altered image {item.kind} of {item.source} could not be made ({err})",
-                file=sys.stderr,
-            )
-        return self
-
-    def _score_jointly(self):
-        from .joint_scorer import score_items
-
+        """Score this process's altered images with the captions of the records each was made for, through
+        the model's scorer (lgip.scorers: a dual encoder embeds them, decoded and altered in the loader's
+        workers and read from the cache where there; a joint scorer scores each pair). The weights are
+        loaded only when something is not cached (a file that is not there needs no model: it is reported)."""
         texts = {}
         for (k, kind), j in self.row.items():
             texts.setdefault(j, []).extend(self.run.records[k][1]["orig_captions"])
-        jobs = [(item, list(dict.fromkeys(texts.get(j, [])))) for j, item in enumerate(self.items)]
-        self.scores, self.failed, decoded = score_items(self.run, jobs)
-        self.sources = {
-            "num": len(self.items),
-            "decoded": decoded,
-            "from_pixel_memory": 0,
-            "from_cache": len(self.items) - decoded - len(self.failed),
-        }
+        captions = [list(dict.fromkeys(texts.get(j, []))) for j in range(len(self.items))]
+        self.scores = self.run.score_images(self.items, captions)
+        self.failed, self.sources = self.scores.failed, self.scores.sources
         for j, err in list(self.failed.items())[:MAX_LISTED]:
             item = self.items[j]
             print(
@@ -192,32 +142,6 @@ class ImageSide:
                 file=sys.stderr,
             )
         return self
-
-    def _joint_sims(self, alt, j):
-        """Each pair's s(altered image, caption): the captions at positions j, their altered images' rows alt[j]."""
-        import numpy as np
-
-        captions = [
-            self.run.records[k][1]["orig_captions"][i] for k, i in zip(self.cap_rec[j].tolist(), self.cap_i[j].tolist())
-        ]
-        return np.array([self.scores[(self.items[a], c)] for a, c in zip(alt[j].tolist(), captions)], dtype=np.float64)
-
-    def _drop_nonfinite(self):
-        """An altered image whose embedding is NaN or infinite (the model overflowed on it) is counted
-        and listed as not made, its row NaN as a failed one's: its pairs and gallery entries are left
-        out, not scored as NaN. (The originals and captions: checked by ModelRun.score.)"""
-        import torch
-
-        if not len(self.emb):
-            return
-        bad = (~torch.isfinite(self.emb).all(dim=1)).nonzero().flatten().tolist()
-        for j in bad:
-            if j not in self.failed:
-                self.failed[j] = (
-                    f"its embedding by {self.run.enc.name} is not finite (NaN or inf): the model "
-                    f"overflowed on it (in {str(self.run.enc.dtype).replace('torch.', '')})"
-                )
-                self.emb[j] = float("nan")
 
     def part(self):
         """What this process contributes: its pairs' state, its part of the galleries (host tensors
@@ -228,15 +152,8 @@ class ImageSide:
         run = self.run
         failed = np.zeros(len(self.items), dtype=bool)
         failed[list(self.failed)] = True
-        if self.joint:
-            base = np.array(
-                [self.base_of[(k, i)] for k, i in zip(self.cap_rec.tolist(), self.cap_i.tolist())], dtype=np.float64
-            )
-        else:
-            txt_emb, rows = self.scored.text_embeddings
-            img_emb = self.scored.image_embeddings
-            rows = np.asarray(rows)
-            base = cosines(img_emb, txt_emb, self.cap_rec, rows[self.cap_slot])
+        scores = self.scores
+        base = scores.original(self.cap_rec, self.cap_i, self.cap_slot)
         where, kind_no, sims = [], [], []
         for n, kind in enumerate(self.kinds):
             alt = np.array([self.row.get((k, kind), -1) for k in self.cap_rec.tolist()], dtype=np.int64)
@@ -251,9 +168,7 @@ class ImageSide:
                 sims.append(
                     np.zeros(0)
                     if not len(j)
-                    else self._joint_sims(alt, j)
-                    if self.joint
-                    else cosines(self.emb, txt_emb, alt[j], rows[self.cap_slot[j]])
+                    else scores.altered(alt[j], self.cap_rec[j], self.cap_i[j], self.cap_slot[j])
                 ),
             )
         where, kind_no, sims = np.concatenate(where), np.concatenate(kind_no), np.concatenate(sims)
@@ -268,12 +183,16 @@ class ImageSide:
         flip_kinds = [k for k in self.kinds if k in FLIP_KINDS] if self.offset is not None else []
         host = (lambda x: x.cpu()) if run.world > 1 else (lambda x: x)
         gallery = None
-        if flip_kinds and not self.joint:  # (a joint scorer's galleries would need every caption with every image)
+        if flip_kinds and scores.embeddings is not None:  # (scores alone: a gallery needs every caption's with
+            # every image)
+            emb, img_emb = scores.embeddings, self.scored.image_embeddings
+            txt_emb, rows = self.scored.text_embeddings
+            rows = np.asarray(rows)
             mine = torch.as_tensor(self.mine, dtype=torch.long, device=img_emb.device)
             altered = {}
             for kind in flip_kinds:
-                at = torch.as_tensor([self.row[k, kind] for k in self.mine], dtype=torch.long, device=self.emb.device)
-                altered[kind] = host(self.emb[at])  # (NaN rows: not made)
+                at = torch.as_tensor([self.row[k, kind] for k in self.mine], dtype=torch.long, device=emb.device)
+                altered[kind] = host(emb[at])  # (NaN rows: not made)
             caps = torch.as_tensor(rows[self.cap_slot], dtype=torch.long, device=txt_emb.device)
             gallery = {
                 "records": np.asarray(self.mine, dtype=np.int64),
@@ -322,11 +241,8 @@ class ImageSide:
                 continue
             _figure(block, "image_sensitivity_gap_mean", rec[mask], gap[mask], resamples, seed)
             _figure(block, "image_sensitivity_pos_rate", rec[mask], gap[mask] > 0, resamples, seed)
-            if self.joint:
-                block["note"] = (
-                    "no text-to-image search: the model scores a pair jointly, and a gallery needs every "
-                    "caption scored with every image (LGIP_SPEC.md 13)"
-                )
+            if self.scores.no_gallery is not None:
+                block["note"] = self.scores.no_gallery
                 continue
             q_rec, rank, top1 = found.get(kind, (np.zeros(0, dtype=np.int64),) * 3)
             for k in KS:
@@ -355,7 +271,7 @@ class ImageSide:
         galleries = [g for g in galleries if g is not None]
         if not galleries:
             return {}
-        device = self.scored.image_embeddings.device  # (a joint scorer has no galleries: never here)
+        device = self.scored.image_embeddings.device  # (galleries come with embeddings)
         records = np.concatenate([g["records"] for g in galleries])
         order = np.argsort(records, kind="stable")
         cap_rec = np.concatenate([g["cap_rec"] for g in galleries])

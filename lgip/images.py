@@ -96,7 +96,7 @@ class ImageEncoding:
     ready without waiting, `finish()` encodes the rest and returns ([len(paths), D] float32,
     NaN rows for failures; {index: error}). CPU decoding thus overlaps the GPU's text batches,
     while every GPU call stays in the calling thread (a helper thread only hands the decoded
-    batches over, and starts after all worker processes are forked). With an EmbeddingCache,
+    batches over, and starts after all worker processes are forked). With an ModelCache,
     images already encoded by this model (same path, size and mtime) are read from it, and
     new ones are saved to it as they are encoded.
     >>> job = ImageEncoding(enc, paths, cache=cache).start()

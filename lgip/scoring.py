@@ -1,5 +1,5 @@
 """lgip.scoring: the method's numbers (LGIP_SPEC.md section 4): the (record, caption, text) pairs an
-evaluation scores (`Pairs`: plain data; what scores them is lgip.scorer), means, and seeded bootstrap
+evaluation scores (`Pairs`: plain data; what scores them is lgip.scorers), means, and seeded bootstrap
 intervals over images. The room for a new metric.
 
     >>> inv, sens = run.score(inv, sens).pairs; err = abs(inv.base_sim - inv.sim)
@@ -13,7 +13,7 @@ from . import accelerations
 
 class Pairs:
     """(record, caption, text) pairs, each to be scored against its record's image and caption: plain
-    data, the scores filled in by the model's scorer (lgip.scorer: base_sim, sim, labels; text_cos,
+    data, the scores filled in by the model's scorer (lgip.scorers: base_sim, sim, labels; text_cos,
     prior_base and prior, the hard positives' fields when asked for).
 
     >>> pairs = Pairs(); pairs.add(k, i, orig[i], bank.add_call(texts), texts, "para")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from lgip.cache import EmbeddingCache, image_cache_key, pair_cache_key
+from lgip.cache import ModelCache, image_cache_key, pair_cache_key
 from lgip.images import embed_images
 from lgip.models import load_model
 from lgip.texts import TextBank
@@ -33,10 +33,10 @@ def encode_all(enc, cache):
 
 def test_cache_serves_identical_embeddings_and_skips_work(tmp_path):
     enc = load_model(SIGLIP_TINY, "reference", "cpu")
-    cache = EmbeddingCache(str(tmp_path), enc, SIGLIP_TINY)
+    cache = ModelCache(str(tmp_path), enc, SIGLIP_TINY)
     txt1, img1, bank1 = encode_all(enc, cache)
     assert bank1.n_encoded == 4
-    cache2 = EmbeddingCache(str(tmp_path), enc, SIGLIP_TINY)
+    cache2 = ModelCache(str(tmp_path), enc, SIGLIP_TINY)
     txt2, img2, bank2 = encode_all(enc, cache2)
     assert bank2.n_encoded == 0 and cache2.stats["image_hits"] == 12 and cache2.stats["text_hits"] == 4
     assert torch.equal(txt1, txt2) and torch.equal(img1, img2)
@@ -46,7 +46,7 @@ def test_cache_serves_identical_embeddings_and_skips_work(tmp_path):
 def test_changed_setting_never_reuses_entries(tmp_path, change):
     spec = dict(SIGLIP_TINY)
     enc = load_model(spec, "reference", "cpu")
-    first = EmbeddingCache(str(tmp_path / "c"), enc, spec).dir
+    first = ModelCache(str(tmp_path / "c"), enc, spec).dir
     if change == "protocol":
         enc = load_model(spec, "corrected", "cpu")
     elif change == "dtype":
@@ -57,9 +57,9 @@ def test_changed_setting_never_reuses_entries(tmp_path, change):
         local = tmp_path / "model"
         shutil.copytree(spec["model_id"], local)
         spec = dict(spec, model_id=str(local))
-        first = EmbeddingCache(str(tmp_path / "c"), enc, spec).dir
+        first = ModelCache(str(tmp_path / "c"), enc, spec).dir
         os.utime(local / "model.safetensors", ns=(1, 1))
-    assert EmbeddingCache(str(tmp_path / "c"), enc, spec).dir != first
+    assert ModelCache(str(tmp_path / "c"), enc, spec).dir != first
 
 
 def test_image_cache_key_follows_file_changes(tmp_path):
@@ -72,26 +72,26 @@ def test_image_cache_key_follows_file_changes(tmp_path):
 
 def test_corrupt_or_truncated_chunk_is_reported_and_rebuilt(tmp_path, capsys):
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
-    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache = ModelCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     txt1, img1, _ = encode_all(enc, cache)
     chunks = sorted(glob.glob(os.path.join(cache.dir, "image-*.npz")))
     assert len(chunks) == 3  # 12 images, a chunk every 4 rows (resumable granularity)
     data = open(chunks[0], "rb").read()
     open(chunks[0], "wb").write(data[: len(data) // 2])  # truncated
     open(chunks[1], "r+b").write(b"garbage!")  # corrupt header
-    cache2 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache2 = ModelCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     txt2, img2, _ = encode_all(enc, cache2)
     assert cache2.stats["corrupt_chunks"] == 2 and cache2.stats["image_hits"] == 4
     assert "is corrupt" in capsys.readouterr().err
     torch.testing.assert_close(img1, img2, atol=1e-6, rtol=0)
-    cache3 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache3 = ModelCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     encode_all(enc, cache3)
     assert cache3.stats["corrupt_chunks"] == 0 and cache3.stats["image_hits"] == 12
 
 
 def test_interrupted_write_leaves_no_chunk_and_resumes(tmp_path):
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
-    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache = ModelCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     calls = {"n": 0}
     real = enc.encode_images
 
@@ -106,7 +106,7 @@ def test_interrupted_write_leaves_no_chunk_and_resumes(tmp_path):
         embed_images(enc, image_paths(), 4, 0, cache=cache)
     enc.encode_images = real
     assert len(glob.glob(os.path.join(cache.dir, "image-*.npz"))) == 2
-    cache2 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache2 = ModelCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     embed_images(enc, image_paths(), 4, 0, cache=cache2)
     assert cache2.stats["image_hits"] == 8
 
@@ -118,11 +118,11 @@ def test_kill_9_mid_run_then_resume(tmp_path):
     script = f"""
 import glob, os, signal, sys, time
 sys.path.insert(0, {ROOT!r})
-from lgip.cache import EmbeddingCache
+from lgip.cache import ModelCache
 from lgip.images import embed_images
 from lgip.models import load_model
 enc = load_model({OPENCLIP_TINY!r}, "corrected", "cpu")
-cache = EmbeddingCache({str(tmp_path)!r}, enc, {OPENCLIP_TINY!r}, chunk_rows=4)
+cache = ModelCache({str(tmp_path)!r}, enc, {OPENCLIP_TINY!r}, chunk_rows=4)
 real, n = enc.encode_images, [0]
 def enc_then_die(batch):
     n[0] += 1
@@ -138,7 +138,7 @@ embed_images(enc, sorted(glob.glob({os.path.join(FIXTURES, "images", "*.jpg")!r}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True)
     assert proc.returncode == -9
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
-    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache = ModelCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     img, failed = embed_images(enc, image_paths(), 4, 0, cache=cache)
     assert cache.stats["image_hits"] == 8 and not failed and not torch.isnan(img).any()
 
@@ -167,13 +167,13 @@ def test_a_chunk_with_a_changed_byte_is_caught_by_its_checksum(tmp_path, capsys)
     """Cache chunks are written without fsync: what a power cut could leave (any bytes changed,
     the zip structure intact) must still be caught, reported and rebuilt."""
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
-    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache = ModelCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     first, _ = embed_images(enc, image_paths(), 4, 0, cache=cache)
     chunk = sorted(glob.glob(os.path.join(cache.dir, "image-*.npz")))[0]
     data = bytearray(open(chunk, "rb").read())
     data[len(data) // 3] ^= 0xFF  # inside the embeddings' bytes
     open(chunk, "wb").write(bytes(data))
-    cache2 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache2 = ModelCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     again, _ = embed_images(enc, image_paths(), 4, 0, cache=cache2)
     assert cache2.stats["corrupt_chunks"] == 1 and cache2.stats["image_hits"] == 8
     assert "is corrupt" in capsys.readouterr().err and torch.equal(first, again)
@@ -181,11 +181,11 @@ def test_a_chunk_with_a_changed_byte_is_caught_by_its_checksum(tmp_path, capsys)
 
 def test_reduced_precision_cache_chunks_are_fp16_and_exact(tmp_path):
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu", "bf16")
-    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    cache = ModelCache(str(tmp_path), enc, OPENCLIP_TINY)
     first, _ = embed_images(enc, image_paths(), 4, 0, cache=cache)
     chunks = glob.glob(os.path.join(cache.dir, "image-*.npz"))
     assert chunks and all(np.load(c)["emb"].dtype == np.float16 for c in chunks)
-    cache2 = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    cache2 = ModelCache(str(tmp_path), enc, OPENCLIP_TINY)
     again, _ = embed_images(enc, image_paths(), 4, 0, cache=cache2)
     assert cache2.stats["image_hits"] == len(image_paths()) and torch.equal(first, again)
 
@@ -195,7 +195,7 @@ def test_pair_scores_have_their_own_entries_beside_the_embeddings(tmp_path):
     chunks, read back exactly in float32 (even in a reduced-precision cache), keyed by both image and
     text; today's text and image entries, and the stats a dual encoder's run block shows, unchanged."""
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu", "bf16")
-    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    cache = ModelCache(str(tmp_path), enc, OPENCLIP_TINY)
     txt, img, _ = encode_all(enc, cache)
     before = {kind: sorted(glob.glob(os.path.join(cache.dir, f"{kind}-*.npz"))) for kind in ("text", "image")}
     stats = dict(cache.stats)
@@ -206,7 +206,7 @@ def test_pair_scores_have_their_own_entries_beside_the_embeddings(tmp_path):
     writer.add(keys, scores)
     writer.close()
     assert len(set(keys)) == len(keys) and cache.stats == stats  # (no pair was looked up: no pair_hits key)
-    again = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    again = ModelCache(str(tmp_path), enc, OPENCLIP_TINY)
     pos, found = again.lookup("pair", keys[::-1] + ["not a pair"])
     assert pos == list(range(len(keys))) and torch.equal(found, scores.flip(0))
     assert again.stats["pair_hits"] == len(keys) and "pair" not in again.index("text")
@@ -219,7 +219,7 @@ def test_a_cache_that_cannot_be_written_is_said_once_and_left_whole(tmp_path, mo
     """A full disk (ENOSPC) costs the cache, never the run: said once, no partial chunk, no more
     writes; any other failed write is raised by close, or reported by abandon."""
     enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
-    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache = ModelCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=4)
     writer = cache.writer("text")
     writer.add(["a", "b", "c", "d"], torch.zeros(4, 3))  # written: stays usable
     writer.close()
@@ -241,13 +241,13 @@ def test_a_cache_that_cannot_be_written_is_said_once_and_left_whole(tmp_path, mo
         "meta.json",
         os.path.basename(glob.glob(os.path.join(cache.dir, "text-*"))[0]),
     ]
-    assert EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY).lookup("text", list("abcdefgh"))[0] == [0, 1, 2, 3]
+    assert ModelCache(str(tmp_path), enc, OPENCLIP_TINY).lookup("text", list("abcdefgh"))[0] == [0, 1, 2, 3]
 
     def broken(*args, **kwargs):
         raise RuntimeError("not a disk's error")
 
     monkeypatch.setattr(np, "savez", broken)
-    cache = EmbeddingCache(str(tmp_path / "other"), enc, OPENCLIP_TINY, chunk_rows=4)
+    cache = ModelCache(str(tmp_path / "other"), enc, OPENCLIP_TINY, chunk_rows=4)
     writer = cache.writer("text")
     writer.add(["a", "b", "c", "d"], torch.zeros(4, 3))
     with pytest.raises(RuntimeError, match="not a disk's error"):

@@ -337,14 +337,14 @@ def test_images_too_small_and_inputs_with_nothing_to_do_are_said(tmp_path):
 
 
 def test_score_returns_what_it_scored_and_an_evaluation_names_what_it_needs(tmp_path, monkeypatch):
-    """The seam (lgip.scorer): ModelRun.score hands back a Scored (the pairs with their scores, the
+    """The seam (lgip.scorers): ModelRun.score hands back a Scored (the pairs with their scores, the
     records read, the counts), which the run block is made from; an evaluation that needs what a
     model's scorer does not give (retrieval: the embeddings) leaves that model out before any data work,
     in one line naming it; with none left it says so, writes nothing and returns None (exit status 0)."""
     import common
     import run_lgip_multi
     from conftest import FIXTURES, OPENCLIP_TINY
-    from lgip import scorer
+    from lgip import scorers as scorer
     from lgip.models import registry
 
     src = tmp_path / "seam_with_perturb.jsonl"
@@ -370,8 +370,6 @@ def test_score_returns_what_it_scored_and_an_evaluation_names_what_it_needs(tmp_
     assert scored.image_embeddings.shape[0] == 4 and scored.text_embeddings is None  # (not asked for)
     assert scored.texts["unique"] == run.info("x")["num_unique_texts_encoded"] > 0
 
-    import lgip.joint_scorer  # noqa: F401 (registers the real "joint" first: the patch below then stands)
-
     class ScoresOnly(scorer.PairScorer):  # (a joint scorer, LGIP_SPEC.md 13: no embeddings)
         pass
 
@@ -385,7 +383,7 @@ def test_score_returns_what_it_scored_and_an_evaluation_names_what_it_needs(tmp_
     assert got is None and not list(tmp_path.glob("*retrieval*")), out
     lines = out.splitlines()
     assert (
-        "run_lgip_retrieval.py: model 'tiny_openclip' (type 'openclip') is left out: it scores a pair jointly and "
-        "gives no embeddings, which this step needs" in lines
+        "run_lgip_retrieval.py: model 'tiny_openclip' (type 'openclip') is left out: its scorer gives no "
+        "embeddings, which this step needs" in lines
     )
     assert any("every model of MODELS is left out" in line and "nothing written" in line for line in lines)

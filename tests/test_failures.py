@@ -138,12 +138,12 @@ def test_a_cached_hub_model_loads_without_the_hub(no_hub, tmp_path):
 def test_cache_chunks_are_written_after_cache_flush_s_of_work(tmp_path):
     """Rows made more than CACHE_FLUSH_S ago reach the disk though the chunk is far from full."""
     import torch
-    from lgip.cache import EmbeddingCache
+    from lgip.cache import ModelCache
     from lgip.device import _DeviceRows, _Rows
     from lgip.models import key_encoder
 
     enc = key_encoder(OPENCLIP_TINY, "corrected", "cpu")
-    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=1 << 20, flush_s=0.3)
+    cache = ModelCache(str(tmp_path), enc, OPENCLIP_TINY, chunk_rows=1 << 20, flush_s=0.3)
     writer = cache.writer("text")
     rows = _DeviceRows(enc, _Rows(4, 0.0, "cpu", torch.float32), writer, ["a", "b", "c", "d"].__getitem__)
     rows.add([0], torch.ones(1, 3))
@@ -152,7 +152,7 @@ def test_cache_chunks_are_written_after_cache_flush_s_of_work(tmp_path):
     rows.add([1], torch.ones(1, 3))  # its batch ends 0.35 s of work after the last write: both rows go to disk
     writer.close()
     assert len(glob.glob(os.path.join(cache.dir, "text-*.npz"))) == 1
-    assert EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY).lookup("text", ["a", "b", "c"])[0] == [0, 1]
+    assert ModelCache(str(tmp_path), enc, OPENCLIP_TINY).lookup("text", ["a", "b", "c"])[0] == [0, 1]
 
 
 KILLED_RUN = """

@@ -11,6 +11,8 @@ import pytest
 from conftest import OPENCLIP_TINY, REFERENCE, eval_settings, run_here
 from lgip.errors import ConfigError, ModelError
 from lgip.models import FAMILIES, Family, family, register
+from lgip.models.encoder import _Model
+from lgip.scorers import PairScorer, Scored
 from lgip.models.openclip import load_openclip
 
 
@@ -81,6 +83,81 @@ def test_the_registered_families_and_register_refuses_what_is_not_a_record():
     assert FAMILIES["itm"].spec_keys() == ("name", "type", "model_id", "card", "demo")
     with pytest.raises(TypeError):
         register({"type": "x"})
-    with pytest.raises(ValueError, match="scorer must be"):
-        register(dataclasses.replace(FAMILIES["openclip"], type="x", scorer="pairs"))
+    with pytest.raises(TypeError, match="scorer is a scorer kind's name or a PairScorer class"):
+        register(dataclasses.replace(FAMILIES["openclip"], type="x", scorer=5))
     assert "x" not in FAMILIES
+
+
+def test_a_scorer_kind_that_is_not_registered_is_an_error_naming_the_valid_ones(monkeypatch):
+    from lgip.scorers import scorer_for
+
+    monkeypatch.setitem(FAMILIES, "x", dataclasses.replace(FAMILIES["openclip"], type="x", scorer="pairs"))
+    with pytest.raises(ValueError, match="family 'x': unknown scorer 'pairs'; valid: embeddings, joint"):
+        scorer_for({"name": "m", "type": "x"})
+
+
+class _Rule(_Model):
+    """A text-only "model": no weights, no image; its score of a text is minus its length in words."""
+
+    weights_loaded = True
+    score_kind = "rule"
+
+    def __init__(self, device):
+        self.device, self.info = device, {}
+
+
+class _TextOnlyScorer(PairScorer):
+    """A third kind of scorer (section 15's blind scorers are of this kind): it reads no image, and gives
+    scores alone; every record with captions counts as read."""
+
+    def score(self, ctx, request):
+        import numpy as np
+
+        texts = ctx.bank.calls.texts
+        rule = lambda t: -float(len(t.split()))  # noqa: E731
+        for pairs in request.pairs:
+            pairs.base_sim = np.array([rule(texts[b]) for b in pairs.base_slot])
+            pairs.sim = np.array([rule(t) for t in pairs.text])
+            pairs.labels = np.array(pairs.label, dtype=object)
+        ok = list(ctx.mine)
+        return Scored(
+            pairs=list(request.pairs),
+            ok=ok,
+            failed=[],
+            n_ok=len(ok),
+            n_samples=sum(1 for k in ok if ctx.records[k][1]["orig_captions"]),
+            image_report={"num_failed_images": 0, "failed_images": []},
+            texts={"unique": len(set(texts)), "encoded": len(set(texts)), "positions": {}},
+            nonfinite={"images": 0, "texts": 0, "first_image": None, "first_text": None},
+            provides=self.provides,
+        )
+
+
+def test_a_new_scorer_kind_is_its_module_and_its_family_record(tmp_path, monkeypatch):
+    """A scorer of a new kind (here a text-only one: the class and the record below, nothing else of lgip
+    touched) runs through the evaluations; its figures are its rule's, restated here; a step that needs
+    embeddings leaves it out in a line."""
+    import numpy as np
+
+    record = Family(
+        "rule", required="words", load=lambda spec, protocol, device, dtype: _Rule(device), scorer=_TextOnlyScorer
+    )
+    monkeypatch.setitem(FAMILIES, "rule", record)
+    src = tmp_path / "x_with_perturb.jsonl"
+    shutil.copy(REFERENCE + "/fixture_with_perturb.jsonl", src)
+    spec = {"name": "by_length", "type": "rule", "words": "split"}
+    (row,), _, _ = run_here("run_lgip_multi.py", **eval_settings(src, "corrected", [spec], BOOTSTRAP=0))
+    errors, gaps = [], []
+    for line in open(src, encoding="utf-8"):
+        rec = json.loads(line)
+        for i, cap in enumerate(rec["orig_captions"]):
+            n = len(cap.split())
+            errors += [abs(n - len(t.split())) for t in rec["same_caps"].get(str(i), [])]
+            gaps += [len(t.split()) - n for t in rec["diff_caps"].get(str(i), [])]
+    assert row["model_tag"] == "by_length" and row["score_kind"] == "rule"
+    assert row["invariance_error_mean"] == pytest.approx(np.mean(errors))
+    assert row["sensitivity_gap_mean"] == pytest.approx(np.mean(gaps))
+    assert row["sensitivity_pos_rate"] == pytest.approx(np.mean(np.array(gaps) > 0))
+    got, out, _ = run_here("run_lgip_retrieval.py", **eval_settings(src, "corrected", [spec]))
+    assert got is None
+    assert "model 'by_length' (type 'rule') is left out: its scorer gives no embeddings" in out

@@ -1,5 +1,5 @@
 """Models that score a pair jointly (LGIP_SPEC.md 13: types "generative" and "itm", lgip.models.joint,
-lgip.joint_scorer) through the evaluations, on a tiny random-init LLaVA and BLIP ITM: every score a
+lgip.scorers.joint) through the evaluations, on a tiny random-init LLaVA and BLIP ITM: every score a
 plain forward of its one text, the text-prior controls over PRIOR_IMAGES images after each record's
 own (mod N over the readable records), the relative invariance error restated, the cache and a
 resumed run, and each bad input named. Every family: LLaVA, Qwen2-VL (its rope deltas), Gemma 3 (its

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lgip.models import prefix_packs
-from lgip.cache import EmbeddingCache
+from lgip.cache import ModelCache
 from lgip.models.clip_tokenizer import _fast_clip_encode
 from lgip.errors import ModelError
 from lgip.evaluation import ModelRun, forget_token_tables, swap_process_state
@@ -230,7 +230,7 @@ def test_a_literal_end_of_text_in_a_caption_pools_where_open_clip_does(enc, tmp_
     with torch.no_grad():
         want = torch.nn.functional.normalize(enc.model.encode_text(tok(texts)).float(), dim=-1)
     assert [len(t) for t in enc.tokenize(texts)] == [4, 4, 4]
-    cache = EmbeddingCache(str(tmp_path), enc, OPENCLIP_TINY)
+    cache = ModelCache(str(tmp_path), enc, OPENCLIP_TINY)
     bank = TextBank(enc)
     slots = bank.add_call(texts)
     emb, rows = bank.encode(batch_size=8, cache=cache)

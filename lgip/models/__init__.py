@@ -15,7 +15,7 @@ each importing only those above it (and lgip's own lower floor: errors, util, ac
   generative      a generative VLM's score of a text given an image (LGIP_SPEC.md 13: the text's log-probability
                   in the chat template's conversation), plainly and with the shared prefix run once
   itm             a BLIP / BLIP-2 image-text matching head's log-odds of a match
-  joint           types "generative" and "itm" (a JointModel: `score(image, texts)`; lgip.joint_scorer scores with it)
+  joint           types "generative" and "itm" (a JointModel: `score(image, texts)`; lgip.scorers.joint scores with it)
   registry        spec "type" -> loader, preparer, key encoder, cache files, scorer kind; the published nine
                   (PUBLISHED_MODELS)
 

@@ -6,7 +6,13 @@ protocols, dtype and device resolution, normalising, the tokenizer key.
 An Encoder turns token ids and pixels into L2-normalised float32 embeddings; the scripts never
 branch on model family (lgip.models.registry holds the registry of loaders)."""
 
+from ..accelerations import JOINT_ONLY
 from ..errors import ModelError
+
+# (a switch that acts inside a joint scorer's model: said of every other model that does not get it)
+_JOINT_ONLY = {
+    n: "for a model that scores a pair jointly (types generative and itm, LGIP_SPEC.md 13)" for n in JOINT_ONLY
+}
 
 
 PROTOCOLS = ("corrected", "reference")
@@ -32,7 +38,7 @@ class _Model:
     accelerations = frozenset()
     pad_id = 0
     pad_needs_lengths = False
-    entries = "text"  # what its cache's entries are: "text" (and "image") embeddings, or "pair" scores (lgip.cache)
+    why_not = _JOINT_ONLY  # {acceleration: why it does not apply to this model} (lgip.accelerations.applied)
     score_kind = "cosine"  # what a pair's score is (LGIP_SPEC.md 13): a dual encoder's cosine
 
     def named(self, spec, protocol):

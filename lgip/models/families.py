@@ -39,8 +39,8 @@ class Family:
     prepare: (spec, protocol) -> Prepared (its tokenizer and pixels, no weights: the lookahead's), or None;
     keys: (spec, protocol) -> a KeyEncoder making its cache keys without weights, or None;
     cache_files: spec -> the files beyond its checkpoint whose size and mtime its cache's identity covers;
-    scorer: "embeddings" (image and text embedded apart, scored by cosine) or "joint" (one model scores a pair,
-      LGIP_SPEC.md 13), the PairScorer kind of lgip.scorer;
+    scorer: its scorer kind (lgip.scorers.SCORERS: "embeddings", image and text embedded apart and scored by
+      cosine; "joint", one model scores a pair, LGIP_SPEC.md 13), or a PairScorer class of its own;
     score_kind: spec -> what its score is (LGIP_SPEC.md 13: "cosine" for a dual encoder);
     hub_files: spec -> [(repo id, [file names, any one will do])] it needs from the Hub, [] for none, None
       when it downloads from elsewhere (lgip.models.hub);
@@ -58,7 +58,7 @@ class Family:
     prepare: Optional[Callable] = None
     keys: Optional[Callable] = None
     cache_files: Optional[Callable] = None
-    scorer: str = "embeddings"
+    scorer: object = "embeddings"  # a kind's name, or a PairScorer class
     score_kind: Callable = _cosine
     hub_files: Callable = _nothing
     named: Callable = _said
@@ -79,8 +79,8 @@ def register(record):
     """Add a family's record (a family module calls it once, when imported); returns it."""
     if not isinstance(record, Family):
         raise TypeError(f"register takes a Family, got {type(record).__name__}")
-    if record.scorer not in ("embeddings", "joint"):
-        raise ValueError(f"family {record.type!r}: scorer must be 'embeddings' or 'joint', got {record.scorer!r}")
+    if not isinstance(record.scorer, (str, type)):
+        raise TypeError(f"family {record.type!r}: scorer is a scorer kind's name or a PairScorer class")
     FAMILIES[record.type] = record
     return record
 

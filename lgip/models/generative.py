@@ -141,7 +141,7 @@ def conversation_scores(model, processor, image, convs, mean=False, reuse=True, 
 
 def submit(model, processor, image, convs, mean=False, reuse=True, batch=16, packs=0, conversations=None, group=None):
     """conversation_scores' work with its forwards launched, not waited for: `.result()` gives the scores.
-    On a GPU the device runs them while the caller prepares the next image (lgip.joint_scorer). group: a
+    On a GPU the device runs them while the caller prepares the next image (lgip.scorers.joint). group: a
     lgip.models.image_groups.ImageGroup the image joins where its family allows (run with the group's
     other images, in one forward with no key-value cache), or None."""
     if not convs:

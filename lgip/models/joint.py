@@ -6,7 +6,7 @@
 
 Their loaders return a `JointModel`: the run's model object (name, type, device, dtype, info, as an
 Encoder has them) with `score(image, texts)`, the score of each text against one PIL image. What
-scores an evaluation's pairs with it is lgip.joint_scorer. A cached re-run starts from `JointKey`,
+scores an evaluation's pairs with it is lgip.scorers.joint. A cached re-run starts from `JointKey`,
 which has no weights: the scores come from the cache.
 
     >>> model = load_generative({"name": "llava", "type": "generative", "model_id": "llava-hf/llava-1.5-7b-hf"},
@@ -46,7 +46,6 @@ class JointModel(_Model):
     card: section 12's fields the model tells; info: the run block's model details."""
 
     weights_loaded = True
-    entries = "pair"  # its cache holds pair scores
 
     def __init__(
         self,
@@ -89,7 +88,7 @@ class JointKey(_Model):
     """A joint model without its weights (a re-run whose pair scores are all in the cache)."""
 
     weights_loaded = False
-    entries = "pair"
+    why_not = {}  # (no weights: the run block says so of every switch)
 
     def __init__(self, *, score_kind, settings):
         self.score_kind, self.settings = score_kind, dict(settings)

@@ -1,5 +1,5 @@
-"""lgip.joint_scorer: the pair scorer of a model that scores an (image, text) pair jointly (LGIP_SPEC.md 13:
-types "generative" and "itm", lgip.models.joint), beside lgip.scorer's EmbeddingScorer behind the same seam.
+"""lgip.scorers.joint: the scorer of a model that scores an (image, text) pair jointly (scorer kind "joint",
+LGIP_SPEC.md 13: types "generative" and "itm", lgip.models.joint), beside lgip.scorers.embeddings.
 
 Each image is scored with its own record's texts (captions, paraphrases, flips) and, for the text-prior
 controls, with the texts of the PRIOR_IMAGES records before it (indices mod N over the input's readable
@@ -21,12 +21,11 @@ import sys
 import time
 from contextlib import contextmanager
 
-from .settings import setting
-from .cache import image_cache_key, pair_cache_key
-from .controls import mark_hard_positives
-from .images import _ImageFiles
-from .scored import PairScorer, Scored
-from .util import default_num_workers, progress
+from ..cache import image_cache_key, pair_cache_key
+from ..controls import mark_hard_positives
+from ..images import _ImageFiles
+from ..util import default_num_workers, progress
+from .base import ImageScores, PairScorer, Scored
 
 
 def _as_image(img):
@@ -37,15 +36,14 @@ def _first(items):
     return items[0]
 
 
-def decoded(run, paths):
+def decoded(ctx, paths):
     """(path, PIL image or None, error) for each path (a file, or an AlteredImage), in order, decoded in
     the run's worker processes."""
     import torch
 
     if not paths:
         return
-    workers = run.config.get("NUM_WORKERS")
-    workers = default_num_workers() if workers is None else workers
+    workers = default_num_workers() if ctx.num_workers is None else ctx.num_workers
     loader = torch.utils.data.DataLoader(
         _ImageFiles(paths, _as_image),
         batch_size=1,
@@ -53,7 +51,7 @@ def decoded(run, paths):
         num_workers=min(workers, len(paths)),
         collate_fn=_first,
     )
-    for i, img, err in progress(loader, total=len(paths), desc=f"{run.enc.name}: images", unit="image", min_total=20):
+    for i, img, err in progress(loader, total=len(paths), desc=f"{ctx.enc.name}: images", unit="image", min_total=20):
         yield paths[i], img, err
 
 
@@ -74,14 +72,14 @@ class _Store:
         if self.writer is not None:
             self.writer.close()
 
-    def __init__(self, run):
-        from . import accelerations
+    def __init__(self, ctx):
+        from .. import accelerations
 
-        self.run, self.scores, self.image_keys, self.n_computed, self.n_hits = run, {}, {}, 0, 0
-        self.writer = run.cache.writer("pair") if run.cache is not None else None
+        self.ctx, self.scores, self.image_keys, self.n_computed, self.n_hits = ctx, {}, {}, 0, 0
+        self.writer = ctx.cache.writer("pair") if ctx.cache is not None else None
         # (with JOINT_PIPELINE, one image's scores are collected after the next image's work has begun)
         # (a model running images in groups leaves a group's worth pending: they run together)
-        self.depth = max(1, getattr(run.enc, "in_flight", 1)) if accelerations.JOINT_PIPELINE else 0
+        self.depth = max(1, getattr(ctx.enc, "in_flight", 1)) if accelerations.JOINT_PIPELINE else 0
         self.pending = []  # [(path, texts, the model's pending scores, when begun)]
         self.in_flight = set()  # (path, text) of the pending scores
 
@@ -97,9 +95,9 @@ class _Store:
     def missing(self, path, texts):
         """The texts of `texts` whose score with `path` is known neither here nor in the cache (looked up)."""
         todo = [t for t in dict.fromkeys(texts) if (path, t) not in self.scores and (path, t) not in self.in_flight]
-        if todo and self.run.cache is not None and self.image_key(path) is not None:
+        if todo and self.ctx.cache is not None and self.image_key(path) is not None:
             keys = [pair_cache_key(self.image_key(path), json.dumps(t, ensure_ascii=False)) for t in todo]
-            pos, rows = self.run.cache.lookup("pair", keys)
+            pos, rows = self.ctx.cache.lookup("pair", keys)
             for p, r in zip(pos, rows[:, 0].tolist() if rows is not None else []):
                 self.scores[(path, todo[p])] = r
             self.n_hits += len(pos)
@@ -113,10 +111,10 @@ class _Store:
         (flush: all of them)."""
         if not texts:
             return
-        if not self.run.enc.weights_loaded:
-            self.run.load_weights()
+        if not self.ctx.enc.weights_loaded:
+            self.ctx.load_weights()
         t0 = time.monotonic()
-        self.pending.append((path, list(texts), self.run.enc.submit(image, texts), t0))
+        self.pending.append((path, list(texts), self.ctx.enc.submit(image, texts), t0))
         self.in_flight.update((path, t) for t in texts)
         while len(self.pending) > self.depth:
             self._collect()
@@ -144,35 +142,35 @@ class JointScorer(PairScorer):
     """Scores of a JointModel (module docstring): scores and the text-prior controls; no embeddings."""
 
     provides = frozenset({"scores", "prior"})
+    gives_words = "it scores a pair jointly and gives"
 
-    def score(
-        self, run, pairs_list, text_cos=False, keep_embeddings=False, controls=False, hard_positives=(), relative=False
-    ):
+    def score(self, ctx, request):
         import numpy as np
 
-        records, texts_of_slot = run.records, run.bank.calls.texts
-        ahead = run.lookahead
-        waited, run.ahead = ahead.settle(run.enc) if ahead is not None else (0.0, None)
-        path_of = {k: os.path.join(run.image_root, records[k][1]["image_path"]) for k in range(len(records))}
-        own = {k: list(records[k][1]["orig_captions"]) for k in run.mine}
+        pairs_list, controls, relative = list(request.pairs), request.controls, request.relative
+        records, texts_of_slot = ctx.records, ctx.bank.calls.texts
+        ahead = ctx.lookahead
+        waited, done_ahead = ahead.settle(ctx.enc) if ahead is not None else (0.0, None)
+        path_of = {k: os.path.join(ctx.image_root, records[k][1]["image_path"]) for k in range(len(records))}
+        own = {k: list(records[k][1]["orig_captions"]) for k in ctx.mine}
         for pairs in pairs_list:
             for k, b, s in zip(pairs.rec, pairs.base_slot, pairs.slot):
                 own[k] += (texts_of_slot[b], texts_of_slot[s])
         own = {k: list(dict.fromkeys(v)) for k, v in own.items()}
         if ahead is not None:  # the later models' tokenizing and decoding, while this one scores
-            ahead.start(run.enc, run.bank.calls, list(dict.fromkeys(path_of[k] for k in run.mine)))
-        store, started = _Store(run), time.perf_counter()
-        prior_n = setting(run.config, "PRIOR_IMAGES") if controls else 0
+            ahead.start(ctx.enc, ctx.bank.calls, list(dict.fromkeys(path_of[k] for k in ctx.mine)))
+        store, started = _Store(ctx), time.perf_counter()
+        prior_n = ctx.prior_images if controls else 0
         with store.writing():
-            failed, why, n_decoded = self._own_and_before(run, own, path_of, store, prior_n)
-            readable = self._readable(run, failed)
+            failed, why, n_decoded = self._own_and_before(ctx, own, path_of, store, prior_n)
+            readable = self._readable(ctx, failed)
             n = len(readable)
             j_max = min(prior_n, n - 1) if n >= 2 else 0
-            n_decoded += self._neighbours(run, own, path_of, store, readable, j_max, relative and n >= 2)
+            n_decoded += self._neighbours(ctx, own, path_of, store, readable, j_max, relative and n >= 2)
         # (the images' decoding and the model's forwards, beside each other: one phase)
-        run.seconds.update(lookahead_wait=waited, pair_scores=round(time.perf_counter() - started, 3))
+        seconds = dict(lookahead_wait=waited, pair_scores=round(time.perf_counter() - started, 3))
         scoring_started = time.perf_counter()
-        ok = [k for k in run.mine if k not in failed]
+        ok = [k for k in ctx.mine if k not in failed]
         good = set(ok)
         if failed:
             pairs_list = [p.subset([j for j, k in enumerate(p.rec) if k in good]) for p in pairs_list]
@@ -187,9 +185,9 @@ class JointScorer(PairScorer):
                 nexts = [[path_of[readable[(place[k] + j) % n]] for j in range(1, j_max + 1)] for k in pairs.rec]
                 pairs.prior_base = self._prior(s, nexts, base)
                 pairs.prior = self._prior(s, nexts, pairs.text)
-        for f, p in hard_positives:  # (no text embeddings: the text-only outcome is not known)
+        for f, p in request.hard_positives:  # (no text embeddings: the text-only outcome is not known)
             mark_hard_positives(pairs_list[f], pairs_list[p], None, None)
-        rel = self._relative_parts(records, own, path_of, s, readable, run.mine, good) if relative and n >= 2 else []
+        rel = self._relative_parts(records, own, path_of, s, readable, ctx.mine, good) if relative and n >= 2 else []
         bad = [(k, t) for (k, t) in ((k, t) for k in ok for t in own[k]) if not np.isfinite(s[(path_of[k], t)])]
         nonfinite = {"images": 0, "texts": len(bad), "first_image": None, "first_text": bad[0][1] if bad else None}
         unread = list(dict.fromkeys(path_of[k] for k in failed))
@@ -202,18 +200,18 @@ class JointScorer(PairScorer):
         }
         for item in report["failed_images"]:
             print(
-                f"warning: {run.enc.name}: skipping unreadable image {item['path']} ({item['error']})", file=sys.stderr
+                f"warning: {ctx.enc.name}: skipping unreadable image {item['path']} ({item['error']})", file=sys.stderr
             )
         n_samples = sum(1 for k in ok if records[k][1]["orig_captions"])
         looked = store.n_hits + store.n_computed
         resumed = None
-        if run.cache is not None:
-            run.cache.stats["pair_hits"] = store.n_hits
+        if ctx.cache is not None:
+            ctx.cache.stats["pair_hits"] = store.n_hits
             resumed = {"pairs": [store.n_hits, looked]}
             if store.n_hits:
                 print(
-                    f"{run.enc.name}: from the cache: {store.n_hits:,} of {looked:,} image-text scores"
-                    + ("" if run.enc.weights_loaded else " (all of them: the model's weights were not loaded)"),
+                    f"{ctx.enc.name}: from the cache: {store.n_hits:,} of {looked:,} image-text scores"
+                    + ("" if ctx.enc.weights_loaded else " (all of them: the model's weights were not loaded)"),
                     flush=True,
                 )
         return Scored(
@@ -231,27 +229,56 @@ class JointScorer(PairScorer):
             scoring_started=scoring_started,
             prior_images=j_max if controls else None,
             relative=rel,
+            seconds=seconds,
+            ahead=done_ahead,
         )
 
-    def _own_and_before(self, run, own, path_of, store, prior_n):
+    def not_finite(self, images, texts):
+        return f"{texts} image-text scores are"
+
+    def score_images(self, ctx, scored, request):
+        """Each altered image scored with the captions of the records it was made for (from the cache where
+        there, keyed by the item's cache key; the weights loaded only when a score is not). The captions'
+        scores with their originals are `scored`'s own (its first Pairs: the captions)."""
+        store = _Store(ctx)
+        jobs = list(zip(request.items, request.captions))
+        todo = [(j, item, store.missing(item, texts)) for j, (item, texts) in enumerate(jobs)]
+        todo = [(j, item, texts) for j, item, texts in todo if texts]
+        failed, n = {}, 0
+        with store.writing():
+            for (j, item, texts), (_, img, err) in zip(todo, decoded(ctx, [item for _, item, _ in todo])):
+                n += 1
+                if err is not None:
+                    failed[j] = err
+                    continue
+                store.compute(item, img, texts)
+        sources = {
+            "num": len(request.items),
+            "decoded": n,
+            "from_pixel_memory": 0,
+            "from_cache": len(request.items) - n - len(failed),
+        }
+        return JointImages(store.scores, request.items, failed, sources, scored, ctx.records)
+
+    def _own_and_before(self, ctx, own, path_of, store, prior_n):
         """Phase one, this process's records in file order: each image with its own texts and (one process)
         those of the prior_n readable records before it. Returns (records whose image cannot be read,
         {path: why}, images decoded). An image whose own texts are all cached is not decoded (its file
         stands)."""
-        records, failed, decoding, why = run.records, set(), [], {}
-        for k in run.mine:
+        records, failed, decoding, why = ctx.records, set(), [], {}
+        for k in ctx.mine:
             path = path_of[k]
             if store.image_key(path) is None:
                 failed.add(k)
                 why[path] = "FileNotFoundError: no such file" if not os.path.exists(path) else "OSError: cannot stat"
             elif store.missing(path, own[k]):
                 decoding.append(k)
-        images = decoded(run, list(dict.fromkeys(path_of[k] for k in decoding)))
+        images = decoded(ctx, list(dict.fromkeys(path_of[k] for k in decoding)))
         uses = {}
         for k in decoding:  # (records sharing an image: it is decoded once and kept until its last one)
             uses[path_of[k]] = uses.get(path_of[k], 0) + 1
         got, before, n = {}, [], 0
-        for k in run.mine:
+        for k in ctx.mine:
             if k in failed:
                 continue
             path = path_of[k]
@@ -269,38 +296,38 @@ class JointScorer(PairScorer):
                     why[path] = err
                     continue
                 texts = list(own[k])
-                if run.world == 1:
+                if ctx.world == 1:
                     texts += [t for r in before[-prior_n:] if prior_n for t in own[r]]
                 store.compute(path, img, store.missing(path, texts))
             if records[k][1]["orig_captions"]:
                 before.append(k)
         return failed, why, n
 
-    def _readable(self, run, failed):
+    def _readable(self, ctx, failed):
         """Every process's readable records with captions, in file order (all_gathered under torchrun)."""
-        records = run.records
+        records = ctx.records
         every = set(failed)
-        if run.world > 1:
-            every = {k for part in run.all_gathered(sorted(failed)) for k in part}
+        if ctx.world > 1:
+            every = {k for part in ctx.gather(sorted(failed)) for k in part}
         return [k for k in range(len(records)) if k not in every and records[k][1]["orig_captions"]]
 
-    def _neighbours(self, run, own, path_of, store, readable, j_max, relative):
+    def _neighbours(self, ctx, own, path_of, store, readable, j_max, relative):
         """Phase two: the pairs phase one could not reach (each of this process's records' texts with the
         images of the j_max records after it; with relative, the captions with the next image), decoded
         again where needed. Returns the images decoded."""
         place = {k: p for p, k in enumerate(readable)}
         need = {}
-        for k in run.mine:
+        for k in ctx.mine:
             if k not in place:
                 continue
             for j in range(1, max(j_max, 1 if relative else 0) + 1):
                 path = path_of[readable[(place[k] + j) % len(readable)]]
-                texts = own[k] if j <= j_max else run.records[k][1]["orig_captions"]
+                texts = own[k] if j <= j_max else ctx.records[k][1]["orig_captions"]
                 need.setdefault(path, []).extend(texts)
         todo = {path: store.missing(path, texts) for path, texts in need.items()}
         todo = {p: t for p, t in todo.items() if t}
         n = 0
-        for path, img, err in decoded(run, list(todo)):
+        for path, img, err in decoded(ctx, list(todo)):
             n += 1
             if err is not None:  # (read once, not now: a file changed under the run)
                 raise OSError(f"{path}: could not be read again ({err})")
@@ -333,21 +360,28 @@ class JointScorer(PairScorer):
         return parts
 
 
-def score_items(run, jobs):
-    """Score a joint model's texts against images that are not records' own (lgip.image_side's altered
-    images: AlteredImage items, made from their decoded sources in the loader's workers): `jobs`, a list of
-    (item, texts). Returns ({(item, text): score}, {job index: why it could not be made}, images decoded).
-    Scores come from the cache where there (keyed by the item's cache key), the weights loaded only when
-    one is not."""
-    store = _Store(run)
-    todo = [(j, item, store.missing(item, texts)) for j, (item, texts) in enumerate(jobs)]
-    todo = [(j, item, texts) for j, item, texts in todo if texts]
-    failed, n = {}, 0
-    with store.writing():
-        for (j, item, texts), (_, img, err) in zip(todo, decoded(run, [item for _, item, _ in todo])):
-            n += 1
-            if err is not None:
-                failed[j] = err
-                continue
-            store.compute(item, img, texts)
-    return store.scores, failed, n
+class JointImages(ImageScores):
+    """Altered images scored jointly: no embeddings, so no gallery (LGIP_SPEC.md 13)."""
+
+    no_gallery = (
+        "no text-to-image search: the model scores a pair jointly, and a gallery needs every "
+        "caption scored with every image (LGIP_SPEC.md 13)"
+    )
+
+    def __init__(self, scores, items, failed, sources, scored, records):
+        import numpy as np
+
+        self.scores, self.items, self.failed, self.sources, self.records = scores, items, failed, sources, records
+        own = scored.pairs[0]
+        self.base_of = {(k, i): v for k, i, v in zip(own.rec, own.cap, np.asarray(own.sim).tolist())}
+
+    def original(self, rec, cap, slot):
+        import numpy as np
+
+        return np.array([self.base_of[(k, i)] for k, i in zip(rec.tolist(), cap.tolist())], dtype=np.float64)
+
+    def altered(self, item, rec, cap, slot):
+        import numpy as np
+
+        captions = [self.records[k][1]["orig_captions"][i] for k, i in zip(rec.tolist(), cap.tolist())]
+        return np.array([self.scores[(self.items[a], c)] for a, c in zip(item.tolist(), captions)], dtype=np.float64)
