@@ -60,7 +60,7 @@ VERBOSE = True  # True: every line (paths written, comparisons, notes); False: t
 CONFIG = common.configure(globals())
 PUBLISHED_TEXT_BATCH = 64  # the captions as run_lgip_multi.py and run_lgip_by_fliptype.py
 #   call them: the same cache keys
-_EXAMPLES = []  # the examples' folder, once written in this call (the pixels are every model's)
+_examples_saved = False  # True once this call has written SAVE_EXAMPLES' images (the pixels are every model's)
 
 
 def caption_calls(records, ks, calls):
@@ -83,9 +83,7 @@ def evaluate(run):
             f"galleries need embeddings (t2i figures left out)",
             flush=True,
         )
-    side = common.ImageSide(
-        run, scored, captions, common.check_kinds(KINDS), SEED
-    ).encode()  # every process agrees on N
+    side = common.ImageSide(run, scored, captions, common.check_kinds(KINDS), SEED).encode()  # (N agreed by all)
     run.phase_done("altered_images")
     mine = side.part()
     scored.text_embeddings = None  # (the galleries have what they need: the text table's memory back)
@@ -94,9 +92,7 @@ def evaluate(run):
         return None
     figures, pairs = side.figures(parts, GALLERY_SIZE, BOOTSTRAP, BOOTSTRAP_SEED)
     run.phase_done("image_side")
-    run.compare(
-        "image_sensitivity_pos_rate", None, *common.image_flip_positives(pairs)
-    )  # (paired comparisons, 9 and 12)
+    run.compare("image_sensitivity_pos_rate", None, *common.image_flip_positives(pairs))  # (comparisons: 9, 12)
     m = {"model_tag": run.enc.name, **figures}
     if side.offset is None and any(k in ("mix", "patch") for k in side.kinds):
         print(
@@ -104,11 +100,11 @@ def evaluate(run):
             f"record's image); their figures are None",
             flush=True,
         )
-    if SAVE_EXAMPLES and not _EXAMPLES:
+    global _examples_saved
+    if SAVE_EXAMPLES and not _examples_saved:
         folder = common.metrics_path(JSONL_PATH, "LGIP_images_examples")
-        _EXAMPLES.append(
-            common.save_examples(folder, run.records, side.readable, run.image_root, side.kinds, SEED, SAVE_EXAMPLES)
-        )
+        common.save_examples(folder, run.records, side.readable, run.image_root, side.kinds, SEED, SAVE_EXAMPLES)
+        _examples_saved = True
         print(f"-> {folder}: the altered images of {min(SAVE_EXAMPLES, side.n)} record(s), to look at", flush=True)
     if WRITE_SCORES:
         sidecar = common.ScoreSidecar(run.records, run.enc.score_kind)
@@ -139,7 +135,8 @@ def run(**constants):
     with common.script_call(globals(), constants) as config:
         common.check_kinds(config["KINDS"]), common.check_seed(config["SEED"])  # before any model's work
         common.check_gallery_size(config["GALLERY_SIZE"]), common.require_int(config, "SAVE_EXAMPLES", 0)
-        _EXAMPLES.clear()
+        global _examples_saved
+        _examples_saved = False
         results = common.run_evaluation(__file__, config, (), evaluate, summary)
         if results is not None:
             common.detail("->", common.write_rows(common.metrics_path(JSONL_PATH, "LGIP_images.metrics.json"), results))

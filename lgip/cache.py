@@ -19,11 +19,11 @@ import time
 
 from .alterations import AlteredImage
 from .errors import CacheError, OutputError
+from .memory import KEPT
 from .models.families import FAMILIES
 from .util import package_versions
 from .outputs import atomic_open, write_json
 
-_UNWRITABLE = {}  # cache root -> why its chunks could not be written: said once, and this process writes there no more
 _SAYING = threading.Lock()  # (the text and image writers' threads may fail at once)
 
 
@@ -102,7 +102,12 @@ class ModelCache:
         self.fp16 = enc.rounds_to_fp16  # then stored rows are fp16 values
         self._index = {}
         # write_error: why this run stopped writing the cache (None: it did not)
-        self.stats = {"image_hits": 0, "text_hits": 0, "corrupt_chunks": 0, "write_error": _UNWRITABLE.get(self.root)}
+        self.stats = {
+            "image_hits": 0,
+            "text_hits": 0,
+            "corrupt_chunks": 0,
+            "write_error": KEPT.unwritable.get(self.root),
+        }
         if self.writable:
             meta = os.path.join(self.dir, "meta.json")
             try:
@@ -122,9 +127,9 @@ class ModelCache:
         why = e.reason if isinstance(e, OutputError) else (e.strerror or str(e))
         with _SAYING:
             self.stats["write_error"] = why
-            if self.root in _UNWRITABLE:
+            if self.root in KEPT.unwritable:
                 return
-            _UNWRITABLE[self.root] = why
+            KEPT.unwritable[self.root] = why  # (said once: this process writes there no more)
         print(
             f"warning: the embedding cache cannot be written ({path}: {why}); the run goes on without caching "
             f"the rest: its results are the same, what is cached stays usable, and a re-run encodes again what "

@@ -21,68 +21,33 @@ from .model_loop import ModelLoop
 from .models.cards import model_card
 from .util import Timer, provenance
 from .outputs import OUTPUTS
-from .filenames import OUTPUT_DIR, metrics_path
+from .filenames import metrics_path
 from .records import load_records
 from .models.encoder import resolve_device
 from .models import cacheable, key_encoder, load_model
-from .tokens import _TOKEN_TABLES
-from .cache import _UNWRITABLE, ModelCache
-from .pixel_memory import _PIXEL_MEMORY
-from .texts import RunCalls, TextBank, TextCalls, _LAST_PLAN, resolve_text_batch_size
+from .cache import ModelCache
+from .memory import KEPT, forget_work, swap
+from .texts import RunCalls, TextBank, TextCalls, resolve_text_batch_size
 from .lookahead import Lookahead
 from .scorers import Context, ImageRequest, ScoreRequest, for_gathering, gives, leave_out, merged, scorer_for
 from .console import detail
 from .controls import Comparisons
 from .ranks import _gather, distributed, is_main_process  # noqa: F401 (is_main_process: common.py's)
 from .results import write_rows
-from .scorefile import _SCORE_LAYOUT
-
-
-_LAST_CALLS = []  # [(build, records, rank, world), RunCalls]: the next model of the run adopts them (ModelRun.pairs)
 
 
 def forget_token_tables():
     """Drop the shared TokenTables, the last prefix plan, the last run's calls and score-file
     layout (a fresh process's state: bench.py times tokenizing and building the pairs too)."""
-    _TOKEN_TABLES.clear()
-    _LAST_PLAN.clear()
-    _LAST_CALLS.clear()
-    _SCORE_LAYOUT.clear()
+    forget_work()
 
 
 def swap_process_state(state=None):
-    """What one process keeps across its models (shared token tables, the last prefix plan,
-    the last run's calls and pairs and score-file layout, remembered pixels, the cache folders it
-    could not write), taken out and replaced by `state` (None: empty, a fresh process's):
-    bench.py runs passes of one simulated run between passes that must start fresh."""
-    old = {
-        "token_tables": dict(_TOKEN_TABLES),
-        "plan": list(_LAST_PLAN),
-        "calls": list(_LAST_CALLS),
-        "pixels": list(_PIXEL_MEMORY),
-        "score_layout": list(_SCORE_LAYOUT),
-        "unwritable": dict(_UNWRITABLE),
-        "output_dir": list(OUTPUT_DIR),
-    }
-    state = state or {
-        "token_tables": {},
-        "plan": [],
-        "calls": [],
-        "pixels": [],
-        "score_layout": [],
-        "unwritable": {},
-        "output_dir": [],
-    }
-    OUTPUT_DIR[:] = state["output_dir"]
-    _TOKEN_TABLES.clear()
-    _TOKEN_TABLES.update(state["token_tables"])
-    _LAST_PLAN[:] = state["plan"]
-    _LAST_CALLS[:] = state["calls"]
-    _PIXEL_MEMORY[:] = state["pixels"]
-    _SCORE_LAYOUT[:] = state["score_layout"]
-    _UNWRITABLE.clear()
-    _UNWRITABLE.update(state["unwritable"])
-    return old
+    """What one process keeps across its models (lgip.memory: shared token tables, the last prefix plan,
+    the last run's calls and score-file layout, remembered pixels, the cache folders it could not write,
+    the output folder), taken out and replaced by `state` (None: empty, a fresh process's): a script's
+    call from Python (lgip.entry), and bench.py's passes that must start fresh."""
+    return swap(state)
 
 
 def eval_run_info(script, config, enc, image_report, n_records, scored=None, records=None):
@@ -200,14 +165,14 @@ class ModelRun:
             pairs = build(self.records, self.ok, calls)
             self.bank.calls = calls
             return pairs
-        last = _LAST_CALLS[0] if _LAST_CALLS else None
+        last = KEPT.calls[0] if KEPT.calls is not None else None
         if last is not None and last[0] is build and last[1] is self.records and last[2:] == (self.rank, self.world):
-            self.bank.adopt(_LAST_CALLS[1])
+            self.bank.adopt(KEPT.calls[1])
         else:
             calls = TextCalls()
             pairs = build(self.records, self.ok, calls)
             self.bank.calls, self.bank.run_calls = calls, RunCalls(calls.copy(), pairs)
-            _LAST_CALLS[:] = [(build, self.records, self.rank, self.world), self.bank.run_calls]
+            KEPT.calls = ((build, self.records, self.rank, self.world), self.bank.run_calls)
         return [copy.copy(p) for p in self.bank.run_calls.pairs]
 
     def score(

@@ -8,6 +8,8 @@ names (`metrics_path`), so a script and its readers never disagree on where a fi
 
 import os
 
+from .memory import KEPT
+
 
 def default_output(input_path, suffix, prefix=""):
     """`<prefix><input stem><suffix>` next to the input."""
@@ -15,19 +17,16 @@ def default_output(input_path, suffix, prefix=""):
     return os.path.join(folder, prefix + os.path.splitext(name)[0] + suffix)
 
 
-OUTPUT_DIR = []  # [folder] while a script's OUTPUT_DIR is set (lgip.cli, lgip.entry): its outputs go there
-
-
 def set_output_dir(config):
     """Send every `metrics_path` (a script's outputs, and where report.py and run_all look for them) to
     the script's OUTPUT_DIR; none set: beside the input. The folder is made by the first output written there
     (lgip.outputs), so a run that stops before its work leaves none behind."""
     folder = config.get("OUTPUT_DIR")
-    OUTPUT_DIR[:] = [os.path.abspath(folder)] if folder is not None else []
+    KEPT.output_dir = os.path.abspath(folder) if folder is not None else None
 
 
 def metrics_path(jsonl_path, suffix):
     """`<input stem>__<suffix>` next to the input, or in the OUTPUT_DIR in force."""
-    if OUTPUT_DIR:
-        return os.path.join(OUTPUT_DIR[0], os.path.splitext(os.path.basename(jsonl_path))[0] + "__" + suffix)
+    if KEPT.output_dir is not None:
+        return os.path.join(KEPT.output_dir, os.path.splitext(os.path.basename(jsonl_path))[0] + "__" + suffix)
     return default_output(jsonl_path, "__" + suffix)

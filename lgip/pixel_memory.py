@@ -5,6 +5,7 @@ per geometry, not once per model."""
 import os
 
 from .errors import ModelError
+from .memory import KEPT
 
 
 def resolve_pixel_memory(value):
@@ -103,14 +104,11 @@ class PixelMemory:
         return out
 
 
-_PIXEL_MEMORY = []
-
-
 def pixel_memory(budget):
     """The process's PixelMemory (created on first use; its budget follows the latest caller)."""
-    if not _PIXEL_MEMORY:
-        _PIXEL_MEMORY.append(PixelMemory(budget))
-    memory = _PIXEL_MEMORY[0]
+    if KEPT.pixels is None:
+        KEPT.pixels = PixelMemory(budget)
+    memory = KEPT.pixels
     with memory.lock:
         memory.budget = budget
         while memory.bytes > budget and memory.geometries:  # a smaller budget: least recently used go first
@@ -120,4 +118,4 @@ def pixel_memory(budget):
 
 def forget_pixels():
     """Drop remembered pixels (a fresh process's state: bench.py times decoding too)."""
-    _PIXEL_MEMORY.clear()
+    KEPT.pixels = None

@@ -14,6 +14,7 @@ import os
 import sys
 
 from . import accelerations
+from .memory import KEPT
 from .errors import InputError, OutputError
 from .util import finite_number
 from .outputs import atomic_open
@@ -46,11 +47,6 @@ def _json_values(values):
 def _rounded(values, digits=6):
     """round(float(v), digits) of each value (Python's correctly rounded round, not numpy's)."""
     return [round(v, digits) for v in map(float, values.tolist() if hasattr(values, "tolist") else values)]
-
-
-# [(the objects and values it was made from), _ScoreLayout]: the last score file's layout, for the run's next model
-# (~0.4 GB at 40,000 images)
-_SCORE_LAYOUT = []
 
 
 def _rounded_json(values):
@@ -263,16 +259,16 @@ class ScoreSidecar:
         ]
         if not accelerations.SHARED_SCORE_LAYOUT:
             return _ScoreLayout(self.records, groups)
-        if _SCORE_LAYOUT:
-            (last_objects, last_values), layout = _SCORE_LAYOUT
+        if KEPT.score_layout is not None:
+            (last_objects, last_values), layout = KEPT.score_layout
             if (
                 len(last_objects) == len(objects)
                 and all(map(operator.is_, last_objects, objects))
                 and last_values == values
             ):
                 return layout
-        _SCORE_LAYOUT[:] = [(objects, values), _ScoreLayout(self.records, groups)]
-        return _SCORE_LAYOUT[1]
+        KEPT.score_layout = ((objects, values), _ScoreLayout(self.records, groups))
+        return KEPT.score_layout[1]
 
     def text(self):
         """The file's text."""

@@ -10,14 +10,12 @@ length or packed by shared prefix (`TextBank`); what a run's models share of the
 import time
 
 from . import accelerations
+from .memory import KEPT
 from .models import prefix_packs
 from .errors import ModelError
 from .util import default_num_workers, progress
 from .tokens import TokenTable, _TextChunks, _identity, padded_ids, shared_token_table
 from .device import _DeviceRows, _Rows, _upload_in_groups
-
-
-_LAST_PLAN = []  # [(token table, rows digest, size, packs per batch), plan]: the next model of the family reuses it
 
 
 def resolve_text_batch_size(value, device):
@@ -339,12 +337,13 @@ class TextBank:
         size = max(prefix_packs.PACK_NODES, int(tokens.packed()[2][rows].max()))  # a pack holds at least one whole text
         ppb = max(1, batch_size * prefix_packs.PACK_TOKENS_PER_TEXT // size)
         key = (hashlib.sha1(rows.tobytes()).hexdigest(), size, ppb)  # a table only grows: a row's ids never change
-        if accelerations.SHARED_TOKENS and _LAST_PLAN and _LAST_PLAN[0][0] is tokens and _LAST_PLAN[0][1:] == key:
-            return _LAST_PLAN[1]
+        last = KEPT.plan
+        if accelerations.SHARED_TOKENS and last is not None and last[0][0] is tokens and last[0][1:] == key:
+            return last[1]
         plan = prefix_packs.PrefixPacks(
             *tokens.packed(), rows, size=size, packs_per_batch=ppb, sort_columns=prefix_packs.PACK_SORT_COLUMNS
         )
-        _LAST_PLAN[:] = [(tokens, *key), plan] if accelerations.SHARED_TOKENS else []
+        KEPT.plan = ((tokens, *key), plan) if accelerations.SHARED_TOKENS else None
         return plan
 
     def _packs_on_device(self, plan, todo, max_ints=1 << 23):

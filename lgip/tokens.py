@@ -8,9 +8,7 @@ processes, and the table shared by the models of a process that tokenize alike
 import itertools
 
 from . import accelerations
-
-
-_TOKEN_TABLES = {}
+from .memory import KEPT
 
 
 def shared_token_table(key):
@@ -20,18 +18,19 @@ def shared_token_table(key):
     is kept at a time."""
     if not accelerations.SHARED_TOKENS:
         return TokenTable()
-    if key not in _TOKEN_TABLES:
-        _TOKEN_TABLES.clear()
-        _TOKEN_TABLES[key] = TokenTable()
-    return _TOKEN_TABLES[key]
+    tables = KEPT.token_tables
+    if key not in tables:
+        tables.clear()
+        tables[key] = TokenTable()
+    return tables[key]
 
 
 def install_token_table(key, table):
     """Make `table` (filled ahead, see Lookahead) the shared table of its tokenization."""
     if not accelerations.SHARED_TOKENS:
         return
-    _TOKEN_TABLES.clear()
-    _TOKEN_TABLES[key] = table
+    KEPT.token_tables.clear()
+    KEPT.token_tables[key] = table
 
 
 def _identity(x):

@@ -275,7 +275,7 @@ def test_run_twice_in_one_process_with_a_model_in_memory(tmp_path):
     layouts, lookahead threads), the constants and the caller's model come back as they were, and
     the second call (another model, other settings) equals the same call made alone."""
     import run_lgip_multi
-    from lgip import evaluation, pixel_memory, scorefile, texts, tokens
+    from lgip.memory import KEPT, Kept
 
     jsonl = copy_input(str(tmp_path), "run_lgip_multi.py")
     first = user_loaders.openclip_tiny()
@@ -295,13 +295,7 @@ def test_run_twice_in_one_process_with_a_model_in_memory(tmp_path):
     a = call(first, PIXEL_MEMORY_GB=1.0)
     after = _state_of(first[0])
     assert before[:2] == after[:2] and all(torch.equal(x, y) for x, y in zip(before[2], after[2]))
-    assert not (
-        tokens._TOKEN_TABLES
-        or texts._LAST_PLAN
-        or evaluation._LAST_CALLS
-        or pixel_memory._PIXEL_MEMORY
-        or scorefile._SCORE_LAYOUT
-    )
+    assert KEPT == Kept()  # (lgip.memory: what the call kept, gone with it)
     assert {k: getattr(run_lgip_multi, k) for k in defaults} == defaults and threading.active_count() == threads
     assert a[0]["run"]["cache"]["dir"] is None and a[0]["run"]["model"]["in_memory"]
     assert a[0]["run"]["config"]["MODELS"][0]["loader"] == [

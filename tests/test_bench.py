@@ -14,7 +14,8 @@ from lgip.cli import configure
 from lgip.models.encoder import SIGLIP_TEXT_LENGTH
 from lgip.models import load_model
 from lgip.records import load_records
-from lgip.tokens import _TOKEN_TABLES, shared_token_table
+from lgip.memory import KEPT
+from lgip.tokens import shared_token_table
 
 from conftest import OPENCLIP_TINY, ROOT, SIGLIP_TINY, run_script
 
@@ -169,7 +170,7 @@ def test_at_scale_passes_run_as_one_process(tmp_path, monkeypatch):
         if jobs[1]["state"] == "done":
             assert third["image_sources"]["from_pixel_memory"] == 3
     assert all(r["speedup_at_scale"] > 0 for r in done)
-    assert _TOKEN_TABLES == {("marker",): marker}  # the state from before the sequence
+    assert KEPT.token_tables == {("marker",): marker}  # the state from before the sequence
 
 
 def test_compare_outputs_tells_a_second_runs_times_from_a_changed_figure(tmp_path):

@@ -14,7 +14,8 @@ from lgip.lookahead import Lookahead
 from lgip.models import FAMILIES, load_model
 from lgip.pixel_memory import PixelMemory
 from lgip.texts import TextCalls
-from lgip.tokens import _TOKEN_TABLES, shared_token_table
+from lgip.memory import KEPT
+from lgip.tokens import shared_token_table
 from conftest import OPENCLIP_TINY, SIGLIP_TINY, TEXTS, image_paths
 
 
@@ -201,7 +202,7 @@ def test_a_stuck_lookahead_job_is_abandoned(enc, monkeypatch):
         time.sleep(0.05)
     waited, report = ahead.settle(sig)
     assert 0.5 < waited < 30 and report[0]["state"] == "abandoned"
-    assert sig.tokenizer_key not in _TOKEN_TABLES  # nothing half-done is handed over
+    assert sig.tokenizer_key not in KEPT.token_tables  # nothing half-done is handed over
     t0 = time.time()
     ahead.close()
     assert time.time() - t0 < 10 and not ahead._thread.is_alive()

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from lgip.records import dump_jsonl_line
-from lgip.scorefile import PerModel, ScoreSidecar, _SCORE_LAYOUT, _json_values, _rounded, _rounded_json
+from lgip.memory import KEPT
+from lgip.scorefile import PerModel, ScoreSidecar, _json_values, _rounded, _rounded_json
 from lgip.scoring import Pairs
 from conftest import CASES
 
@@ -141,7 +142,7 @@ def _rescored(pairs, rng):
 def test_later_models_score_files_reuse_the_layout_and_equal_a_fresh_one():
     rng = np.random.default_rng(5)
     records, para, flips, combined, flip_types, strength = _score_groups(rng)
-    _SCORE_LAYOUT.clear()
+    KEPT.score_layout = None
     layouts = []
     for model in range(4):  # a run's models: the same pair lists and labels, new similarities
         p, f, c = (_rescored(x, rng) for x in (para, flips, combined))
@@ -159,7 +160,7 @@ def test_later_models_score_files_reuse_the_layout_and_equal_a_fresh_one():
             )
             files.append(list(sidecar.lines()))
         assert files[0] == files[1]
-        layouts.append(_SCORE_LAYOUT[1])
+        layouts.append(KEPT.score_layout[1])
     assert layouts[1] is layouts[0] and layouts[2] is not layouts[0] and layouts[3] is not layouts[2]
     sub = flips.subset(list(range(0, len(flips), 2)))  # (a model whose failed images dropped pairs: other lists)
     sub.base_sim, sub.sim = rng.normal(size=len(sub)), rng.normal(size=len(sub))
@@ -167,7 +168,7 @@ def test_later_models_score_files_reuse_the_layout_and_equal_a_fresh_one():
     for sidecar in (_DictSidecar(records), ScoreSidecar(records)):
         sidecar.add("flips", sub, type=sub.label)
         files.append(list(sidecar.lines()))
-    assert files[0] == files[1] and _SCORE_LAYOUT[1] not in layouts
+    assert files[0] == files[1] and KEPT.score_layout[1] not in layouts
 
 
 def test_rounded_similarities_are_written_as_round_and_repr_write_them():

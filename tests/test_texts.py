@@ -18,7 +18,8 @@ from lgip.evaluation import ModelRun, forget_token_tables, swap_process_state
 from lgip.models import load_model
 from lgip.models.prefix_packs import PrefixPacks
 from lgip.records import load_records
-from lgip.texts import TextBank, _LAST_PLAN, resolve_text_batch_size
+from lgip.memory import KEPT
+from lgip.texts import TextBank, resolve_text_batch_size
 from lgip.tokens import TokenTable, _pack
 from conftest import FIXTURES, OPENCLIP_TINY, TEXTS, UNEVEN_TEXTS
 
@@ -254,7 +255,7 @@ def test_prefix_plan_is_reused_by_the_next_model_of_a_family(enc):
     other.add(PREFIX_TEXTS, *_pack(enc.tokenize(PREFIX_TEXTS)))
     assert TextBank._plan(other, rows, 64) is not TextBank._plan(tokens, rows, 64)
     forget_token_tables()
-    assert not _LAST_PLAN
+    assert KEPT.plan is None
 
 
 @pytest.mark.parametrize("family,protocol", [("openclip", "corrected"), ("siglip", "reference")])
