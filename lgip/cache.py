@@ -16,6 +16,7 @@ import re
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 from .alterations import AlteredImage
 from .errors import CacheError, OutputError
@@ -209,6 +210,68 @@ class ModelCache:
 
     def writer(self, kind):
         return _ChunkWriter(self, kind)
+
+
+class PairScores:
+    """A model's scores by (image, text): those known (looked up in the cache, or added), the cache's "pair"
+    entries keyed by the image's key (image_cache_key: an altered image's too) and the text; what is added is
+    written to the cache in whole chunks (`writing`). A scorer that scores pairs one image at a time keeps its
+    scores here (lgip.scorers.joint); `flush` is where a subclass hands over what it still computes."""
+
+    def __init__(self, cache):
+        self.cache, self.scores, self.image_keys, self.n_added, self.n_hits = cache, {}, {}, 0, 0
+        self.writer = cache.writer("pair") if cache is not None else None
+
+    @contextmanager
+    def writing(self):
+        """The block that computes scores: at its end (after `flush`) the cache's last chunk is written; should
+        it fail (or be interrupted), the whole chunks handed over are kept and the rest dropped."""
+        try:
+            yield self
+            self.flush()
+        except BaseException:
+            if self.writer is not None:
+                self.writer.abandon()
+            raise
+        if self.writer is not None:
+            self.writer.close()
+
+    def flush(self):
+        """Scores still being computed, added (none here)."""
+
+    def image_key(self, path):
+        """The image's cache key, or None when its file cannot be stat'ed (missing: unreadable)."""
+        if path not in self.image_keys:
+            try:
+                self.image_keys[path] = image_cache_key(path)
+            except OSError:
+                self.image_keys[path] = None
+        return self.image_keys[path]
+
+    def _keys(self, path, texts):
+        return [pair_cache_key(self.image_key(path), json.dumps(t, ensure_ascii=False)) for t in texts]
+
+    def missing(self, path, texts):
+        """The texts of `texts` whose score with `path` is known neither here nor in the cache (looked up)."""
+        todo = [t for t in dict.fromkeys(texts) if (path, t) not in self.scores]
+        if todo and self.cache is not None and self.image_key(path) is not None:
+            pos, rows = self.cache.lookup("pair", self._keys(path, todo))
+            for p, r in zip(pos, rows[:, 0].tolist() if rows is not None else []):
+                self.scores[(path, todo[p])] = r
+            self.n_hits += len(pos)
+            found = set(pos)
+            todo = [t for j, t in enumerate(todo) if j not in found]
+        return todo
+
+    def add(self, path, texts, values, since=None):
+        """The scores of `texts` with `path`, computed (since: time.monotonic() when their work began)."""
+        import torch
+
+        for t, v in zip(texts, values):
+            self.scores[(path, t)] = float(v)
+        self.n_added += len(texts)
+        if self.writer is not None and self.image_key(path) is not None:
+            self.writer.add(self._keys(path, texts), torch.tensor(values, dtype=torch.float32)[:, None], since=since)
 
 
 def _tree_stat(path):

@@ -3,9 +3,9 @@ model or data work (lgip.cli.run_main on the command line, lgip.entry.script_cal
 Python), so that a bad value ends at once with a ConfigError (exit status 2) naming the setting, its
 valid values and the value given, never with a traceback after an hour of encoding.
 
-RULES: NAME -> (test, what it must be). A script checks its own constants beside it (explain_flips'
-check_config); a setting whose default in the script's source is None takes None too (that script's
-comment says what None means: run_all's MODELS, IMAGE_BATCH_SIZE, ...).
+SETTINGS: NAME -> Setting(test, what it must be, default), each defined once. A script checks its own
+constants beside it (explain_flips' check_config); a setting whose default in the script's source is None
+takes None too (that script's comment says what None means: run_all's MODELS, IMAGE_BATCH_SIZE, ...).
 
     >>> check_settings({"BOOTSTRAP": "x"})
     ConfigError: BOOTSTRAP must be an int >= 0 (bootstrap resamples; 0 = no intervals), got 'x'
@@ -15,6 +15,8 @@ comment says what None means: run_all's MODELS, IMAGE_BATCH_SIZE, ...).
 
 import numbers
 import re
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from .errors import ConfigError, ModelError
 
@@ -117,63 +119,81 @@ def _model(v):
     return check_models([v], "MODEL")
 
 
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One shared setting, defined once: its test, what it must be (the error's words: its allowed values and
+    a line saying what it is), and the package's fallback when a caller's config leaves it out (a config
+    built by hand, an older script); every script that has the setting has this default as its constant
+    (tests/test_settings.py checks it)."""
+
+    test: Callable
+    what: str
+    default: Any = _NO_DEFAULT
+
+
 _DTYPES = ("auto", "fp32", "bf16", "fp16", "float32", "bfloat16", "float16")
 _PROTOCOLS = ("corrected", "reference")  # (lgip.models.encoder.PROTOCOLS, without importing torch here)
 _COUNT = "an int >= 0"
 
-RULES = {
-    "BOOTSTRAP": (_int(0), "an int >= 0 (bootstrap resamples; 0 = no intervals)"),
-    "BOOTSTRAP_SEED": (_int(), "an int (the bootstrap's seed)"),
-    "SEED": (_int(), "an int (a seed)"),
-    "PRIOR_IMAGES": (
+SETTINGS = {
+    "BOOTSTRAP": Setting(_int(0), "an int >= 0 (bootstrap resamples; 0 = no intervals)", default=1000),
+    "BOOTSTRAP_SEED": Setting(_int(), "an int (the bootstrap's seed)", default=0),
+    "SEED": Setting(_int(), "an int (a seed)"),
+    "PRIOR_IMAGES": Setting(
         _int(1),
         "an int >= 1 (other images each text of a joint scorer is scored with for the "
         "text-prior controls, LGIP_SPEC.md 13)",
+        default=3,
     ),
-    "IMAGE_BATCH_SIZE": (_int(1), "an int >= 1 (images per forward pass)"),
-    "TEXT_BATCH_SIZE": (lambda v: v == "auto" or _int(1)(v), 'an int >= 1 or "auto" (texts per forward pass)'),
-    "NUM_WORKERS": (
+    "IMAGE_BATCH_SIZE": Setting(_int(1), "an int >= 1 (images per forward pass)"),
+    "TEXT_BATCH_SIZE": Setting(lambda v: v == "auto" or _int(1)(v), 'an int >= 1 or "auto" (texts per forward pass)'),
+    "NUM_WORKERS": Setting(
         lambda v: v is None or _int(0)(v),
         "an int >= 0 or None (image-decoding worker processes; 0 = in the main process, None = from the CPU count)",
     ),
-    "DEVICE": (_device, '"auto" or a torch device: "cpu", "cuda", "cuda:1", "mps", ...'),
-    "DTYPE": (lambda v: v in _DTYPES, "one of " + ", ".join(map(repr, _DTYPES))),
-    "PROTOCOL": (lambda v: v in _PROTOCOLS, "one of " + ", ".join(map(repr, _PROTOCOLS))),
-    "MODELS": (_models, "a non-empty list of model specs"),
-    "MODEL": (_model, "a model spec"),
-    "OUTPUT_DIR": (lambda v: isinstance(v, str) and v != "", "a folder path (None: beside the input)"),
-    "CACHE_DIR": (
+    "DEVICE": Setting(_device, '"auto" or a torch device: "cpu", "cuda", "cuda:1", "mps", ...'),
+    "DTYPE": Setting(lambda v: v in _DTYPES, "one of " + ", ".join(map(repr, _DTYPES))),
+    "PROTOCOL": Setting(lambda v: v in _PROTOCOLS, "one of " + ", ".join(map(repr, _PROTOCOLS))),
+    "MODELS": Setting(_models, "a non-empty list of model specs"),
+    "MODEL": Setting(_model, "a model spec"),
+    "OUTPUT_DIR": Setting(lambda v: isinstance(v, str) and v != "", "a folder path (None: beside the input)"),
+    "CACHE_DIR": Setting(
         lambda v: v is None or (isinstance(v, str) and v != ""),
         'a folder path, "auto" (.lgip_cache beside the input, or in OUTPUT_DIR) or None (no cache)',
     ),
-    "CACHE_FLUSH_S": (_number(0), "a number >= 0 (seconds between cache writes)"),
-    "PIXEL_MEMORY_GB": (
+    "CACHE_FLUSH_S": Setting(_number(0), "a number >= 0 (seconds between cache writes)", default=60),
+    "PIXEL_MEMORY_GB": Setting(
         lambda v: v == "auto" or _number(0)(v),
         'a number >= 0 or "auto" (GB of decoded pixels kept; 0 = off)',
+        default="auto",
     ),
-    "LOOKAHEAD": (lambda v: isinstance(v, bool), "True or False"),
-    "WRITE_SCORES": (lambda v: isinstance(v, bool), "True or False"),
-    "VERBOSE": (lambda v: isinstance(v, bool), "True or False"),
-    "ACCELERATIONS_OFF": (_accelerations, 'a list of names from lgip/accelerations.py, or "all"'),
-    "SHARD": (
+    "LOOKAHEAD": Setting(lambda v: isinstance(v, bool), "True or False", default=True),
+    "WRITE_SCORES": Setting(lambda v: isinstance(v, bool), "True or False"),
+    "VERBOSE": Setting(lambda v: isinstance(v, bool), "True or False"),
+    "ACCELERATIONS_OFF": Setting(_accelerations, 'a list of names from lgip/accelerations.py, or "all"', default=[]),
+    "SHARD": Setting(
         _shard,
         'None, "i/n" (0 <= i < n: this job runs models i, i + n, ...) or "slurm" (i and n from '
         "SLURM_ARRAY_TASK_ID, _MIN and _COUNT)",
     ),
-    "STEP_START": (
+    "STEP_START": Setting(
         lambda v: v in ("process", "fresh"),
         "\"process\" (each of run_all's steps its script's run() in "
         'run_all\'s process) or "fresh" (every step a new process)',
     ),
-    "ON_MODEL_ERROR": (
+    "ON_MODEL_ERROR": Setting(
         lambda v: v in ("stop", "skip"),
         '"stop" (a model that fails stops the run) or "skip" (it is '
         "left out, recorded in skipped_models; the others go on)",
+        default="stop",
     ),
-    "MAX_SAME_PER_CAP": (_int(0), f"{_COUNT} (paraphrases kept per caption)"),
-    "MAX_DIFF_PER_CAP": (_int(0), f"{_COUNT} (flips kept per caption)"),
-    "MAX_COMBINED_PER_CAP": (_int(0), f"{_COUNT} (paraphrase+flip texts kept per caption)"),
-    "COMBINED_SOURCE_PARAS": (_int(0), f"{_COUNT} (paraphrases flipped for combined_caps)"),
+    "MAX_SAME_PER_CAP": Setting(_int(0), f"{_COUNT} (paraphrases kept per caption)"),
+    "MAX_DIFF_PER_CAP": Setting(_int(0), f"{_COUNT} (flips kept per caption)"),
+    "MAX_COMBINED_PER_CAP": Setting(_int(0), f"{_COUNT} (paraphrase+flip texts kept per caption)"),
+    "COMBINED_SOURCE_PARAS": Setting(_int(0), f"{_COUNT} (paraphrases flipped for combined_caps)"),
 }
 
 
@@ -190,37 +210,28 @@ def require_int(config, name, low=None, none_ok=False):
     )
 
 
-# The defaults the package falls back on for a setting a caller's config leaves out (a config built by hand, an
-# older script): each in one place, equal to every script's own constant (tests/test_settings.py checks it).
-DEFAULTS = {
-    "BOOTSTRAP": 1000,
-    "BOOTSTRAP_SEED": 0,
-    "CACHE_FLUSH_S": 60,
-    "PIXEL_MEMORY_GB": "auto",
-    "LOOKAHEAD": True,
-    "ACCELERATIONS_OFF": [],
-    "PRIOR_IMAGES": 3,
-    "ON_MODEL_ERROR": "stop",
-}
-
-
 def setting(config, name):
-    """config[name], or its default (DEFAULTS) when the config leaves it out; a name without one is a KeyError."""
+    """config[name], or its default (SETTINGS) when the config leaves it out; a name without one is a KeyError."""
     if name in config:
         return config[name]
-    if name not in DEFAULTS:
-        raise KeyError(f"setting {name!r} is not in the config and has no default in lgip.settings.DEFAULTS")
-    value = DEFAULTS[name]
+    value = SETTINGS[name].default if name in SETTINGS else _NO_DEFAULT
+    if value is _NO_DEFAULT:
+        raise KeyError(f"setting {name!r} is not in the config and has no default in lgip.settings.SETTINGS")
     return list(value) if isinstance(value, list) else value
+
+
+def defaults():
+    """{name: default} of the settings that have one."""
+    return {name: s.default for name, s in SETTINGS.items() if s.default is not _NO_DEFAULT}
 
 
 def check_settings(config, none_ok=()):
     """Raise a ConfigError for the first setting of `config` (NAME -> value) that breaks its rule
-    in RULES; names without a rule are the script's own to check. `none_ok`: names that may be None."""
+    in SETTINGS; names without one are the script's own to check. `none_ok`: names that may be None."""
     for name, value in config.items():
-        if name not in RULES or (value is None and name in none_ok):
+        if name not in SETTINGS or (value is None and name in none_ok):
             continue
-        test, what = RULES[name]
+        test, what = SETTINGS[name].test, SETTINGS[name].what
         if name == "DEVICE" and config.get("DRY_RUN") is True:  # (run_all's plan may be for another machine)
             test = lambda v: _device(v, here=False)  # noqa: E731
         if not test(value):

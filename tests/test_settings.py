@@ -14,7 +14,7 @@ from conftest import BASE_JSONL, FIXTURES, OPENCLIP_TINY, ROOT, eval_args, eval_
 from lgip.cli import check_config, configure
 from lgip.errors import ConfigError
 from lgip.models import PUBLISHED_MODELS
-from lgip.settings import RULES, check_models, check_settings
+from lgip.settings import SETTINGS, check_models, check_settings
 
 SCRIPTS = [
     "bench",
@@ -126,7 +126,7 @@ def test_rules_take_their_documented_values():
     }
     check_settings(good)
     check_settings({"MODELS": None}, none_ok={"MODELS"})  # (run_all: None = the published models)
-    assert set(good) <= set(RULES)
+    assert set(good) <= set(SETTINGS)
 
 
 @pytest.mark.parametrize(
@@ -423,12 +423,14 @@ def test_every_setting_of_every_script_has_its_comment_for_help():
 
 
 def test_a_default_the_package_falls_back_on_is_every_scripts_own():
-    """lgip.settings.DEFAULTS holds each fallback once; every script that has the setting has the same default
+    """lgip.settings.SETTINGS holds each fallback once; every script that has the setting has the same default
     (so a config built by hand, leaving it out, runs as the script would)."""
     import glob
 
     from lgip.cli import _constant_docs
-    from lgip.settings import DEFAULTS, setting
+    from lgip.settings import defaults, setting
+
+    DEFAULTS = defaults()
 
     seen = {}
     for path in glob.glob(os.path.join(ROOT, "*.py")):

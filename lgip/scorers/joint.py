@@ -15,13 +15,11 @@ and again only for the few pairs that order cannot reach (the first records' wra
 the neighbours on other processes; texts cached for some images and not others).
 """
 
-import json
 import os
 import sys
 import time
-from contextlib import contextmanager
 
-from ..cache import image_cache_key, pair_cache_key
+from ..cache import PairScores
 from ..controls import mark_hard_positives
 from ..images import _ImageFiles
 from ..util import default_num_workers, progress
@@ -55,55 +53,25 @@ def decoded(ctx, paths):
         yield paths[i], img, err
 
 
-class _Store:
-    """Scores by (image path, text), from the cache or computed, and what was computed, for the cache."""
-
-    @contextmanager
-    def writing(self):
-        """The block that computes scores: at its end the cache's last chunk is written; should it fail
-        (or be interrupted), the whole chunks handed over are kept and the rest dropped."""
-        try:
-            yield self
-            self.flush()
-        except BaseException:
-            if self.writer is not None:
-                self.writer.abandon()
-            raise
-        if self.writer is not None:
-            self.writer.close()
+class _Store(PairScores):
+    """The model's pair scores (lgip.cache.PairScores: from the cache, or computed and added to it), computed
+    image by image, pipelined: one image's scores are collected once the next image's work has begun."""
 
     def __init__(self, ctx):
         from .. import accelerations
 
-        self.ctx, self.scores, self.image_keys, self.n_computed, self.n_hits = ctx, {}, {}, 0, 0
-        self.writer = ctx.cache.writer("pair") if ctx.cache is not None else None
+        super().__init__(ctx.cache)
+        self.ctx = ctx
         # (with JOINT_PIPELINE, one image's scores are collected after the next image's work has begun)
         # (a model running images in groups leaves a group's worth pending: they run together)
         self.depth = max(1, getattr(ctx.enc, "in_flight", 1)) if accelerations.JOINT_PIPELINE else 0
         self.pending = []  # [(path, texts, the model's pending scores, when begun)]
         self.in_flight = set()  # (path, text) of the pending scores
 
-    def image_key(self, path):
-        """The image's cache key, or None when its file cannot be stat'ed (missing: unreadable)."""
-        if path not in self.image_keys:
-            try:
-                self.image_keys[path] = image_cache_key(path)
-            except OSError:
-                self.image_keys[path] = None
-        return self.image_keys[path]
-
     def missing(self, path, texts):
-        """The texts of `texts` whose score with `path` is known neither here nor in the cache (looked up)."""
-        todo = [t for t in dict.fromkeys(texts) if (path, t) not in self.scores and (path, t) not in self.in_flight]
-        if todo and self.ctx.cache is not None and self.image_key(path) is not None:
-            keys = [pair_cache_key(self.image_key(path), json.dumps(t, ensure_ascii=False)) for t in todo]
-            pos, rows = self.ctx.cache.lookup("pair", keys)
-            for p, r in zip(pos, rows[:, 0].tolist() if rows is not None else []):
-                self.scores[(path, todo[p])] = r
-            self.n_hits += len(pos)
-            found = set(pos)
-            todo = [t for j, t in enumerate(todo) if j not in found]
-        return todo
+        """The texts of `texts` whose score with `path` is known neither here (pending included) nor in the
+        cache (looked up)."""
+        return super().missing(path, [t for t in dict.fromkeys(texts) if (path, t) not in self.in_flight])
 
     def compute(self, path, image, texts):
         """Score `texts` (none known) against the decoded image; the model loaded at the first need. The
@@ -125,17 +93,10 @@ class _Store:
             self._collect()
 
     def _collect(self):
-        import torch
-
         path, texts, pending, t0 = self.pending.pop(0)
         values = pending.result()
-        for t, v in zip(texts, values):
-            self.scores[(path, t)] = float(v)
-            self.in_flight.discard((path, t))
-        self.n_computed += len(texts)
-        if self.writer is not None and self.image_key(path) is not None:
-            keys = [pair_cache_key(self.image_key(path), json.dumps(t, ensure_ascii=False)) for t in texts]
-            self.writer.add(keys, torch.tensor(values, dtype=torch.float32)[:, None], since=t0)
+        self.in_flight.difference_update((path, t) for t in texts)
+        self.add(path, texts, values, since=t0)
 
 
 class JointScorer(PairScorer):
@@ -203,7 +164,7 @@ class JointScorer(PairScorer):
                 f"warning: {ctx.enc.name}: skipping unreadable image {item['path']} ({item['error']})", file=sys.stderr
             )
         n_samples = sum(1 for k in ok if records[k][1]["orig_captions"])
-        looked = store.n_hits + store.n_computed
+        looked = store.n_hits + store.n_added
         resumed = None
         if ctx.cache is not None:
             ctx.cache.stats["pair_hits"] = store.n_hits
@@ -223,7 +184,7 @@ class JointScorer(PairScorer):
             image_report=report,
             nonfinite=nonfinite,
             provides=self.provides,
-            texts={"unique": len({t for k in ok for t in own[k]}), "encoded": store.n_computed, "positions": {}},
+            texts={"unique": len({t for k in ok for t in own[k]}), "encoded": store.n_added, "positions": {}},
             image_sources={"decoded": n_decoded, "from_cache": len(ok) - min(len(ok), n_decoded)},
             resumed=resumed,
             scoring_started=scoring_started,
