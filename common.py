@@ -31,7 +31,7 @@ above it in this list, so it can be read, and changed, knowing only those:
   scoring, scorefile    pairs, means and bootstrap intervals (the metrics); the *.scores.jsonl files
   controls              is it the image? text-prior controls, hard positives, paired model comparisons
   retrieval             recall over galleries of records, with the flips among the captions (LGIP_SPEC.md 7)
-  model_loop            a run over many models: ON_MODEL_ERROR's skips, progress over models
+  batch                 a run over many models: ON_MODEL_ERROR's skips, progress over models
   alterations, image_side
                         the image side (LGIP_SPEC.md 11): images altered in the loader's workers (paraphrases
                         jpeg, downscale, crop, hflip; flips mix, patch), their pairs, text-to-image search
@@ -118,7 +118,7 @@ from lgip.method import (
 from lgip.models import PUBLISHED_MODELS, load_model
 from lgip.models.zoo import shard
 from lgip.models.cards import model_card
-from lgip.model_loop import ModelLoop
+from lgip.batch import ModelLoop
 from lgip.pipeline import (
     Step,
     blockers,

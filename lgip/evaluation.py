@@ -17,7 +17,7 @@ from . import accelerations
 from .demo import demo_block, say_demo
 from .models import prefix_packs
 from .errors import InputError, Interrupted, ModelError
-from .model_loop import ModelLoop
+from .batch import ModelLoop
 from .models.cards import model_card
 from .util import Timer, provenance
 from .outputs import OUTPUTS
@@ -451,7 +451,7 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
     `evaluate(run) -> its figures` (the pairs it scores and what it makes of them), yielded on rank 0
     as a whole row (the model's card and the run block added here) for the caller to write, its
     `summary(row)` printed once the caller has it. Then every row's run block gets the models the
-    run skipped (ON_MODEL_ERROR "skip": lgip.model_loop), and the paired comparisons are written.
+    run skipped (ON_MODEL_ERROR "skip": lgip.batch), and the paired comparisons are written.
     needs: what the evaluation takes from a model's scorer beyond its scores (lgip.scorers.PROVIDES:
     "embeddings" for retrieval and the image side): a model whose scorer does not give it is left out
     before any work, with a line saying why (lgip.scorers.leave_out); with none left, nothing is done.

@@ -14,7 +14,9 @@ from . import accelerations
 class Pairs:
     """(record, caption, text) pairs, each to be scored against its record's image and caption: plain
     data, the scores filled in by the model's scorer (lgip.scorers: base_sim, sim, labels; text_cos,
-    prior_base and prior, the hard positives' fields when asked for).
+    prior_base and prior, the hard positives' fields when asked for). base_sim and sim are s, the pair's
+    score of the model's score_kind (LGIP_SPEC.md 13): a cosine for a dual encoder, a log-probability or
+    log-odds for a joint scorer; the published names are kept (the score files' `sim`).
 
     >>> pairs = Pairs(); pairs.add(k, i, orig[i], bank.add_call(texts), texts, "para")
     >>> inv, = run.score(pairs).pairs         # inv.base_sim, inv.sim

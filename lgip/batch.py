@@ -1,4 +1,4 @@
-"""lgip.model_loop: a run over many models as a batch job (LGIP_SPEC.md section 12): the progress
+"""lgip.batch: a run over many models as a batch job (LGIP_SPEC.md section 12): the progress
 over models (done, left, failed, elapsed), and ON_MODEL_ERROR="skip", which leaves a model that
 cannot be had, loaded or run out of the rows (never a row of its own) with its error recorded in
 `skipped_models: [{name, error}]` of the run block of every row the run writes, so one model whose
