@@ -118,9 +118,8 @@ def applied(enc):
     why = (
         "the model's weights were not loaded: every embedding came from the cache"
         if not getattr(enc, "weights_loaded", True)
-        else "a model of one's own: its encode_text and encode_image run as given"
-        if getattr(enc, "type", None) == "python" and not getattr(enc, "accelerations", ())
-        else "not for this model's towers or preprocessing (docs/performance.md, Accelerations)"
+        else getattr(enc, "not_applied", None)
+        or "not for this model's towers or preprocessing (docs/performance.md, Accelerations)"
     )
     on_cpu = str(getattr(enc, "device", "cpu")).startswith("cpu")
     on = state()

@@ -39,6 +39,7 @@ class _Model:
     pad_id = 0
     pad_needs_lengths = False
     why_not = _JOINT_ONLY  # {acceleration: why it does not apply to this model} (lgip.accelerations.applied)
+    not_applied = None  # why the model gets none of the others, when it is one reason (a loader of one's own)
     score_kind = "cosine"  # what a pair's score is (LGIP_SPEC.md 13): a dual encoder's cosine
 
     def named(self, spec, protocol):

@@ -301,6 +301,7 @@ def load_python(spec, protocol, device, dtype):
             f"{tuple(d_text)} for {len(_PROBE_TEXTS)} texts; expected [N, D] with one D for both "
             f"(loader {loader_name(spec)})"
         )
+    enc.not_applied = "a model of one's own: its encode_text and encode_image run as given"
     return enc
 
 
