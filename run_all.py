@@ -65,8 +65,8 @@ OUTPUT_DIR = None  # folder for every evaluation's outputs and the report (a tra
 SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAME, e.g. {"BOOTSTRAP": 0,
 #   "N_IMAGES": 1000, "CACHE_DIR": None}; a NAME no step has is an error
 STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption,
-#   make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi, run_lgip_by_fliptype, run_lgip_retrieval,
-#   explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report
+#   make_perturb_with_fliptypes, rebuttal_enhanced_perturb, blind_audit, run_lgip_multi, run_lgip_by_fliptype,
+#   run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
 VERBOSE = False  # False: a line per step and per model result, the table and the report at the end; True: each
@@ -79,6 +79,7 @@ _SCRIPTS = {
     "diff_gen_caption": "diff_gen_caption.py",
     "make_perturb_with_fliptypes": "make_perturb_with_fliptypes.py",
     "rebuttal_enhanced_perturb": "rebuttal_enhanced_perturb_with_fliptypes.py",
+    "blind_audit": "blind_audit.py",
     "run_lgip_multi": "run_lgip_multi.py",
     "run_lgip_by_fliptype": "run_lgip_by_fliptype.py",
     "run_lgip_retrieval": "run_lgip_retrieval.py",
@@ -190,6 +191,10 @@ def step(name, args, inputs, outputs, note=None, needs=None):
     return common.Step(name, os.path.join(_HERE, SCRIPTS[name]), args, inputs, outputs, note, SETTINGS, needs)
 
 
+def blind_path(fliptypes):
+    return common.metrics_path(fliptypes, "LGIP_blind.metrics.json")
+
+
 def plan(mode, base, models):
     """Every step of this data, in order."""
     # (an imported benchmark's records have every field the evaluations read: they take it as it is)
@@ -252,6 +257,8 @@ def plan(mode, base, models):
             step("rebuttal_enhanced_perturb", {"INPUT_JSONL": base}, [base], [enhanced]),
         ]
     )
+    # the probe's own audit (LGIP_SPEC.md 15): text only, no model, seconds
+    steps.append(step("blind_audit", dict(out_dir, JSONL_PATH=fliptypes), [fliptypes], [blind_path(fliptypes)]))
     steps += [
         step("run_lgip_multi", dict(evaluation, JSONL_PATH=perturb), [perturb], [metrics[0]]),
         step("run_lgip_by_fliptype", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [metrics[1]]),
@@ -279,7 +286,7 @@ def plan(mode, base, models):
         step(
             "report",
             dict({"JSONL_PATH": base}, **out_dir),
-            metrics + [explained, images],  # the page colours explained flips
+            metrics + [explained, images, blind_path(fliptypes)],  # the page colours explained flips
             [
                 common.metrics_path(base, "LGIP_report.md"),
                 common.metrics_path(base, "LGIP_report.csv"),

@@ -26,6 +26,7 @@ COMMANDS = {
     "explain": "explain_flips",
     "enhanced": "rebuttal_enhanced_lgip_by_transformation",
     "import-benchmark": "import_benchmark",
+    "blind-audit": "blind_audit",
     "make-base": "make_base_jsonl",
     "perturb": "diff_gen_caption",
     "fliptypes": "make_perturb_with_fliptypes",

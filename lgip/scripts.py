@@ -29,6 +29,7 @@ SCRIPTS = (
     "explain_flips",
     "run_lgip_images",
     "import_benchmark",
+    "blind_audit",
     "siglip_sanity_check",
     "report",
     "run_all",

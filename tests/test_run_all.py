@@ -13,10 +13,11 @@ from lgip.models import PUBLISHED_MODELS
 
 HAVE_REPORT = os.path.isfile(os.path.join(ROOT, "report.py"))  # written separately; its step is left out when absent
 GENERATORS = ["diff_gen_caption", "make_perturb_with_fliptypes", "rebuttal_enhanced_perturb"]
+AUDIT = ["blind_audit"]  # the probe's own audit (LGIP_SPEC.md 15), after the generators
 EVALUATIONS = ["run_lgip_multi", "run_lgip_by_fliptype", "run_lgip_retrieval", "rebuttal_enhanced_lgip"]
 EXPLAIN = ["explain_flips"]  # after the by-fliptype evaluation, whose score files it reads
 IMAGES = ["run_lgip_images"]  # the image side, after the text evaluations
-STEPS = GENERATORS + EVALUATIONS[:3] + EXPLAIN + EVALUATIONS[3:] + IMAGES + (["report"] if HAVE_REPORT else [])
+STEPS = GENERATORS + AUDIT + EVALUATIONS[:3] + EXPLAIN + EVALUATIONS[3:] + IMAGES + (["report"] if HAVE_REPORT else [])
 OUTPUTS = [
     "lgip_demo_with_perturb.jsonl",
     "lgip_demo_with_fliptypes.jsonl",
@@ -26,6 +27,7 @@ OUTPUTS = [
     "rebuttal_enhanced_lgip_demo_with_fliptypes__ENHANCED_LGIP_analysis.json",
     "lgip_demo_with_fliptypes__LGIP_retrieval.metrics.json",
 ]
+AUDIT_OUTPUTS = ["lgip_demo_with_fliptypes__LGIP_blind.metrics.json", "lgip_demo_with_fliptypes__LGIP_blind.gaps.jsonl"]
 INPUT_OF = {
     "run_lgip_multi": OUTPUTS[0],
     "run_lgip_by_fliptype": OUTPUTS[1],
@@ -169,9 +171,9 @@ def test_second_run_skips_every_step(demo_copy):
     forced = run_all(demo_copy, "--FORCE=True", "--DRY_RUN=True")
     assert all(would_run(forced, step, "FORCE=True") for step in STEPS)
     # the model specs in full once, by the first step that takes them; the later steps point to it
-    evaluations = sum(would_run(forced, step, "FORCE=True") for step in STEPS if step not in GENERATORS + ["report"])
+    evaluations = sum(would_run(forced, step, "FORCE=True") for step in STEPS if step not in GENERATORS + AUDIT + ["report"])
     assert forced.stdout.count('"--MODELS=[') == 1, forced.stdout
-    assert len(re.findall(r"--MODELS=<the model specs of \[4/\d+\] run_lgip_multi>", forced.stdout)) == evaluations - 1
+    assert len(re.findall(r"--MODELS=<the model specs of \[5/\d+\] run_lgip_multi>", forced.stdout)) == evaluations - 1
 
 
 def test_newer_input_reruns_the_steps(demo_copy):
@@ -250,7 +252,7 @@ def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
     )  # (ViT-B-16 as if downloaded)
     assert "data: demo" in proc.stdout
     cmds = commands(proc)
-    assert set(cmds) == set(GENERATORS + EVALUATIONS + EXPLAIN + IMAGES + ["report"])
+    assert set(cmds) == set(GENERATORS + AUDIT + EVALUATIONS + EXPLAIN + IMAGES + ["report"])
     assert "--SEED=7" in cmds["run_lgip_images"] and "--BOOTSTRAP=0" in cmds["run_lgip_images"]
     assert "--BOOTSTRAP=0" in cmds["explain_flips"] and "'openclip_ViT-B-16_openai'" in cmds["explain_flips"]
     assert "--SEED=7" in cmds["explain_flips"] and "PROTOCOL" not in cmds["explain_flips"]
@@ -574,16 +576,17 @@ def test_the_console_says_a_line_per_step_and_per_model_result_and_verbose_says_
     models = ["demo", {"name": "demo2", "type": "openclip", "model_name": "local-dir:" + model_dir, "demo": True}]
     args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo", f"--MODELS={models!r}", "--DEVICE=cpu"]
     out = run_script("run_all.py", *args).stdout.splitlines()
-    steps = [line for line in out if re.match(r"\[\d+/10\] ", line)]
-    assert len(steps) == 10 and all(line.endswith("missing") for line in steps), steps
+    steps = [line for line in out if re.match(r"\[\d+/11\] ", line)]
+    assert len(steps) == 11 and all(line.endswith("missing") for line in steps), steps
     results = [line for line in out if line.startswith(("demo_tiny_random:", "demo2:"))]
     assert len([r for r in results if ": invariance error" in r]) == 6  # (3 evaluations x 2)
     assert any("from the cache: " in r for r in results)
+    assert sum(line.startswith("blind audit: ") and "acc_untied (chance 0.5): length" in line for line in out) == 1
     assert not [line for line in out if line.startswith(("  $ ", "-> ")) or " - demo2: " in line or "done in" in line]
     assert sum("Demo run" in line for line in out) == 1 and "Demo run" in out[-1]
-    assert out[-2].startswith("report: open ") and out[-3].startswith("run_all: ran 10 of 10 steps")
+    assert out[-2].startswith("report: open ") and out[-3].startswith("run_all: ran 11 of 11 steps")
     # (overrides, data, steps, the generators' and models' results, the table, the end)
-    assert len(out) <= 4 + 1 + 10 + 3 + len(results) + 5 + 3, out
+    assert len(out) <= 4 + 1 + 11 + 4 + len(results) + 5 + 3, out
     loud = run_script("run_all.py", *args, "--FORCE=True", "--VERBOSE=True").stdout
     assert "  $ python " in loud and "done in" in loud and "\n-> " in loud
     assert "demo_tiny_random - demo2: " in loud  # (a paired comparison)
