@@ -57,6 +57,7 @@ from lgip.report import (
     altered_items,
     attach_attributions,
     benchmark_source,
+    blind_file,
     build_rows,
     comparison_files,
     compute_factors,
@@ -69,6 +70,7 @@ from lgip.report import (
     gallery_items,
     image_roots,
     image_score_files,
+    load_blind,
     load_comparisons,
     load_metrics,
     model_colors_hex,
@@ -287,6 +289,7 @@ def main():
         max_text_chars=MAX_TEXT_CHARS,
         comparisons=comparisons(found, chosen),
         benchmark=bench,
+        blind=load_blind(blind_file(JSONL_PATH)),  # (blind_audit.py's, when it ran: LGIP_SPEC.md 15)
     )
     # what predicts robustness, across the models (LGIP_SPEC.md 12): their cards against their figures
     found_factors = compute_factors(rows, metrics, report.comparisons, BOOTSTRAP, BOOTSTRAP_SEED)

@@ -148,3 +148,28 @@ def test_a_corpus_line_equal_to_a_caption_is_dropped_and_counted(tmp_path):
     corpus.write_text(records[0]["orig_captions"][0].upper() + "\n\nsomething else entirely\n", encoding="utf-8")
     m, _, _ = run_here("blind_audit.py", JSONL_PATH=str(src), SCORERS=["ngram2"], NGRAM_CORPUS=str(corpus))
     assert m["corpus_lines"] == 1 and m["corpus_lines_dropped"] == 1
+
+
+def test_the_reports_section_says_each_scorer_and_a_sentence_per_type(tmp_path):
+    from lgip.report import blind_file, blind_lines, load_blind
+
+    base = tmp_path / "x.jsonl"
+    src = _write(tmp_path, _records())
+    assert blind_file(str(base)) is None and blind_lines(load_blind(None)) is None
+    run_here("blind_audit.py", JSONL_PATH=str(src), SCORERS=["length", "ngram1"], BOOTSTRAP=100)
+    lines = blind_lines(load_blind(blind_file(str(base))))  # (found beside the base's _with_fliptypes file)
+    assert lines["header"] == ["Scorer", "all", "color", "number"] and [r["label"] for r in lines["rows"]] == [
+        "length",
+        "ngram1",
+    ]
+    assert lines["rows"][0]["cells"][1] == {"text": "n/a", "ci": ""}  # (a swap: every color pair a tie)
+    assert lines["sentences"][1] == (
+        "A word-length rule (the shorter text wins) picks the true caption in 100% of number flips "
+        "(95% interval 100% to 100%, above chance)."
+    )
+    bad = tmp_path / "x_with_fliptypes__LGIP_blind.metrics.json"
+    data = json.loads(bad.read_text(encoding="utf-8"))
+    data["by_scorer"]["ngram1"]["color"]["acc_untied"] = 1.5
+    bad.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(InputError, match=r"by_scorer.ngram1.color.acc_untied: not a rate in \[0, 1\]: 1.5"):
+        load_blind(str(bad))

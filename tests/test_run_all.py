@@ -120,8 +120,13 @@ def demo_copy(demo_done, tmp_path):
 
 def test_end_to_end_writes_every_output(demo_done):
     folder, proc = demo_done
-    for name in OUTPUTS + EXPLAIN_OUTPUTS + IMAGES_OUTPUTS + (REPORT_OUTPUTS if HAVE_REPORT else []):
+    for name in OUTPUTS + AUDIT_OUTPUTS + EXPLAIN_OUTPUTS + IMAGES_OUTPUTS + (REPORT_OUTPUTS if HAVE_REPORT else []):
         assert (folder / name).is_file(), name
+    if HAVE_REPORT:  # the blind audit's section (LGIP_SPEC.md 15), in the markdown and on the page
+        md = (folder / "lgip_demo__LGIP_report.md").read_text(encoding="utf-8")
+        assert "## Is the probe blind-solvable?" in md and "| ngram3 |" in md and " of color flips" in md
+        html = (folder / "lgip_demo__LGIP_report.html").read_text(encoding="utf-8")
+        assert '<section id="blind">' in html and 'href="#blind"' in html
     for k, step in enumerate(STEPS, 1):
         assert re.search(rf"^\[{k}/{len(STEPS)}\] {step}  done in [\d.]+ s -> ", proc.stdout, re.M), step
     assert f"ran {len(STEPS)} of {len(STEPS)} steps" in proc.stdout
@@ -171,7 +176,9 @@ def test_second_run_skips_every_step(demo_copy):
     forced = run_all(demo_copy, "--FORCE=True", "--DRY_RUN=True")
     assert all(would_run(forced, step, "FORCE=True") for step in STEPS)
     # the model specs in full once, by the first step that takes them; the later steps point to it
-    evaluations = sum(would_run(forced, step, "FORCE=True") for step in STEPS if step not in GENERATORS + AUDIT + ["report"])
+    evaluations = sum(
+        would_run(forced, step, "FORCE=True") for step in STEPS if step not in GENERATORS + AUDIT + ["report"]
+    )
     assert forced.stdout.count('"--MODELS=[') == 1, forced.stdout
     assert len(re.findall(r"--MODELS=<the model specs of \[5/\d+\] run_lgip_multi>", forced.stdout)) == evaluations - 1
 

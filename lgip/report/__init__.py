@@ -18,6 +18,8 @@
              correlations with intervals over models, levels, controlled pairs; the factors file
   plots      the frontier, text-prior, flip-type, retrieval, image-side and factors figures (matplotlib, PNG);
              a new figure goes here
+  blind_text the section "Is the probe blind-solvable?": blind_audit.py's metrics found, checked and said
+             (LGIP_SPEC.md 15)
   overview   `Report` (what the markdown and the page say) and the texts around the figures; beside it
              each section's own: attribution_text, controls_text, benchmark_text, factors_text
   gallery    gallery items: thumbnails as data: URIs (placeholders when unreadable), words marked,
@@ -67,6 +69,7 @@ from .plots import (
     plot_retrieval,
     subtitle,
 )
+from .blind_text import blind_file, blind_lines, load_blind
 from .overview import Report, demo_note, random_init_note, unmeasured_notes
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .image_side import altered_items, image_score_files, image_side_lines, scan_altered, seeds
@@ -84,6 +87,9 @@ __all__ = [
     "IMAGE_SIDE_FIGURES",
     "OutputSet",
     "altered_items",
+    "blind_file",
+    "blind_lines",
+    "load_blind",
     "image_score_files",
     "image_side_lines",
     "plot_image_side",

@@ -27,6 +27,7 @@ from .overview import (
 from .attribution_text import attribution_lines
 from .controls_text import COMPARISONS_LEAD, comparison_rows, comparison_text, comparisons_notes, prior_lines
 from .benchmark_text import benchmark_lines
+from .blind_text import blind_lines
 from .factors_text import factor_lines
 from .image_side import image_side_lines, markdown_rows as altered_rows
 from .tables import main_table, md_table, md_text
@@ -230,6 +231,20 @@ def _benchmark_section(report):
     return md + ([" ".join(bench["notes"]), ""] if bench["notes"] else [])
 
 
+def _blind_section(report):
+    """The section "Is the probe blind-solvable?" (LGIP_SPEC.md 15); [] without blind_audit.py's metrics."""
+    blind = blind_lines(report.blind)
+    if blind is None:
+        return []
+    cells = [[r["label"]] + [c["text"] + (f" {c['ci']}" if c["ci"] else "") for c in r["cells"]] for r in blind["rows"]]
+    align = ["l"] + ["r"] * (len(blind["header"]) - 1)
+    return (
+        [f"## {blind['title']}", "", blind["lead"], "", md_table(blind["header"], cells, align), ""]
+        + ["- " + s for s in blind["sentences"]]
+        + ["", f"From `{blind['path']}`.", ""]
+    )
+
+
 def factor_md_tables(f):
     """(the factor table, the controlled pairs' table) of factor_lines' dict, each (header, cells, align);
     a cell its figure and, after it, its interval and counts."""
@@ -339,6 +354,7 @@ def markdown(report, md_path):
         md.append(note + "\n")
     for png, alt in report.figures:
         md.append(f"![{alt}]({os.path.relpath(os.path.abspath(png), md_dir)})\n")
+    md += _blind_section(report)
     md += _prior_section(report)
     md += _image_side_section(report, md_dir)
     attribution = attribution_lines(rows, report.metrics, report.paths, report.explain_missing)

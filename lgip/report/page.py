@@ -35,6 +35,7 @@ from .overview import (
 from .attribution_text import attribution_lines, word_scores_note
 from .controls_text import COMPARISONS_LEAD, comparison_rows, comparison_text, comparisons_notes, prior_lines
 from .benchmark_text import benchmark_lines
+from .blind_text import blind_lines
 from .factors_text import factor_lines
 from .image_side import KIND_NAMES, image_side_lines
 from .tables import IN_SCORE_UNITS, interval, num, result_columns, row_types
@@ -230,6 +231,7 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "all_scope": " over all models, each model's in turn (their scores differ in kind)"
         if mixed_kinds(report.rows)
         else " over all models",
+        "blind": blind_lines(report.blind),  # None without blind_audit.py's metrics (LGIP_SPEC.md 15)
         "prior": prior_lines(report.rows, report.paths),  # None without the text-prior controls
         "comparisons": comparisons_context(report),
         "attribution": attribution_lines(report.rows, report.metrics, report.paths, report.explain_missing),

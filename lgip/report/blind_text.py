@@ -1,0 +1,136 @@
+"""lgip.report.blind_text: the section "Is the probe blind-solvable?" (LGIP_SPEC.md 15): blind_audit.py's
+metrics found beside the flips file the evaluations read, checked, and said: each text-only scorer's
+acc_untied per flip type with its interval, and a sentence per type naming the scorer that tells the
+caption from its flip best without the image (0.5 is chance).
+
+    >>> audit = load_blind(blind_file("lgip_coco.jsonl"))        # None when blind_audit.py did not run
+    >>> lines = blind_lines(audit)                               # {"title", "lead", "header", "rows", ...}
+"""
+
+import json
+import os
+
+from ..errors import InputError
+from ..filenames import default_output, metrics_path
+from ..util import finite_number
+
+_ORDINAL = {1: "unigram", 2: "bigram", 3: "trigram"}
+
+
+def blind_file(jsonl_path):
+    """The blind audit's metrics for the report's input: beside its `_with_fliptypes` file (LGIP's data), else
+    its own (an imported benchmark, or a flips file given itself); None when there is none."""
+    for flips in (default_output(jsonl_path, "_with_fliptypes.jsonl"), jsonl_path):
+        path = metrics_path(flips, "LGIP_blind.metrics.json")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _rate(v, where):
+    if v is None:
+        return None
+    if not (finite_number(v) and 0 <= v <= 1):
+        raise InputError(f"{where}: not a rate in [0, 1]: {v!r}")
+    return float(v)
+
+
+def load_blind(path):
+    """The audit's {"path", "types", "scorers": {name: {block: (acc_untied, [lo, hi] or None, tie_rate,
+    scored)}}}, every field it uses checked (an InputError names the file and the field); None for no path."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot be read as JSON ({e}); run blind_audit.py again") from None
+    types, by = (
+        data.get("types") if isinstance(data, dict) else None,
+        data.get("by_scorer") if isinstance(data, dict) else None,
+    )
+    if not isinstance(types, list) or not isinstance(by, dict) or not by:
+        raise InputError(f"{path}: no `types` list or `by_scorer` dict: not blind_audit.py's metrics")
+    scorers = {}
+    for name, blocks in by.items():
+        if not isinstance(blocks, dict) or "all" not in blocks:
+            raise InputError(f"{path}: by_scorer.{name}: no block `all`")
+        scorers[name] = {}
+        for block, b in blocks.items():
+            where = f"{path}: by_scorer.{name}.{block}"
+            if not isinstance(b, dict):
+                raise InputError(f"{where}: not a dict")
+            ci = b.get("acc_untied_ci95")
+            if ci is not None and not (isinstance(ci, list) and len(ci) == 2):
+                raise InputError(f"{where}.acc_untied_ci95: not [low, high]: {ci!r}")
+            scorers[name][block] = (
+                _rate(b.get("acc_untied"), f"{where}.acc_untied"),
+                [_rate(x, f"{where}.acc_untied_ci95") for x in ci] if ci else None,
+                _rate(b.get("tie_rate"), f"{where}.tie_rate"),
+                b.get("scored"),
+            )
+    return {"path": path, "types": [t for t in types if t != "all"], "scorers": scorers}
+
+
+def describe(name):
+    """What a scorer is, in words."""
+    if name == "length":
+        return "a word-length rule (the shorter text wins)"
+    if name == "edit":
+        return "a model of the generator's edit words (fit on the other images' flips)"
+    if name.startswith("ngram") and name[5:].isdigit():
+        n = int(name[5:])
+        return f"a {_ORDINAL.get(n, f'{n}-gram')} model of the other images' captions"
+    return name
+
+
+def _pct(v):
+    return f"{100 * v:.0f}%"
+
+
+def blind_lines(audit):
+    """The section's words and table (None without an audit): a row per scorer, a column per block (all, then
+    each type), each cell acc_untied and its interval; a sentence per type."""
+    if audit is None:
+        return None
+    blocks = ["all"] + audit["types"]
+    rows = []
+    for name, figs in audit["scorers"].items():
+        cells = []
+        for block in blocks:
+            acc, ci, _, _ = figs.get(block, (None, None, None, None))
+            cells.append(
+                {"text": "n/a" if acc is None else f"{acc:.3f}", "ci": f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""}
+            )
+        rows.append({"label": name, "title": describe(name), "cells": cells})
+    sentences = []
+    for t in audit["types"] or ["all"]:
+        told = [
+            (figs[t][0], name, figs[t][1])
+            for name, figs in audit["scorers"].items()
+            if figs.get(t, (None,))[0] is not None
+        ]
+        if not told:
+            sentences.append(f"No scorer tells a caption from its {t} flip: every pair is a tie.")
+            continue
+        acc, name, ci = max(told, key=lambda x: x[0])  # (a tie: the scorer named first, the simplest)
+        side = (
+            "above chance" if ci and ci[0] > 0.5 else "below chance" if ci and ci[1] < 0.5 else "not told from chance"
+        )
+        interval = f" (95% interval {_pct(ci[0])} to {_pct(ci[1])}, {side})" if ci else ""
+        what = "flips" if t == "all" else f"{t} flips"
+        who = describe(name)
+        sentences.append(f"{who[0].upper()}{who[1:]} picks the true caption in {_pct(acc)} of {what}{interval}.")
+    return {
+        "title": "Is the probe blind-solvable?",
+        "lead": (
+            "How often a scorer that never sees the image picks the caption over its flip (acc_untied: ties set "
+            "apart; 0.5 is chance), per flip type, from `blind_audit.py` (LGIP_SPEC.md 15). A type a blind scorer "
+            "solves can be passed by a model's text prior alone: read its positive rate beside the text-prior "
+            "controls."
+        ),
+        "header": ["Scorer"] + blocks,
+        "rows": rows,
+        "sentences": sentences,
+        "path": audit["path"],
+    }
