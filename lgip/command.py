@@ -27,6 +27,7 @@ COMMANDS = {
     "enhanced": "rebuttal_enhanced_lgip_by_transformation",
     "import-benchmark": "import_benchmark",
     "blind-audit": "blind_audit",
+    "debias": "debias_flips",
     "make-base": "make_base_jsonl",
     "perturb": "diff_gen_caption",
     "fliptypes": "make_perturb_with_fliptypes",

@@ -30,6 +30,7 @@ SCRIPTS = (
     "run_lgip_images",
     "import_benchmark",
     "blind_audit",
+    "debias_flips",
     "siglip_sanity_check",
     "report",
     "run_all",

@@ -347,6 +347,7 @@ def test_an_imported_file_runs_end_to_end_through_run_all(tmp_path):
     assert "data: imported benchmark" in proc.stdout
     ran = re.findall(r"^\[\d+/(\d+)\] (\w+)  done", proc.stdout, re.M)
     assert [name for _, name in ran] == [
+        "blind_audit",  # (is the benchmark blind-solvable? LGIP_SPEC.md 15)
         "run_lgip_multi",
         "run_lgip_by_fliptype",
         "run_lgip_retrieval",

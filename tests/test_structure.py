@@ -24,6 +24,8 @@ USER_SCRIPTS = {
     "siglip_sanity_check.py",
     "import_benchmark.py",
     "run_lgip_images.py",
+    "blind_audit.py",
+    "debias_flips.py",
 }
 OTHER_FILES = {
     "README.md",
