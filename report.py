@@ -71,6 +71,7 @@ from lgip.report import (
     image_roots,
     image_score_files,
     load_blind,
+    load_debiased,
     load_comparisons,
     load_metrics,
     model_colors_hex,
@@ -291,6 +292,8 @@ def main():
         benchmark=bench,
         blind=load_blind(blind_file(JSONL_PATH)),  # (blind_audit.py's, when it ran: LGIP_SPEC.md 15)
     )
+    if report.blind is not None:  # (and the models on the debiased flips, when run_all's DEBIAS evaluated them)
+        report.blind["debiased"] = load_debiased(JSONL_PATH, metrics.get("fliptypes"), chosen)
     # what predicts robustness, across the models (LGIP_SPEC.md 12): their cards against their figures
     found_factors = compute_factors(rows, metrics, report.comparisons, BOOTSTRAP, BOOTSTRAP_SEED)
     factors_file = dict({"input": os.path.abspath(JSONL_PATH)}, **found_factors, run=report.prov)

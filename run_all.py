@@ -65,8 +65,11 @@ OUTPUT_DIR = None  # folder for every evaluation's outputs and the report (a tra
 SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAME, e.g. {"BOOTSTRAP": 0,
 #   "N_IMAGES": 1000, "CACHE_DIR": None}; a NAME no step has is an error
 STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption,
-#   make_perturb_with_fliptypes, rebuttal_enhanced_perturb, blind_audit, run_lgip_multi, run_lgip_by_fliptype,
-#   run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report
+#   make_perturb_with_fliptypes, rebuttal_enhanced_perturb, blind_audit, debias_flips (DEBIAS), run_lgip_multi,
+#   run_lgip_by_fliptype, run_lgip_by_fliptype_debiased (DEBIAS), run_lgip_retrieval, explain_flips,
+#   rebuttal_enhanced_lgip, run_lgip_images, report
+DEBIAS = False  # True: also debias_flips.py after the blind audit and run_lgip_by_fliptype.py on the debiased flips
+#   (LGIP_SPEC.md 15; the report sets each model's positive rate on all flips and on the debiased ones side by side)
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
 VERBOSE = False  # False: a line per step and per model result, the table and the report at the end; True: each
@@ -80,8 +83,10 @@ _SCRIPTS = {
     "make_perturb_with_fliptypes": "make_perturb_with_fliptypes.py",
     "rebuttal_enhanced_perturb": "rebuttal_enhanced_perturb_with_fliptypes.py",
     "blind_audit": "blind_audit.py",
+    "debias_flips": "debias_flips.py",
     "run_lgip_multi": "run_lgip_multi.py",
     "run_lgip_by_fliptype": "run_lgip_by_fliptype.py",
+    "run_lgip_by_fliptype_debiased": "run_lgip_by_fliptype.py",
     "run_lgip_retrieval": "run_lgip_retrieval.py",
     "explain_flips": "explain_flips.py",
     "rebuttal_enhanced_lgip": "rebuttal_enhanced_lgip_by_transformation.py",
@@ -259,9 +264,28 @@ def plan(mode, base, models):
     )
     # the probe's own audit (LGIP_SPEC.md 15): text only, no model, seconds
     steps.append(step("blind_audit", dict(out_dir, JSONL_PATH=fliptypes), [fliptypes], [blind_path(fliptypes)]))
+    debiased = common.default_output(fliptypes, "_debiased.jsonl")
+    debiased_metrics = common.metrics_path(debiased, "LGIP_fliptypes.metrics.json")
+    if DEBIAS:  # the flips a blind scorer cannot tell, and the models on them (LGIP_SPEC.md 15)
+        debias_out = [debiased, common.metrics_path(fliptypes, "LGIP_debias.metrics.json")]
+        steps.append(
+            step("debias_flips", dict(out_dir, JSONL_PATH=fliptypes), [fliptypes, blind_path(fliptypes)], debias_out)
+        )
     steps += [
         step("run_lgip_multi", dict(evaluation, JSONL_PATH=perturb), [perturb], [metrics[0]]),
         step("run_lgip_by_fliptype", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [metrics[1]]),
+        *(
+            [
+                step(
+                    "run_lgip_by_fliptype_debiased",
+                    dict(evaluation, JSONL_PATH=debiased),
+                    [debiased],
+                    [debiased_metrics],
+                )
+            ]
+            if DEBIAS
+            else []
+        ),
         # after by_fliptype: every embedding it needs is then in the cache (no model's weights are loaded)
         step("run_lgip_retrieval", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [metrics[3]]),
         # (after the score files it takes TOP_K from; a model whose family it cannot explain is left out, said)
@@ -286,7 +310,7 @@ def plan(mode, base, models):
         step(
             "report",
             dict({"JSONL_PATH": base}, **out_dir),
-            metrics + [explained, images, blind_path(fliptypes)],  # the page colours explained flips
+            metrics + [explained, images, blind_path(fliptypes)] + ([debiased_metrics] if DEBIAS else []),
             [
                 common.metrics_path(base, "LGIP_report.md"),
                 common.metrics_path(base, "LGIP_report.csv"),

@@ -118,3 +118,24 @@ def test_bad_input_stops_before_anything_is_written(tmp_path):
     with pytest.raises(InputError, match="input_sha256 differs"):
         run_here("debias_flips.py", JSONL_PATH=str(src), DEBIAS_SCORERS=["length"], HELD_OUT=["ngram1"])
     assert not list(tmp_path.glob("*debias*"))
+
+
+def test_run_all_with_debias_evaluates_the_debiased_flips_and_the_report_sets_them_side_by_side(tmp_path):
+    import re
+
+    from conftest import run_script
+    from lgip.demo import demo_inputs
+
+    folder = tmp_path / "demo"
+    demo_inputs(folder)  # (its records, images and generated inputs: run_all finds the generators' up to date)
+    args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo", "--MODELS=demo", "--DEVICE=cpu"]
+    out = run_script("run_all.py", *args, "--DEBIAS=True", "--NUM_WORKERS=0").stdout
+    assert re.search(r"^\[5/13\] debias_flips\b", out, re.M) and re.search(
+        r"^\[8/13\] run_lgip_by_fliptype_debiased\b", out, re.M
+    )
+    assert (folder / "lgip_demo_with_fliptypes_debiased__LGIP_fliptypes.metrics.json").is_file()
+    md = (folder / "lgip_demo__LGIP_report.md").read_text(encoding="utf-8")
+    side = md.split("### On the debiased flips")[1].split("\n## ")[0]
+    assert re.search(r"\| demo_tiny_random \| \d\.\d{3} → \d\.\d{3} \|", side), side
+    html = (folder / "lgip_demo__LGIP_report.html").read_text(encoding="utf-8")
+    assert "<h3>On the debiased flips</h3>" in html

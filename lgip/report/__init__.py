@@ -69,7 +69,7 @@ from .plots import (
     plot_retrieval,
     subtitle,
 )
-from .blind_text import blind_file, blind_lines, load_blind
+from .blind_text import blind_file, blind_lines, load_blind, load_debiased
 from .overview import Report, demo_note, random_init_note, unmeasured_notes
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .image_side import altered_items, image_score_files, image_side_lines, scan_altered, seeds
@@ -90,6 +90,7 @@ __all__ = [
     "blind_file",
     "blind_lines",
     "load_blind",
+    "load_debiased",
     "image_score_files",
     "image_side_lines",
     "plot_image_side",

@@ -13,6 +13,7 @@ import os
 from ..errors import InputError
 from ..filenames import default_output, metrics_path
 from ..util import finite_number
+from .evaluations import load_metrics
 
 _ORDINAL = {1: "unigram", 2: "bigram", 3: "trigram"}
 
@@ -72,6 +73,32 @@ def load_blind(path):
     return {"path": path, "types": [t for t in types if t != "all"], "scorers": scorers}
 
 
+def load_debiased(jsonl_path, full_rows, chosen):
+    """Each chosen model's positive rate (and grounded rate) on all flips and on the debiased ones, overall and
+    per type, where run_lgip_by_fliptype.py evaluated `<flips stem>_debiased.jsonl` (run_all's DEBIAS): {"path",
+    "types", "models": [{"model", "full": {block: (pos, grounded)}, "debiased": {...}}]}; None without it."""
+    for flips in (default_output(jsonl_path, "_with_fliptypes.jsonl"), jsonl_path):
+        path = metrics_path(default_output(flips, "_debiased.jsonl"), "LGIP_fliptypes.metrics.json")
+        if os.path.isfile(path):
+            break
+    else:
+        return None
+    debiased = {m["model_tag"]: m for m in load_metrics(path, "fliptypes") if m["model_tag"] in chosen}
+    full = {m["model_tag"]: m for m in full_rows or []}
+
+    def rates(m):
+        out = {"all": ((m.get("global_sensitivity") or {}).get("pos_rate"), m.get("grounded_pos_rate"))}
+        for t, b in (m.get("by_flip_type") or {}).items():
+            out[t] = (b.get("pos_rate"), b.get("grounded_pos_rate"))
+        return out
+
+    models = [
+        {"model": tag, "full": rates(full[tag]), "debiased": rates(m)} for tag, m in debiased.items() if tag in full
+    ]
+    types = list(dict.fromkeys(t for x in models for t in x["full"] if t != "all"))
+    return {"path": path, "types": types, "models": models} if models else None
+
+
 def describe(name):
     """What a scorer is, in words."""
     if name == "length":
@@ -121,7 +148,9 @@ def blind_lines(audit):
         what = "flips" if t == "all" else f"{t} flips"
         who = describe(name)
         sentences.append(f"{who[0].upper()}{who[1:]} picks the true caption in {_pct(acc)} of {what}{interval}.")
+    side = _side_by_side(audit.get("debiased"))
     return {
+        "debiased": side,
         "title": "Is the probe blind-solvable?",
         "lead": (
             "How often a scorer that never sees the image picks the caption over its flip (acc_untied: ties set "
@@ -133,4 +162,32 @@ def blind_lines(audit):
         "rows": rows,
         "sentences": sentences,
         "path": audit["path"],
+    }
+
+
+def _arrow(a, b):
+    f = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    return f"{f(a)} → {f(b)}"
+
+
+def _side_by_side(found):
+    """The models' positive rates on all flips → on the debiased ones (None without a debiased evaluation)."""
+    if found is None:
+        return None
+    header = ["Model", "all", "grounded"] + found["types"]
+    rows = []
+    for x in found["models"]:
+        full, deb = x["full"], x["debiased"]
+        cells = [_arrow(full["all"][0], deb["all"][0]), _arrow(full["all"][1], deb["all"][1])]
+        cells += [_arrow(full.get(t, (None,))[0], deb.get(t, (None,))[0]) for t in found["types"]]
+        rows.append({"model": x["model"], "cells": cells})
+    return {
+        "lead": (
+            "Each model's positive rate on all flips → on the debiased flips (those the debiasing scorers cannot "
+            "tell from their captions; `debias_flips.py`); grounded: the text-prior control's (LGIP_SPEC.md 9). "
+            "A rate that falls there rode on what a blind scorer can see."
+        ),
+        "header": header,
+        "rows": rows,
+        "path": found["path"],
     }

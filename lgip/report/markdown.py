@@ -242,7 +242,17 @@ def _blind_section(report):
         [f"## {blind['title']}", "", blind["lead"], "", md_table(blind["header"], cells, align), ""]
         + ["- " + s for s in blind["sentences"]]
         + ["", f"From `{blind['path']}`.", ""]
+        + _debiased_lines(blind["debiased"])
     )
+
+
+def _debiased_lines(side):
+    """The models' positive rates on all flips and on the debiased ones (run_all's DEBIAS); [] without them."""
+    if side is None:
+        return []
+    cells = [[r["model"]] + r["cells"] for r in side["rows"]]
+    align = ["l"] + ["r"] * (len(side["header"]) - 1)
+    return ["### On the debiased flips", "", side["lead"], "", md_table(side["header"], cells, align), ""]
 
 
 def factor_md_tables(f):
