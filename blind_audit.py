@@ -21,10 +21,15 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: records with flips
 #   (make_perturb_with_fliptypes.py's, make_perturb's, import_benchmark.py's)
 OUTPUT_DIR = None  # folder for the outputs, created when missing; None = beside JSONL_PATH
-SCORERS = ["length", "ngram1", "ngram3", "edit"]  # list of "length", "ngram<n>" (n = 1..5), "edit"
+SCORERS = ["length", "ngram1", "ngram3", "edit"]  # list of "length", "ngram<n>" (n = 1..5), "edit",
+#   "prior:<model_tag>" (that model's prior gaps, from its score file of this input) or causal_lm specs
+#   ({"name", "type": "causal_lm", "model_id", "score": "logprob" or "logprob_mean"}: named lm:<name>)
 FOLDS = 5  # int >= 2: folds by image; a pair is scored by models fit on the other folds
 NGRAM_CORPUS = None  # None, or a UTF-8 file of captions (one a line) added to every fold's corpus (for small
 #   inputs); a line whose words equal a caption's of the input is dropped and counted
+DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...: where a causal_lm scorer runs
+DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16": a causal_lm scorer's
+TEXT_BATCH_SIZE = 32  # int >= 1: texts per forward pass of a causal_lm scorer
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 VERBOSE = True  # True: every line (paths written, notes); False: the result lines (run_all's default)
@@ -33,12 +38,18 @@ CONFIG = common.configure(globals())
 
 def check_config():
     blind.check_scorers(SCORERS)
+    common.require_int(CONFIG, "TEXT_BATCH_SIZE", 1)
     common.require_int(CONFIG, "FOLDS", 2)
     if NGRAM_CORPUS is not None and not (isinstance(NGRAM_CORPUS, str) and os.path.isfile(NGRAM_CORPUS)):
         raise common.InputError(f"NGRAM_CORPUS={NGRAM_CORPUS!r} is not a file: give a UTF-8 file of captions or None")
 
 
-def scorer_block(name):
+def scorer_block(entry):
+    name = blind.scorer_name(entry)
+    if isinstance(entry, dict):
+        return {"name": name, "kind": "lm", "settings": {k: v for k, v in entry.items() if k != "name"}}
+    if name.startswith("prior:"):
+        return {"name": name, "kind": "prior", "settings": {"model_tag": name[len("prior:") :]}}
     if name.startswith("ngram"):
         return {"name": name, "kind": "ngram", "settings": {"n": int(name[5:]), "folds": FOLDS}}
     return {"name": name, "kind": name, "settings": {"folds": FOLDS} if name == "edit" else {}}
@@ -56,18 +67,22 @@ def audit():
             )
         extra, dropped = blind.corpus_lines(NGRAM_CORPUS, records) if NGRAM_CORPUS else ([], 0)
         folds = [blind.fold_of(rec, FOLDS) for _, rec in records]
-        corpora = (
-            blind.fold_corpora(records, folds, FOLDS, extra) if any(s.startswith("ngram") for s in SCORERS) else None
-        )
+        names = [blind.scorer_name(e) for e in SCORERS]
+        ngrams = any(n.startswith("ngram") for n in names)
+        corpora = blind.fold_corpora(records, folds, FOLDS, extra) if ngrams else None
         gaps = {}
-        for name in SCORERS:
-            if name == "length":
+        for entry, name in zip(SCORERS, names):
+            if isinstance(entry, dict):
+                gaps[name] = lm_gaps(entry, pairs)
+            elif name.startswith("prior:"):
+                gaps[name] = prior_gaps(name[len("prior:") :], pairs, records, types)
+            elif name == "length":
                 gaps[name] = blind.length_gaps(pairs)
             elif name == "edit":
                 gaps[name] = blind.edit_gaps(pairs, folds, FOLDS)
             else:
                 gaps[name] = blind.ngram_gaps(pairs, corpora, folds, int(name[5:]))
-        by_scorer = {name: blind.blind_figures(pairs, gaps[name], types, BOOTSTRAP, BOOTSTRAP_SEED) for name in SCORERS}
+        by_scorer = {name: blind.blind_figures(pairs, gaps[name], types, BOOTSTRAP, BOOTSTRAP_SEED) for name in names}
     with open(JSONL_PATH, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
     metrics = {
@@ -79,7 +94,7 @@ def audit():
         "folds": [folds.count(k) for k in range(FOLDS)],
         "corpus_lines": len(extra),
         "corpus_lines_dropped": dropped,
-        "scorers": [scorer_block(name) for name in SCORERS],
+        "scorers": [scorer_block(entry) for entry in SCORERS],
         "by_scorer": by_scorer,
         "settings": {k: CONFIG[k] for k in ("SCORERS", "FOLDS", "NGRAM_CORPUS", "BOOTSTRAP", "BOOTSTRAP_SEED")},
         "run": dict(common.provenance(__file__, CONFIG), seconds=round(t.seconds, 3)),
@@ -102,7 +117,7 @@ def audit():
                             "fold": folds[p.r],
                             "caption": p.caption,
                             "flip": p.flip,
-                            "gaps": {name: gaps[name][x] for name in SCORERS},
+                            "gaps": {name: gaps[name][x] for name in names},
                         }
                     )
                 )
@@ -110,6 +125,32 @@ def audit():
     say(metrics, t.seconds)
     common.detail(f"-> {path}\n-> {lines_path}")
     return metrics
+
+
+def lm_gaps(spec, pairs):
+    """A causal LM's gaps (lgip.models.causal_lm), the model loaded here and released after."""
+    enc = common.load_model(spec, "corrected", DEVICE, DTYPE)
+    try:
+        return blind.lm_gaps(pairs, enc, TEXT_BATCH_SIZE)
+    finally:
+        if enc.release is not None:
+            enc.release()
+
+
+def prior_gaps(tag, pairs, records, types):
+    """A model's prior gaps from its score file of this input; an error names what is missing and the command."""
+    path, script = blind.prior_file(common.metrics_path, JSONL_PATH, tag, types != ["all"])
+    command = f"python {script} --JSONL_PATH={JSONL_PATH} --MODELS=<{tag}'s spec>"
+    if not os.path.isfile(path):
+        raise common.InputError(f"SCORERS: prior:{tag}: no score file {path}; write it with\n  {command}")
+    got, matched, with_prior = blind.prior_gaps(pairs, records, path, types != ["all"])
+    if not with_prior:
+        raise common.InputError(
+            f"SCORERS: prior:{tag}: {path} has no prior_gap (an evaluation of fewer than 2 images has no prior)"
+        )
+    if not matched:
+        raise common.InputError(f"SCORERS: prior:{tag}: {path} matches no pair of {JSONL_PATH} (another input's?)")
+    return got
 
 
 def say(metrics, seconds):

@@ -47,7 +47,6 @@ def check_config():
             f"HELD_OUT {both} is also in DEBIAS_SCORERS: a held-out scorer is never used for debiasing (at chance "
             f"by construction, it would validate nothing)"
         )
-    blind.check_scorers(list(DEBIAS_SCORERS) + list(HELD_OUT))  # (a typo: the closest valid name)
     common.require_int(CONFIG, "BINS", 1)
     common.require_int(CONFIG, "SEED")
 
@@ -70,7 +69,11 @@ def read_audit(records, pairs, sha):
     there = [s["name"] for s in meta.get("scorers", [])]
     missing = [s for s in DEBIAS_SCORERS + HELD_OUT if s not in there]
     if missing:
-        raise common.InputError(f"{path} has no {', '.join(missing)} (it has {', '.join(there)}): run\n  {run}")
+        import difflib
+
+        close = [c for s in missing for c in difflib.get_close_matches(s, there, n=1)]
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        raise common.InputError(f"{path} has no {', '.join(missing)}{hint} (it has {', '.join(there)}): run\n  {run}")
     gaps = {s: [] for s in DEBIAS_SCORERS + HELD_OUT}
     with open(lines_path, encoding="utf-8") as f:
         for n, (line, p) in enumerate(zip(f, pairs), 1):

@@ -60,26 +60,48 @@ def fold_of(rec, folds):
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") % folds
 
 
-def check_scorers(names):
-    """SCORERS checked: each of SCORER_FORMS once (an unknown name: the closest valid named). Returns them."""
+def scorer_name(entry):
+    """A SCORERS entry's name: itself for a name; `lm:<name>` for a causal_lm spec (a dict)."""
+    return f"lm:{entry.get('name')}" if isinstance(entry, dict) else entry
+
+
+def check_scorers(entries):
+    """SCORERS checked: each a name of SCORER_FORMS, `prior:<model_tag>`, or a causal_lm spec ({"name", "type":
+    "causal_lm", "model_id", "score"}: its name `lm:<name>`), each once (an unknown name: the closest valid
+    named). Returns the names."""
     import difflib
 
-    if not isinstance(names, (list, tuple)) or not names:
+    if not isinstance(entries, (list, tuple)) or not entries:
         raise ConfigError(
-            f"SCORERS must be a non-empty list of scorer names ({', '.join(SCORER_FORMS)}), got {names!r}"
+            f"SCORERS must be a non-empty list of scorer names ({', '.join(SCORER_FORMS)}, prior:<model_tag>) or "
+            f"causal_lm specs, got {entries!r}"
         )
-    seen = set()
-    for name in names:
-        if not isinstance(name, str) or name not in SCORER_FORMS:
-            if isinstance(name, str) and re.fullmatch(r"ngram\d+", name):
-                raise ConfigError(f"SCORERS: {name!r}: an n-gram model's n is 1 to 5")
-            close = difflib.get_close_matches(str(name), SCORER_FORMS, n=1)
+    seen = []
+    for entry in entries:
+        if isinstance(entry, dict):
+            if entry.get("type") != "causal_lm":
+                raise ConfigError(f"SCORERS: a model scorer is a spec of type 'causal_lm', got {entry!r}")
+            from .settings import check_models
+
+            check_models([entry], "SCORERS")
+        elif not isinstance(entry, str) or (entry not in SCORER_FORMS and not _prior_form(entry)):
+            if isinstance(entry, str) and re.fullmatch(r"ngram\d+", entry):
+                raise ConfigError(f"SCORERS: {entry!r}: an n-gram model's n is 1 to 5")
+            close = difflib.get_close_matches(str(entry), SCORER_FORMS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"SCORERS: unknown scorer {name!r}{hint}; valid: {', '.join(SCORER_FORMS)}")
+            raise ConfigError(
+                f"SCORERS: unknown scorer {entry!r}{hint}; valid: {', '.join(SCORER_FORMS)}, prior:<model_tag>, "
+                f"or a causal_lm spec"
+            )
+        name = scorer_name(entry)
         if name in seen:
             raise ConfigError(f"SCORERS: {name!r} is named twice")
-        seen.add(name)
-    return list(names)
+        seen.append(name)
+    return seen
+
+
+def _prior_form(name):
+    return name.startswith("prior:") and len(name) > len("prior:")
 
 
 def _gap(a, b):
@@ -218,3 +240,47 @@ def corpus_lines(path, records):
     own = {tuple(words(c)) for _, rec in records for c in rec["orig_captions"]}
     kept = [line for line in lines if tuple(words(line)) not in own]
     return kept, len(lines) - len(kept)
+
+
+def lm_gaps(pairs, enc, batch_size=32):
+    """`lm:<name>`: each text's log-likelihood by a causal LM (lgip.models.causal_lm), each unique text once."""
+    texts = list(dict.fromkeys(t for p in pairs for t in (p.caption, p.flip)))
+    s = dict(zip(texts, enc.score_texts(texts, batch_size)))
+    return [_gap(s[p.caption], s[p.flip]) for p in pairs]
+
+
+def prior_file(metrics_path, jsonl_path, tag, typed):
+    """The score file a `prior:<tag>` scorer reads (run_lgip_by_fliptype.py's for a typed input, else
+    run_lgip_multi.py's), and the command that writes it."""
+    if typed:
+        return metrics_path(jsonl_path, f"LGIP_fliptypes_{tag}.scores.jsonl"), "run_lgip_by_fliptype.py"
+    return metrics_path(jsonl_path, f"LGIP_{tag}.scores.jsonl"), "run_lgip_multi.py"
+
+
+def prior_gaps(pairs, records, path, typed):
+    """`prior:<tag>`: each flip's prior_gap in a model's score file (section 9's b), matched on (line, caption
+    index, type when typed, text, occurrence among equal texts); None for a pair the file has not (its image
+    could not be read). Returns (gaps, matched, lines with a prior_gap)."""
+    import json as _json
+
+    found, with_prior = {}, 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            x = _json.loads(line)
+            seen = collections.Counter()
+            for flip in x.get("flips") or []:
+                t = flip.get("type", "all") if typed else "all"
+                key = (x.get("line"), x.get("caption_index"), t, flip.get("text"))
+                seen[key] += 1
+                if flip.get("prior_gap") is not None:
+                    with_prior += 1
+                    found[key + (seen[key],)] = flip["prior_gap"]
+    out, seen = [], collections.Counter()
+    for p in pairs:
+        key = (records[p.r][0], p.i, p.t, p.flip)
+        seen[key] += 1
+        g = found.get(key + (seen[key],))
+        out.append(None if g is None else round(g, 9))
+    return out, sum(g is not None for g in out), with_prior

@@ -67,7 +67,7 @@ def test_a_spec_of_a_family_is_checked_by_its_record(tmp_path, mine):
             "run_lgip_multi.py",
             **eval_settings(src, "corrected", [{"name": "m", "type": "mine", "weights": "x", "colour": 1}]),
         )
-    with pytest.raises(ModelError, match=r"unknown type 'mien'; valid: openclip, .*itm, mine"):
+    with pytest.raises(ModelError, match=r"unknown type 'mien'; valid: openclip, .*itm, causal_lm, mine"):
         family({"name": "m", "type": "mien"})
 
 

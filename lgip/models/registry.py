@@ -30,7 +30,7 @@ from .hub import check_model
 from .families import FAMILIES, family
 
 # the family modules, each registering its record when imported: their order is the order errors list the types
-from . import openclip, dual_encoders, own_loader, joint  # noqa: F401, E402  (registered: openclip, ..., itm)
+from . import openclip, dual_encoders, own_loader, joint, causal_lm  # noqa: F401, E402  (registered: openclip, ..., causal_lm)
 from .own_loader import in_memory
 
 

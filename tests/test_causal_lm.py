@@ -1,0 +1,99 @@
+"""Type "causal_lm" (lgip/models/causal_lm.py) and scorer kind "text" (lgip/scorers/text.py), LGIP_SPEC.md 15: a
+text-only model is one module and one record. A tiny random-init GPT-2 (its tokenizer trained on the fixture
+captions) scores a text by its log-likelihood exactly as one plain forward of that text alone does, whatever the
+batching or padding; it runs as a blind model through the evaluations (its figures its text prior's, a cached
+re-run with no weights) and as blind_audit.py's lm:<name> scorer."""
+
+import json
+import math
+import shutil
+
+import pytest
+
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, eval_settings, run_here
+from tiny_vlm import caption_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(tmp_path_factory):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path_factory.mktemp("gpt2")
+    tok = caption_tokenizer(["<|endoftext|>"])
+    tok.eos_token = tok.bos_token = "<|endoftext|>"
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=2, n_head=2)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return {"name": "gpt2_tiny", "type": "causal_lm", "model_id": str(folder)}
+
+
+def _plain(spec, text, mean=False):
+    """log P(text) by one forward of [BOS] + its ids alone, in float64 from the float32 logits."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(spec["model_id"])
+    model = AutoModelForCausalLM.from_pretrained(spec["model_id"]).eval()
+    ids = [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].double(), -1)
+    total = sum(logp[p, ids[p + 1]].item() for p in range(len(ids) - 1))
+    return total / (len(ids) - 1) if mean else total
+
+
+def test_a_texts_score_is_one_plain_forward_whatever_the_batching(tiny_gpt2):
+    from lgip.models import load_model
+
+    texts = ["a red bus", "A red bus parked on the side of the street.", "two dogs", "", "a cat on a couch near it"]
+    enc = load_model(tiny_gpt2, "corrected", "cpu", "fp32")
+    for batch in (1, 2, 5):
+        got = enc.score_texts(texts, batch)
+        for t, g in zip(texts, got):
+            assert g == pytest.approx(_plain(tiny_gpt2, t), abs=1e-4), (batch, t)
+    mean = load_model(dict(tiny_gpt2, score="logprob_mean"), "corrected", "cpu", "fp32")
+    assert mean.score_texts(texts[1:2])[0] == pytest.approx(_plain(tiny_gpt2, texts[1], mean=True), abs=1e-4)
+    with pytest.raises(Exception, match="score must be one of logprob, logprob_mean"):
+        load_model(dict(tiny_gpt2, score="nll"), "corrected", "cpu", "fp32")
+
+
+def test_a_text_model_runs_through_the_evaluations_as_a_blind_model(tmp_path, tiny_gpt2):
+    src = tmp_path / "x_with_perturb.jsonl"
+    shutil.copy(REFERENCE + "/fixture_with_perturb.jsonl", src)
+    (row,), _, _ = run_here("run_lgip_multi.py", **eval_settings(src, "corrected", [tiny_gpt2], BOOTSTRAP=0))
+    first = json.loads(open(src, encoding="utf-8").readline())
+    cap, para = first["orig_captions"][0], first["same_caps"]["0"][0]
+    lines = [json.loads(x) for x in open(tmp_path / "x_with_perturb__LGIP_gpt2_tiny.scores.jsonl", encoding="utf-8")]
+    assert lines[0]["sim"] == pytest.approx(_plain(tiny_gpt2, cap), abs=1e-4)
+    assert lines[0]["paraphrases"][0]["sim"] == pytest.approx(_plain(tiny_gpt2, para), abs=1e-4)
+    assert row["score_kind"] == "logprob" and row["model_card"]["params_image"] == 0
+    again, out, _ = run_here("run_lgip_multi.py", **eval_settings(src, "corrected", [tiny_gpt2], BOOTSTRAP=0))
+    assert again[0]["invariance_error_mean"] == row["invariance_error_mean"]  # (from the cache ...)
+    assert again[0]["run"]["model"]["weights_loaded"] is False  # (... with no weights)
+    got, out, _ = run_here("run_lgip_retrieval.py", **eval_settings(src, "corrected", [tiny_gpt2]))
+    assert got is None and "model 'gpt2_tiny' (type 'causal_lm') is left out: it reads no image" in out
+
+
+def test_blind_audits_lm_scorer_and_a_models_prior(tmp_path, tiny_gpt2):
+    from lgip.errors import InputError
+
+    src = tmp_path / "fixture_with_fliptypes.jsonl"
+    shutil.copy(REFERENCE + "/fixture_with_fliptypes.jsonl", src)
+    m, _, _ = run_here("blind_audit.py", JSONL_PATH=str(src), SCORERS=["length", tiny_gpt2], DEVICE="cpu", BOOTSTRAP=0)
+    assert "lm:gpt2_tiny" in m["by_scorer"] and m["scorers"][1]["kind"] == "lm"
+    line = json.loads(open(tmp_path / "fixture_with_fliptypes__LGIP_blind.gaps.jsonl", encoding="utf-8").readline())
+    want = _plain(tiny_gpt2, line["caption"]) - _plain(tiny_gpt2, line["flip"])
+    assert math.isclose(line["gaps"]["lm:gpt2_tiny"], want, abs_tol=2e-4)
+    with pytest.raises(InputError, match=r"prior:tiny_openclip: no score file (?s:.*)run_lgip_by_fliptype.py"):
+        run_here("blind_audit.py", JSONL_PATH=str(src), SCORERS=["prior:tiny_openclip"])
+    run_here("run_lgip_by_fliptype.py", **eval_settings(src, "corrected", [OPENCLIP_TINY], IMAGE_ROOT=FIXTURES))
+    m, _, _ = run_here("blind_audit.py", JSONL_PATH=str(src), SCORERS=["prior:tiny_openclip"], BOOTSTRAP=0)
+    scores = tmp_path / "fixture_with_fliptypes__LGIP_fliptypes_tiny_openclip.scores.jsonl"
+    first = json.loads(open(scores, encoding="utf-8").readline())
+    gaps = [json.loads(x) for x in open(tmp_path / "fixture_with_fliptypes__LGIP_blind.gaps.jsonl", encoding="utf-8")]
+    mine = [g for g in gaps if g["line"] == first["line"] and g["caption_index"] == first["caption_index"]]
+    assert [g["gaps"]["prior:tiny_openclip"] for g in mine] == [
+        round(f["prior_gap"], 9) for t in m["types"] for f in first["flips"] if f["type"] == t
+    ]
+    assert m["by_scorer"]["prior:tiny_openclip"]["all"]["scored"] == m["num_pairs"]
