@@ -173,3 +173,16 @@ def test_the_reports_section_says_each_scorer_and_a_sentence_per_type(tmp_path):
     bad.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(InputError, match=r"by_scorer.ngram1.color.acc_untied: not a rate in \[0, 1\]: 1.5"):
         load_blind(str(bad))
+
+
+def test_the_edit_words_weights_by_hand():
+    """r0 (fold 0) swaps red -> blue; r1 (fold 1) red -> green; r2 (fold 1) two -> three. For r0, the other
+    fold took red out once and put blue in never: g = 1 * log 2 - 1 * (log 1 - log 1) = log 2; for r1 the same
+    from fold 0; for r2 neither word was edited elsewhere: a tie."""
+    pairs = [
+        blind.Pair(0, 0, "color", 0, "a red car", "a blue car"),
+        blind.Pair(1, 0, "color", 0, "red bus", "green bus"),
+        blind.Pair(2, 0, "number", 0, "two dogs", "three dogs"),
+    ]
+    assert blind.edit_gaps(pairs, [0, 1, 1], 2) == [round(math.log(2), 9), round(math.log(2), 9), 0.0]
+    assert blind.length_gaps([blind.Pair(0, 0, "t", 0, "a b", "a b c")]) == [1.0]
