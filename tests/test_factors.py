@@ -387,3 +387,32 @@ def test_a_bad_model_card_is_named_and_no_output_is_written(tmp_path):
     assert not os.path.exists(tmp_path / "zoo__LGIP_factors.metrics.json")
     proc = run_script("report.py", f"--JSONL_PATH={tmp_path / 'zoo.jsonl'}", "--BOOTSTRAP=-1", check=False)
     assert proc.returncode == 2 and "BOOTSTRAP" in proc.stderr
+
+
+def test_one_set_of_weights_scored_two_ways_is_one_model():
+    """Issue 54 item 6: two rows of the same weights (card source, architecture, pretrained) scored two ways
+    count once in the statistics; the second is listed with same_weights_as and said in a note."""
+    from lgip.report.factors import compute_factors, one_per_weights
+    from lgip.report.factors_text import factor_lines
+
+    def row(tag, kind, pretrained, params, pos):
+        card = {"source": "generative", "architecture": "llava", "pretrained": pretrained, "params_total": params}
+        card["family"] = "llava"
+        return {"model": tag, "label": tag, "score_kind": kind, "_card": card, "pos_rate": pos}
+
+    rows = [
+        row("llava_lp", "logprob", "llava-hf/llava-1.5-7b-hf", 7e9, 0.8),
+        row("llava_vqa", "vqascore", "llava-hf/llava-1.5-7b-hf", 7e9, 0.6),
+        row("other", "logprob", "other/model", 3e9, 0.7),
+    ]
+    kept, same = one_per_weights(rows)
+    assert [r["model"] for r in kept] == ["llava_lp", "other"] and same == {"llava_vqa": "llava_lp"}
+    f = compute_factors(rows, {}, [], resamples=10, seed=0)
+    assert [m["same_weights_as"] for m in f["models"]] == [None, "llava_lp", None]
+    levels = f["categorical"]["family"]["sensitivity_pos_rate"]["levels"]
+    assert levels == [{"level": "llava", "n": 2, "mean": pytest.approx(0.75)}]  # (not 3 models, mean 0.7)
+    notes = factor_lines(f)["notes"]
+    assert any("llava_vqa (vqascore) has the weights of llava_lp" in n for n in notes)
+    assert factor_lines(compute_factors(rows[:2], {}, [], resamples=10, seed=0)) is None  # (one set of weights)
+    unknown = [dict(r, _card=dict(r["_card"], pretrained=None)) for r in rows[:2]]
+    assert one_per_weights(unknown)[1] == {}  # (weights the card does not tell: each row its own model)

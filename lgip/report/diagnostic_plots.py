@@ -239,6 +239,8 @@ def plot_factors(rows, path, factors=None, title_note="", dpi=150, files=None):
     rho of the panel's figure with log10 parameters in its title (from `factors`); None when fewer than
     two models have both a parameter count and a positive rate."""
     panels = []
+    again = {m["model"] for m in (factors or {}).get("models", []) if m.get("same_weights_as")}
+    rows = [r for r in rows if r["model"] not in again]  # (one set of weights is one model: its first row)
     for key, label, outcome in FACTOR_PANELS:
         pts = [r for r in rows if (r.get("_card") or {}).get("params_total") and r.get(key) is not None]
         if len(pts) >= 2:  # (one model: nothing to compare)

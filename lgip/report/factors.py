@@ -275,11 +275,36 @@ def controlled_pairs(rows, values, comparisons):
     return out
 
 
+def weights_of(row):
+    """The weights a row's model runs (its card's source, architecture and pretrained weights), or None when the
+    card does not tell them (then the row is a model of its own)."""
+    card = row.get("_card") or {}
+    if card.get("pretrained") is None:
+        return None
+    return (card.get("source"), card.get("architecture"), str(card.get("pretrained")))
+
+
+def one_per_weights(rows):
+    """(the rows the statistics count: one per set of weights, the first in the models' order; {a row left out:
+    the row it shares its weights with}): a model scored two ways (two score kinds) is one model there."""
+    first, same = {}, {}
+    for r in rows:
+        key = weights_of(r)
+        if key is not None and key in first:
+            same[r["model"]] = first[key]
+        elif key is not None:
+            first[key] = r["model"]
+    return [r for r in rows if r["model"] not in same], same
+
+
 def compute_factors(rows, metrics, comparisons, resamples=1000, seed=0):
     """The factors of one input's models (the module's docstring): {"outcomes", "models", "numeric",
-    "categorical", "controlled_pairs", "settings"}; report.py adds "input" and "run" and writes it."""
+    "categorical", "controlled_pairs", "settings"}; report.py adds "input" and "run" and writes it. A set of
+    weights counts once (one_per_weights): its other rows are listed with `same_weights_as` and left out of the
+    statistics."""
     values = outcome_values(rows, metrics)
     outcomes = [name for name, *_ in OUTCOMES if any(name in v for v in values.values())]
+    every, (rows, same) = rows, one_per_weights(rows)
     return {
         "outcomes": outcomes,
         "models": [
@@ -292,8 +317,10 @@ def compute_factors(rows, metrics, comparisons, resamples=1000, seed=0):
                     **{f: (r.get("_card") or {}).get(f) for f in CATEGORICAL},
                 },
                 "outcomes": {o: values[r["model"]].get(o) for o in outcomes},
+                "score_kind": r.get("score_kind"),
+                "same_weights_as": same.get(r["model"]),
             }
-            for r in rows
+            for r in every
         ],
         "numeric": {
             f: {o: numeric_factor(rows, values, f, o, resamples, seed) for o in outcomes} for f, _, _ in NUMERIC

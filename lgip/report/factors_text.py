@@ -30,7 +30,7 @@ def factor_lines(factors):
     {"header", "rows"}, "notes"} of the section "What predicts robustness" from the factors file's dict
     (lgip.report.factors.compute_factors); None without it or with fewer than two models (nothing to compare: the
     file has the one model's card and figures). A cell's `sub` is its interval and counts."""
-    if factors is None or len(factors["models"]) < 2:
+    if factors is None or sum(1 for m in factors["models"] if not m.get("same_weights_as")) < 2:
         return None
     from .factors import CATEGORICAL, MIN_LEVEL_MODELS, MIN_RHO_MODELS, NUMERIC, OUTCOME, UNKNOWN
 
@@ -124,8 +124,9 @@ def factor_lines(factors):
                 }
             )
         pair_rows.append({"a": p["a"], "b": p["b"], "why": p["why"], "cells": cells})
-    n = len(factors["models"])
-    cards = sum(1 for m in factors["models"] if any(v is not None for v in (m["card"] or {}).values()))
+    counted = [m for m in factors["models"] if not m.get("same_weights_as")]
+    n = len(counted)
+    cards = sum(1 for m in counted if any(v is not None for v in (m["card"] or {}).values()))
     lead = (
         f"Which property of a model goes with its figures, across the {_models(n)} here (LGIP_SPEC.md section 12, "
         "after the holistic CLIP study): each model's card (`model_card`: parameters counted, image size, training "
@@ -137,6 +138,16 @@ def factor_lines(factors):
         f"{os.path.basename(factors.get('file') or '<stem>__LGIP_factors.metrics.json')}` has every figure."
     )
     notes = []
+    twice = [m for m in factors["models"] if m.get("same_weights_as")]
+    if twice:
+        notes.append(
+            "One set of weights is one model here: "
+            + "; ".join(
+                f"{m['model']} ({m.get('score_kind') or 'its score'}) has the weights of {m['same_weights_as']}"
+                for m in twice
+            )
+            + ", so only the first is counted."
+        )
     if cards < n:
         notes.append(
             f"{n - cards} of the {_models(n)} have no model card in their metrics (made before the cards): "
