@@ -28,6 +28,7 @@ COMMANDS = {
     "import-benchmark": "import_benchmark",
     "blind-audit": "blind_audit",
     "debias": "debias_flips",
+    "finetune": "finetune_lgip",
     "make-base": "make_base_jsonl",
     "perturb": "diff_gen_caption",
     "fliptypes": "make_perturb_with_fliptypes",

@@ -31,6 +31,7 @@ SCRIPTS = (
     "import_benchmark",
     "blind_audit",
     "debias_flips",
+    "finetune_lgip",
     "siglip_sanity_check",
     "report",
     "run_all",

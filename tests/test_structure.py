@@ -26,6 +26,7 @@ USER_SCRIPTS = {
     "run_lgip_images.py",
     "blind_audit.py",
     "debias_flips.py",
+    "finetune_lgip.py",
 }
 OTHER_FILES = {
     "README.md",

@@ -1,0 +1,200 @@
+"""finetune_lgip: fine-tune a dual encoder against the probe, beside a plain control on the same data, and keep
+images neither saw for probing both (after RoCOCO's semantic and visual contrastive losses and NegCLIP).
+
+LGIP_SPEC.md section 14. Splits the records by image into `<stem>__ft_train.jsonl` and `<stem>__ft_heldout.jsonl`
+beside the input, trains on the first with L = L_clip + W_SC L_sc (the flips as hard negatives) + W_INV L_inv
+(a paraphrase scored as its caption) + W_VC L_vc (mixed images as negatives), and writes the run folder:
+`model/` (a MODELS spec in `model_spec.json`), `train_log.jsonl` (a line a step), `finetune.meta.json`, and
+`resume.pt` (a killed run resumes to what an unbroken run gives). The plain control: W_SC = W_INV = W_VC = 0.
+  python finetune_lgip.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes.jsonl --MODEL=openclip_ViT-B-16_openai
+  python finetune_lgip.py ... --RUN_NAME=plain --W_SC=0 --W_INV=0
+  python run_lgip_by_fliptype.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes__ft_heldout.jsonl \\
+      --MODELS="[<the start>, <each run's model_spec.json>]"
+This version trains open_clip models (type openclip, or a python loader's open_clip model) in one process.
+"""
+
+import hashlib
+import json
+import os
+
+import common
+from lgip import finetune
+from lgip.settings import SAFE_NAME, check_models
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: records with
+#   same_caps and diff_caps (make_perturb_with_fliptypes.py's or diff_gen_caption.py's)
+MODEL = "openclip_ViT-B-16_openai"  # the start: one MODELS spec or a published model's name (type openclip)
+RUN_NAME = "lgip"  # str: the run's name (its folder's and its saved model's)
+OUTPUT_DIR = None  # the run folder; None = <stem>__ft_<RUN_NAME>/ beside JSONL_PATH
+HELDOUT_FRACTION = 0.2  # float in [0, 1): images held out (never trained on); 0 = train on every record
+SPLIT_SEED = 0  # int: which images are held out
+SEED = 0  # int: the batches, the draws, the initial random state
+STEPS = 500  # int >= 0: optimisation steps (0: the start model saved unchanged)
+BATCH_SIZE = 128  # int >= 2: records per step
+N_FLIPS = 3  # int >= 0: flips drawn per record and step (the hard negatives)
+W_SC = 1.0  # float >= 0: weight of L_sc (flips as negatives of their image)
+W_INV = 1.0  # float >= 0: weight of L_inv (a paraphrase scored as its caption)
+W_VC = 0.0  # float >= 0: weight of L_vc (mixed images as negatives of their caption)
+LR = 1e-5  # float > 0: peak learning rate (AdamW; linear warmup, then cosine to 0)
+WARMUP = 50  # int >= 0: warmup steps
+WEIGHT_DECAY = 0.1  # float >= 0: AdamW weight decay (not on gains, biases, logit scale)
+GRAD_CLIP = 1.0  # float > 0: the gradient's L2 norm clipped to this
+SAVE_EVERY = 100  # int >= 1: resume.pt written after every this many steps (and the last)
+RESUME = True  # True: continue from resume.pt when its settings match; False: start over
+DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
+DTYPE = "auto"  # "auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32", "bf16"
+VERBOSE = True  # True: every line (paths written, notes); False: the result lines (run_all's default)
+CONFIG = common.configure(globals())
+
+
+def check_config():
+    for name, low in (("STEPS", 0), ("BATCH_SIZE", 2), ("N_FLIPS", 0), ("WARMUP", 0), ("SAVE_EVERY", 1)):
+        common.require_int(CONFIG, name, low)
+    common.require_int(CONFIG, "SEED"), common.require_int(CONFIG, "SPLIT_SEED")
+    for name in ("W_SC", "W_INV", "W_VC", "WEIGHT_DECAY"):
+        if not (isinstance(CONFIG[name], (int, float)) and not isinstance(CONFIG[name], bool) and CONFIG[name] >= 0):
+            raise common.ConfigError(f"{name} must be a number >= 0, got {CONFIG[name]!r}")
+    for name in ("LR", "GRAD_CLIP"):
+        if not (isinstance(CONFIG[name], (int, float)) and not isinstance(CONFIG[name], bool) and CONFIG[name] > 0):
+            raise common.ConfigError(f"{name} must be a number > 0, got {CONFIG[name]!r}")
+    if not (isinstance(HELDOUT_FRACTION, (int, float)) and 0 <= HELDOUT_FRACTION < 1):
+        raise common.ConfigError(f"HELDOUT_FRACTION must be a number in [0, 1), got {HELDOUT_FRACTION!r}")
+    if not isinstance(RUN_NAME, str) or not SAFE_NAME.match(RUN_NAME):
+        raise common.ConfigError(f"RUN_NAME must be a file-safe name (letters, digits, . _ -), got {RUN_NAME!r}")
+    return start_spec()
+
+
+def start_spec():
+    """MODEL as a spec: a published name looked up; a joint scorer, a zoo entry or a list refused."""
+    spec = MODEL
+    if isinstance(spec, str):
+        spec = next((m for m in common.PUBLISHED_MODELS if m["name"] == spec), None) or common.ConfigError
+        if spec is common.ConfigError:
+            names = ", ".join(m["name"] for m in common.PUBLISHED_MODELS)
+            raise common.ConfigError(f"MODEL {MODEL!r} is not a published model's name ({names}) nor a spec")
+    if isinstance(spec, (list, tuple)):
+        raise common.ConfigError("MODEL is one model: fine-tune several by running the script once per model")
+    if not isinstance(spec, dict):
+        raise common.ConfigError(f"MODEL must be a model spec or a name, got {spec!r}")
+    kind = spec.get("type")
+    if kind in ("generative", "itm", "causal_lm"):
+        raise common.ConfigError(
+            f"MODEL {spec.get('name')!r} is of type {kind!r}: it scores a pair (or a text) with no embeddings to "
+            f"contrast (LGIP_SPEC.md 13); fine-tune a dual encoder"
+        )
+    if kind == "openclip_zoo":
+        raise common.ConfigError("MODEL is an openclip_zoo entry: name one model of it (type openclip)")
+    if kind != "openclip":
+        raise common.ConfigError(
+            f"MODEL {spec.get('name')!r} is of type {kind!r}: this version fine-tunes open_clip models "
+            f"(type openclip); transformers and siglip dual encoders are not supported yet"
+        )
+    check_models([spec], "MODEL")
+    return spec
+
+
+def split_files(records, raw, sha):
+    """The train records (split by image, files written beside the input, reused when made alike)."""
+    stem = common.default_output(JSONL_PATH, "")
+    names = {"train": stem + "__ft_train.jsonl", "heldout": stem + "__ft_heldout.jsonl"}
+    meta_path = stem + "__ft_split.meta.json"
+    if HELDOUT_FRACTION == 0:
+        return list(range(len(records))), None
+    held = finetune.split_records(records, HELDOUT_FRACTION, SPLIT_SEED)
+    train = [k for k, (_, rec) in enumerate(records) if not held[rec["image_path"]]]
+    heldout = [k for k, (_, rec) in enumerate(records) if held[rec["image_path"]]]
+    if not train or not heldout:
+        raise common.InputError(
+            f"HELDOUT_FRACTION={HELDOUT_FRACTION} leaves the {'train' if not train else 'held-out'} side of "
+            f"{JSONL_PATH} empty ({len(held)} images): change it"
+        )
+    meta = {"input": os.path.abspath(JSONL_PATH), "input_sha256": sha, "HELDOUT_FRACTION": HELDOUT_FRACTION}
+    meta.update(
+        SPLIT_SEED=SPLIT_SEED, images={"train": sum(not h for h in held.values()), "heldout": sum(held.values())}
+    )
+    meta.update(records={"train": len(train), "heldout": len(heldout)}, files=names)
+    same = os.path.isfile(meta_path) and all(os.path.isfile(p) for p in names.values())
+    if same:
+        with open(meta_path, encoding="utf-8") as f:
+            old = json.load(f)
+        same = [old.get(k) for k in ("input_sha256", "HELDOUT_FRACTION", "SPLIT_SEED")] == [
+            sha,
+            HELDOUT_FRACTION,
+            SPLIT_SEED,
+        ]
+    if not same:
+        with common.OutputSet() as files:
+            for side, ks in (("train", train), ("heldout", heldout)):
+                with files.open(names[side]) as f:
+                    f.writelines(common.dump_jsonl_line(raw[k]) for k in ks)
+            common.write_json(meta_path, meta, files=files)
+        common.detail(f"-> {names['train']} ({len(train)} records)\n-> {names['heldout']} ({len(heldout)} records)")
+    return train, meta
+
+
+def main():
+    spec = check_config()
+
+    with open(JSONL_PATH, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()
+    records = common.load_records(JSONL_PATH, ("same_caps", "diff_caps"))
+    raw = [json.loads(line) for line in open(JSONL_PATH, encoding="utf-8-sig") if line.strip()]
+    train, split = split_files(records, raw, sha)
+    trainer = finetune.Trainer(spec, DEVICE, DTYPE)
+    root = os.path.dirname(os.path.abspath(JSONL_PATH))
+    usable, unreadable = trainer.readable(records, train, root)
+    n = len(usable)
+    check_data(records, usable, n)
+    folder = OUTPUT_DIR or common.default_output(JSONL_PATH, f"__ft_{RUN_NAME}")
+    settings = {k: CONFIG[k] for k in finetune.HASHED if k in CONFIG}
+    digest = finetune.run_hash(dict(settings, input_sha256=sha, MODEL=spec))
+    meta_path = os.path.join(folder, "finetune.meta.json")
+    if os.path.isfile(meta_path):  # (a done run of these settings: nothing to do)
+        with open(meta_path, encoding="utf-8") as f:
+            old = json.load(f)
+        if old.get("status") == "done" and old.get("hash") == digest:
+            print(f"{RUN_NAME}: already done ({old.get('steps_done')} steps) -> {meta_path}", flush=True)
+            return old["saved"]
+    done = trainer.train(
+        folder,
+        [records[k][1] for k in usable],
+        [os.path.join(root, records[k][1]["image_path"]) for k in usable],
+        dict(CONFIG),
+        digest,
+        resume=RESUME,
+    )
+    saved = trainer.save(folder, RUN_NAME)
+    meta = dict(common.provenance(__file__, CONFIG), start=spec, saved=saved, split=split, N=n, steps_done=done)
+    meta.update(left_out=unreadable, world_size=1, device=str(trainer.device), dtype=trainer.dtype_name)
+    common.write_json(meta_path, dict(meta, hash=digest, status="done"))
+    print(f"{RUN_NAME}: {done} steps on {n} train records -> {os.path.join(folder, 'model_spec.json')}", flush=True)
+    return saved
+
+
+def check_data(records, usable, n):
+    if n < BATCH_SIZE:
+        raise common.InputError(
+            f"{n} train records with a readable image, fewer than BATCH_SIZE {BATCH_SIZE}: lower it"
+        )
+    if W_VC > 0 and n < 2:
+        raise common.InputError("W_VC > 0 needs at least 2 train records (a mixed image takes another's)")
+    if W_SC > 0 and not any(
+        (records[k][1].get("diff_caps") or {}) and any(records[k][1]["diff_caps"].values()) for k in usable
+    ):
+        raise common.InputError(
+            f"W_SC > 0 but no train record of {JSONL_PATH} has a flip: run make_perturb_with_fliptypes.py first"
+        )
+    if W_INV > 0 and not any(any((records[k][1].get("same_caps") or {}).values()) for k in usable):
+        raise common.InputError(f"W_INV > 0 but no train record of {JSONL_PATH} has a paraphrase")
+
+
+def run(**constants):
+    """The command line's run, and a call from Python: the constants as keyword arguments (lgip.entry);
+    returns the saved model's spec."""
+    with common.script_call(globals(), constants):
+        return main()
+
+
+if __name__ == "__main__":
+    common.run_main(run)

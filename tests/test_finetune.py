@@ -1,0 +1,174 @@
+"""finetune_lgip.py and lgip/finetune.py (LGIP_SPEC.md 14): the split, the step's records and draws, each loss
+term and the schedule restated by hand; a tiny open_clip model fine-tuned end to end (its log, its model that
+loads back as a MODELS spec and is probed on the held-out file beside the start), a killed run resumed to what
+an unbroken run gives, and bad input stopped before training."""
+
+import hashlib
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, eval_settings, run_here
+from lgip import finetune
+from lgip.errors import ConfigError, InputError
+
+
+def test_the_split_by_image_by_hand():
+    records = [(k + 1, {"image_path": p}) for k, p in enumerate(["a.jpg", "b.jpg", "a.jpg", "c.jpg", "d.jpg", "e.jpg"])]
+    images = ["a.jpg", "b.jpg", "c.jpg", "d.jpg", "e.jpg"]
+    order = sorted(images, key=lambda p: (hashlib.sha256(f"7:{p}".encode()).hexdigest(), p))
+    held = finetune.split_records(records, 0.4, 7)  # h = floor(0.4 * 5 + 0.5) = 2
+    assert {p for p, h in held.items() if h} == set(order[:2])
+    assert not any(finetune.split_records(records, 0.05, 7).values())  # floor(0.25 + 0.5) = 0
+
+
+def test_a_steps_records_and_draws_by_hand():
+    assert finetune.step_positions(5, 10, 4, 3) == np.random.default_rng([3, 1, 2]).permutation(10)[4:8].tolist()
+    rec = {
+        "orig_captions": ["c0", "c1", "c2"],
+        "same_caps": {"1": ["p10", "p11"], "2": []},
+        "diff_caps": {"1": ["f10", "f11", "f12"], "2": ["f20"]},
+    }
+    g = np.random.default_rng([9, 2, 4, 6])
+    i = [1, 2][g.integers(2)]
+    para = rec["same_caps"][str(i)][g.integers(2)] if i == 1 else None
+    flips = rec["diff_caps"][str(i)]
+    chosen = [flips[k] for k in g.choice(len(flips), min(2, len(flips)), replace=False)]
+    assert finetune.draw(rec, 9, 4, 6, 2) == (f"c{i}", para, chosen, i)
+    assert finetune.draw({"orig_captions": ["x"], "diff_caps": {}}, 0, 0, 0, 3) == ("x", None, [], 0)
+    assert finetune.mix_offset(10, 5) == 1 + __import__("random").Random(5).randrange(9)
+
+
+def test_the_loss_terms_by_hand():
+    g = torch.Generator().manual_seed(0)
+    unit = lambda *shape: torch.nn.functional.normalize(torch.randn(*shape, generator=g), dim=-1)  # noqa: E731
+    v, t, fl, mixed, p = unit(3, 4), unit(3, 4), unit(2, 4), unit(3, 4), unit(2, 4)
+    s = torch.tensor(10.0)
+    got = finetune.clip_style_losses(v, t, s, flips=fl, mixed=mixed)
+    vt = (s * v @ t.T).double()
+    lse = torch.logsumexp
+    clip = (
+        0.5 * (sum(lse(vt[q], 0) - vt[q, q] for q in range(3)) + sum(lse(vt[:, q], 0) - vt[q, q] for q in range(3))) / 3
+    )
+    sc = sum(lse(torch.cat([vt[q], (s * v[q] @ fl.T).double()]), 0) - lse(vt[q], 0) for q in range(3)) / 3
+    tm = (s * t @ mixed.T).double()
+    vc = sum(lse(torch.cat([vt[:, q], tm[q]]), 0) - lse(vt[:, q], 0) for q in range(3)) / 3
+    assert float(got["clip"]) == pytest.approx(float(clip), abs=1e-5) and float(got["sc"]) == pytest.approx(
+        float(sc), abs=1e-5
+    )
+    assert float(got["vc"]) == pytest.approx(float(vc), abs=1e-5) and float(got["sc"]) >= 0
+    assert float(finetune.clip_style_losses(v, t, s, flips=fl[:0])["sc"]) == 0.0  # (no flip: 0)
+    beta = torch.tensor(-2.0)
+    sig = finetune.siglip_losses(v, t, s, beta, flips=fl, mixed=mixed)
+    ls = torch.nn.functional.logsigmoid
+    z = lambda a, b: 1.0 if a == b else -1.0  # noqa: E731
+    want = -sum(ls(torch.tensor(z(a, b)) * (s * v[a] @ t[b] + beta)) for a in range(3) for b in range(3)) / 3
+    assert float(sig["clip"]) == pytest.approx(float(want), abs=1e-5)
+    want = -sum(ls(-(s * v[a] @ fl[f] + beta)) for a in range(3) for f in range(2)) / 3
+    assert float(sig["sc"]) == pytest.approx(float(want), abs=1e-5)
+    want = -sum(ls(-(s * t[b] @ mixed[a] + beta)) for a in range(3) for b in range(3)) / 3
+    assert float(sig["vc"]) == pytest.approx(float(want), abs=1e-5)
+    inv = finetune.invariance_loss(v, t, p, [0, 2])
+    want = (abs(v[0] @ p[0] - v[0] @ t[0]) + abs(v[2] @ p[1] - v[2] @ t[2])) / 2
+    assert float(inv) == pytest.approx(float(want), abs=1e-6) and float(finetune.invariance_loss(v, t, p[:0], [])) == 0
+
+
+def test_the_schedule_and_the_weight_decay_groups():
+    assert finetune.lr_at(0, 1.0, 4, 10) == 0.25 and finetune.lr_at(3, 1.0, 4, 10) == 1.0
+    assert finetune.lr_at(4, 1.0, 4, 10) == 1.0 and finetune.lr_at(7, 1.0, 4, 10) == pytest.approx(0.5)
+    model = torch.nn.Module()
+    model.proj, model.ln_final, model.logit_scale = (
+        torch.nn.Linear(3, 3),
+        torch.nn.LayerNorm(3),
+        torch.nn.Parameter(torch.ones([])),
+    )
+    plain, decayed = finetune.param_groups(model, 0.1)
+    assert [p.shape for p in decayed["params"]] == [torch.Size([3, 3])] and decayed["weight_decay"] == 0.1
+    assert len(plain["params"]) == 4 and plain["weight_decay"] == 0.0
+
+
+def _settings(tmp_path, **extra):
+    src = tmp_path / "fixture_with_fliptypes.jsonl"
+    if not src.exists():
+        shutil.copy(REFERENCE + "/fixture_with_fliptypes.jsonl", src)
+        for name in os.listdir(os.path.join(FIXTURES, "images")):  # (the records' images, beside the copy)
+            os.makedirs(tmp_path / "images", exist_ok=True)
+            shutil.copy(os.path.join(FIXTURES, "images", name), tmp_path / "images" / name)
+    base = dict(JSONL_PATH=str(src), MODEL=OPENCLIP_TINY, STEPS=4, BATCH_SIZE=4, WARMUP=1, SAVE_EVERY=2, LR=1e-3)
+    return {**base, "HELDOUT_FRACTION": 0.25, "DEVICE": "cpu", "W_VC": 0.5, **extra}
+
+
+def test_a_tiny_model_fine_tuned_loads_back_and_is_probed_on_held_out_images(tmp_path):
+    saved, out, _ = run_here("finetune_lgip.py", **_settings(tmp_path))
+    folder = tmp_path / "fixture_with_fliptypes__ft_lgip"
+    log = [json.loads(x) for x in open(folder / "train_log.jsonl", encoding="utf-8")]
+    assert [x["step"] for x in log] == [0, 1, 2, 3] and all(
+        x["loss_vc"] is not None and x["num_flips"] > 0 for x in log
+    )
+    assert log[0]["lr"] == 1e-3 and log[-1]["lr"] == pytest.approx(1e-3 * (1 + math.cos(math.pi * 2 / 3)) / 2)
+    assert saved == json.load(open(folder / "model_spec.json")) and saved["model_name"].startswith("local-dir:")
+    meta = json.load(open(folder / "finetune.meta.json"))
+    assert meta["status"] == "done" and meta["steps_done"] == 4 and meta["split"]["records"]["heldout"] == 3
+    held = tmp_path / "fixture_with_fliptypes__ft_heldout.jsonl"
+    rows, _, _ = run_here(
+        "run_lgip_by_fliptype.py", **eval_settings(held, "corrected", [OPENCLIP_TINY, saved], BOOTSTRAP=0)
+    )
+    assert [r["model_tag"] for r in rows] == ["tiny_openclip", "lgip"] and rows[0]["num_samples"] == 3
+    assert rows[0]["invariance_error_mean"] != rows[1]["invariance_error_mean"]  # (the weights moved)
+
+
+def test_a_killed_run_resumes_to_what_an_unbroken_run_gives(tmp_path, monkeypatch):
+    whole, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="whole"))
+    real = finetune.Trainer.step
+
+    def dies_at_3(self, s, *a, **k):
+        if s == 3:
+            raise KeyboardInterrupt
+        return real(self, s, *a, **k)
+
+    monkeypatch.setattr(finetune.Trainer, "step", dies_at_3)
+    with pytest.raises(BaseException):
+        run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="cut"))
+    monkeypatch.setattr(finetune.Trainer, "step", real)
+    cut, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="cut"))
+    a = torch.load(whole["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
+    b = torch.load(cut["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    logs = [
+        [
+            {k: v for k, v in json.loads(x).items() if k != "seconds"}
+            for x in open(tmp_path / f"fixture_with_fliptypes__ft_{n}" / "train_log.jsonl")
+        ]
+        for n in ("whole", "cut")
+    ]
+    assert logs[0] == logs[1]
+    with pytest.raises(ConfigError, match="differs in LR"):
+        run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="cut", LR=2e-3, STEPS=4))
+
+
+def test_steps_zero_saves_the_start_and_bad_input_stops_before_training(tmp_path):
+    saved, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, STEPS=0, RUN_NAME="zero"))
+    start = torch.load(os.path.join(FIXTURES, "models", "openclip-tiny", "open_clip_pytorch_model.bin"))
+    got = torch.load(saved["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
+    assert all(torch.equal(start[k].float(), got[k]) for k in start)
+    for extra, error, words in (
+        ({"MODEL": {"name": "g", "type": "generative", "model_id": "x"}}, ConfigError, "no embeddings to contrast"),
+        ({"MODEL": {"name": "t", "type": "transformers", "model_id": "x"}}, ConfigError, "not supported yet"),
+        ({"BATCH_SIZE": 64}, InputError, "fewer than BATCH_SIZE 64"),
+        ({"HELDOUT_FRACTION": 0.99}, InputError, "leaves the train side"),
+        ({"W_SC": -1}, ConfigError, "W_SC must be a number >= 0"),
+    ):
+        with pytest.raises(error, match=words):
+            run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="bad", **extra))
+    assert not (tmp_path / "fixture_with_fliptypes__ft_bad").exists()
+
+
+def test_a_done_run_exits_at_once(tmp_path):
+    run_here("finetune_lgip.py", **_settings(tmp_path, STEPS=1, RUN_NAME="once"))
+    again, out, _ = run_here("finetune_lgip.py", **_settings(tmp_path, STEPS=1, RUN_NAME="once"))
+    assert "once: already done (1 steps)" in out and again["name"] == "once"
