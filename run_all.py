@@ -70,6 +70,9 @@ STEPS = None  # None = every step; or a list of step names (or one string "a,b")
 #   rebuttal_enhanced_lgip, run_lgip_images, report
 DEBIAS = False  # True: also debias_flips.py after the blind audit and run_lgip_by_fliptype.py on the debiased flips
 #   (LGIP_SPEC.md 15; the report sets each model's positive rate on all flips and on the debiased ones side by side)
+FINETUNE = None  # None, or {"model": a spec or published name (type openclip), "arms": {name: {CONSTANT: value}},
+#   other finetune_lgip.py constants}: each arm fine-tuned (arms default: "plain" with W_SC = W_INV = W_VC = 0, and
+#   "lgip"), then the start and the arms probed on the held-out images in one run (LGIP_SPEC.md 14)
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
 VERBOSE = False  # False: a line per step and per model result, the table and the report at the end; True: each
@@ -83,6 +86,7 @@ _SCRIPTS = {
     "make_perturb_with_fliptypes": "make_perturb_with_fliptypes.py",
     "rebuttal_enhanced_perturb": "rebuttal_enhanced_perturb_with_fliptypes.py",
     "blind_audit": "blind_audit.py",
+    "finetune": "finetune_lgip.py",
     "debias_flips": "debias_flips.py",
     "run_lgip_multi": "run_lgip_multi.py",
     "run_lgip_by_fliptype": "run_lgip_by_fliptype.py",
@@ -92,6 +96,9 @@ _SCRIPTS = {
     "rebuttal_enhanced_lgip": "rebuttal_enhanced_lgip_by_transformation.py",
     "run_lgip_images": "run_lgip_images.py",
     "report": "report.py",
+    "finetune_by_fliptype": "run_lgip_by_fliptype.py",
+    "finetune_retrieval": "run_lgip_retrieval.py",
+    "finetune_report": "report.py",
 }
 # Settings run_all sets itself (SETTINGS may not).
 _OWN = {
@@ -200,6 +207,48 @@ def blind_path(fliptypes):
     return common.metrics_path(fliptypes, "LGIP_blind.metrics.json")
 
 
+ARMS = {"plain": {"W_SC": 0, "W_INV": 0, "W_VC": 0}, "lgip": {}}  # FINETUNE's default arms
+
+
+def finetune_steps(fliptypes, evaluation, out_dir):
+    """FINETUNE's steps (LGIP_SPEC.md 14): each arm's finetune_lgip.py (RUN_NAME <model>__ft_<arm>, one split, SEED
+    and STEPS for all), then run_lgip_by_fliptype and run_lgip_retrieval on the held-out file, ONE run each with
+    MODELS = [the start, each arm] (the paired comparisons need one run), then the report on it."""
+    ft = dict(FINETUNE)
+    start, arms = ft.pop("model", None), ft.pop("arms", None) or ARMS
+    if isinstance(start, str):
+        start = next((m for m in common.PUBLISHED_MODELS if m["name"] == start), start)
+    if not isinstance(start, dict) or not isinstance(arms, dict) or not arms:
+        raise common.ConfigError(
+            f'FINETUNE must be {{"model": a spec or published name, "arms": {{name: {{CONSTANT: value}}}}, ...}}, '
+            f"got {FINETUNE!r}"
+        )
+    stem = common.default_output(fliptypes, "")
+    heldout = stem + "__ft_heldout.jsonl"
+    specs, steps, made = [start], [], []
+    for arm, over in arms.items():
+        name = f"{start['name']}__ft_{arm}"
+        folder = stem + f"__ft_{name}"
+        args = dict(ft, **over, JSONL_PATH=fliptypes, MODEL=start, RUN_NAME=name, DEVICE=DEVICE)
+        made.append(os.path.join(folder, "model_spec.json"))
+        steps.append(step("finetune", args, [fliptypes], [made[-1], heldout]))
+        model = "local-dir:" + os.path.abspath(os.path.join(folder, "model"))
+        specs.append({"name": name, "type": "openclip", "model_name": model, "pretrained": None})
+    probe = dict(evaluation, MODELS=specs, JSONL_PATH=heldout)
+    metrics = [common.metrics_path(heldout, f) for f in ("LGIP_fliptypes.metrics.json", "LGIP_retrieval.metrics.json")]
+    steps += [
+        step("finetune_by_fliptype", probe, [heldout] + made, [metrics[0]]),
+        step("finetune_retrieval", probe, [heldout] + made, [metrics[1]]),
+        step(
+            "finetune_report",
+            dict({"JSONL_PATH": heldout}, **out_dir),
+            metrics,
+            [common.metrics_path(heldout, "LGIP_report.md")],
+        ),
+    ]
+    return steps
+
+
 def plan(mode, base, models):
     """Every step of this data, in order."""
     # (an imported benchmark's records have every field the evaluations read: they take it as it is)
@@ -306,6 +355,7 @@ def plan(mode, base, models):
     # the image side, after the text evaluations: on the file run_lgip_retrieval searches (an imported benchmark
     # as it is), so its galleries hold the same records, and its captions and original images are in the cache
     steps.append(step("run_lgip_images", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [images]))
+    steps += finetune_steps(fliptypes, evaluation, out_dir) if FINETUNE else []
     steps += [
         step(
             "report",

@@ -172,3 +172,28 @@ def test_a_done_run_exits_at_once(tmp_path):
     run_here("finetune_lgip.py", **_settings(tmp_path, STEPS=1, RUN_NAME="once"))
     again, out, _ = run_here("finetune_lgip.py", **_settings(tmp_path, STEPS=1, RUN_NAME="once"))
     assert "once: already done (1 steps)" in out and again["name"] == "once"
+
+
+def test_run_all_fine_tunes_each_arm_and_probes_them_with_the_start_on_held_out_images(tmp_path):
+    import re
+
+    from conftest import run_script
+    from lgip.demo import demo_inputs
+
+    folder = tmp_path / "demo"
+    demo_inputs(folder)
+    ft = {"model": OPENCLIP_TINY, "STEPS": 2, "BATCH_SIZE": 4, "WARMUP": 1, "SAVE_EVERY": 1, "LR": 1e-3}
+    args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo", "--MODELS=demo", "--DEVICE=cpu"]
+    out = run_script("run_all.py", *args, f"--FINETUNE={ft!r}", "--NUM_WORKERS=0").stdout
+    assert len(re.findall(r"^\[\d+/16\] finetune\b", out, re.M)) == 2
+    rows = json.load(open(folder / "lgip_demo_with_fliptypes__ft_heldout__LGIP_fliptypes.metrics.json"))
+    assert [r["model_tag"] for r in rows] == ["tiny_openclip", "tiny_openclip__ft_plain", "tiny_openclip__ft_lgip"]
+    plain = [
+        json.loads(x) for x in open(folder / "lgip_demo_with_fliptypes__ft_tiny_openclip__ft_plain" / "train_log.jsonl")
+    ]
+    assert [x["loss_sc"] for x in plain] == [None, None] and all(x["num_flips"] > 0 for x in plain)  # (drawn, not used)
+    assert (folder / "lgip_demo_with_fliptypes__ft_heldout__LGIP_report.md").is_file()
+    comparisons = json.load(open(folder / "lgip_demo_with_fliptypes__ft_heldout__LGIP_comparisons.metrics.json"))
+    assert {(c["a"], c["b"]) for c in comparisons} >= {("tiny_openclip", "tiny_openclip__ft_lgip")}
+    again = run_script("run_all.py", *args, f"--FINETUNE={ft!r}", "--NUM_WORKERS=0").stdout
+    assert "run_all: ran 0 of 16 steps (16 up to date)" in again
