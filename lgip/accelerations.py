@@ -54,6 +54,8 @@ IMAGE_GROUPS = True  # a generative model's images run GROUP_IMAGES at a time in
 #   GROUP_FAMILIES; needs JOINT_PIPELINE); False: per image, the prefix then its texts on its cache
 JOINT_PIPELINE = True  # a joint scorer prepares the next image (tokenizing, launching its forwards)
 #   while the device runs the last one's (lgip/scorers/joint.py); False: each image's scores waited for before the next
+NGRAM_MEMO = True  # an n-gram model's probabilities and a text's words computed once and looked up after
+#   (lgip/blind.py); False: computed at every use
 SHARED_BOOTSTRAP_DRAWS = True  # bootstrap resamples drawn once per (images, resamples, seed), shared by every interval
 #   (lgip/scoring.py); False: drawn per interval
 
@@ -71,6 +73,7 @@ NAMES = [
     "DEVICE_TABLES",
     "BUILD_ON_DEVICE",
     "SHARED_BOOTSTRAP_DRAWS",
+    "NGRAM_MEMO",
     "PREFIX_REUSE",
     "CONVERSATION_SPLICE",
     "TEXT_PACKS",

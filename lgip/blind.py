@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from . import accelerations
 from .errors import ConfigError
 from .records import caption_texts, flip_types
 from .scoring import bootstrap_ci
@@ -128,9 +129,19 @@ class NGram:
         self.totals = {h: sum(c.values()) for h, c in self.counts.items()}  # c(h)
         self.types = {h: len(c) for h, c in self.counts.items()}  # T(h)
         self.empty = not self.counts
+        self.memo = {} if accelerations.NGRAM_MEMO else None
 
     def prob(self, w, h):
-        """P_k(w | h), k = len(h) + 1."""
+        """P_k(w | h), k = len(h) + 1 (computed once per (w, h) with NGRAM_MEMO: the same float)."""
+        if self.memo is None:
+            return self._prob(w, h)
+        key = (w, h)
+        p = self.memo.get(key)
+        if p is None:
+            p = self.memo[key] = self._prob(w, h)
+        return p
+
+    def _prob(self, w, h):
         if not h:
             unigram = self.counts.get((), {})
             return (unigram.get(w, 0) + 1) / (self.totals.get((), 0) + self.types.get((), 0) + 1)

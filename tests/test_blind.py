@@ -186,3 +186,18 @@ def test_the_edit_words_weights_by_hand():
     ]
     assert blind.edit_gaps(pairs, [0, 1, 1], 2) == [round(math.log(2), 9), round(math.log(2), 9), 0.0]
     assert blind.length_gaps([blind.Pair(0, 0, "t", 0, "a b", "a b c")]) == [1.0]
+
+
+def test_the_ngram_memo_gives_the_plain_gaps(monkeypatch):
+    """NGRAM_MEMO (lgip/accelerations.py): each probability computed once, the same floats as the plain path."""
+    from lgip import accelerations
+
+    records = [(r + 1, rec) for r, rec in enumerate(_records(30))]
+    pairs, _ = blind.blind_pairs(records)
+    folds = [blind.fold_of(rec, 3) for _, rec in records]
+    corpora = blind.fold_corpora(records, folds, 3)
+    got = {}
+    for memo in (False, True):
+        monkeypatch.setattr(accelerations, "NGRAM_MEMO", memo)
+        got[memo] = [blind.ngram_gaps(pairs, corpora, folds, n) for n in (1, 3)]
+    assert got[True] == got[False]
