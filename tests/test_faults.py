@@ -7,6 +7,7 @@ small and read-only file systems too."""
 import glob
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -211,7 +212,9 @@ def tmpfs(tmp_path_factory):
         pytest.skip("no unshare")
     folder = tmp_path_factory.mktemp("probe")
     for prefix in (["unshare", "-m"], ["unshare", "-rm"]):
-        probe = subprocess.run(prefix + ["sh", "-c", f"mount -t tmpfs -o size=16k tmpfs {folder}"], capture_output=True)
+        probe = subprocess.run(
+            prefix + ["sh", "-c", f"mount -t tmpfs -o size=16k tmpfs {shlex.quote(str(folder))}"], capture_output=True
+        )
         if probe.returncode == 0:
             return prefix
     pytest.skip("cannot mount a tmpfs here")
@@ -222,12 +225,15 @@ def test_real_full_and_read_only_file_systems(tmp_path, tmpfs):
     read-only one (EROFS, found before the work), in a mount namespace of their own."""
     small, ro = tmp_path / "small", tmp_path / "ro"
     small.mkdir(), ro.mkdir()
-    gen = f"{sys.executable} {os.path.join(ROOT, 'diff_gen_caption.py')} --INPUT_JSONL={BASE_JSONL}"
+    q = lambda p: shlex.quote(str(p))  # noqa: E731 (a checkout in a folder whose name has spaces)
+    gen = f"{q(sys.executable)} {q(os.path.join(ROOT, 'diff_gen_caption.py'))} {q('--INPUT_JSONL=' + BASE_JSONL)}"
     script = (
-        f"mount -t tmpfs -o size=16k tmpfs {small} && mount -t tmpfs -o ro,size=16k tmpfs {ro} || exit 99\n"
-        f"{gen} --OUTPUT_JSONL={small / 'x.jsonl'} 2> {tmp_path / 'small.err'}; echo $? > {tmp_path / 'small.rc'}\n"
-        f"ls -A {small} > {tmp_path / 'small.ls'}\n"
-        f"{gen} --OUTPUT_JSONL={ro / 'x.jsonl'} 2> {tmp_path / 'ro.err'}; echo $? > {tmp_path / 'ro.rc'}\n"
+        f"mount -t tmpfs -o size=16k tmpfs {q(small)} && mount -t tmpfs -o ro,size=16k tmpfs {q(ro)} || exit 99\n"
+        f"{gen} {q('--OUTPUT_JSONL=' + str(small / 'x.jsonl'))} 2> {q(tmp_path / 'small.err')}; "
+        f"echo $? > {q(tmp_path / 'small.rc')}\n"
+        f"ls -A {q(small)} > {q(tmp_path / 'small.ls')}\n"
+        f"{gen} {q('--OUTPUT_JSONL=' + str(ro / 'x.jsonl'))} 2> {q(tmp_path / 'ro.err')}; "
+        f"echo $? > {q(tmp_path / 'ro.rc')}\n"
     )
     proc = subprocess.run(tmpfs + ["sh", "-c", script], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
