@@ -156,18 +156,14 @@ def main():
         if old.get("status") == "done" and old.get("hash") == digest:
             print(f"{RUN_NAME}: already done ({old.get('steps_done')} steps) -> {meta_path}", flush=True)
             return old["saved"]
-    done = trainer.train(
-        folder,
-        [records[k][1] for k in usable],
-        [os.path.join(root, records[k][1]["image_path"]) for k in usable],
-        dict(CONFIG),
-        digest,
-        resume=RESUME,
-    )
+    meta = dict(common.provenance(__file__, CONFIG), start=spec, saved=None, split=split, N=n, steps_done=0)
+    meta.update(left_out=unreadable, world_size=1, device=str(trainer.device), dtype=trainer.dtype_name, hash=digest)
+    os.makedirs(folder, exist_ok=True)
+    common.write_json(meta_path, dict(meta, status="running"), output=False)  # (a killed run's meta says so)
+    paths = [os.path.join(root, records[k][1]["image_path"]) for k in usable]
+    done = trainer.train(folder, [records[k][1] for k in usable], paths, dict(CONFIG), digest, resume=RESUME)
     saved = trainer.save(folder, RUN_NAME)
-    meta = dict(common.provenance(__file__, CONFIG), start=spec, saved=saved, split=split, N=n, steps_done=done)
-    meta.update(left_out=unreadable, world_size=1, device=str(trainer.device), dtype=trainer.dtype_name)
-    common.write_json(meta_path, dict(meta, hash=digest, status="done"))
+    common.write_json(meta_path, dict(meta, saved=saved, steps_done=done, status="done"))
     print(f"{RUN_NAME}: {done} steps on {n} train records -> {os.path.join(folder, 'model_spec.json')}", flush=True)
     return saved
 

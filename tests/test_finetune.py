@@ -134,6 +134,8 @@ def test_a_killed_run_resumes_to_what_an_unbroken_run_gives(tmp_path, monkeypatc
     monkeypatch.setattr(finetune.Trainer, "step", dies_at_3)
     with pytest.raises(BaseException):
         run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="cut"))
+    killed = json.load(open(tmp_path / "fixture_with_fliptypes__ft_cut" / "finetune.meta.json"))
+    assert killed["status"] == "running" and killed["saved"] is None
     monkeypatch.setattr(finetune.Trainer, "step", real)
     cut, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="cut"))
     a = torch.load(whole["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
