@@ -14,6 +14,7 @@ from .plots import (
     _family,
     _model_colors,
     _place_labels,
+    _point,
     _pyplot,
     _save,
     rate_limits,
@@ -94,21 +95,14 @@ def plot_image_side(rows, path, title_note="", dpi=150, files=None):
         for r in pts:
             family = _family(r)
             marker = families.setdefault(family, FAMILY_MARKERS.get(family, "D"))
-            ax.errorbar(
+            _point(
+                ax,
                 r[x],
                 r[y],
-                xerr=_err(r[x], r.get(x + "_ci_lo"), r.get(x + "_ci_hi")),
-                yerr=_err(r[y], r.get(y + "_ci_lo"), r.get(y + "_ci_hi")),
-                fmt=marker,
-                color=colors[r["model"]],
-                ecolor=colors[r["model"]],
-                elinewidth=1.2,
-                capsize=3,
-                markersize=8,
-                markeredgecolor="white",
-                markeredgewidth=0.8,
-                zorder=3,
-                clip_on=False,
+                _err(r[x], r.get(x + "_ci_lo"), r.get(x + "_ci_hi")),
+                _err(r[y], r.get(y + "_ci_lo"), r.get(y + "_ci_hi")),
+                marker,
+                colors[r["model"]],
             )
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -155,21 +149,14 @@ def plot_prior(rows, path, title_note="", dpi=150, files=None):
     for r in pts:
         family = _family(r)
         marker = families.setdefault(family, FAMILY_MARKERS.get(family, "D"))
-        ax.errorbar(
+        _point(
+            ax,
             r["prior_pos_rate"],
             r["pos_rate"],
-            xerr=_err(r["prior_pos_rate"], r.get("prior_pos_rate_ci_lo"), r.get("prior_pos_rate_ci_hi")),
-            yerr=_err(r["pos_rate"], r.get("pos_rate_ci_lo"), r.get("pos_rate_ci_hi")),
-            fmt=marker,
-            color=colors[r["model"]],
-            ecolor=colors[r["model"]],
-            elinewidth=1.2,
-            capsize=3,
-            markersize=8,
-            markeredgecolor="white",
-            markeredgewidth=0.8,
-            zorder=3,
-            clip_on=False,
+            _err(r["prior_pos_rate"], r.get("prior_pos_rate_ci_lo"), r.get("prior_pos_rate_ci_hi")),
+            _err(r["pos_rate"], r.get("pos_rate_ci_lo"), r.get("pos_rate_ci_hi")),
+            marker,
+            colors[r["model"]],
         )
     ax.set_xlabel("Prior positive rate: caption beats flip on the average other image")
     ax.set_ylabel("Positive rate: caption beats flip on its own image")
@@ -270,20 +257,14 @@ def plot_factors(rows, path, factors=None, title_note="", dpi=150, files=None):
             ax.axhline(0.5, color="0.55", linestyle=":", linewidth=1.2, zorder=1)
         for r in pts:
             c = colors[(r["_card"]).get("training_data")]
-            ax.errorbar(
+            _point(
+                ax,
                 r["_card"]["params_total"],
                 r[key],
-                yerr=_err(r[key], r.get(key + "_ci_lo"), r.get(key + "_ci_hi")),
-                fmt="o",
-                color=c,
-                ecolor=c,
-                elinewidth=1.2,
-                capsize=3,
-                markersize=8,
-                markeredgecolor="white",
-                markeredgewidth=0.8,
-                zorder=3,
-                clip_on=False,
+                None,
+                _err(r[key], r.get(key + "_ci_lo"), r.get(key + "_ci_hi")),
+                "o",
+                c,
             )
         ax.set_xlabel("Parameters (image + text towers; log scale)")
         ax.set_ylabel(label)

@@ -110,6 +110,26 @@ def _err(v, lo, hi):
     return None if lo is None or hi is None else [[max(v - lo, 0.0)], [max(hi - v, 0.0)]]
 
 
+def _point(ax, x, y, xerr, yerr, marker, color):
+    """One model's point with its 95% whiskers (_err; None: none), as every scatter of the report draws it."""
+    ax.errorbar(
+        x,
+        y,
+        xerr=xerr,
+        yerr=yerr,
+        fmt=marker,
+        color=color,
+        ecolor=color,
+        elinewidth=1.2,
+        capsize=3,
+        markersize=8,
+        markeredgecolor="white",
+        markeredgewidth=0.8,
+        zorder=3,
+        clip_on=False,
+    )
+
+
 def _place_labels(fig, ax, items, obstacles=(), leader=False):
     """Annotate each (x, y, text) beside its point, avoiding other labels, points and the
     `obstacles` (data points, e.g. along the whiskers); `leader`: a thin line from each label to its
@@ -421,21 +441,14 @@ def plot_retrieval(rows, path, title_note="", dpi=150, files=None):
         for r in pts:
             family = _family(r)
             marker = families.setdefault(family, FAMILY_MARKERS.get(family, "D"))
-            ax.errorbar(
+            _point(
+                ax,
                 r[x],
                 r["pos_rate"],
-                xerr=_err(r[x], r[x + "_ci_lo"], r[x + "_ci_hi"]),
-                yerr=_err(r["pos_rate"], r["pos_rate_ci_lo"], r["pos_rate_ci_hi"]),
-                fmt=marker,
-                color=colors[r["model"]],
-                ecolor=colors[r["model"]],
-                elinewidth=1.2,
-                capsize=3,
-                markersize=8,
-                markeredgecolor="white",
-                markeredgewidth=0.8,
-                zorder=3,
-                clip_on=False,
+                _err(r[x], r[x + "_ci_lo"], r[x + "_ci_hi"]),
+                _err(r["pos_rate"], r["pos_rate_ci_lo"], r["pos_rate_ci_hi"]),
+                marker,
+                colors[r["model"]],
             )
         ax.set_xlabel(RETRIEVAL_LABELS[x][1])
         ax.set_title(f"vs. {RETRIEVAL_LABELS[x][0]}: {rho_text(c)}", fontsize=11.5)
