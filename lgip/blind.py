@@ -210,16 +210,21 @@ def edit_gaps(pairs, folds, n_folds):
     return out
 
 
-def blind_figures(pairs, gaps, types, resamples, seed):
-    """{block: figures} for `all`, then each type (section 15): count, scored, right, wrong, ties, num_images,
-    acc (right / scored) with its interval over the records with a scored pair, tie_rate, acc_untied
-    (right / (right + wrong)) with its interval over the records with an untied pair; None over 0."""
+def type_blocks(pairs, types):
+    """{block: pair positions}: `all`, then each type (an input of the one type `all`: that block alone)."""
     blocks = {"all": list(range(len(pairs)))}
     for t in types:
         if t != "all":
             blocks[t] = [x for x, p in enumerate(pairs) if p.t == t]
+    return blocks
+
+
+def blind_figures(pairs, gaps, types, resamples, seed):
+    """{block: figures} for `all`, then each type (section 15): count, scored, right, wrong, ties, num_images,
+    acc (right / scored) with its interval over the records with a scored pair, tie_rate, acc_untied
+    (right / (right + wrong)) with its interval over the records with an untied pair; None over 0."""
     out = {}
-    for name, idx in blocks.items():
+    for name, idx in type_blocks(pairs, types).items():
         scored = [x for x in idx if gaps[x] is not None]
         untied = [x for x in scored if gaps[x] != 0]
         right = sum(1 for x in scored if gaps[x] > 0)

@@ -10,6 +10,7 @@ import collections
 import hashlib
 import math
 
+from .blind import type_blocks
 from .records import caption_texts
 
 
@@ -104,12 +105,8 @@ def debiased_record(rec, r, pairs_of, keep, types):
 
 def kept_blocks(pairs, keep, unscored, types):
     """{block: {count, unscored, kept, kept_fraction}} for `all`, then each type."""
-    blocks = {"all": range(len(pairs))}
-    for t in types:
-        if t != "all":
-            blocks[t] = [x for x, p in enumerate(pairs) if p.t == t]
     out = {}
-    for name, idx in blocks.items():
+    for name, idx in type_blocks(pairs, types).items():
         count, kept = len(idx), sum(1 for x in idx if keep[x])
         out[name] = {
             "count": count,
