@@ -19,7 +19,7 @@ import os
 
 import common
 from lgip import finetune
-from lgip.settings import SAFE_NAME, check_models
+from lgip.settings import SAFE_NAME
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: records with
@@ -66,32 +66,8 @@ def check_config():
 
 
 def start_spec():
-    """MODEL as a spec: a published name looked up; a joint scorer, a zoo entry or a list refused."""
-    spec = MODEL
-    if isinstance(spec, str):
-        spec = next((m for m in common.PUBLISHED_MODELS if m["name"] == spec), None) or common.ConfigError
-        if spec is common.ConfigError:
-            names = ", ".join(m["name"] for m in common.PUBLISHED_MODELS)
-            raise common.ConfigError(f"MODEL {MODEL!r} is not a published model's name ({names}) nor a spec")
-    if isinstance(spec, (list, tuple)):
-        raise common.ConfigError("MODEL is one model: fine-tune several by running the script once per model")
-    if not isinstance(spec, dict):
-        raise common.ConfigError(f"MODEL must be a model spec or a name, got {spec!r}")
-    kind = spec.get("type")
-    if kind in ("generative", "itm", "causal_lm"):
-        raise common.ConfigError(
-            f"MODEL {spec.get('name')!r} is of type {kind!r}: it scores a pair (or a text) with no embeddings to "
-            f"contrast (LGIP_SPEC.md 13); fine-tune a dual encoder"
-        )
-    if kind == "openclip_zoo":
-        raise common.ConfigError("MODEL is an openclip_zoo entry: name one model of it (type openclip)")
-    if kind != "openclip":
-        raise common.ConfigError(
-            f"MODEL {spec.get('name')!r} is of type {kind!r}: this version fine-tunes open_clip models "
-            f"(type openclip); transformers and siglip dual encoders are not supported yet"
-        )
-    check_models([spec], "MODEL")
-    return spec
+    """MODEL as a spec (lgip.finetune.start_spec)."""
+    return finetune.start_spec(MODEL)
 
 
 def split_files(records, raw, sha):

@@ -216,13 +216,14 @@ def finetune_steps(fliptypes, evaluation, out_dir):
     MODELS = [the start, each arm] (the paired comparisons need one run), then the report on it."""
     ft = dict(FINETUNE)
     start, arms = ft.pop("model", None), ft.pop("arms", None) or ARMS
-    if isinstance(start, str):
-        start = next((m for m in common.PUBLISHED_MODELS if m["name"] == start), start)
-    if not isinstance(start, dict) or not isinstance(arms, dict) or not arms:
+    if start is None or not isinstance(arms, dict) or not arms:
         raise common.ConfigError(
             f'FINETUNE must be {{"model": a spec or published name, "arms": {{name: {{CONSTANT: value}}}}, ...}}, '
             f"got {FINETUNE!r}"
         )
+    from lgip.finetune import start_spec
+
+    start = start_spec(start)  # (checked here: a FINETUNE model that cannot be trained stops before any step)
     stem = common.default_output(fliptypes, "")
     heldout = stem + "__ft_heldout.jsonl"
     specs, steps, made = [start], [], []

@@ -14,6 +14,41 @@ import random
 import time
 
 
+def start_spec(model):
+    """MODEL (a spec or a named model) as a spec, checked before any model is looked up or loaded: a list, a zoo
+    entry, a model whose scorer gives no embeddings (a joint or text scorer: nothing to contrast) and a type this
+    trainer does not build are ConfigErrors saying what to do."""
+    from .errors import ConfigError, ModelError
+    from .models.registry import expand_models
+    from .models.zoo import is_zoo
+    from .scorers import gives
+    from .settings import check_models
+
+    if isinstance(model, (list, tuple)):
+        raise ConfigError("MODEL is one model: fine-tune several by running the script once per model")
+    if isinstance(model, dict) and is_zoo(model):
+        raise ConfigError("MODEL is an openclip_zoo entry: name one model of it (type openclip)")
+    if not isinstance(model, (str, dict)):
+        raise ConfigError(f"MODEL must be a model spec or a name, got {model!r}")
+    try:
+        spec = expand_models([model])[0]
+    except ModelError as e:
+        raise ConfigError(f"MODEL: {e}") from None
+    kind = spec.get("type")
+    if not gives(spec, ("embeddings",)):
+        raise ConfigError(
+            f"MODEL {spec.get('name')!r} is of type {kind!r}: it scores a pair (or a text) with no embeddings to "
+            f"contrast (LGIP_SPEC.md 13); fine-tune a dual encoder"
+        )
+    if kind != "openclip":  # (the trainer builds, saves and reloads open_clip models alone, for now)
+        raise ConfigError(
+            f"MODEL {spec.get('name')!r} is of type {kind!r}: this version fine-tunes open_clip models "
+            f"(type openclip); transformers and siglip dual encoders are not supported yet"
+        )
+    check_models([spec], "MODEL")
+    return spec
+
+
 def split_records(records, fraction, seed):
     """{image_path: held out?}: the distinct image paths sorted by (sha256 hex of f"{seed}:{path}", path), the
     first floor(fraction * n + 0.5) held out."""
