@@ -37,6 +37,8 @@ figures, a figure, and the altered images a model prefers to their original besi
                               loss, controlled pairs; with report.py's provenance
   <stem>__LGIP_factors.png    positive rate and grounded positive rate against parameters, by training
                               data (two models or more with a parameter count)
+  <stem>__LGIP_finetune.png   each fine-tuned arm's loss curves (when the models include finetune_lgip.py's
+                              arms: the report on a fine-tuning run's held-out file, LGIP_SPEC.md 14)
 The top lists (paraphrases that move the score most, flips scored above their original) stream
 the evaluations' per-pair score files, keeping only TOP_K rows. The table is printed too. Every
 input is read and checked before any output is written, and the outputs are renamed into place
@@ -71,12 +73,14 @@ from lgip.report import (
     image_roots,
     image_score_files,
     load_blind,
+    load_finetune,
     load_debiased,
     load_comparisons,
     load_metrics,
     model_colors_hex,
     page_context,
     plot_factors,
+    plot_finetune,
     plot_fliptypes,
     plot_frontier,
     plot_image_side,
@@ -147,6 +151,7 @@ OUTPUTS = (
     "image_side.png",
     "factors.metrics.json",
     "factors.png",
+    "finetune.png",
 )
 NOT_WRITTEN = {
     "frontier.png": "no headline metrics",
@@ -155,6 +160,7 @@ NOT_WRITTEN = {
     "retrieval.png": "no run_lgip_retrieval.py metrics",
     "image_side.png": "no model with both run_lgip_images.py's figures and the text side's",
     "factors.png": "fewer than two models with a parameter count (model_card) and a positive rate",
+    "finetune.png": "no fine-tuned arm with a train log among the models",
 }
 
 
@@ -291,6 +297,7 @@ def main():
         comparisons=comparisons(found, chosen),
         benchmark=bench,
         blind=load_blind(blind_file(JSONL_PATH)),  # (blind_audit.py's, when it ran: LGIP_SPEC.md 15)
+        finetune=load_finetune(metrics, [r["model"] for r in rows]),  # (finetune_lgip.py's arms: LGIP_SPEC.md 14)
     )
     if report.blind is not None:  # (and the models on the debiased flips, when run_all's DEBIAS evaluated them)
         report.blind["debiased"] = load_debiased(JSONL_PATH, metrics.get("fliptypes"), chosen)
@@ -354,6 +361,9 @@ def main():
             DPI,
             written,
         )
+        report.finetune_png = plot_finetune(
+            report.finetune, out["finetune.png"], [r["model"] for r in rows], report.stem, DPI, written
+        )
         pngs = {
             "frontier.png": out["frontier.png"] if report.front is not None else None,
             "prior.png": prior_png,
@@ -361,6 +371,7 @@ def main():
             "retrieval.png": retrieval_png,
             "image_side.png": report.image_side_png,
             "factors.png": report.factors_png,
+            "finetune.png": report.finetune_png,
         }
         write_factors(out["factors.metrics.json"], factors_file, written)
         for name, alt in (

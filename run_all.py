@@ -42,10 +42,15 @@ BASE_JSONL = os.path.join(_HERE, "lgip_coco_native5_train2017.jsonl")  # COCO ba
 #   missing); outputs go beside it
 DEMO_JSONL = os.path.join(_HERE, "demo", "lgip_demo.jsonl")  # the bundled demo base JSONL (12 records); its outputs
 #   go beside it
+SHAPES_DIR = os.path.join(
+    _HERE, "shapes"
+)  # the shapes world's folder (DATA="shapes": made there by make_shapes_jsonl.py
+#   when missing; the pretraining, the arms, the held-out probe and the report go there too)
 BENCHMARK_JSONL = None  # an imported benchmark's records (import_benchmark.py: SugarCrepe, SugarCrepe++, RoCOCO):
 #   the evaluations and the report run on it, no generator step; None = none
 DATA = "auto"  # "auto" (the benchmark when BENCHMARK_JSONL is set, else COCO when ANNOTATIONS_JSON or BASE_JSONL
-#   exists, else the demo), "coco", "demo" or "benchmark"
+#   exists, else the demo), "coco", "demo", "benchmark" or "shapes" (the fine-tuning demo, LGIP_SPEC.md 14: a
+#   synthetic world, a tiny CLIP pretrained on one part, FINETUNE's arms trained on another and probed on a third)
 MODELS = None  # list of model specs or names (see run_lgip_multi.py; "demo": the bundled tiny random model); None =
 #   the nine published models for COCO, the smallest (openclip_ViT-B-16_openai, downloaded on first use) for the
 #   demo, the demo model when those cannot be had
@@ -81,11 +86,13 @@ STEP_START = "process"  # "process" (each step its script's run(**settings) in t
 #   libraries imported once, a step's models freed after it) or "fresh" (each step a new Python process, isolated)
 # step name -> its script, in the order they run
 _SCRIPTS = {
+    "make_shapes": "make_shapes_jsonl.py",
     "make_base": "make_base_jsonl.py",
     "diff_gen_caption": "diff_gen_caption.py",
     "make_perturb_with_fliptypes": "make_perturb_with_fliptypes.py",
     "rebuttal_enhanced_perturb": "rebuttal_enhanced_perturb_with_fliptypes.py",
     "blind_audit": "blind_audit.py",
+    "pretrain_shapes": "finetune_lgip.py",
     "finetune": "finetune_lgip.py",
     "debias_flips": "debias_flips.py",
     "run_lgip_multi": "run_lgip_multi.py",
@@ -134,9 +141,16 @@ DEMO_MODEL = "openclip_ViT-B-16_openai"  # the smallest published model: the dem
 
 def choose_data():
     """("coco" | "demo" | "benchmark", base JSONL)."""
-    if DATA not in ("auto", "coco", "demo", "benchmark"):
-        raise common.ConfigError(f"DATA must be 'auto', 'coco', 'demo' or 'benchmark', got {DATA!r}")
+    if DATA not in ("auto", "coco", "demo", "benchmark", "shapes"):
+        raise common.ConfigError(f"DATA must be 'auto', 'coco', 'demo', 'benchmark' or 'shapes', got {DATA!r}")
     mode = DATA
+    if mode == "shapes":
+        if MODELS is not None:
+            raise common.ConfigError(
+                "DATA='shapes' probes its own models (the pretrained tiny CLIP and FINETUNE's arms): leave MODELS unset"
+            )
+        print(f"data: the shapes world (synthetic), in {common.show(SHAPES_DIR)}")
+        return mode, os.path.abspath(os.path.join(SHAPES_DIR, "lgip_shapes.jsonl"))
     if mode == "auto":
         mode = (
             "benchmark"
@@ -166,6 +180,8 @@ def choose_data():
 def default_models(mode):
     if MODELS is not None:
         return MODELS  # (names and zoo entries expanded, and SHARD applied, by the settings check)
+    if mode == "shapes":
+        return []  # (its models are made by its steps)
     if mode in ("coco", "benchmark"):
         return common.shard(common.PUBLISHED_MODELS, SHARD)
     return common.shard([m for m in common.PUBLISHED_MODELS if m["name"] == DEMO_MODEL], SHARD)
@@ -175,7 +191,7 @@ def choose_models(mode, base, steps):
     """(mode, base, models): MODELS as given; its default, unless the chosen steps evaluate and its
     weights cannot be had: then the bundled demo with the demo model, said once."""
     models = default_models(mode)
-    if MODELS is not None or mode == "benchmark" or not any("MODELS" in s.args for s in steps):
+    if MODELS is not None or mode in ("benchmark", "shapes") or not any("MODELS" in s.args for s in steps):
         return mode, base, models  # (a benchmark asked for is never swapped for the demo: its models must be had)
     problems = common.check_models(models)
     if not problems:
@@ -210,11 +226,13 @@ def blind_path(fliptypes):
 ARMS = {"plain": {"W_SC": 0, "W_INV": 0, "W_VC": 0}, "lgip": {}}  # FINETUNE's default arms
 
 
-def finetune_steps(fliptypes, evaluation, out_dir):
+def finetune_steps(fliptypes, evaluation, out_dir, ft):
     """FINETUNE's steps (LGIP_SPEC.md 14): each arm's finetune_lgip.py (RUN_NAME <model>__ft_<arm>, one split, SEED
     and STEPS for all), then run_lgip_by_fliptype and run_lgip_retrieval on the held-out file, ONE run each with
     MODELS = [the start, each arm] (the paired comparisons need one run), then the report on it."""
-    ft = dict(FINETUNE)
+    if not isinstance(ft, dict):
+        raise common.ConfigError(f'FINETUNE must be {{"model": ..., "arms": ..., ...}} or None, got {FINETUNE!r}')
+    ft = dict(ft)
     start, arms = ft.pop("model", None), ft.pop("arms", None) or ARMS
     if start is None or not isinstance(arms, dict) or not arms:
         raise common.ConfigError(
@@ -248,6 +266,33 @@ def finetune_steps(fliptypes, evaluation, out_dir):
         ),
     ]
     return steps
+
+
+# the shapes world's pretraining (L_clip alone, every image) and its arms' defaults (FINETUNE's keys replace them)
+SHAPES_PRETRAIN = {"STEPS": 150, "BATCH_SIZE": 64, "LR": 1e-3, "WARMUP": 20, "HELDOUT_FRACTION": 0}
+SHAPES_FINETUNE = {"STEPS": 150, "BATCH_SIZE": 64, "LR": 5e-4, "WARMUP": 10}
+
+
+def shapes_plan(base, evaluation, out_dir):
+    """DATA="shapes" (issue 51's demo): the world made, its main part flipped, a tiny CLIP pretrained on the other
+    part with L_clip alone, then FINETUNE's arms from it and the held-out probe (finetune_steps)."""
+    from lgip import shapes
+
+    pretrain = os.path.join(SHAPES_DIR, "lgip_shapes_pretrain.jsonl")
+    fliptypes = common.default_output(base, "_with_fliptypes.jsonl")
+    start = shapes.start_spec(os.path.join(SHAPES_DIR, "start_model"), "shapes_random_init")
+    made = os.path.join(common.default_output(pretrain, "__ft_shapes_pretrained"), "model_spec.json")
+    args = dict(SHAPES_PRETRAIN, JSONL_PATH=pretrain, MODEL=start, RUN_NAME="shapes_pretrained", DEVICE=DEVICE)
+    args.update(W_SC=0, W_INV=0, W_VC=0)
+    config = os.path.join(SHAPES_DIR, "start_model", "open_clip_config.json")
+    steps = [
+        step("make_shapes", {"OUTPUT_DIR": os.path.abspath(SHAPES_DIR)}, [], [base, pretrain, config]),
+        step("make_perturb_with_fliptypes", {"INPUT_JSONL": base}, [base], [fliptypes]),
+        step("pretrain_shapes", args, [pretrain, config], [made]),
+    ]
+    pretrained = shapes.start_spec(os.path.join(os.path.dirname(made), "model"), "shapes_pretrained")
+    ft = dict(SHAPES_FINETUNE, model=pretrained, **(FINETUNE or {}))
+    return steps + finetune_steps(fliptypes, evaluation, out_dir, ft)
 
 
 def plan(mode, base, models):
@@ -284,6 +329,8 @@ def plan(mode, base, models):
     )
     out_dir = {"OUTPUT_DIR": os.path.abspath(OUTPUT_DIR)} if OUTPUT_DIR is not None else {}
     evaluation.update(out_dir)
+    if mode == "shapes":
+        return shapes_plan(base, evaluation, out_dir)
     steps = []
     if mode == "coco":
         note = None
@@ -356,7 +403,7 @@ def plan(mode, base, models):
     # the image side, after the text evaluations: on the file run_lgip_retrieval searches (an imported benchmark
     # as it is), so its galleries hold the same records, and its captions and original images are in the cache
     steps.append(step("run_lgip_images", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [images]))
-    steps += finetune_steps(fliptypes, evaluation, out_dir) if FINETUNE else []
+    steps += finetune_steps(fliptypes, evaluation, out_dir, FINETUNE) if FINETUNE else []
     steps += [
         step(
             "report",
@@ -405,7 +452,7 @@ def main():
         f"run_all: {verb} {ran} of {len(steps)} steps ({len(steps) - ran} up to date) "
         f"in {time.perf_counter() - t0:.1f} s"
     )
-    common.say_report(base)
+    common.say_report(common.default_output(base, "_with_fliptypes__ft_heldout.jsonl") if mode == "shapes" else base)
     demo_model = any(isinstance(m, dict) and m.get("demo") for m in models)
     if demo_model or mode == "demo":
         print(f"note: {common.demo_message(demo_model, mode == 'demo')}")

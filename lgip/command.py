@@ -29,6 +29,7 @@ COMMANDS = {
     "blind-audit": "blind_audit",
     "debias": "debias_flips",
     "finetune": "finetune_lgip",
+    "shapes": "make_shapes_jsonl",
     "make-base": "make_base_jsonl",
     "perturb": "diff_gen_caption",
     "fliptypes": "make_perturb_with_fliptypes",

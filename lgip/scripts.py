@@ -32,6 +32,7 @@ SCRIPTS = (
     "blind_audit",
     "debias_flips",
     "finetune_lgip",
+    "make_shapes_jsonl",
     "siglip_sanity_check",
     "report",
     "run_all",

@@ -22,6 +22,9 @@
              (LGIP_SPEC.md 15)
   overview   `Report` (what the markdown and the page say) and the texts around the figures; beside it
              each section's own: attribution_text, controls_text, benchmark_text, factors_text
+  finetune_text the section "Fine-tuning": the fine-tuned arms among the models found (a model/ folder with
+             finetune.meta.json beside it), their meta and train logs checked, the table, the comparisons with
+             their start, a sentence per arm (LGIP_SPEC.md 14); finetune_plot: their loss curves
   gallery    gallery items: thumbnails as data: URIs (placeholders when unreadable), words marked,
              a flip's word scores from explain_flips.py's lines
   image_side the image side (run_lgip_images.py): a line per model beside its text figures, the altered
@@ -71,6 +74,8 @@ from .plots import (
 )
 from .blind_text import blind_file, blind_lines, load_blind, load_debiased
 from .overview import Report, demo_note, random_init_note, unmeasured_notes
+from .finetune_text import finetune_lines, load_finetune
+from .finetune_plot import plot_finetune
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .image_side import altered_items, image_score_files, image_side_lines, scan_altered, seeds
 from .markdown import console_table, results_table, write_markdown
@@ -89,6 +94,9 @@ __all__ = [
     "altered_items",
     "blind_file",
     "blind_lines",
+    "finetune_lines",
+    "load_finetune",
+    "plot_finetune",
     "load_blind",
     "load_debiased",
     "image_score_files",

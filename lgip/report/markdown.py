@@ -1,6 +1,7 @@
 """lgip.report.markdown: the report as markdown (`<stem>__LGIP_report.md`): inputs, the
 evaluations found, the results table, notes, the file of each model's figures, the rank
-correlation with retrieval (when run_lgip_retrieval.py ran), the figures (linked beside it), the text-prior
+correlation with retrieval (when run_lgip_retrieval.py ran), the figures (linked beside it), the fine-tuned
+arms beside their start (a fine-tuning run's held-out file: lgip.report.finetune_text), the text-prior
 controls' line per model and the paired comparisons (when the evaluations wrote them), the image
 side (run_lgip_images.py: a line per model, its figure, the altered images preferred), the word
 attribution's line per model (when explain_flips.py ran), the top lists, and what made it. Pure text
@@ -29,6 +30,7 @@ from .controls_text import COMPARISONS_LEAD, comparison_rows, comparison_text, c
 from .benchmark_text import benchmark_lines
 from .blind_text import blind_lines
 from .factors_text import factor_lines
+from .finetune_text import finetune_lines
 from .image_side import image_side_lines, markdown_rows as altered_rows
 from .tables import main_table, md_table, md_text
 
@@ -246,6 +248,31 @@ def _blind_section(report):
     )
 
 
+def _finetune_section(report, md_dir):
+    """The section "Fine-tuning" (LGIP_SPEC.md 14): the start and its arms, their comparisons, a sentence per
+    arm, the loss curves; [] when no model is a fine-tuned arm."""
+    ft = finetune_lines(report.finetune, report.rows, report.comparisons, report.paths)
+    if ft is None:
+        return []
+    join = lambda c: c["text"] + (f" {c['ci']}" if c["ci"] else "")
+    cells = [[f"`{r['model']}`{r['note']}"] + [join(c) for c in r["cells"]] for r in ft["rows"]]
+    md = [f"## {ft['title']}", "", ft["lead"], "", md_table(ft["header"], cells, ["l"] + ["r"] * len(cells[0][1:]))]
+    md += ["", ft["held_out"], ""]
+    if ft["comparisons"]["rows"]:
+        comp = ft["comparisons"]
+        body = [
+            [f"`{r['a']}` − `{r['b']}`", f"{r['figure']} ({r['better']} is better)"]
+            + [f"**{join(c)}**" if c["excludes"] else join(c) for c in r["cells"]]
+            for r in comp["rows"]
+        ]
+        md += [ft["comparisons_lead"], "", md_table(comp["header"], body, ["l", "l"] + ["r"] * len(body[0][2:])), ""]
+    md += ["- " + s["text"] for s in ft["sentences"]] + ([""] if ft["sentences"] else [])
+    if report.finetune_png:
+        rel = os.path.relpath(os.path.abspath(report.finetune_png), md_dir)
+        md += [f"![Training losses of each arm against the step, on the train images]({rel})", ""]
+    return md + ([" ".join(ft["notes"]), ""] if ft["notes"] else [])
+
+
 def _debiased_lines(side):
     """The models' positive rates on all flips and on the debiased ones (run_all's DEBIAS); [] without them."""
     if side is None:
@@ -364,6 +391,7 @@ def markdown(report, md_path):
         md.append(note + "\n")
     for png, alt in report.figures:
         md.append(f"![{alt}]({os.path.relpath(os.path.abspath(png), md_dir)})\n")
+    md += _finetune_section(report, md_dir)
     md += _blind_section(report)
     md += _prior_section(report)
     md += _image_side_section(report, md_dir)

@@ -45,6 +45,8 @@ class Report:
     comparisons: list = field(default_factory=list)  # the paired comparisons read (lgip.report.load_comparisons)
     benchmark: Optional[dict] = None  # the imported benchmark the input is (lgip.report.benchmark_source), or None
     blind: Optional[dict] = None  # the blind audit of the input's flips (lgip.report.load_blind), or None
+    finetune: Optional[dict] = None  # the fine-tuned arms among the models (lgip.report.load_finetune), or None
+    finetune_png: Optional[str] = None  # their loss curves, when written
     factors: Optional[dict] = None  # what predicts robustness (lgip.report.factors.compute_factors), or None
     factors_png: Optional[str] = None  # its figure, when written
     altered: Any = None  # the altered images preferred to their original (lgip.report.image_side.scan_altered), or None

@@ -5,7 +5,8 @@ opens by double-click from any folder.
 
 What the template gets (`page_context`): the overview (inputs, evaluations, versions, notes,
 provenance), the results table as rows of cells that carry the value they sort by, the figures,
-the text-prior controls' lines and the paired comparisons, the image side's lines and figure, the word
+the fine-tuned arms beside their start (their table, comparisons and loss curves), the
+text-prior controls' lines and the paired comparisons, the image side's lines and figure, the word
 attribution's lines, and the gallery items (lgip.report.gallery; a flip's words with their scores when
 explain_flips.py explained it; the altered images a model prefers, lgip.report.image_side). A later
 column, figure or item field shows once it is in these; the template is the one place that decides how.
@@ -37,6 +38,7 @@ from .controls_text import COMPARISONS_LEAD, comparison_rows, comparison_text, c
 from .benchmark_text import benchmark_lines
 from .blind_text import blind_lines
 from .factors_text import factor_lines
+from .finetune_text import finetune_lines
 from .image_side import KIND_NAMES, image_side_lines
 from .tables import IN_SCORE_UNITS, interval, num, result_columns, row_types
 from .rows import mixed_kinds
@@ -232,6 +234,9 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         if mixed_kinds(report.rows)
         else " over all models",
         "blind": blind_lines(report.blind),  # None without blind_audit.py's metrics (LGIP_SPEC.md 15)
+        # None without fine-tuned arms among the models (LGIP_SPEC.md 14)
+        "finetune": finetune_lines(report.finetune, report.rows, report.comparisons, report.paths),
+        "finetune_figure": embedded(report.finetune_png),
         "prior": prior_lines(report.rows, report.paths),  # None without the text-prior controls
         "comparisons": comparisons_context(report),
         "attribution": attribution_lines(report.rows, report.metrics, report.paths, report.explain_missing),
