@@ -18,7 +18,7 @@ import json
 import os
 
 import common
-from lgip import finetune
+from lgip import finetune, trainer
 from lgip.settings import SAFE_NAME
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -70,7 +70,7 @@ def start_spec():
     return finetune.start_spec(MODEL)
 
 
-def split_files(records, raw, sha):
+def split_files(records, raw, sha, rank=0):
     """The train records (split by image, files written beside the input, reused when made alike)."""
     stem = common.default_output(JSONL_PATH, "")
     names = {"train": stem + "__ft_train.jsonl", "heldout": stem + "__ft_heldout.jsonl"}
@@ -99,7 +99,7 @@ def split_files(records, raw, sha):
             HELDOUT_FRACTION,
             SPLIT_SEED,
         ]
-    if not same:
+    if not same and rank == 0:  # (under torchrun rank 0 writes; the split itself is every rank's, in memory)
         with common.OutputSet() as files:
             for side, ks in (("train", train), ("heldout", heldout)):
                 with files.open(names[side]) as f:
@@ -115,13 +115,6 @@ def main():
     with open(JSONL_PATH, "rb") as f:
         sha = hashlib.sha256(f.read()).hexdigest()
     records = common.load_records(JSONL_PATH, ("same_caps", "diff_caps"))
-    raw = [json.loads(line) for line in open(JSONL_PATH, encoding="utf-8-sig") if line.strip()]
-    train, split = split_files(records, raw, sha)
-    trainer = finetune.Trainer(spec, DEVICE, DTYPE)
-    root = os.path.dirname(os.path.abspath(JSONL_PATH))
-    usable, unreadable = trainer.readable(records, train, root)
-    n = len(usable)
-    check_data(records, usable, n)
     folder = OUTPUT_DIR or common.default_output(JSONL_PATH, f"__ft_{RUN_NAME}")
     settings = {k: CONFIG[k] for k in finetune.HASHED if k in CONFIG}
     digest = finetune.run_hash(dict(settings, input_sha256=sha, MODEL=spec))
@@ -132,15 +125,27 @@ def main():
         if old.get("status") == "done" and old.get("hash") == digest:
             print(f"{RUN_NAME}: already done ({old.get('steps_done')} steps) -> {meta_path}", flush=True)
             return old["saved"]
+    rank, size = trainer.world()  # (torchrun's; (0, 1) in one process)
+    if BATCH_SIZE % size:
+        raise common.ConfigError(f"BATCH_SIZE {BATCH_SIZE} is not a multiple of the {size} ranks: change it")
+    raw = [json.loads(line) for line in open(JSONL_PATH, encoding="utf-8-sig") if line.strip()]
+    train, split = split_files(records, raw, sha, rank)
+    root = os.path.dirname(os.path.abspath(JSONL_PATH))
+    usable, unreadable = trainer.readable(records, train, root)
+    n = len(usable)
+    check_data(records, usable, n)
+    job = trainer.Trainer(spec, DEVICE, DTYPE)
     meta = dict(common.provenance(__file__, CONFIG), start=spec, saved=None, split=split, N=n, steps_done=0)
-    meta.update(left_out=unreadable, world_size=1, device=str(trainer.device), dtype=trainer.dtype_name, hash=digest)
-    os.makedirs(folder, exist_ok=True)
-    common.write_json(meta_path, dict(meta, status="running"), output=False)  # (a killed run's meta says so)
+    meta.update(left_out=unreadable, world_size=size, device=str(job.device), dtype=job.dtype_name, hash=digest)
+    if rank == 0:
+        os.makedirs(folder, exist_ok=True)
+        common.write_json(meta_path, dict(meta, status="running"), output=False)  # (a killed run's meta says so)
     paths = [os.path.join(root, records[k][1]["image_path"]) for k in usable]
-    done = trainer.train(folder, [records[k][1] for k in usable], paths, dict(CONFIG), digest, resume=RESUME)
-    saved = trainer.save(folder, RUN_NAME)
-    common.write_json(meta_path, dict(meta, saved=saved, steps_done=done, status="done"))
-    print(f"{RUN_NAME}: {done} steps on {n} train records -> {os.path.join(folder, 'model_spec.json')}", flush=True)
+    done = job.train(folder, [records[k][1] for k in usable], paths, dict(CONFIG), digest, resume=RESUME)
+    saved = job.save(folder, RUN_NAME)
+    if rank == 0:
+        common.write_json(meta_path, dict(meta, saved=saved, steps_done=done, status="done"))
+        print(f"{RUN_NAME}: {done} steps on {n} train records -> {os.path.join(folder, 'model_spec.json')}", flush=True)
     return saved
 
 

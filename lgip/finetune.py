@@ -1,8 +1,8 @@
 """lgip.finetune: fine-tuning a dual encoder against the probe (LGIP_SPEC.md 14, after RoCOCO's SC/VC losses and
 NegCLIP): the held-out split by image (`split_records`), each step's records and draws as functions of SEED, the
 step and the train file alone (`step_positions`, `draw`), the loss terms (`clip_style_losses`,
-`siglip_losses`, `invariance_loss`), open_clip's optimiser groups and cosine schedule, and the saved model.
-finetune_lgip.py runs the loop; a run resumes from `resume.pt` to what an unbroken run gives.
+`siglip_losses`, `invariance_loss`), open_clip's optimiser groups and cosine schedule. lgip.trainer runs the
+loop (finetune_lgip.py's); a run resumes from `resume.pt` to what an unbroken run gives.
 
     >>> held = split_records(records, 0.2, 0)                     # {image_path: True if held out}
     >>> idx = step_positions(s, n, b, seed); c, p, flips, i = draw(rec, seed, s, r, n_flips)
@@ -11,7 +11,6 @@ finetune_lgip.py runs the loop; a run resumes from `resume.pt` to what an unbrok
 import hashlib
 import math
 import random
-import time
 
 
 def start_spec(model):
@@ -19,6 +18,7 @@ def start_spec(model):
     entry, a model whose scorer gives no embeddings (a joint or text scorer: nothing to contrast) and a type this
     trainer does not build are ConfigErrors saying what to do."""
     from .errors import ConfigError, ModelError
+    from .models.families import FAMILIES, family
     from .models.registry import expand_models
     from .models.zoo import is_zoo
     from .scorers import gives
@@ -40,10 +40,12 @@ def start_spec(model):
             f"MODEL {spec.get('name')!r} is of type {kind!r}: it scores a pair (or a text) with no embeddings to "
             f"contrast (LGIP_SPEC.md 13); fine-tune a dual encoder"
         )
-    if kind != "openclip":  # (the trainer builds, saves and reloads open_clip models alone, for now)
+    if family(spec).trainable is None:
+        trainable = ", ".join(t for t, f in FAMILIES.items() if f.trainable is not None)
         raise ConfigError(
-            f"MODEL {spec.get('name')!r} is of type {kind!r}: this version fine-tunes open_clip models "
-            f"(type openclip); transformers and siglip dual encoders are not supported yet"
+            f"MODEL {spec.get('name')!r} is of type {kind!r}, which cannot be built for training here: give the "
+            f"model as a spec of a type that can ({trainable}; a python loader's open_clip model as an openclip "
+            f"spec of its weights)"
         )
     check_models([spec], "MODEL")
     return spec
@@ -165,44 +167,6 @@ def run_hash(values):
     return hashlib.sha256(json.dumps(values, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 
-def openclip_save(model, folder, model_cfg, quick_gelu):
-    """`folder` as an open_clip local-dir model (section 14): open_clip_config.json (its model_cfg, quick_gelu
-    where the protocol forced it, the preprocess_cfg) and open_clip_pytorch_model.bin (its state_dict)."""
-    import json
-    import os
-
-    import torch
-
-    from .outputs import atomic_open
-
-    os.makedirs(folder, exist_ok=True)
-    cfg = dict(model_cfg)
-    if quick_gelu:
-        cfg["quick_gelu"] = True
-    pre = dict(getattr(model.visual, "preprocess_cfg", {}) or {})
-    preprocess = {k: pre[k] for k in ("mean", "std", "interpolation", "resize_mode") if k in pre}
-    with atomic_open(os.path.join(folder, "open_clip_config.json")) as f:
-        f.write(json.dumps({"model_cfg": cfg, "preprocess_cfg": preprocess}, indent=1) + "\n")
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    with atomic_open(os.path.join(folder, "open_clip_pytorch_model.bin"), "wb") as f:
-        torch.save(state, f)
-    return folder
-
-
-def openclip_config(spec, kwargs):
-    """(the model_cfg an open_clip spec is built with, whether QuickGELU was forced)."""
-    import json
-    import os
-
-    import open_clip
-
-    name = spec["model_name"]
-    if name.startswith("local-dir:"):
-        with open(os.path.join(name[len("local-dir:") :], "open_clip_config.json"), encoding="utf-8") as f:
-            return json.load(f)["model_cfg"], bool(kwargs.get("force_quick_gelu"))
-    return dict(open_clip.get_model_config(name) or {}), bool(kwargs.get("force_quick_gelu"))
-
-
 # the settings a run's result depends on: resume.pt's hash covers them (with the input's sha256 and MODEL)
 HASHED = (
     "HELDOUT_FRACTION",
@@ -220,209 +184,3 @@ HASHED = (
     "GRAD_CLIP",
     "DTYPE",
 )
-
-
-class Trainer:
-    """One open_clip model fine-tuned in this process (section 14): built as the evaluations build it (the
-    corrected protocol), its weights and optimizer state in fp32, the forward under bf16 autocast on CUDA when
-    DTYPE asks for it."""
-
-    def __init__(self, spec, device, dtype):
-        import open_clip
-        import torch
-
-        from .models.encoder import resolve_device
-        from .models.openclip import openclip_create_kwargs
-
-        self.spec, self.device = spec, resolve_device(device)
-        name, pretrained, kwargs = openclip_create_kwargs(spec, "corrected")
-        if name.startswith(("hf-hub:", "local-dir:")):
-            pretrained = None
-        self.model_cfg, self.quick_gelu = openclip_config(spec, kwargs)
-        model, _, self.preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
-        self.model = model.to(self.device).float()
-        self.tokenizer = open_clip.get_tokenizer(name)
-        self.autocast = torch.device(self.device).type == "cuda" and dtype in ("auto", "bf16", "bfloat16")
-        self.dtype_name = "bf16 autocast, fp32 weights" if self.autocast else "fp32"
-        self._pixels = {}
-
-    def readable(self, records, ks, root):
-        """(the record indices of `ks` whose image decodes, [{line, path, error}] of the others)."""
-        import os
-
-        from .images import open_rgb
-
-        ok, bad = [], []
-        for k in ks:
-            line, rec = records[k]
-            path = os.path.join(root, rec["image_path"])
-            try:
-                open_rgb(path)
-                ok.append(k)
-            except OSError as e:
-                bad.append({"line": line, "path": path, "error": f"{type(e).__name__}: {e}"})
-        return ok, bad
-
-    def _image(self, path):
-        from .images import open_rgb
-
-        return open_rgb(path)
-
-    def _encode_images(self, images):
-        import torch
-
-        pixels = torch.stack([self.preprocess(img) for img in images]).to(self.device)
-        return torch.nn.functional.normalize(self.model.encode_image(pixels).float(), dim=-1)
-
-    def _encode_texts(self, texts):
-        import torch
-
-        ids = self.tokenizer(list(texts)).to(self.device)
-        return torch.nn.functional.normalize(self.model.encode_text(ids).float(), dim=-1)
-
-    def step(self, s, recs, paths, cfg, k_mix):
-        """One step's loss terms and counts (not yet stepped): {loss, clip, sc, inv, vc, flips, paras, scale, bias}."""
-        import contextlib
-
-        import torch
-
-        from .alterations import alter
-
-        n, b = len(recs), cfg["BATCH_SIZE"]
-        pos = step_positions(s, n, b, cfg["SEED"])
-        draws = [draw(recs[r], cfg["SEED"], s, r, cfg["N_FLIPS"]) for r in pos]
-        q = [j for j, d in enumerate(draws) if d[1] is not None]
-        flips = [f for d in draws for f in d[2]]
-        images = [self._image(paths[r]) for r in pos]
-        ctx = torch.autocast("cuda", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
-        self.model.train()
-        with ctx:
-            v = self._encode_images(images)
-            t = self._encode_texts([d[0] for d in draws])
-            p = self._encode_texts([draws[j][1] for j in q]) if cfg["W_INV"] and q else None
-            fl = None
-            if cfg["W_SC"]:
-                fl = self._encode_texts(flips) if flips else v.new_zeros((0, v.shape[1]))
-            mixed = None
-            if cfg["W_VC"]:
-                made = [
-                    alter(images[j], "mix", self._image(paths[(r + k_mix) % n]), cfg["SEED"], r)
-                    for j, r in enumerate(pos)
-                ]
-                mixed = self._encode_images(made)
-        scale = self.model.logit_scale.exp()
-        bias = getattr(self.model, "logit_bias", None)
-        if bias is not None:
-            terms = siglip_losses(v, t, scale, bias, flips=fl, mixed=mixed)
-        else:
-            terms = clip_style_losses(v, t, scale, flips=fl, mixed=mixed)
-        inv = invariance_loss(v, t, p, q) if cfg["W_INV"] else None
-        loss = terms["clip"]
-        for name, w, value in (
-            ("sc", cfg["W_SC"], terms.get("sc")),
-            ("inv", cfg["W_INV"], inv),
-            ("vc", cfg["W_VC"], terms.get("vc")),
-        ):
-            if w:
-                loss = loss + w * value
-        return {
-            "loss": loss,
-            "clip": terms["clip"],
-            "sc": terms.get("sc"),
-            "inv": inv,
-            "vc": terms.get("vc"),
-            "flips": len(flips),
-            "paras": len(q),
-            "scale": float(scale.detach()),
-            "bias": float(bias.detach()) if bias is not None else None,
-        }
-
-    def train(self, folder, recs, paths, cfg, digest, resume=True):
-        """Steps from where resume.pt left off (when its hash is this run's) to STEPS, a train_log.jsonl line each
-        (written and flushed when the step ends), resume.pt after every SAVE_EVERY-th step and the last. Returns
-        the steps done."""
-        import json
-        import os
-
-        import torch
-
-        from .errors import ConfigError
-        from .outputs import atomic_open
-
-        os.makedirs(folder, exist_ok=True)
-        torch.manual_seed(cfg["SEED"])
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(
-            param_groups(self.model, cfg["WEIGHT_DECAY"]), lr=cfg["LR"], betas=(0.9, 0.98), eps=1e-6
-        )
-        log_path, resume_path = os.path.join(folder, "train_log.jsonl"), os.path.join(folder, "resume.pt")
-        start = 0
-        if resume and os.path.isfile(resume_path):
-            state = torch.load(resume_path, map_location=self.device, weights_only=False)
-            if state["hash"] != digest:
-                differs = [k for k in state.get("settings", {}) if state["settings"][k] != cfg.get(k)]
-                raise ConfigError(
-                    f"{resume_path} is another run's (it differs in {', '.join(differs) or 'its input or MODEL'}): "
-                    f"give another RUN_NAME or OUTPUT_DIR, or RESUME=False to start over"
-                )
-            self.model.load_state_dict(state["model"])
-            opt.load_state_dict(state["optimizer"])
-            start = state["steps"]
-        lines = []
-        if start and os.path.isfile(log_path):
-            with open(log_path, encoding="utf-8") as f:
-                lines = [x for x in f if x.strip() and json.loads(x)["step"] < start]
-        with open(log_path, "w", encoding="utf-8") as log:
-            log.writelines(lines)
-            log.flush()
-            n = len(recs)
-            k_mix = mix_offset(n, cfg["SEED"]) if cfg["W_VC"] and n > 1 else 1
-            for s in range(start, cfg["STEPS"]):
-                t0 = time.perf_counter()
-                lr = lr_at(s, cfg["LR"], cfg["WARMUP"], cfg["STEPS"])
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                out = self.step(s, recs, paths, cfg, k_mix)
-                opt.zero_grad(set_to_none=True)
-                out["loss"].backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg["GRAD_CLIP"])
-                opt.step()
-                with torch.no_grad():
-                    self.model.logit_scale.clamp_(0, math.log(100))
-                value = lambda x: None if x is None else float(x.detach())  # noqa: E731
-                line = {
-                    "step": s,
-                    "lr": lr,
-                    "loss": value(out["loss"]),
-                    "loss_clip": value(out["clip"]),
-                    "loss_sc": value(out["sc"]) if cfg["W_SC"] else None,
-                    "loss_inv": value(out["inv"]) if cfg["W_INV"] else None,
-                    "loss_vc": value(out["vc"]) if cfg["W_VC"] else None,
-                    "logit_scale": out["scale"],
-                    "logit_bias": out["bias"],
-                    "num_flips": out["flips"],
-                    "num_paraphrases": out["paras"],
-                    "grad_norm": float(grad_norm),
-                    "seconds": round(time.perf_counter() - t0, 3),
-                }
-                log.write(json.dumps(line) + "\n")
-                log.flush()
-                if (s + 1) % cfg["SAVE_EVERY"] == 0 or s + 1 == cfg["STEPS"]:
-                    settings = {k: cfg.get(k) for k in HASHED}
-                    state = {"steps": s + 1, "model": self.model.state_dict(), "optimizer": opt.state_dict()}
-                    with atomic_open(resume_path, "wb") as f:
-                        torch.save(dict(state, hash=digest, settings=settings), f)
-        return max(start, cfg["STEPS"])
-
-    def save(self, folder, run_name):
-        """model/ (an open_clip local-dir) and model_spec.json: the saved model's MODELS spec."""
-        import json
-        import os
-
-        from .outputs import write_json
-
-        target = os.path.abspath(os.path.join(folder, "model"))
-        openclip_save(self.model.eval(), target, self.model_cfg, self.quick_gelu)
-        spec = {"name": run_name, "type": "openclip", "model_name": "local-dir:" + target, "pretrained": None}
-        write_json(os.path.join(folder, "model_spec.json"), spec, output=False)
-        return json.loads(json.dumps(spec))

@@ -200,7 +200,7 @@ def start_model(folder, seed=0):
     import open_clip
     import torch
 
-    from .finetune import openclip_save
+    from .models.trainable import openclip_save
 
     torch.manual_seed(seed)
     model = open_clip.CLIP(**TINY_CFG)

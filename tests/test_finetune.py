@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, eval_settings, run_here
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, eval_settings, run_here
 from lgip import finetune
 from lgip.errors import ConfigError, InputError
 
@@ -124,19 +124,21 @@ def test_a_tiny_model_fine_tuned_loads_back_and_is_probed_on_held_out_images(tmp
 
 def test_a_killed_run_resumes_to_what_an_unbroken_run_gives(tmp_path, monkeypatch):
     whole, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="whole"))
-    real = finetune.Trainer.step
+    from lgip.trainer import Trainer
+
+    real = Trainer.step
 
     def dies_at_3(self, s, *a, **k):
         if s == 3:
             raise KeyboardInterrupt
         return real(self, s, *a, **k)
 
-    monkeypatch.setattr(finetune.Trainer, "step", dies_at_3)
+    monkeypatch.setattr(Trainer, "step", dies_at_3)
     with pytest.raises(BaseException):
         run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="cut"))
     killed = json.load(open(tmp_path / "fixture_with_fliptypes__ft_cut" / "finetune.meta.json"))
     assert killed["status"] == "running" and killed["saved"] is None
-    monkeypatch.setattr(finetune.Trainer, "step", real)
+    monkeypatch.setattr(Trainer, "step", real)
     cut, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="cut"))
     a = torch.load(whole["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
     b = torch.load(cut["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
@@ -160,7 +162,8 @@ def test_steps_zero_saves_the_start_and_bad_input_stops_before_training(tmp_path
     assert all(torch.equal(start[k].float(), got[k]) for k in start)
     for extra, error, words in (
         ({"MODEL": {"name": "g", "type": "generative", "model_id": "x"}}, ConfigError, "no embeddings to contrast"),
-        ({"MODEL": {"name": "t", "type": "transformers", "model_id": "x"}}, ConfigError, "not supported yet"),
+        ({"MODEL": {"name": "t", "type": "itm", "model_id": "x"}}, ConfigError, "no embeddings to contrast"),
+        ({"MODEL": {"name": "p", "type": "python", "loader": "x:y"}}, ConfigError, "cannot be built for training"),
         ({"BATCH_SIZE": 64}, InputError, "fewer than BATCH_SIZE 64"),
         ({"HELDOUT_FRACTION": 0.99}, InputError, "leaves the train side"),
         ({"W_SC": -1}, ConfigError, "W_SC must be a number >= 0"),
@@ -199,3 +202,96 @@ def test_run_all_fine_tunes_each_arm_and_probes_them_with_the_start_on_held_out_
     assert {(c["a"], c["b"]) for c in comparisons} >= {("tiny_openclip", "tiny_openclip__ft_lgip")}
     again = run_script("run_all.py", *args, f"--FINETUNE={ft!r}", "--NUM_WORKERS=0").stdout
     assert "run_all: ran 0 of 16 steps (16 up to date)" in again
+
+
+def _tiny_transformers_clip(folder):
+    """A tiny transformers CLIPModel (random init) with the fixture SigLIP's tokenizer and a CLIP image processor."""
+    from transformers import AutoTokenizer, CLIPConfig, CLIPImageProcessor, CLIPModel
+
+    torch.manual_seed(0)
+    text = dict(vocab_size=400, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    text.update(max_position_embeddings=64, eos_token_id=1, pad_token_id=0, bos_token_id=None)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=64)
+    vision.update(patch_size=16)
+    CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=32)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(SIGLIP_TINY["model_id"]).save_pretrained(folder)
+    CLIPImageProcessor(size={"shortest_edge": 64}, crop_size={"height": 64, "width": 64}).save_pretrained(folder)
+    return {"name": "tiny_hf_clip", "type": "transformers", "model_id": str(folder)}
+
+
+@pytest.mark.parametrize("kind", ["transformers", "siglip"])
+def test_a_transformers_dual_encoder_fine_tuned_saves_what_it_trained(tmp_path, kind):
+    """CLIP-style (transformers CLIPModel: no logit bias) and SigLIP-style (a logit bias): the run's model
+    in memory and the one saved (save_pretrained, a spec of the start's type) give the same embeddings; the
+    losses of the step restate by hand from the towers' features."""
+    from lgip import trainer as trainer_mod
+    from lgip.models.registry import load_model
+
+    start = _tiny_transformers_clip(tmp_path / "hf_clip") if kind == "transformers" else SIGLIP_TINY
+    kept = {}
+    real = trainer_mod.Trainer.save
+
+    def keep(self, folder, name):
+        kept["model"] = self.towers
+        return real(self, folder, name)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(trainer_mod.Trainer, "save", keep):
+        saved, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, MODEL=start, RUN_NAME=kind, W_VC=0.5))
+    assert saved["type"] == start["type"] and os.path.isdir(saved["model_id"])
+    log = [json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__ft_{kind}" / "train_log.jsonl")]
+    assert len(log) == 4 and all(x["loss_sc"] is not None and x["loss_inv"] is not None for x in log)
+    assert (log[0]["logit_bias"] is None) == (kind == "transformers")
+    from PIL import Image
+
+    img = Image.open(os.path.join(FIXTURES, "images", sorted(os.listdir(os.path.join(FIXTURES, "images")))[0]))
+    texts = ["a red bus on the street", "two cats"]
+    towers = kept["model"]
+    towers.model.eval()
+    with torch.no_grad():
+        mine_v = torch.nn.functional.normalize(towers.encode_images([img.convert("RGB")]).float(), dim=-1)
+        mine_t = torch.nn.functional.normalize(towers.encode_texts(texts).float(), dim=-1)
+    enc = load_model(saved, "corrected", "cpu")
+    from lgip.images import open_rgb
+
+    path = os.path.join(FIXTURES, "images", sorted(os.listdir(os.path.join(FIXTURES, "images")))[0])
+    pixels = enc.image_transform(open_rgb(path))
+    v = enc.encode_images(pixels.unsqueeze(0) if not isinstance(pixels, dict) else pixels)
+    assert torch.allclose(v.float().cpu(), mine_v, atol=1e-5)
+    from conftest import encode_texts
+
+    got = encode_texts(enc, texts)
+    assert torch.allclose(torch.tensor(np.stack([got[x] for x in texts])), mine_t, atol=1e-5)
+
+
+def test_two_ranks_with_half_the_batch_each_equal_one_process(tmp_path):
+    """torchrun, 2 ranks x B/2 on gloo (CPU) = 1 process x B: the logged losses to 1e-5, the weights to 1e-4."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    one, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="one", W_VC=0.5, STEPS=2))
+    args = {**_settings(tmp_path, RUN_NAME="two", W_VC=0.5, STEPS=2)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517"]
+    cmd += [os.path.join(ROOT, "finetune_lgip.py")] + [
+        f"--{k}={v!r}" if isinstance(v, (dict, str)) else f"--{k}={v}" for k, v in args.items()
+    ]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, LGIP_GLOO="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = [
+        [json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__ft_{n}" / "train_log.jsonl")]
+        for n in ("one", "two")
+    ]
+    assert len(logs[0]) == len(logs[1]) == 2
+    for a, b in zip(*logs):
+        for k in ("loss", "loss_clip", "loss_sc", "loss_inv", "loss_vc"):
+            assert a[k] == pytest.approx(b[k], abs=1e-5), k
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)  # (a norm of ~100: its float rounding)
+        assert (a["num_flips"], a["num_paraphrases"]) == (b["num_flips"], b["num_paraphrases"])
+    meta = json.load(open(tmp_path / "fixture_with_fliptypes__ft_two" / "finetune.meta.json"))
+    assert meta["world_size"] == 2 and meta["status"] == "done"
+    x = torch.load(one["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
+    y = torch.load(str(tmp_path / "fixture_with_fliptypes__ft_two" / "model" / "open_clip_pytorch_model.bin"))
+    assert all(torch.allclose(x[k], y[k], atol=1e-4) for k in x)

@@ -38,6 +38,7 @@ from .encoder import (
 )
 from .towers import _siglip_text_last, _siglip_text_tower
 from .pixels import pixel_split_siglip
+from .trainable import Trainable
 
 
 SIGLIP_FAMILY = ("siglip", "siglip2")  # config.model_type of the models padded as SigLIP was trained
@@ -321,6 +322,70 @@ def prepare_transformers(spec, protocol):
     return Prepared(spec["name"], tokenizer_key(spec["type"], identity, tokenize), tokenize, pixels)
 
 
+def trainable_transformers(spec, device):
+    """A transformers dual encoder (AutoModel with get_text_features / get_image_features: CLIPModel, SiglipModel,
+    ...) in fp32, its image processor and its texts tokenized by the evaluations' rules (SigLIP padded to its fixed
+    length, a masked family in groups of one token length, as the evaluations batch them); saved with
+    save_pretrained (model and processor), a spec of the same type."""
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    model_id = spec["model_id"]
+    try:
+        config = AutoConfig.from_pretrained(model_id)
+        processor, tok, image_processor = _preprocessors(model_id)
+        model = AutoModel.from_pretrained(model_id, **_transformers_dtype_kwarg(torch.float32))
+    except (OSError, ValueError) as e:
+        raise _not_loadable(spec, e) from e
+    _check_dual_encoder(spec, model)
+    model = model.to(device).float()
+    rules = text_rules(spec, "corrected", config, processor, tok)
+    tokenize, _ = _tokenize_fn(tok, rules)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    transform = ProcessorImageTransform(image_processor)
+
+    def encode_texts(texts):
+        ids = tokenize(texts)
+        if rules.pad == "fixed":
+            groups = {rules.length: list(range(len(ids)))}
+        else:  # (no padding: each length its own forward, as the evaluations batch such a tower)
+            groups = {}
+            for k, x in enumerate(ids):
+                groups.setdefault(len(x), []).append(k)
+        parts, order = [], []
+        for length, ks in groups.items():
+            batch = torch.full((len(ks), length), pad_id, dtype=torch.long)
+            for row, k in enumerate(ks):
+                batch[row, : len(ids[k])] = torch.tensor(ids[k])
+            inputs = {"input_ids": batch.to(device)}
+            if rules.mask:
+                inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+            parts.append(_as_features(model.get_text_features(**inputs)))
+            order += ks
+        out = torch.cat(parts)
+        return out[torch.argsort(torch.tensor(order, device=out.device))]
+
+    def encode_images(images):
+        made = [transform(img) for img in images]
+        if isinstance(made[0], dict):
+            batch = {k: torch.stack([m[k] for m in made]).to(device) for k in made[0]}
+        else:
+            batch = {"pixel_values": torch.stack(made).to(device)}
+        return _as_features(model.get_image_features(**batch))
+
+    def save(folder, run_name, write=True):
+        if write:
+            os.makedirs(folder, exist_ok=True)
+            model.save_pretrained(folder)
+            # (the processor first: the tokenizer and image processor the evaluations load come last, as used)
+            for part in ([processor] if processor is not None else []) + [tok, image_processor]:
+                part.save_pretrained(folder)
+        out = {"name": run_name, "type": spec["type"], "model_id": folder}
+        return dict(out, lowercase=spec["lowercase"]) if "lowercase" in spec else out
+
+    return Trainable(model, encode_images, encode_texts, save)
+
+
 TRANSFORMERS = register(
     Family(
         "transformers",
@@ -333,6 +398,7 @@ TRANSFORMERS = register(
         named=model_id_named,
         card=dual_encoder_card,
         local_paths=model_id_paths,
+        trainable=trainable_transformers,
     )
 )
 # the published specs' name for SigLIP and SigLIP 2: the same family

@@ -49,7 +49,9 @@ class Family:
       weights where the family can), {} when nothing can be told;
     check: spec -> None, or ModelError naming what of its type's own settings is not valid (no file read);
     local_paths: spec -> [(field, path)] the spec names on this machine (checked to exist before any work);
-    random_init: spec -> a warning when the spec builds a model with random weights, else None."""
+    random_init: spec -> a warning when the spec builds a model with random weights, else None;
+    trainable: (spec, device) -> a lgip.models.trainable.Trainable (fine-tuning, LGIP_SPEC.md 14), or None when
+      the type cannot be fine-tuned."""
 
     type: str
     required: str  # the field a spec of the type must have
@@ -66,6 +68,7 @@ class Family:
     check: Callable = _fine
     local_paths: Callable = _nothing
     random_init: Callable = _fine
+    trainable: Optional[Callable] = None
 
     def spec_keys(self):
         """The keys a spec of the type may have, in the order an error lists them."""

@@ -24,6 +24,7 @@ from .towers import (
 )
 from .clip_tokenizer import _openclip_tokenize_fn, _openclip_tokenizer_identity
 from .pixels import pixel_split_openclip
+from .trainable import Trainable, openclip_config, openclip_save
 
 
 # The prefix of open_clip text cache keys, "eot2|": texts run to EOT (earlier caches cut a text at
@@ -273,6 +274,34 @@ def random_init(spec):
     )
 
 
+def trainable_openclip(spec, device):
+    """An open_clip model as the evaluations build it (the corrected protocol: QuickGELU where its weights were
+    trained with it), its eval preprocessing and its tokenizer; saved as a local-dir."""
+    import open_clip
+    import torch
+
+    name, pretrained, kwargs = openclip_create_kwargs(spec, "corrected")
+    if name.startswith(("hf-hub:", "local-dir:")):
+        pretrained = None
+    model_cfg, quick_gelu = openclip_config(spec, kwargs)
+    model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
+    model = model.to(device).float()
+    tokenizer = open_clip.get_tokenizer(name)
+
+    def encode_images(images):
+        return model.encode_image(torch.stack([preprocess(img) for img in images]).to(device))
+
+    def encode_texts(texts):
+        return model.encode_text(tokenizer(list(texts)).to(device))
+
+    def save(folder, run_name, write=True):
+        if write:
+            openclip_save(model, folder, model_cfg, quick_gelu)
+        return {"name": run_name, "type": "openclip", "model_name": "local-dir:" + folder, "pretrained": None}
+
+    return Trainable(model, encode_images, encode_texts, save)
+
+
 OPENCLIP = register(
     Family(
         "openclip",
@@ -286,5 +315,6 @@ OPENCLIP = register(
         card=openclip_card,
         random_init=random_init,
         local_paths=openclip_paths,
+        trainable=trainable_openclip,
     )
 )

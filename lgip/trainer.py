@@ -1,0 +1,298 @@
+"""lgip.trainer: the fine-tuning loop (LGIP_SPEC.md 14) over any family that can train (its record's `trainable`:
+open_clip, transformers CLIP-style, SigLIP): a step's records, draws and loss terms (lgip.finetune's functions),
+AdamW with open_clip's groups and schedule, the gradient clipped, the logit scale clamped, `train_log.jsonl` a line
+a step, `resume.pt`, and, under torchrun, each rank encoding its slice of the batch with the features gathered in
+rank order, so that W ranks x B/W give what one process gives with B.
+
+    >>> trainer = Trainer(spec, "cpu", "auto")                  # rank and world size from torchrun's environment
+    >>> done = trainer.train(folder, records, paths, cfg, digest); spec = trainer.save(folder, "lgip")
+"""
+
+import contextlib
+import json
+import math
+import os
+import time
+
+from .finetune import (
+    HASHED,
+    clip_style_losses,
+    draw,
+    invariance_loss,
+    lr_at,
+    mix_offset,
+    param_groups,
+    siglip_losses,
+    step_positions,
+)
+
+
+def world():
+    """(rank, world size) of this process: torchrun's (torch.distributed initialised, gloo on CPU, nccl on CUDA),
+    or (0, 1)."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size == 1:
+        return 0, 1
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() and os.environ.get("LGIP_GLOO") != "1" else "gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def barrier(size):
+    if size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def _gather(x, size):
+    """x of every rank, concatenated in rank order, with gradient (torch.distributed.nn.functional.all_gather)."""
+    if size == 1:
+        return x
+    import torch
+    from torch.distributed.nn.functional import all_gather
+
+    return torch.cat(all_gather(x.contiguous()))
+
+
+def readable(records, ks, root):
+    """(the record indices of `ks` whose image decodes, [{line, path, error}] of the others)."""
+    from .images import open_rgb
+
+    ok, bad = [], []
+    for k in ks:
+        line, rec = records[k]
+        path = os.path.join(root, rec["image_path"])
+        try:
+            open_rgb(path)
+            ok.append(k)
+        except OSError as e:
+            bad.append({"line": line, "path": path, "error": f"{type(e).__name__}: {e}"})
+    return ok, bad
+
+
+class Trainer:
+    """One dual encoder fine-tuned (section 14): built by its family's `trainable` (the corrected protocol's
+    preprocessing and tokenization), weights and optimizer state in fp32, the forward under bf16 autocast on CUDA
+    when DTYPE asks for it; under torchrun this process is one rank of the batch."""
+
+    def __init__(self, spec, device, dtype):
+        import torch
+
+        from .models.encoder import resolve_device
+        from .models.families import family
+
+        self.rank, self.size = world()
+        device = resolve_device(device)
+        if self.size > 1 and torch.device(device).type == "cuda" and torch.device(device).index is None:
+            device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+        self.spec, self.device = spec, device
+        self.towers = family(spec).trainable(spec, device)
+        self.model = self.towers.model
+        self.autocast = torch.device(device).type == "cuda" and dtype in ("auto", "bf16", "bfloat16")
+        self.dtype_name = "bf16 autocast, fp32 weights" if self.autocast else "fp32"
+
+    def _images(self, images):
+        import torch
+
+        return torch.nn.functional.normalize(self.towers.encode_images(images).float(), dim=-1)
+
+    def _texts(self, texts):
+        import torch
+
+        return torch.nn.functional.normalize(self.towers.encode_texts(list(texts)).float(), dim=-1)
+
+    def _padded(self, texts, rows, width):
+        """The texts' embeddings in the first len(texts) of `rows` rows (zeros after), for a gather of one shape."""
+        import torch
+
+        out = self._texts(texts) if texts else None
+        if self.size == 1:
+            return out if out is not None else torch.zeros((0, width), device=self.device)
+        pad = torch.zeros((rows - len(texts), width), device=self.device)
+        return torch.cat([out, pad]) if out is not None else pad
+
+    def step(self, s, recs, paths, cfg, k_mix):
+        """One step's loss terms and counts (not yet stepped): {loss, clip, sc, inv, vc, flips, paras, scale, bias}.
+        Every rank draws the whole batch (its counts), encodes its slice [kB/W, (k+1)B/W), and gathers."""
+        import torch
+
+        from .alterations import alter
+        from .images import open_rgb
+
+        n, b, size = len(recs), cfg["BATCH_SIZE"], self.size
+        pos = step_positions(s, n, b, cfg["SEED"])
+        draws = [draw(recs[r], cfg["SEED"], s, r, cfg["N_FLIPS"]) for r in pos]
+        lo, hi = self.rank * b // size, (self.rank + 1) * b // size
+        mine = draws[lo:hi]
+        images = [open_rgb(paths[r]) for r in pos[lo:hi]]
+        ctx = torch.autocast("cuda", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
+        self.model.train()
+        with ctx:
+            v_own = self._images(images)
+            width = v_own.shape[1]
+            v, t = _gather(v_own, size), _gather(self._texts([d[0] for d in mine]), size)
+            p = q = None
+            if cfg["W_INV"]:
+                own = [j for j, d in enumerate(mine) if d[1] is not None]
+                p_own = self._padded([mine[j][1] for j in own], hi - lo, width)
+                if size > 1:  # (each rank's paraphrases at their positions: rows in batch order after the gather)
+                    at = torch.zeros((hi - lo, width), device=self.device)
+                    at = at.index_put((torch.tensor(own, dtype=torch.long, device=self.device),), p_own[: len(own)])
+                    p_own = at
+                q = [j for j, d in enumerate(draws) if d[1] is not None]
+                p = _gather(p_own, size)[q] if size > 1 else p_own
+            fl = None
+            if cfg["W_SC"]:
+                own = [f for d in mine for f in d[2]]
+                fl = _gather(self._padded(own, (hi - lo) * cfg["N_FLIPS"], width), size)
+                if size > 1:  # (the valid rows of each rank, in rank order: one process's order)
+                    counts = [sum(len(d[2]) for d in draws[k * b // size : (k + 1) * b // size]) for k in range(size)]
+                    per = (b // size) * cfg["N_FLIPS"]
+                    keep = [k * per + j for k in range(size) for j in range(counts[k])]
+                    fl = fl[torch.tensor(keep, dtype=torch.long, device=self.device)]
+            mixed = None
+            if cfg["W_VC"]:
+                made = [
+                    alter(images[j], "mix", open_rgb(paths[(r + k_mix) % n]), cfg["SEED"], r)
+                    for j, r in enumerate(pos[lo:hi])
+                ]
+                mixed = _gather(self._images(made), size)
+        scale = self.model.logit_scale.exp()
+        bias = getattr(self.model, "logit_bias", None)
+        if bias is not None:
+            terms = siglip_losses(v, t, scale, bias, flips=fl, mixed=mixed)
+        else:
+            terms = clip_style_losses(v, t, scale, flips=fl, mixed=mixed)
+        inv = invariance_loss(v, t, p, q) if cfg["W_INV"] else None
+        loss = terms["clip"]
+        for w, value in ((cfg["W_SC"], terms.get("sc")), (cfg["W_INV"], inv), (cfg["W_VC"], terms.get("vc"))):
+            if w:
+                loss = loss + w * value
+        return {
+            "loss": loss,
+            "clip": terms["clip"],
+            "sc": terms.get("sc"),
+            "inv": inv,
+            "vc": terms.get("vc"),
+            "flips": sum(len(d[2]) for d in draws),
+            "paras": sum(d[1] is not None for d in draws),
+            "scale": float(scale.detach().reshape(-1)[0]),
+            "bias": float(bias.detach().reshape(-1)[0]) if bias is not None else None,
+        }
+
+    def _average_gradients(self, params):
+        """Each parameter's gradient averaged over the ranks (what DDP does): with every rank's loss the whole
+        batch's, and the gather's backward summing over ranks, the average is the one-process gradient."""
+        if self.size == 1:
+            return
+        import torch
+        import torch.distributed as dist
+
+        for prm in params:
+            if prm.grad is None:
+                prm.grad = torch.zeros_like(prm)
+            dist.all_reduce(prm.grad)
+            prm.grad.div_(self.size)
+
+    def train(self, folder, recs, paths, cfg, digest, resume=True):
+        """Steps from where resume.pt left off (when its hash is this run's) to STEPS, a train_log.jsonl line each
+        (rank 0; written and flushed when the step ends), resume.pt after every SAVE_EVERY-th step and the last.
+        Returns the steps done."""
+        import torch
+
+        from .errors import ConfigError
+        from .outputs import atomic_open
+
+        os.makedirs(folder, exist_ok=True)
+        torch.manual_seed(cfg["SEED"])
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(
+            param_groups(self.model, cfg["WEIGHT_DECAY"]), lr=cfg["LR"], betas=(0.9, 0.98), eps=1e-6
+        )
+        log_path, resume_path = os.path.join(folder, "train_log.jsonl"), os.path.join(folder, "resume.pt")
+        start = 0
+        if resume and os.path.isfile(resume_path):
+            state = torch.load(resume_path, map_location=self.device, weights_only=False)
+            if state["hash"] != digest:
+                differs = [k for k in state.get("settings", {}) if state["settings"][k] != cfg.get(k)]
+                raise ConfigError(
+                    f"{resume_path} is another run's (it differs in {', '.join(differs) or 'its input or MODEL'}): "
+                    f"give another RUN_NAME or OUTPUT_DIR, or RESUME=False to start over"
+                )
+            self.model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            start = state["steps"]
+        lines = []
+        if start and os.path.isfile(log_path):
+            with open(log_path, encoding="utf-8") as f:
+                lines = [x for x in f if x.strip() and json.loads(x)["step"] < start]
+        barrier(self.size)  # (every rank has read resume.pt and the log before rank 0 rewrites them)
+        log = open(log_path, "w", encoding="utf-8") if self.rank == 0 else None
+        try:
+            if log:
+                log.writelines(lines)
+                log.flush()
+            n = len(recs)
+            k_mix = mix_offset(n, cfg["SEED"]) if cfg["W_VC"] and n > 1 else 1
+            for s in range(start, cfg["STEPS"]):
+                t0 = time.perf_counter()
+                lr = lr_at(s, cfg["LR"], cfg["WARMUP"], cfg["STEPS"])
+                for group in opt.param_groups:
+                    group["lr"] = lr
+                out = self.step(s, recs, paths, cfg, k_mix)
+                opt.zero_grad(set_to_none=True)
+                out["loss"].backward()
+                self._average_gradients(params)
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg["GRAD_CLIP"])
+                opt.step()
+                with torch.no_grad():
+                    self.model.logit_scale.clamp_(0, math.log(100))
+                if log:
+                    log.write(json.dumps(self._line(s, lr, out, cfg, grad_norm, t0)) + "\n")
+                    log.flush()
+                if self.rank == 0 and ((s + 1) % cfg["SAVE_EVERY"] == 0 or s + 1 == cfg["STEPS"]):
+                    settings = {k: cfg.get(k) for k in HASHED}
+                    state = {"steps": s + 1, "model": self.model.state_dict(), "optimizer": opt.state_dict()}
+                    with atomic_open(resume_path, "wb") as f:
+                        torch.save(dict(state, hash=digest, settings=settings), f)
+        finally:
+            if log:
+                log.close()
+        barrier(self.size)
+        return max(start, cfg["STEPS"])
+
+    @staticmethod
+    def _line(s, lr, out, cfg, grad_norm, t0):
+        value = lambda x: None if x is None else float(x.detach())  # noqa: E731
+        return {
+            "step": s,
+            "lr": lr,
+            "loss": value(out["loss"]),
+            "loss_clip": value(out["clip"]),
+            "loss_sc": value(out["sc"]) if cfg["W_SC"] else None,
+            "loss_inv": value(out["inv"]) if cfg["W_INV"] else None,
+            "loss_vc": value(out["vc"]) if cfg["W_VC"] else None,
+            "logit_scale": out["scale"],
+            "logit_bias": out["bias"],
+            "num_flips": out["flips"],
+            "num_paraphrases": out["paras"],
+            "grad_norm": float(grad_norm),
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+
+    def save(self, folder, run_name):
+        """model/ (the start's type: an open_clip local-dir, or a transformers save_pretrained folder) and
+        model_spec.json: the saved model's MODELS spec (rank 0 writes; every rank returns it)."""
+        from .outputs import write_json
+
+        target = os.path.abspath(os.path.join(folder, "model"))
+        self.model.eval()
+        spec = self.towers.save(target, run_name, self.rank == 0)
+        if self.rank == 0:
+            write_json(os.path.join(folder, "model_spec.json"), spec, output=False)
+        barrier(self.size)
+        return json.loads(json.dumps(spec))
