@@ -75,9 +75,10 @@ STEPS = None  # None = every step; or a list of step names (or one string "a,b")
 #   rebuttal_enhanced_lgip, run_lgip_images, report
 DEBIAS = False  # True: also debias_flips.py after the blind audit and run_lgip_by_fliptype.py on the debiased flips
 #   (LGIP_SPEC.md 15; the report sets each model's positive rate on all flips and on the debiased ones side by side)
-FINETUNE = None  # None, or {"model": a spec or published name (type openclip), "arms": {name: {CONSTANT: value}},
-#   other finetune_lgip.py constants}: each arm fine-tuned (arms default: "plain" with W_SC = W_INV = W_VC = 0, and
-#   "lgip"), then the start and the arms probed on the held-out images in one run (LGIP_SPEC.md 14)
+FINETUNE = None  # None, or {"model": a dual encoder spec or published name (openclip, transformers, siglip), "arms":
+#   {name: {CONSTANT: value}}, other finetune_lgip.py constants}: each arm fine-tuned (arms default: "plain" with
+#   W_SC = W_INV = W_VC = 0, and "lgip"), then the start and the arms probed on the held-out images in one run
+#   (LGIP_SPEC.md 14)
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
 VERBOSE = False  # False: a line per step and per model result, the table and the report at the end; True: each
@@ -239,7 +240,7 @@ def finetune_steps(fliptypes, evaluation, out_dir, ft):
             f'FINETUNE must be {{"model": a spec or published name, "arms": {{name: {{CONSTANT: value}}}}, ...}}, '
             f"got {FINETUNE!r}"
         )
-    from lgip.finetune import start_spec
+    from lgip.finetune import saved_spec, start_spec
 
     start = start_spec(start)  # (checked here: a FINETUNE model that cannot be trained stops before any step)
     stem = common.default_output(fliptypes, "")
@@ -251,8 +252,7 @@ def finetune_steps(fliptypes, evaluation, out_dir, ft):
         args = dict(ft, **over, JSONL_PATH=fliptypes, MODEL=start, RUN_NAME=name, DEVICE=DEVICE)
         made.append(os.path.join(folder, "model_spec.json"))
         steps.append(step("finetune", args, [fliptypes], [made[-1], heldout]))
-        model = "local-dir:" + os.path.abspath(os.path.join(folder, "model"))
-        specs.append({"name": name, "type": "openclip", "model_name": model, "pretrained": None})
+        specs.append(saved_spec(start, name, folder))
     probe = dict(evaluation, MODELS=specs, JSONL_PATH=heldout)
     metrics = [common.metrics_path(heldout, f) for f in ("LGIP_fliptypes.metrics.json", "LGIP_retrieval.metrics.json")]
     steps += [

@@ -51,6 +51,16 @@ def start_spec(model):
     return spec
 
 
+def saved_spec(start, run_name, run_folder):
+    """The MODELS spec finetune_lgip.py saves for a run of `start` in `run_folder` (its model/ folder): the start
+    family's."""
+    import os
+
+    from .models.families import family
+
+    return family(start).saved_spec(start, run_name, os.path.abspath(os.path.join(run_folder, "model")))
+
+
 def split_records(records, fraction, seed):
     """{image_path: held out?}: the distinct image paths sorted by (sha256 hex of f"{seed}:{path}", path), the
     first floor(fraction * n + 0.5) held out."""

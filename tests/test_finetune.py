@@ -295,3 +295,17 @@ def test_two_ranks_with_half_the_batch_each_equal_one_process(tmp_path):
     x = torch.load(one["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
     y = torch.load(str(tmp_path / "fixture_with_fliptypes__ft_two" / "model" / "open_clip_pytorch_model.bin"))
     assert all(torch.allclose(x[k], y[k], atol=1e-4) for k in x)
+
+
+def test_run_all_plans_a_siglip_start_and_its_arms_as_specs_of_its_own_type(tmp_path):
+    """FINETUNE with a transformers start: the probe's MODELS name each arm's saved folder as the start's type."""
+    from conftest import run_script
+    from lgip.demo import demo_inputs
+
+    folder = tmp_path / "demo"
+    demo_inputs(folder)
+    ft = {"model": SIGLIP_TINY, "STEPS": 2, "BATCH_SIZE": 4}
+    args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo", "--MODELS=demo", "--DRY_RUN=True"]
+    out = run_script("run_all.py", *args, f"--FINETUNE={ft!r}", "--STEPS=finetune,finetune_by_fliptype").stdout
+    arm = os.path.join(str(folder), "lgip_demo_with_fliptypes__ft_tiny_siglip__ft_lgip", "model")
+    assert f"'name': 'tiny_siglip__ft_lgip', 'type': 'siglip', 'model_id': '{arm}'" in out

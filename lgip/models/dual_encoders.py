@@ -322,6 +322,12 @@ def prepare_transformers(spec, protocol):
     return Prepared(spec["name"], tokenizer_key(spec["type"], identity, tokenize), tokenize, pixels)
 
 
+def transformers_saved_spec(start, run_name, folder):
+    """The MODELS spec of a fine-tuned copy of `start` saved in `folder` (save_pretrained): the start's type."""
+    out = {"name": run_name, "type": start["type"], "model_id": folder}
+    return dict(out, lowercase=start["lowercase"]) if "lowercase" in start else out
+
+
 def trainable_transformers(spec, device):
     """A transformers dual encoder (AutoModel with get_text_features / get_image_features: CLIPModel, SiglipModel,
     ...) in fp32, its image processor and its texts tokenized by the evaluations' rules (SigLIP padded to its fixed
@@ -380,8 +386,7 @@ def trainable_transformers(spec, device):
             # (the processor first: the tokenizer and image processor the evaluations load come last, as used)
             for part in ([processor] if processor is not None else []) + [tok, image_processor]:
                 part.save_pretrained(folder)
-        out = {"name": run_name, "type": spec["type"], "model_id": folder}
-        return dict(out, lowercase=spec["lowercase"]) if "lowercase" in spec else out
+        return transformers_saved_spec(spec, run_name, folder)
 
     return Trainable(model, encode_images, encode_texts, save)
 
@@ -399,6 +404,7 @@ TRANSFORMERS = register(
         card=dual_encoder_card,
         local_paths=model_id_paths,
         trainable=trainable_transformers,
+        saved_spec=transformers_saved_spec,
     )
 )
 # the published specs' name for SigLIP and SigLIP 2: the same family

@@ -51,7 +51,9 @@ class Family:
     local_paths: spec -> [(field, path)] the spec names on this machine (checked to exist before any work);
     random_init: spec -> a warning when the spec builds a model with random weights, else None;
     trainable: (spec, device) -> a lgip.models.trainable.Trainable (fine-tuning, LGIP_SPEC.md 14), or None when
-      the type cannot be fine-tuned."""
+      the type cannot be fine-tuned;
+    saved_spec: (start spec, run name, folder) -> the MODELS spec of a fine-tuned copy saved in `folder` (known
+      before it is trained: run_all plans the probe of the arms with it)."""
 
     type: str
     required: str  # the field a spec of the type must have
@@ -69,6 +71,7 @@ class Family:
     local_paths: Callable = _nothing
     random_init: Callable = _fine
     trainable: Optional[Callable] = None
+    saved_spec: Optional[Callable] = None
 
     def spec_keys(self):
         """The keys a spec of the type may have, in the order an error lists them."""

@@ -274,6 +274,11 @@ def random_init(spec):
     )
 
 
+def openclip_saved_spec(start, run_name, folder):
+    """The MODELS spec of a fine-tuned copy of `start` saved in `folder` (an open_clip local-dir)."""
+    return {"name": run_name, "type": "openclip", "model_name": "local-dir:" + folder, "pretrained": None}
+
+
 def trainable_openclip(spec, device):
     """An open_clip model as the evaluations build it (the corrected protocol: QuickGELU where its weights were
     trained with it), its eval preprocessing and its tokenizer; saved as a local-dir."""
@@ -297,7 +302,7 @@ def trainable_openclip(spec, device):
     def save(folder, run_name, write=True):
         if write:
             openclip_save(model, folder, model_cfg, quick_gelu)
-        return {"name": run_name, "type": "openclip", "model_name": "local-dir:" + folder, "pretrained": None}
+        return openclip_saved_spec(spec, run_name, folder)
 
     return Trainable(model, encode_images, encode_texts, save)
 
@@ -316,5 +321,6 @@ OPENCLIP = register(
         random_init=random_init,
         local_paths=openclip_paths,
         trainable=trainable_openclip,
+        saved_spec=openclip_saved_spec,
     )
 )
