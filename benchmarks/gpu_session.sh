@@ -86,5 +86,8 @@ timeout "$(left 200)" python3 run_all.py --DATA=coco --BASE_JSONL="$WORK/bench_b
 echo "run_all exit: $?"
 grep -E "^\[[0-9]+/11\]|invariance error|Error|error:|Traceback|run_all:" "$OUT_DIR/run_all.log" | cut -c1-300 | tail -40
 fi
+stage "5. bench_finetune.py, ViT-B-16 at bf16, batch 128 (open_clip's step, the plain arm, the LGIP arm)"
+timeout "$(left 120)" python3 benchmarks/bench_finetune.py --ARCHS="['ViT-B-16']" --BATCH_SIZES="{'ViT-B-16': 128}" \
+  --DEVICE=cuda --STEPS=5 2>&1 | grep -v -E "^override:" | tee "$OUT_DIR/bench_finetune.log" | tail -6
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv,noheader
 echo "=== done (t=${SECONDS}s) ==="
