@@ -72,7 +72,9 @@ SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAM
 STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption,
 #   make_perturb_with_fliptypes, rebuttal_enhanced_perturb, blind_audit, debias_flips (DEBIAS), run_lgip_multi,
 #   run_lgip_by_fliptype, run_lgip_by_fliptype_debiased (DEBIAS), run_lgip_retrieval, explain_flips,
-#   rebuttal_enhanced_lgip, run_lgip_images, report
+#   rebuttal_enhanced_lgip, run_lgip_images, report; FINETUNE's finetune, finetune_by_fliptype, finetune_retrieval,
+#   finetune_images, finetune_report; DATA="shapes": make_shapes, make_perturb_with_fliptypes, pretrain_shapes and
+#   FINETUNE's
 DEBIAS = False  # True: also debias_flips.py after the blind audit and run_lgip_by_fliptype.py on the debiased flips
 #   (LGIP_SPEC.md 15; the report sets each model's positive rate on all flips and on the debiased ones side by side)
 FINETUNE = None  # None, or {"model": a dual encoder spec or published name (openclip, transformers, siglip), "arms":
@@ -106,6 +108,7 @@ _SCRIPTS = {
     "report": "report.py",
     "finetune_by_fliptype": "run_lgip_by_fliptype.py",
     "finetune_retrieval": "run_lgip_retrieval.py",
+    "finetune_images": "run_lgip_images.py",
     "finetune_report": "report.py",
 }
 # Settings run_all sets itself (SETTINGS may not).
@@ -254,10 +257,12 @@ def finetune_steps(fliptypes, evaluation, out_dir, ft):
         steps.append(step("finetune", args, [fliptypes], [made[-1], heldout]))
         specs.append(saved_spec(start, name, folder))
     probe = dict(evaluation, MODELS=specs, JSONL_PATH=heldout)
-    metrics = [common.metrics_path(heldout, f) for f in ("LGIP_fliptypes.metrics.json", "LGIP_retrieval.metrics.json")]
+    names = ("LGIP_fliptypes.metrics.json", "LGIP_retrieval.metrics.json", "LGIP_images.metrics.json")
+    metrics = [common.metrics_path(heldout, f) for f in names]
     steps += [
         step("finetune_by_fliptype", probe, [heldout] + made, [metrics[0]]),
         step("finetune_retrieval", probe, [heldout] + made, [metrics[1]]),
+        step("finetune_images", probe, [heldout] + made, [metrics[2]]),
         step(
             "finetune_report",
             dict({"JSONL_PATH": heldout}, **out_dir),

@@ -208,3 +208,21 @@ def infer_flip_type(caption, flip):
     x, y = (re.sub(r"\W", "", w) for w in diff[0])
     t = _FLIP_WORD_TYPE.get(x)
     return t if t is not None and _FLIP_WORD_TYPE.get(y) == t else None
+
+
+# a model card's fields (LGIP_SPEC.md 12), in the order the cards and the report list them
+CARD_FIELDS = (
+    "source",
+    "architecture",
+    "pretrained",
+    "family",
+    "params_image",
+    "params_text",
+    "params_total",
+    "embed_dim",
+    "image_size",
+    "context_length",
+    "loss",
+    "training_data",
+    "samples_seen",
+)

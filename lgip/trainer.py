@@ -206,6 +206,7 @@ class Trainer:
 
         from .errors import ConfigError
         from .outputs import atomic_open
+        from .util import _NoBar, progress_bar
 
         os.makedirs(folder, exist_ok=True)
         torch.manual_seed(cfg["SEED"])
@@ -232,6 +233,10 @@ class Trainer:
                 lines = [x for x in f if x.strip() and json.loads(x)["step"] < start]
         barrier(self.size)  # (every rank has read resume.pt and the log before rank 0 rewrites them)
         log = open(log_path, "w", encoding="utf-8") if self.rank == 0 else None
+        bar = progress_bar(
+            cfg["STEPS"] - start, desc=f"{cfg.get('RUN_NAME', 'finetune')}: steps", unit="step", min_total=50
+        )
+        bar = bar if self.rank == 0 else _NoBar()
         try:
             if log:
                 log.writelines(lines)
@@ -252,14 +257,19 @@ class Trainer:
                 with torch.no_grad():
                     self.model.logit_scale.clamp_(0, math.log(100))
                 if log:
-                    log.write(json.dumps(self._line(s, lr, out, cfg, grad_norm, t0)) + "\n")
+                    line = self._line(s, lr, out, cfg, grad_norm, t0)
+                    log.write(json.dumps(line) + "\n")
                     log.flush()
+                    terms = ("loss", "loss_clip", "loss_sc", "loss_inv", "loss_vc")
+                    bar.set_postfix({k[5:] or k: f"{line[k]:.3f}" for k in terms if line[k] is not None}, refresh=False)
+                    bar.update(1)
                 if self.rank == 0 and ((s + 1) % cfg["SAVE_EVERY"] == 0 or s + 1 == cfg["STEPS"]):
                     settings = {k: cfg.get(k) for k in HASHED}
                     state = {"steps": s + 1, "model": self.model.state_dict(), "optimizer": opt.state_dict()}
                     with atomic_open(resume_path, "wb") as f:
                         torch.save(dict(state, hash=digest, settings=settings), f)
         finally:
+            bar.close()
             if log:
                 log.close()
         barrier(self.size)

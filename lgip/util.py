@@ -83,6 +83,9 @@ class _NoBar:
     def close(self):
         pass
 
+    def set_postfix(self, *args, **kwargs):
+        pass
+
 
 def shows_bar(total, min_total):
     """Whether a job of `total` items shows tqdm's bar: on a terminal any job does (seconds of scoring say how

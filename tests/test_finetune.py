@@ -190,7 +190,7 @@ def test_run_all_fine_tunes_each_arm_and_probes_them_with_the_start_on_held_out_
     ft = {"model": OPENCLIP_TINY, "STEPS": 2, "BATCH_SIZE": 4, "WARMUP": 1, "SAVE_EVERY": 1, "LR": 1e-3}
     args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo", "--MODELS=demo", "--DEVICE=cpu"]
     out = run_script("run_all.py", *args, f"--FINETUNE={ft!r}", "--NUM_WORKERS=0").stdout
-    assert len(re.findall(r"^\[\d+/16\] finetune\b", out, re.M)) == 2
+    assert len(re.findall(r"^\[\d+/17\] finetune\b", out, re.M)) == 2
     rows = json.load(open(folder / "lgip_demo_with_fliptypes__ft_heldout__LGIP_fliptypes.metrics.json"))
     assert [r["model_tag"] for r in rows] == ["tiny_openclip", "tiny_openclip__ft_plain", "tiny_openclip__ft_lgip"]
     plain = [
@@ -201,7 +201,7 @@ def test_run_all_fine_tunes_each_arm_and_probes_them_with_the_start_on_held_out_
     comparisons = json.load(open(folder / "lgip_demo_with_fliptypes__ft_heldout__LGIP_comparisons.metrics.json"))
     assert {(c["a"], c["b"]) for c in comparisons} >= {("tiny_openclip", "tiny_openclip__ft_lgip")}
     again = run_script("run_all.py", *args, f"--FINETUNE={ft!r}", "--NUM_WORKERS=0").stdout
-    assert "run_all: ran 0 of 16 steps (16 up to date)" in again
+    assert "run_all: ran 0 of 17 steps (17 up to date)" in again
 
 
 def _tiny_transformers_clip(folder):
@@ -275,9 +275,7 @@ def test_two_ranks_with_half_the_batch_each_equal_one_process(tmp_path):
     one, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="one", W_VC=0.5, STEPS=2))
     args = {**_settings(tmp_path, RUN_NAME="two", W_VC=0.5, STEPS=2)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517"]
-    cmd += [os.path.join(ROOT, "finetune_lgip.py")] + [
-        f"--{k}={v!r}" if isinstance(v, (dict, str)) else f"--{k}={v}" for k, v in args.items()
-    ]
+    cmd += [os.path.join(ROOT, "finetune_lgip.py")] + _cli(args)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, LGIP_GLOO="1"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     logs = [
@@ -309,3 +307,53 @@ def test_run_all_plans_a_siglip_start_and_its_arms_as_specs_of_its_own_type(tmp_
     out = run_script("run_all.py", *args, f"--FINETUNE={ft!r}", "--STEPS=finetune,finetune_by_fliptype").stdout
     arm = os.path.join(str(folder), "lgip_demo_with_fliptypes__ft_tiny_siglip__ft_lgip", "model")
     assert f"'name': 'tiny_siglip__ft_lgip', 'type': 'siglip', 'model_id': '{arm}'" in out
+
+
+def _cli(settings):
+    return [f"--{k}={v!r}" if isinstance(v, (dict, str)) else f"--{k}={v}" for k, v in settings.items()]
+
+
+def test_a_weight_of_zero_encodes_nothing_for_its_term(tmp_path, monkeypatch):
+    from lgip.trainer import Trainer
+
+    seen = []
+    texts, images = Trainer._texts, Trainer._images
+    monkeypatch.setattr(Trainer, "_texts", lambda self, x: seen.append(("texts", len(x))) or texts(self, x))
+    monkeypatch.setattr(Trainer, "_images", lambda self, x: seen.append(("images", len(x))) or images(self, x))
+    run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="zero_w", STEPS=1, W_SC=0, W_INV=0, W_VC=0))
+    assert seen == [("images", 4), ("texts", 4)]  # (the batch's images and captions: no flip, paraphrase, mix)
+    seen.clear()
+    run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="all_w", STEPS=1))
+    assert [k for k, _ in seen] == ["images", "texts", "texts", "texts", "images"]  # (+ paraphrases, flips, mixed)
+
+
+def test_kill_9_then_resume_equals_an_unbroken_run(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    args = dict(STEPS=60, SAVE_EVERY=5, W_VC=0)
+    whole, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="whole9", **args))
+    cmd = [sys.executable, os.path.join(ROOT, "finetune_lgip.py")] + _cli(_settings(tmp_path, RUN_NAME="cut9", **args))
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    folder = tmp_path / "fixture_with_fliptypes__ft_cut9"
+    while proc.poll() is None:
+        if (folder / "train_log.jsonl").exists() and len(open(folder / "train_log.jsonl").readlines()) >= 8:
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    proc.wait()
+    assert json.load(open(folder / "finetune.meta.json"))["status"] == "running"  # (killed mid-run)
+    cut, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="cut9", **args))
+    a = torch.load(whole["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
+    b = torch.load(cut["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    drop = lambda x: {k: v for k, v in json.loads(x).items() if k != "seconds"}  # noqa: E731
+    logs = [
+        [drop(x) for x in open(tmp_path / f"fixture_with_fliptypes__ft_{n}" / "train_log.jsonl")]
+        for n in ("whole9", "cut9")
+    ]
+    assert logs[0] == logs[1] and len(logs[0]) == 60

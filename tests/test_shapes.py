@@ -76,7 +76,7 @@ def test_the_shapes_demo_repairs_what_the_plain_arm_does_not_on_held_out_images(
     plain arm's, its positive rate above with the paired interval above 0, recall@1 within 0.05 both ways."""
     folder = tmp_path / "shapes"
     out = run_script("run_all.py", "--DATA=shapes", f"--SHAPES_DIR={folder}", "--DEVICE=cpu").stdout
-    assert "ran 8 of 8 steps" in out
+    assert "ran 9 of 9 steps" in out
     held = folder / "lgip_shapes_with_fliptypes__ft_heldout"
     rows = {r["model_tag"]: r for r in json.load(open(f"{held}__LGIP_fliptypes.metrics.json"))}
     start, plain, lgip = "shapes_pretrained", "shapes_pretrained__ft_plain", "shapes_pretrained__ft_lgip"
@@ -94,4 +94,4 @@ def test_the_shapes_demo_repairs_what_the_plain_arm_does_not_on_held_out_images(
     section = report[report.index("## Fine-tuning") :]
     assert f"`{plain}`" in section and f"`{lgip}`" in section and "LGIP_finetune.png" in section
     again = run_script("run_all.py", "--DATA=shapes", f"--SHAPES_DIR={folder}", "--DEVICE=cpu").stdout
-    assert "ran 0 of 8 steps (8 up to date)" in again
+    assert "ran 0 of 9 steps (9 up to date)" in again

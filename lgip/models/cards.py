@@ -19,23 +19,10 @@ import json
 import os
 import re
 
+from ..method import CARD_FIELDS
 from .families import family
 
-FIELDS = (
-    "source",
-    "architecture",
-    "pretrained",
-    "family",
-    "params_image",
-    "params_text",
-    "params_total",
-    "embed_dim",
-    "image_size",
-    "context_length",
-    "loss",
-    "training_data",
-    "samples_seen",
-)
+FIELDS = CARD_FIELDS  # (LGIP_SPEC.md 12: one list, lgip.method's, for the cards and the report)
 
 # an open_clip tag's first "_"-separated token -> its training data (section 12's table)
 TRAINING_DATA = {

@@ -11,6 +11,7 @@ InputError naming the file, the model and the field. Also the names of the figur
 
 import re
 
+from ..method import CARD_FIELDS
 from ..util import finite_number
 
 
@@ -123,21 +124,6 @@ def fig(b, key, name=None, required=False):
     return {name: value, name + "_ci_lo": lo, name + "_ci_hi": hi}
 
 
-CARD_FIELDS = (
-    "source",
-    "architecture",
-    "pretrained",
-    "family",
-    "params_image",
-    "params_text",
-    "params_total",
-    "embed_dim",
-    "image_size",
-    "context_length",
-    "loss",
-    "training_data",
-    "samples_seen",
-)  # LGIP_SPEC.md 12
 CARD_NUMBERS = (
     "params_image",
     "params_text",
