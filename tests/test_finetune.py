@@ -219,15 +219,15 @@ def _tiny_transformers_clip(folder):
     return {"name": "tiny_hf_clip", "type": "transformers", "model_id": str(folder)}
 
 
-@pytest.mark.parametrize("kind", ["transformers", "siglip"])
-def test_a_transformers_dual_encoder_fine_tuned_saves_what_it_trained(tmp_path, kind):
-    """CLIP-style (transformers CLIPModel: no logit bias) and SigLIP-style (a logit bias): the run's model
-    in memory and the one saved (save_pretrained, a spec of the start's type) give the same embeddings; the
-    losses of the step restate by hand from the towers' features."""
+@pytest.mark.parametrize("kind", ["openclip", "transformers", "siglip"])
+def test_a_fine_tuned_model_saved_gives_the_embeddings_it_had_in_memory(tmp_path, kind):
+    """open_clip (a local-dir), CLIP-style transformers (CLIPModel: no logit bias) and SigLIP (a logit bias,
+    save_pretrained): the run's model in memory and the one saved, loaded back as an evaluation loads a MODELS
+    spec of the start's type, give the same image and text embeddings."""
     from lgip import trainer as trainer_mod
     from lgip.models.registry import load_model
 
-    start = _tiny_transformers_clip(tmp_path / "hf_clip") if kind == "transformers" else SIGLIP_TINY
+    start = {"openclip": OPENCLIP_TINY, "siglip": SIGLIP_TINY}.get(kind) or _tiny_transformers_clip(tmp_path / "hf")
     kept = {}
     real = trainer_mod.Trainer.save
 
@@ -239,10 +239,11 @@ def test_a_transformers_dual_encoder_fine_tuned_saves_what_it_trained(tmp_path, 
 
     with unittest.mock.patch.object(trainer_mod.Trainer, "save", keep):
         saved, _, _ = run_here("finetune_lgip.py", **_settings(tmp_path, MODEL=start, RUN_NAME=kind, W_VC=0.5))
-    assert saved["type"] == start["type"] and os.path.isdir(saved["model_id"])
+    where = saved["model_name"][len("local-dir:") :] if kind == "openclip" else saved["model_id"]
+    assert saved["type"] == start["type"] and os.path.isdir(where)
     log = [json.loads(x) for x in open(tmp_path / f"fixture_with_fliptypes__ft_{kind}" / "train_log.jsonl")]
     assert len(log) == 4 and all(x["loss_sc"] is not None and x["loss_inv"] is not None for x in log)
-    assert (log[0]["logit_bias"] is None) == (kind == "transformers")
+    assert (log[0]["logit_bias"] is None) == (kind != "siglip")
     from PIL import Image
 
     img = Image.open(os.path.join(FIXTURES, "images", sorted(os.listdir(os.path.join(FIXTURES, "images")))[0]))
@@ -357,3 +358,13 @@ def test_kill_9_then_resume_equals_an_unbroken_run(tmp_path):
         for n in ("whole9", "cut9")
     ]
     assert logs[0] == logs[1] and len(logs[0]) == 60
+
+
+def test_negclips_loss_is_l_clip_plus_half_l_sc(tmp_path):
+    """NegCLIP (image to captions and hard captions, text to images) = L_clip + 0.5 L_sc: with W_SC = 0.5 alone,
+    every step's logged loss is its L_clip plus half its L_sc."""
+    run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="negclip", W_SC=0.5, W_INV=0, W_VC=0))
+    log = [json.loads(x) for x in open(tmp_path / "fixture_with_fliptypes__ft_negclip" / "train_log.jsonl")]
+    assert len(log) == 4 and all(x["loss_inv"] is None and x["loss_vc"] is None for x in log)
+    for x in log:
+        assert x["loss"] == pytest.approx(x["loss_clip"] + 0.5 * x["loss_sc"], abs=1e-6) and x["loss_sc"] > 0
