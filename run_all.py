@@ -296,7 +296,7 @@ def shapes_plan(base, evaluation, out_dir):
         step("pretrain_shapes", args, [pretrain, config], [made]),
     ]
     pretrained = shapes.start_spec(os.path.join(os.path.dirname(made), "model"), "shapes_pretrained")
-    ft = dict(SHAPES_FINETUNE, model=pretrained, **(FINETUNE or {}))
+    ft = {**SHAPES_FINETUNE, "model": pretrained, **(FINETUNE or {})}
     return steps + finetune_steps(fliptypes, evaluation, out_dir, ft)
 
 

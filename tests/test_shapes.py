@@ -95,3 +95,12 @@ def test_the_shapes_demo_repairs_what_the_plain_arm_does_not_on_held_out_images(
     assert f"`{plain}`" in section and f"`{lgip}`" in section and "LGIP_finetune.png" in section
     again = run_script("run_all.py", "--DATA=shapes", f"--SHAPES_DIR={folder}", "--DEVICE=cpu").stdout
     assert "ran 0 of 9 steps (9 up to date)" in again
+
+
+def test_a_finetune_model_of_ones_own_replaces_the_pretrained_one_in_the_shapes_plan(tmp_path):
+    from conftest import OPENCLIP_TINY
+
+    ft = {"model": OPENCLIP_TINY, "STEPS": 2}
+    args = ["--DATA=shapes", f"--SHAPES_DIR={tmp_path / 'shapes'}", "--DRY_RUN=True", f"--FINETUNE={ft!r}"]
+    out = run_script("run_all.py", *args).stdout
+    assert "tiny_openclip__ft_lgip" in out and "shapes_pretrained__ft_lgip" not in out and "--STEPS=2" in out
