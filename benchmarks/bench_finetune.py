@@ -86,7 +86,7 @@ def openclip_steps(spec, recs, paths, b):
         images = torch.stack([preprocess(open_rgb(paths[r])) for r in pos]).to(DEVICE)
         texts = tokenizer(caps).to(DEVICE)
         model.train()
-        with towers_autocast(towers):
+        with towers.forward_context():
             out = model(images, texts)  # (image features, text features, logit scale: open_clip's forward)
             out = [out[k] for k in ("image_features", "text_features", "logit_scale")] if isinstance(out, dict) else out
             loss = loss_fn(*out[:3])
@@ -97,14 +97,6 @@ def openclip_steps(spec, recs, paths, b):
         sync(DEVICE)
         times.append(time.perf_counter() - t0)
     return times[1:], b
-
-
-def towers_autocast(trainer):
-    import contextlib
-
-    import torch
-
-    return torch.autocast("cuda", dtype=torch.bfloat16) if trainer.autocast else contextlib.nullcontext()
 
 
 def sync(device):

@@ -8,7 +8,6 @@ rank order, so that W ranks x B/W give what one process gives with B.
     >>> done = trainer.train(folder, records, paths, cfg, digest); spec = trainer.save(folder, "lgip")
 """
 
-import contextlib
 import json
 import math
 import os
@@ -105,20 +104,31 @@ class Trainer:
 
         return torch.nn.functional.normalize(self.towers.encode_texts(list(texts)).float(), dim=-1)
 
-    def _padded(self, texts, rows, width):
-        """The texts' embeddings in the first len(texts) of `rows` rows (zeros after), for a gather of one shape."""
+    def _batch_texts(self, texts, at, rows, keep, width):
+        """The batch's texts of one kind (paraphrases, flips) in one process's order: this rank's `texts` encoded;
+        under torchrun put at rows `at` of a (rows, d) block, zeros elsewhere (every rank's block one shape), the
+        blocks gathered with gradient in rank order, and the rows `keep` of them taken."""
         import torch
 
-        out = self._texts(texts) if texts else None
+        out = self._texts(texts) if texts else torch.zeros((0, width), device=self.device)
         if self.size == 1:
-            return out if out is not None else torch.zeros((0, width), device=self.device)
-        pad = torch.zeros((rows - len(texts), width), device=self.device)
-        return torch.cat([out, pad]) if out is not None else pad
+            return out
+        block = torch.zeros((rows, width), device=self.device)
+        if texts:
+            block = block.index_put((torch.tensor(at, dtype=torch.long, device=self.device),), out)
+        return _gather(block, self.size)[torch.tensor(keep, dtype=torch.long, device=self.device)]
+
+    def forward_context(self):
+        """bf16 autocast on CUDA where DTYPE asks for it, else nothing."""
+        import contextlib
+
+        import torch
+
+        return torch.autocast("cuda", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
 
     def step(self, s, recs, paths, cfg, k_mix):
         """One step's loss terms and counts (not yet stepped): {loss, clip, sc, inv, vc, flips, paras, scale, bias}.
         Every rank draws the whole batch (its counts), encodes its slice [kB/W, (k+1)B/W), and gathers."""
-        import torch
 
         from .alterations import alter
         from .images import open_rgb
@@ -129,31 +139,23 @@ class Trainer:
         lo, hi = self.rank * b // size, (self.rank + 1) * b // size
         mine = draws[lo:hi]
         images = [open_rgb(paths[r]) for r in pos[lo:hi]]
-        ctx = torch.autocast("cuda", dtype=torch.bfloat16) if self.autocast else contextlib.nullcontext()
         self.model.train()
-        with ctx:
+        with self.forward_context():
             v_own = self._images(images)
             width = v_own.shape[1]
             v, t = _gather(v_own, size), _gather(self._texts([d[0] for d in mine]), size)
             p = q = None
-            if cfg["W_INV"]:
+            if cfg["W_INV"]:  # (each rank's paraphrases at their batch positions: q, the batch's, kept)
                 own = [j for j, d in enumerate(mine) if d[1] is not None]
-                p_own = self._padded([mine[j][1] for j in own], hi - lo, width)
-                if size > 1:  # (each rank's paraphrases at their positions: rows in batch order after the gather)
-                    at = torch.zeros((hi - lo, width), device=self.device)
-                    at = at.index_put((torch.tensor(own, dtype=torch.long, device=self.device),), p_own[: len(own)])
-                    p_own = at
                 q = [j for j, d in enumerate(draws) if d[1] is not None]
-                p = _gather(p_own, size)[q] if size > 1 else p_own
+                p = self._batch_texts([mine[j][1] for j in own], own, hi - lo, q, width)
             fl = None
-            if cfg["W_SC"]:
+            if cfg["W_SC"]:  # (each rank's flips first in its block of (B/W) N_FLIPS rows; the valid ones kept)
                 own = [f for d in mine for f in d[2]]
-                fl = _gather(self._padded(own, (hi - lo) * cfg["N_FLIPS"], width), size)
-                if size > 1:  # (the valid rows of each rank, in rank order: one process's order)
-                    counts = [sum(len(d[2]) for d in draws[k * b // size : (k + 1) * b // size]) for k in range(size)]
-                    per = (b // size) * cfg["N_FLIPS"]
-                    keep = [k * per + j for k in range(size) for j in range(counts[k])]
-                    fl = fl[torch.tensor(keep, dtype=torch.long, device=self.device)]
+                counts = [sum(len(d[2]) for d in draws[k * b // size : (k + 1) * b // size]) for k in range(size)]
+                per = (b // size) * cfg["N_FLIPS"]
+                keep = [k * per + j for k in range(size) for j in range(counts[k])]
+                fl = self._batch_texts(own, range(len(own)), per, keep, width)
             mixed = None
             if cfg["W_VC"]:
                 made = [

@@ -196,7 +196,10 @@ def _check_dual_encoder(spec, model):
         )
 
 
-def load_transformers(spec, protocol, device, dtype):
+def _load_fp32(spec):
+    """(config, processor or None, tokenizer, image processor, model in fp32) of a transformers dual encoder,
+    checked to be one. The dtype is pinned (transformers 5 would otherwise load in the checkpoint's dtype): the
+    evaluations check SigLIP's last-layer path in fp32 before their cast, fine-tuning trains in it."""
     import torch
     from transformers import AutoConfig, AutoModel
 
@@ -204,12 +207,17 @@ def load_transformers(spec, protocol, device, dtype):
     try:
         config = AutoConfig.from_pretrained(model_id)
         processor, tok, image_processor = _preprocessors(model_id)
-        # Pin the dtype (transformers 5 would otherwise load in the checkpoint's dtype): fp32
-        # first, for the check of SigLIP's last-layer path below, then the run's dtype.
         model = AutoModel.from_pretrained(model_id, **_transformers_dtype_kwarg(torch.float32))
     except (OSError, ValueError) as e:
         raise _not_loadable(spec, e) from e
     _check_dual_encoder(spec, model)
+    return config, processor, tok, image_processor, model
+
+
+def load_transformers(spec, protocol, device, dtype):
+    import torch
+
+    config, processor, tok, image_processor, model = _load_fp32(spec)
     model = model.eval().to(device=device)
     rules = text_rules(spec, protocol, config, processor, tok)
     tokenize, identity = _tokenize_fn(tok, rules)
@@ -334,16 +342,8 @@ def trainable_transformers(spec, device):
     length, a masked family in groups of one token length, as the evaluations batch them); saved with
     save_pretrained (model and processor), a spec of the same type."""
     import torch
-    from transformers import AutoConfig, AutoModel
 
-    model_id = spec["model_id"]
-    try:
-        config = AutoConfig.from_pretrained(model_id)
-        processor, tok, image_processor = _preprocessors(model_id)
-        model = AutoModel.from_pretrained(model_id, **_transformers_dtype_kwarg(torch.float32))
-    except (OSError, ValueError) as e:
-        raise _not_loadable(spec, e) from e
-    _check_dual_encoder(spec, model)
+    config, processor, tok, image_processor, model = _load_fp32(spec)
     model = model.to(device).float()
     rules = text_rules(spec, "corrected", config, processor, tok)
     tokenize, _ = _tokenize_fn(tok, rules)

@@ -343,6 +343,14 @@ def load_metrics(path, key=None):
     return data
 
 
+def row_spec(m):
+    """The MODELS entry of the run that made `m` (a metrics row) for its model, or None."""
+    run = m.get("run") if isinstance(m.get("run"), dict) else {}
+    config = run.get("config") if isinstance(run.get("config"), dict) else {}
+    models = config.get("MODELS") if isinstance(config.get("MODELS"), list) else []
+    return next((s for s in models if isinstance(s, dict) and s.get("name") == m.get("model_tag")), None)
+
+
 def run_settings(m, e):
     """{setting: its value as JSON text} of the run that made `m`, one model's row of evaluation
     `e`, that can change its figures: its run.config less IGNORED_SETTINGS, the model's own MODELS
@@ -351,8 +359,7 @@ def run_settings(m, e):
     config = run.get("config") if isinstance(run.get("config"), dict) else {}
     model = run.get("model") if isinstance(run.get("model"), dict) else {}
     out = {k: v for k, v in config.items() if k not in IGNORED_SETTINGS}
-    models = config.get("MODELS") if isinstance(config.get("MODELS"), list) else []
-    spec = next((s for s in models if isinstance(s, dict) and s.get("name") == m.get("model_tag")), None)
+    spec = row_spec(m)
     if spec is not None:
         out["model spec"] = spec
     if model.get("dtype") is not None and not e.fixed_dtype:

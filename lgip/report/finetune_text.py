@@ -16,6 +16,7 @@ from ..errors import InputError
 from ..records import iter_json_lines, read_json
 from ..util import finite_number
 from .controls_text import COMPARED_NAMES
+from .evaluations import row_spec
 from .fields import what_is
 from .tables import interval, num
 
@@ -31,11 +32,9 @@ def model_specs(metrics):
     specs = {}
     for rows in metrics.values():
         for m in rows:
-            config = (m.get("run") if isinstance(m.get("run"), dict) else {}).get("config")
-            models = config.get("MODELS") if isinstance(config, dict) else None
-            for s in models if isinstance(models, list) else ():
-                if isinstance(s, dict) and s.get("name") == m.get("model_tag"):
-                    specs.setdefault(m["model_tag"], s)
+            spec = row_spec(m)
+            if spec is not None:
+                specs.setdefault(m["model_tag"], spec)
     return specs
 
 
