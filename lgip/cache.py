@@ -1,6 +1,7 @@
 """lgip.cache: the on-disk cache of what a model computed, per model, protocol and dtype, one interface for
-every scorer (`lookup(kind, keys)`, `writer(kind)`): image embeddings keyed by path, size and mtime, text
-embeddings by text and padding, and (for a model that scores a pair jointly,
+every scorer (`lookup(kind, keys)`, `writer(kind)`, `holds(entries)`, `through(kind, keys, compute)`; `NoCache`
+the same with nothing in it; lgip.scorers.cached wraps any scorer with it): image embeddings keyed by path,
+size and mtime, text embeddings by text and padding, and (for a model that scores a pair jointly,
 LGIP_SPEC.md 13) a score per (image, text) pair keyed by both (`pair_cache_key`: its own chunks,
 `pair-*.npz`, beside the others'); chunks written whole by a thread of their own,
 a corrupt one reported and rebuilt. A cache that cannot be written (a full disk, a quota, a
@@ -211,6 +212,59 @@ class ModelCache:
     def writer(self, kind):
         return _ChunkWriter(self, kind)
 
+    def holds(self, entries):
+        """True when every key of `entries` ({kind: [key, ...]}) is on disk (nothing is read but the index)."""
+        return all(key in self.index(kind) for kind, keys in entries.items() for key in keys)
+
+    def through(self, kind, keys, compute):
+        """lm-eval's CachingLM for one keyed computation: the row of each key (a list of floats), the cache's
+        where it holds it, else from `compute(positions)` -> [row per position], asked for the rest alone (its
+        rows kept as it gives them, added to the cache in float32, one chunk written at the end)."""
+        import torch
+
+        pos, rows = self.lookup(kind, keys)
+        out = [None] * len(keys)
+        for p, row in zip(pos, rows.tolist() if rows is not None else []):
+            out[p] = row
+        todo = [p for p, row in enumerate(out) if row is None]
+        if todo:
+            new = compute(todo)
+            writer = self.writer(kind)
+            writer.add([keys[p] for p in todo], torch.tensor(new, dtype=torch.float32).reshape(len(todo), -1))
+            writer.close()
+            for p, row in zip(todo, new):
+                out[p] = row
+        return out
+
+
+class NoCache:
+    """No cache (CACHE_DIR None, a model in memory): what a scorer is handed instead of a ModelCache, with its
+    interface: nothing held, nothing written. False as a truth value, so the code beneath a scorer (lgip.texts,
+    lgip.images) skips the work of looking up (stat-ing files, making keys)."""
+
+    dir = None
+
+    def __bool__(self):
+        return False
+
+    def lookup(self, kind, keys):
+        return [], None
+
+    def index(self, kind):
+        return {}
+
+    def has_entries(self, kind=None):
+        return False
+
+    def writer(self, kind):
+        return None
+
+    def holds(self, entries):
+        return not any(entries.values())
+
+    def through(self, kind, keys, compute):
+        return list(compute(list(range(len(keys))))) if keys else []
+
 
 class PairScores:
     """A model's scores by (image, text): those known (looked up in the cache, or added), the cache's "pair"
@@ -220,7 +274,7 @@ class PairScores:
 
     def __init__(self, cache):
         self.cache, self.scores, self.image_keys, self.n_added, self.n_hits = cache, {}, {}, 0, 0
-        self.writer = cache.writer("pair") if cache is not None else None
+        self.writer = cache.writer("pair") if cache else None
 
     @contextmanager
     def writing(self):
@@ -254,7 +308,7 @@ class PairScores:
     def missing(self, path, texts):
         """The texts of `texts` whose score with `path` is known neither here nor in the cache (looked up)."""
         todo = [t for t in dict.fromkeys(texts) if (path, t) not in self.scores]
-        if todo and self.cache is not None and self.image_key(path) is not None:
+        if todo and self.cache and self.image_key(path) is not None:
             pos, rows = self.cache.lookup("pair", self._keys(path, todo))
             for p, r in zip(pos, rows[:, 0].tolist() if rows is not None else []):
                 self.scores[(path, todo[p])] = r

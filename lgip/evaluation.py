@@ -30,6 +30,7 @@ from .memory import KEPT, forget_work, swap
 from .texts import RunCalls, TextBank, TextCalls, resolve_text_batch_size
 from .lookahead import Lookahead
 from .scorers import Context, ImageRequest, ScoreRequest, for_gathering, gives, leave_out, merged, scorer_for
+from .scorers.cached import CachingScorer
 from .console import detail
 from .controls import Comparisons
 from .ranks import _gather, distributed, is_main_process  # noqa: F401 (is_main_process: common.py's)
@@ -139,7 +140,8 @@ class ModelRun:
         # its pairs (the Scored's `ok` and `failed`).
         self.ok = list(self.mine)
         self.bank = TextBank(self.enc, config["NUM_WORKERS"])
-        self.scorer = scorer_for(spec)  # what scores this model's pairs (lgip.scorers; its family's kind)
+        # what scores this model's pairs (lgip.scorers: its family's kind), its cache around it
+        self.scorer = CachingScorer(scorer_for(spec), self.cache)
         self.scored = None  # the Scored of score(), for the run block (info) and the model card
         self.ahead = None  # what the Lookahead did ahead for this model (score(): its scorer settles it)
         self.compared = []  # (figure, flip type, rec, values) for the paired comparisons (compare)

@@ -115,9 +115,9 @@ class ImageEncoding:
         budget = resolve_pixel_memory(pixel_memory_gb)
         remember = enc.pixels is not None and budget > 0 and accelerations.PIXEL_MEMORY
         self.memory = pixel_memory(budget) if remember else None
-        if cache is not None or self.memory is not None:
+        if cache or self.memory is not None:  # (cache: a ModelCache; None or NoCache: nothing to look up)
             self.keys = image_cache_keys(paths)
-        if cache is not None:
+        if cache:
             have = [i for i in self.todo if i in self.keys]
             hit_pos, hit_emb = cache.lookup("image", [self.keys[i] for i in have])
             if hit_pos:
@@ -140,7 +140,7 @@ class ImageEncoding:
 
         if self._queue is not None or not (self.todo or self.remembered):
             return self
-        self._writer = self.cache.writer("image") if self.cache is not None else None
+        self._writer = self.cache.writer("image") if self.cache else None
         self._rows = _DeviceRows(self.enc, self.out, self._writer, self.keys.__getitem__)
         self._queue = queue.Queue(maxsize=4)  # bounded: decoded batches wait in the workers, not here
         self._ended, self._closed = False, threading.Event()

@@ -198,13 +198,11 @@ class TextBank:
         key = self.enc.tokenizer_key
         return shared_token_table(key) if key is not None else TokenTable()
 
-    def in_cache(self, cache):
-        """(unique texts found in the cache, unique texts) of these calls: counted before the
-        model's weights are loaded, which a re-run whose texts are all cached never needs."""
+    def cache_keys(self):
+        """The cache's keys of these calls' unique texts: known before the model's weights are loaded,
+        which a re-run whose texts are all cached never needs (lgip.scorers.cached)."""
         keys, _, _ = self._keys(self._tokens())
-        index = cache.index("text")
-        hits = sum(k in index for k in self._cache_keys(keys))
-        return hits, len(keys)
+        return self._cache_keys(keys)
 
     def encode(self, batch_size=512, desc="texts", cache=None, beside=None, then=None):
         """([unique keys, D] float32 embeddings, slot -> row). `beside`: an ImageEncoding
@@ -217,7 +215,7 @@ class TextBank:
         keys, rows, forks = self._keys(tokens)
         out = _Rows(len(keys), 0.0, self.enc.device, self.enc.storage_dtype)
         todo = list(range(len(keys)))
-        if cache is not None:
+        if cache:  # (a ModelCache; None or NoCache: nothing to look up)
             cache_keys = self._cache_keys(keys)
             hit_pos, hit_emb = cache.lookup("text", cache_keys)
             if hit_pos:
@@ -237,7 +235,7 @@ class TextBank:
             and bool(todo)
             and all(keys[k][1] is None for k in todo)
         )
-        writer = cache.writer("text") if cache is not None and todo else None
+        writer = cache.writer("text") if cache and todo else None
         rows_out = _DeviceRows(self.enc, out, writer, cache_keys.__getitem__ if writer is not None else None)
         t_start = time.perf_counter()
         if beside is not None:

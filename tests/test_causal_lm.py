@@ -71,6 +71,9 @@ def test_a_text_model_runs_through_the_evaluations_as_a_blind_model(tmp_path, ti
     again, out, _ = run_here("run_lgip_multi.py", **eval_settings(src, "corrected", [tiny_gpt2], BOOTSTRAP=0))
     assert again[0]["invariance_error_mean"] == row["invariance_error_mean"]  # (from the cache ...)
     assert again[0]["run"]["model"]["weights_loaded"] is False  # (... with no weights)
+    hits, looked = again[0]["run"]["cache"]["resumed"]["texts"]  # (lgip.scorers.cached: every text, said)
+    assert hits == looked > 0 and row["run"]["cache"]["resumed"] == {"texts": [0, looked]}
+    assert f"gpt2_tiny: from the cache: {hits:,} of {looked:,} texts" in out
     got, out, _ = run_here("run_lgip_retrieval.py", **eval_settings(src, "corrected", [tiny_gpt2]))
     assert got is None and "model 'gpt2_tiny' (type 'causal_lm') is left out: it reads no image" in out
 

@@ -161,3 +161,85 @@ def test_a_new_scorer_kind_is_its_module_and_its_family_record(tmp_path, monkeyp
     got, out, _ = run_here("run_lgip_retrieval.py", **eval_settings(src, "corrected", [spec]))
     assert got is None
     assert "model 'by_length' (type 'rule') is left out: its scorer gives no embeddings" in out
+
+
+class _RuleWeights(_Rule):
+    """The rule "model" with weights to load (its loads counted) and without (its KeyEncoder, a re-run's)."""
+
+    loads = []
+
+    def __init__(self, device, loaded=True):
+        super().__init__(device)
+        self.weights_loaded = loaded
+        if loaded:
+            _RuleWeights.loads.append(1)
+
+
+class _CachedTextOnlyScorer(PairScorer):
+    """A text-only scorer that computes through the cache (ctx.cache.through: lm-eval's CachingLM), nothing
+    else of caching written: what it computes is counted."""
+
+    computed = []
+
+    def score(self, ctx, request):
+        import numpy as np
+
+        texts = ctx.bank.calls.texts
+        wanted = sorted(set(texts))
+
+        def compute(todo):
+            ctx.load_weights()
+            _CachedTextOnlyScorer.computed.extend(wanted[p] for p in todo)
+            return [[-float(len(wanted[p].split()))] for p in todo]
+
+        value = {t: row[0] for t, row in zip(wanted, ctx.cache.through("text", ["rule|" + t for t in wanted], compute))}
+        for pairs in request.pairs:
+            pairs.base_sim = np.array([value[texts[b]] for b in pairs.base_slot])
+            pairs.sim = np.array([value[t] for t in pairs.text])
+            pairs.labels = np.array(pairs.label, dtype=object)
+        ok = list(ctx.mine)
+        return Scored(
+            pairs=list(request.pairs),
+            ok=ok,
+            failed=[],
+            n_ok=len(ok),
+            n_samples=sum(1 for k in ok if ctx.records[k][1]["orig_captions"]),
+            image_report={"num_failed_images": 0, "failed_images": []},
+            texts={"unique": len(wanted), "encoded": len(wanted), "positions": {}},
+            nonfinite={"images": 0, "texts": 0, "first_image": None, "first_text": None},
+            provides=self.provides,
+            looked={"texts": len(wanted)},
+        )
+
+
+def test_a_new_scorer_kind_gets_the_cache_from_the_wrapper_around_it(tmp_path, monkeypatch):
+    """The cache is wrapped around any scorer (lgip.scorers.cached): a scorer that computes through
+    ctx.cache.through computes each text once; the re-run reads them all from the cache, loads no weights, says
+    so and records it in its run block; without a cache (CACHE_DIR None) every run computes them all."""
+    record = Family(
+        "cached_rule",
+        required="words",
+        load=lambda spec, protocol, device, dtype: _RuleWeights(device),
+        keys=lambda spec, protocol: _RuleWeights("cpu", loaded=False),
+        scorer=_CachedTextOnlyScorer,
+    )
+    monkeypatch.setitem(FAMILIES, "cached_rule", record)
+    monkeypatch.setattr(_RuleWeights, "loads", [])
+    monkeypatch.setattr(_CachedTextOnlyScorer, "computed", [])
+    src = tmp_path / "x_with_perturb.jsonl"
+    shutil.copy(REFERENCE + "/fixture_with_perturb.jsonl", src)
+    spec = {"name": "by_length", "type": "cached_rule", "words": "split"}
+    settings = eval_settings(src, "corrected", [spec], BOOTSTRAP=0, CACHE_DIR=str(tmp_path / "cache"))
+    (first,), _, _ = run_here("run_lgip_multi.py", **settings)
+    n = len(_CachedTextOnlyScorer.computed)
+    assert n > 0 and len(set(_CachedTextOnlyScorer.computed)) == n and _RuleWeights.loads == [1]
+    assert first["run"]["cache"]["resumed"] == {"texts": [0, n]}
+    (again,), out, _ = run_here("run_lgip_multi.py", **settings)
+    assert len(_CachedTextOnlyScorer.computed) == n and _RuleWeights.loads == [1]  # (nothing computed, no load)
+    assert again["run"]["cache"]["resumed"] == {"texts": [n, n]} and again["run"]["cache"]["text_hits"] == n
+    assert f"by_length: from the cache: {n:,} of {n:,} texts (all of them: the model's weights were not loaded)" in out
+    for key in ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate"):
+        assert again[key] == first[key]
+    (plain,), _, _ = run_here("run_lgip_multi.py", **dict(settings, CACHE_DIR=None))
+    assert len(_CachedTextOnlyScorer.computed) == 2 * n and _RuleWeights.loads == [1, 1]
+    assert "cache" not in plain["run"] and plain["sensitivity_gap_mean"] == first["sensitivity_gap_mean"]

@@ -11,11 +11,12 @@ gives (`gives`, PROVIDES), and a family names its scorer kind (Family.scorer).
   embeddings  "embeddings": a dual encoder's (image and text embedded apart, a pair scored by their cosine)
   joint       "joint": a model that scores a pair jointly (LGIP_SPEC.md 13: generative VLMs, ITM heads)
   text        "text": a model that reads the text alone (LGIP_SPEC.md 15: type causal_lm), a blind model
+  cached      CachingScorer: the model's cache wrapped around any scorer (lm-eval's CachingLM's place)
 
 A new kind: a module with a PairScorer subclass and a line below registering it (`register_scorer`), or a
 family record whose `scorer` is the class itself (tests/test_families.py: a text-only scorer).
 
-    >>> scored = scorer_for(spec).score(ctx, ScoreRequest([inv, sens], controls=True))
+    >>> scored = CachingScorer(scorer_for(spec), cache).score(ctx, ScoreRequest([inv, sens], controls=True))
 """
 
 from ..models import FAMILIES
@@ -45,6 +46,7 @@ def register_scorer(kind, cls):
 from .embeddings import EmbeddingScorer, score_by_cosine  # noqa: E402,F401 (after SCORERS: they register)
 from .joint import JointScorer  # noqa: E402,F401
 from .text import TextScorer  # noqa: E402,F401
+from .cached import CachingScorer  # noqa: E402,F401
 
 register_scorer("embeddings", EmbeddingScorer)
 register_scorer("joint", JointScorer)

@@ -41,12 +41,13 @@ class Context:
     mine: Any  # this process's record indices (torchrun: every world-th)
     image_root: str
     bank: Any  # lgip.texts.TextBank: the texts by slot (bank.calls.texts), their encoding and cache lookups
-    cache: Any  # lgip.cache.ModelCache or None
+    cache: Any  # lgip.cache.ModelCache, or NoCache (its interface, nothing in it): lgip.scorers.cached's
     lookahead: Any  # lgip.lookahead.Lookahead over the run's later models, or None
     world: int  # processes (torchrun)
     gather: Callable  # obj -> every process's, in rank order, on every process
     model: Callable  # () -> the model now (a key encoder until the weights are loaded)
-    load_weights: Callable  # () -> None: loads the weights when they are not (model() then gives them)
+    load_weights: Callable  # (unless_held=None) -> True when it loads the weights now (model() then gives them):
+    # not when they are loaded, nor (lgip.scorers.cached) when the cache holds every entry {kind: keys} of unless_held
     image_batch_size: int = 64
     text_batch_size: Any = "auto"
     num_workers: Optional[int] = None
@@ -74,7 +75,8 @@ class Scored:
     image_sources: dict = field(default_factory=dict)  # unique images: decoded, from pixel memory, from the cache
     image_embeddings: Any = None  # [records, dim] by record index (this process's; rows of unread records NaN)
     text_embeddings: Optional[tuple] = None  # (table, slot -> row) when asked for (keep_embeddings)
-    resumed: Optional[dict] = None  # {"texts": [from the cache, in all], "images": [...]}; None without a cache
+    looked: dict = field(default_factory=dict)  # {"texts"|"images"|"pairs": unique entries this call looked for}
+    resumed: Optional[dict] = None  # {"texts": [from the cache, looked for], ...} (lgip.scorers.cached); None: no cache
     scoring_started: float = 0.0  # time.perf_counter() when the scoring itself began (its phase in the run block)
     prior_images: Any = None  # the other images each text's prior score is a mean over: "all" (dual encoders), an int
     # (a joint scorer's PRIOR_IMAGES, at most N - 1), None when no prior was asked for (LGIP_SPEC.md 13)

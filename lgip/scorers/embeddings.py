@@ -51,8 +51,8 @@ class EmbeddingScorer(PairScorer):
     def score(self, ctx, request):
         ahead = ctx.lookahead
         waited, done_ahead = ahead.settle(ctx.enc) if ahead is not None else (0.0, None)
-        if not ctx.enc.weights_loaded and not self.all_in_cache(ctx):
-            ctx.load_weights()
+        # (the weights: unless the cache holds every text and image; then what was done ahead is the model's)
+        if not ctx.enc.weights_loaded and ctx.load_weights(unless_held=self.entries(ctx)):
             more, done_ahead = ahead.settle(ctx.enc) if ahead is not None else (0.0, None)
             waited += more
         images = RecordImages(
@@ -75,7 +75,6 @@ class EmbeddingScorer(PairScorer):
             raise
         with Timer() as t_images:
             img_emb, ok, image_report = images.finish()
-        resumed = self.resumed(ctx, len(images.paths))
         seconds = dict(lookahead_wait=waited, **ctx.bank.seconds, images_after_texts=round(t_images.seconds, 3))
         scoring_started = time.perf_counter()
         good = set(ok)
@@ -108,7 +107,7 @@ class EmbeddingScorer(PairScorer):
             },
             image_embeddings=img_emb,
             text_embeddings=(txt_emb, rows) if request.keep_embeddings else None,
-            resumed=resumed,
+            looked={"texts": ctx.bank.n_unique, "images": len(images.paths)},
             scoring_started=scoring_started,
             prior_images="all" if request.controls else None,
             relative=self.relative(ctx, ok, img_emb, txt_emb, rows) if request.relative else None,
@@ -121,11 +120,8 @@ class EmbeddingScorer(PairScorer):
         where there), the weights loaded only when one is not cached (a file that is not there needs no
         model: it is reported); an embedding that is not finite counts as an image not made."""
         items = request.items
-        keys = image_cache_keys(items)
-        if not ctx.enc.weights_loaded and keys:
-            index = ctx.cache.index("image")
-            if not all(key in index for key in keys.values()):
-                ctx.load_weights()
+        if not ctx.enc.weights_loaded:  # (a file that is not there has no key: it needs no model, it is reported)
+            ctx.load_weights(unless_held={"image": list(image_cache_keys(items).values())})
         job = ImageEncoding(
             ctx.enc,
             items,
@@ -183,17 +179,13 @@ class EmbeddingScorer(PairScorer):
         return list(zip(rec, cap, kind, values.tolist()))
 
     @staticmethod
-    def all_in_cache(ctx):
-        """True when every text of the calls and every image file of this process's records has
-        its embedding in the cache (a file that is not there needs no model: it is reported)."""
+    def entries(ctx):
+        """The cache entries scoring reads: every text of the calls, every image file of this process's
+        records (a file that is not there has no key: it needs no model, it is reported)."""
         import os
 
-        hits, n = ctx.bank.in_cache(ctx.cache)
-        if hits < n:
-            return False
         paths = dict.fromkeys(os.path.join(ctx.image_root, ctx.records[k][1]["image_path"]) for k in ctx.mine)
-        index = ctx.cache.index("image")
-        return all(key in index for key in image_cache_keys(list(paths)).values())
+        return {"text": ctx.bank.cache_keys(), "image": list(image_cache_keys(list(paths)).values())}
 
     @staticmethod
     def image_sum(ctx, ok, img_emb, txt_emb):
@@ -237,21 +229,6 @@ class EmbeddingScorer(PairScorer):
                 slots = np.flatnonzero(np.isin(np.asarray(rows), bad_rows))
                 out.update(texts=len(bad_rows), first_text=ctx.bank.calls.texts[int(slots[0])] if len(slots) else None)
         return out
-
-    @staticmethod
-    def resumed(ctx, n_images):
-        """What came from the cache, said (a re-run resumes where the last one stopped); None without one."""
-        if ctx.cache is None:
-            return None
-        stats = ctx.cache.stats
-        if stats["text_hits"] or stats["image_hits"]:
-            print(
-                f"{ctx.enc.name}: from the cache: {stats['text_hits']:,} of {ctx.bank.n_unique:,} texts, "
-                f"{stats['image_hits']:,} of {n_images:,} images"
-                + ("" if ctx.enc.weights_loaded else " (all of them: the model's weights were not loaded)"),
-                flush=True,
-            )
-        return {"texts": [stats["text_hits"], ctx.bank.n_unique], "images": [stats["image_hits"], n_images]}
 
 
 class EmbeddedImages(ImageScores):

@@ -164,17 +164,6 @@ class JointScorer(PairScorer):
                 f"warning: {ctx.enc.name}: skipping unreadable image {item['path']} ({item['error']})", file=sys.stderr
             )
         n_samples = sum(1 for k in ok if records[k][1]["orig_captions"])
-        looked = store.n_hits + store.n_added
-        resumed = None
-        if ctx.cache is not None:
-            ctx.cache.stats["pair_hits"] = store.n_hits
-            resumed = {"pairs": [store.n_hits, looked]}
-            if store.n_hits:
-                print(
-                    f"{ctx.enc.name}: from the cache: {store.n_hits:,} of {looked:,} image-text scores"
-                    + ("" if ctx.enc.weights_loaded else " (all of them: the model's weights were not loaded)"),
-                    flush=True,
-                )
         return Scored(
             pairs=pairs_list,
             ok=ok,
@@ -186,7 +175,7 @@ class JointScorer(PairScorer):
             provides=self.provides,
             texts={"unique": len({t for k in ok for t in own[k]}), "encoded": store.n_added, "positions": {}},
             image_sources={"decoded": n_decoded, "from_cache": len(ok) - min(len(ok), n_decoded)},
-            resumed=resumed,
+            looked={"pairs": store.n_hits + store.n_added},
             scoring_started=scoring_started,
             prior_images=j_max if controls else None,
             relative=rel,

@@ -27,22 +27,15 @@ class TextScorer(PairScorer):
         texts = ctx.bank.calls.texts
         pairs_list = list(request.pairs)
         wanted = list(dict.fromkeys(t for p in pairs_list for t in [texts[b] for b in p.base_slot] + list(p.text)))
-        started, scores = time.perf_counter(), {}
-        if ctx.cache is not None:  # (a text's score, keyed by the text: a cached re-run loads no weights)
-            pos, rows = ctx.cache.lookup("text", [_key(t) for t in wanted])
-            scores = {wanted[p]: float(v) for p, v in zip(pos, rows[:, 0].tolist() if rows is not None else [])}
-        todo = [t for t in wanted if t not in scores]
-        if todo:
-            if not ctx.enc.weights_loaded:
-                ctx.load_weights()
-            values = ctx.enc.score_texts(todo, _batch(ctx.text_batch_size))
-            scores.update(zip(todo, values))
-            if ctx.cache is not None:
-                import torch
+        started, encoded = time.perf_counter(), []
 
-                writer = ctx.cache.writer("text")
-                writer.add([_key(t) for t in todo], torch.tensor(values, dtype=torch.float32)[:, None])
-                writer.close()
+        def compute(todo):  # (the texts the cache does not hold: a cached re-run loads no weights)
+            ctx.load_weights()
+            encoded.extend(wanted[p] for p in todo)
+            return [[v] for v in ctx.enc.score_texts([wanted[p] for p in todo], _batch(ctx.text_batch_size))]
+
+        rows = ctx.cache.through("text", [_key(t) for t in wanted], compute)
+        scores = {t: row[0] for t, row in zip(wanted, rows)}
         seconds = {"text_scores": round(time.perf_counter() - started, 3)}
         for pairs in pairs_list:
             pairs.base_sim = np.array([scores[texts[b]] for b in pairs.base_slot], dtype=np.float64)
@@ -57,9 +50,10 @@ class TextScorer(PairScorer):
             n_ok=len(ok),
             n_samples=sum(1 for k in ok if ctx.records[k][1]["orig_captions"]),
             image_report={"num_failed_images": 0, "failed_images": []},
-            texts={"unique": len(wanted), "encoded": len(todo), "positions": {}},
+            texts={"unique": len(wanted), "encoded": len(encoded), "positions": {}},
             nonfinite={"images": 0, "texts": len(bad), "first_image": None, "first_text": bad[0] if bad else None},
             provides=self.provides,
+            looked={"texts": len(wanted)},
             scoring_started=time.perf_counter(),
             seconds=seconds,
         )
