@@ -133,8 +133,7 @@ def lm_gaps(spec, pairs):
     try:
         return blind.lm_gaps(pairs, enc, TEXT_BATCH_SIZE)
     finally:
-        if enc.release is not None:
-            enc.release()
+        enc.release()
 
 
 def prior_gaps(tag, pairs, records, types):

@@ -18,6 +18,7 @@ import random
 
 import common
 from lgip import explain
+from lgip.scorers import ExplainRequest, scorer_for
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input:
@@ -92,13 +93,16 @@ def explain_all(config):
     for spec in loop.runnable:
         with common.Timer() as t, loop.model(spec) as ok:  # (ON_MODEL_ERROR "skip": a model that fails is left out)
             enc = common.load_model(spec, "corrected", DEVICE, "fp32")
-            try:
-                m = explain.explain_model(enc, records, flips, sample, config)
+            try:  # (the model's scorer blames the words: lgip.scorers, a dual encoder's through lgip.explain)
+                m = scorer_for(spec).explain(enc, ExplainRequest(records, flips, sample, config))
             finally:
-                if enc.release is not None:
-                    enc.release()  # (a caller's model in memory: back in the mode it came in)
+                enc.release()  # (a caller's model in memory: back in the mode it came in)
         if not ok:
             continue
+        lines = m.pop("_lines", None)  # (the scorer's lines, one per flip: written here, whole or not at all)
+        if lines is not None:
+            with common.atomic_open(explain.explain_path(config, enc.name)) as f:
+                f.writelines(common.dump_jsonl_line(line) for line in lines)
         for figure, rec, values in m.pop("_compared", ()):
             paired.add(enc.name, figure, None, rec, values)  # (paired model comparisons, LGIP_SPEC.md 9 and 12)
         m["model_card"] = common.model_card(spec, enc)

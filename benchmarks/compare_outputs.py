@@ -8,7 +8,9 @@ timings and run_all's recorded output mtimes. A refactor that must leave every o
     python run_all.py --DATA=demo                                 # on the new one, in the same folder
     python benchmarks/compare_outputs.py /tmp/before demo
 
-Prints a line per file that is not byte-identical and the counts; exits 1 when any differs.
+Prints a line per file that is not byte-identical and the counts; exits 1 when any differs. With --fields
+(after the folders), a JSON or JSONL file that differs also gets a line per differing field (list indices as *):
+how many values differ, and for numbers the largest difference relative to the larger magnitude.
 """
 
 import json
@@ -17,6 +19,7 @@ import re
 import sys
 
 a, b = sys.argv[1], sys.argv[2]
+FIELDS = "--fields" in sys.argv[3:]
 VOLATILE = {
     "created",
     "seconds",
@@ -49,6 +52,32 @@ def text_scrub(s):
     return s
 
 
+def field_diffs(x, y, path="", out=None):
+    """{field path: [values that differ, largest relative difference of numbers]} between two scrubbed values."""
+    out = {} if out is None else out
+    if isinstance(x, dict) and isinstance(y, dict):
+        for k in dict.fromkeys(list(x) + list(y)):
+            if k not in x or k not in y:
+                out.setdefault(f"{path}.{k} (only in {'b' if k not in x else 'a'})", [0, 0.0])[0] += 1
+            else:
+                field_diffs(x[k], y[k], f"{path}.{k}", out)
+    elif isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
+        for u, v in zip(x, y):
+            field_diffs(u, v, f"{path}[*]", out)
+    elif x != y:
+        entry = out.setdefault(path or ".", [0, 0.0])
+        entry[0] += 1
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
+        if numbers and max(abs(x), abs(y)) > 0:
+            entry[1] = max(entry[1], abs(x - y) / max(abs(x), abs(y)))
+    return out
+
+
+def say_fields(f, xa, xb):
+    for path, (n, rel) in field_diffs(xa, xb).items():
+        print(f"    {path}: {n} differ" + (f", largest relative difference {rel:.2e}" if rel else ""))
+
+
 files = sorted(set(os.listdir(a)) | set(os.listdir(b)))
 same = masked = differ = 0
 for f in files:
@@ -78,5 +107,10 @@ for f in files:
     else:
         differ += 1
         print("DIFFERS:", f)
+        if FIELDS and f.endswith(".json"):
+            say_fields(f, scrub(json.loads(ba)), scrub(json.loads(bb)))
+        elif FIELDS and f.endswith(".jsonl"):
+            rows = [[scrub(json.loads(line)) for line in x.splitlines() if line.strip()] for x in (ba, bb)]
+            say_fields(f, *rows)
 print(f"{same} byte-identical, {masked} identical but for times, {differ} differ")
 sys.exit(1 if differ else 0)

@@ -337,8 +337,7 @@ class ModelRun:
 
     def release(self):
         """The model is done with: a caller's model in memory goes back in the mode it came in."""
-        if self.enc.release is not None:
-            self.enc.release()
+        self.enc.release()
 
     def phase_done(self, name):
         """Count the time since the last phase ended as the script's own phase `name`."""

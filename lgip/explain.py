@@ -35,10 +35,9 @@ from .attribution import (
 from .errors import ModelError
 from .images import encode_record_images
 from .method import FLIP_TYPES, infer_flip_type
-from .records import caption_texts, dump_jsonl_line, flip_types, read_json
+from .records import caption_texts, flip_types, read_json
 from .scorefile import read_flip_gaps
 from .scoring import add_ci, mean_or_none
-from .outputs import atomic_open
 from .filenames import metrics_path
 
 
@@ -339,9 +338,15 @@ def type_order(records, lines):
     return list(dict.fromkeys(known + sorted(present)))
 
 
+def explain_path(cfg, name):
+    """The explain file of model `name`: one line per flip explained, beside the metrics."""
+    return metrics_path(cfg["JSONL_PATH"], f"LGIP_explain_{name}.jsonl")
+
+
 def explain_model(enc, records, flips, sample, cfg):
-    """One model's metrics (with its image report and family, for the run block), its explain file
-    written; {"unsupported": why} for a family word attribution cannot explain (UNSUPPORTED "skip")."""
+    """One model's metrics (with its image report and family, for the run block, and `_lines`, its explain
+    file's lines, which the caller writes); {"unsupported": why} for a family word attribution cannot explain
+    (UNSUPPORTED "skip")."""
     try:
         tower = text_tower(getattr(enc, "model", None))  # an unsupported family: named, with the supported ones
     except ModelError as e:
@@ -361,9 +366,6 @@ def explain_model(enc, records, flips, sample, cfg):
         lines, skipped, failed = explain(enc, tower, records, flips, drawn, cfg)
     if cast:
         enc.info = dict(enc.info, attribution_in_fp32_from=cast)
-    path = metrics_path(cfg["JSONL_PATH"], f"LGIP_explain_{enc.name}.jsonl")
-    with atomic_open(path) as f:
-        f.writelines(dump_jsonl_line(line) for line in lines)
     block = localization(lines, cfg)
     return {
         "model_tag": enc.name,
@@ -379,7 +381,8 @@ def explain_model(enc, records, flips, sample, cfg):
         "num_random": sum("random" in x["drawn"] for x in lines),
         "num_top_k": sum("top_k" in x["drawn"] for x in lines),
         "skipped": skipped,
-        "explain_file": os.path.basename(path),
+        "explain_file": os.path.basename(explain_path(cfg, enc.name)),
+        "_lines": lines,  # (one per flip: the caller writes them to explain_file)
         "score_file": score_file and os.path.basename(score_file),
         "score_file_protocol": protocol,
         "image_report": failed,

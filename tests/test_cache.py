@@ -257,3 +257,35 @@ def test_a_cache_that_cannot_be_written_is_said_once_and_left_whole(tmp_path, mo
     writer.abandon()  # the run failed anyway: its error stays the one raised, this one is reported
     assert "a cache chunk could not be written (RuntimeError" in capsys.readouterr().err
     monkeypatch.setattr(np, "savez", real)
+
+
+def test_through_asks_for_the_missing_keys_alone_and_no_cache_for_all(tmp_path):
+    """ModelCache.through (lm-eval's CachingLM for one keyed computation): a second call computes only the keys
+    the first did not; rows computed now come back as computed (a float64 score stays one), rows from the cache
+    as stored (float32); NoCache computes every key, holds nothing, writes nothing."""
+    from lgip.cache import NoCache
+
+    enc = load_model(OPENCLIP_TINY, "corrected", "cpu")
+    asked = []
+
+    def compute(keys):
+        def rows(todo):
+            asked.append([keys[p] for p in todo])
+            return [[len(keys[p]) + 1 / 3] for p in todo]
+
+        return rows
+
+    cache = ModelCache(str(tmp_path), enc, OPENCLIP_TINY)
+    first = cache.through("text", ["a", "bb"], compute(["a", "bb"]))
+    assert asked == [["a", "bb"]] and first == [[1 + 1 / 3], [2 + 1 / 3]]
+    again = ModelCache(str(tmp_path), enc, OPENCLIP_TINY)
+    keys = ["bb", "ccc", "a"]
+    got = again.through("text", keys, compute(keys))
+    assert asked[-1] == ["ccc"] and again.stats["text_hits"] == 2
+    assert got == [[np.float32(2 + 1 / 3)], [3 + 1 / 3], [np.float32(1 + 1 / 3)]]
+    third = ModelCache(str(tmp_path), enc, OPENCLIP_TINY)  # (a cache's index is read once, before its writes)
+    assert third.holds({"text": ["a", "bb", "ccc"]}) and not third.holds({"text": ["a", "dddd"]})
+    none = NoCache()
+    assert not none and none.through("text", keys, compute(keys)) == [[2 + 1 / 3], [3 + 1 / 3], [1 + 1 / 3]]
+    assert asked[-1] == keys and none.lookup("text", keys) == ([], None) and none.writer("text") is None
+    assert none.holds({"text": []}) and not none.holds({"text": ["a"]}) and none.through("text", [], None) == []

@@ -22,25 +22,32 @@ SIGLIP_TEXT_LENGTH = 64  # SigLIP/SigLIP2 were trained on text padded to 64 toke
 
 
 class _Model:
-    """What every model object of a run has, with or without weights: its name in MODELS, type,
-    protocol and demo flag (`named`, by the registry), device and dtype, the cache keys' parts
-    (text_key_tag, pad_length, tokenizer_key) and what the run block says of it (`info`)."""
+    """What every model object of a run has, with or without weights, and what the run asks of any of them.
 
-    name = type = protocol = None
+    Set on every model: its name in MODELS, type, protocol and demo flag (`named`, by the registry), device and
+    dtype, what the run block says of it (`info`), whether its weights are loaded (`weights_loaded`, each
+    class's), what a pair's score is (`score_kind`). The rest below is what the run may ask of a model of any
+    kind (the lookahead, the run block, the accelerations' report), each with the answer of a model that does not
+    have it; what a model does beyond (an Encoder's encode_*, a JointModel's submit) is its own class's."""
+
+    name = type = protocol = None  # (named() sets them before any use)
     demo = False  # True for the bundled demo model (lgip.demo): its outputs say so
     device = "cpu"
     dtype = None
     info = {}
-    tokenizer_key = None  # set by load_model: equal keys tokenize alike (see shared_token_table); None: not shared
-    # (absent without weights: lgip.models.key_encoder's KeyEncoder)
-    model = tokenizer = image_transform = pixels = release = context_length = tokenizer_identity = None
-    encode_packs = encode_tokens = encode_images = tokenize = None
-    accelerations = frozenset()
-    pad_id = 0
-    pad_needs_lengths = False
+    weights_loaded = False
+    score_kind = "cosine"  # what a pair's score is (LGIP_SPEC.md 13): a dual encoder's cosine
+    tokenize = None  # texts -> token ids, for its text bank and cache keys (Encoder); None: no tokenizer of its own
+    tokenizer_key = None  # equal keys tokenize alike (load_model sets it: shared_token_table); None: not shared
+    pixels = None  # a PixelSplit of its image transform, proven on the device (lgip.models.pixels); None: none
+    encode_packs = None  # texts encoded with their common prefixes shared (lgip.models.prefix_packs); None: cannot
+    accelerations = frozenset()  # the per-model switches its loader applied
     why_not = _JOINT_ONLY  # {acceleration: why it does not apply to this model} (lgip.accelerations.applied)
     not_applied = None  # why the model gets none of the others, when it is one reason (a loader of one's own)
-    score_kind = "cosine"  # what a pair's score is (LGIP_SPEC.md 13): a dual encoder's cosine
+
+    def release(self):
+        """Called once a run is done with the model: nothing to do here (a loader that must put its model back,
+        a caller's model in memory returned to the mode it came in, sets its own)."""
 
     def named(self, spec, protocol):
         """This model as MODELS names it: its spec's name, type and demo flag, and the protocol."""
@@ -87,8 +94,9 @@ class Encoder(_Model):
     text_key_tag: the prefix of this family's text cache keys (bumped when its tokenization changes).
     info: what the run block says of the model (lgip.evaluation: run.model).
     accelerations: the per-model switches (lgip.accelerations.PER_MODEL) its loader applied.
-    release(): called once a run is done with the model (a caller's model in memory: its mode
-        restored), or None. context_length: the text tower's longest text (open_clip), or None.
+    release: what to call once a run is done with the model (a caller's model in memory: its mode
+        restored), or None for nothing (_Model.release). context_length: the text tower's longest text
+        (open_clip), or None.
     """
 
     weights_loaded = True
@@ -121,12 +129,9 @@ class Encoder(_Model):
         self.tokenize, self.tokenizer_identity = tokenize, tokenizer_identity
         self.pad_length, self.pad_needs_lengths, self.pad_id = pad_length, pad_needs_lengths, pad_id
         self.encode_tokens, self.encode_packs, self.context_length = encode_tokens, encode_packs, context_length
-        self.text_key_tag, self.info, self.accelerations, self.release = (
-            text_key_tag,
-            dict(info or {}),
-            frozenset(accelerations),
-            release,
-        )
+        self.text_key_tag, self.info, self.accelerations = text_key_tag, dict(info or {}), frozenset(accelerations)
+        if release is not None:
+            self.release = release
 
 
 class KeyEncoder(_Model):
@@ -137,6 +142,8 @@ class KeyEncoder(_Model):
     something is not in the cache."""
 
     weights_loaded = False
+
+    model = tokenizer = image_transform = encode_tokens = encode_images = None  # (no weights)
 
     def __init__(
         self, *, text_key_tag, pad_length, tokenize=None, tokenizer_identity=None, pad_id=0, pad_needs_lengths=False

@@ -65,7 +65,9 @@ class JointModel(_Model):
     ):
         self.model, self.processor, self.device, self.dtype = model, processor, device, dtype
         self.score_kind, self.settings, self._score, self._submit = score_kind, dict(settings), score, submit
-        self.info, self.accelerations, self.release = dict(info or {}), frozenset(accelerations_applied), release
+        self.info, self.accelerations = dict(info or {}), frozenset(accelerations_applied)
+        if release is not None:
+            self.release = release
         self.why_not = dict(why_not or {})  # {acceleration: why it does not apply to this model}
         self.in_flight = 1  # submissions a pipelined scorer leaves pending (an image group's size: they run together)
         self.tokenizer = getattr(processor, "tokenizer", None)

@@ -1,5 +1,6 @@
 """lgip.scorers.base: the seam's types. `PairScorer`, what scores the pairs of one model on this process;
-`ScoreRequest`, what it is asked (plain data: the Pairs and the extras wanted); `Context`, what it works
+`ScoreRequest`, what it is asked (plain data: the Pairs and the extras wanted; `ExplainRequest`, flips whose
+words it blames); `Context`, what it works
 with (the records, the text bank, the cache, the workers, a way to load the weights); `Scored`, what it
 gives back, its timings included (a scorer never writes into the run); `ImageScores`, what scoring
 altered images gives (LGIP_SPEC.md 11). `PROVIDES` names what a scorer can give beyond its scores.
@@ -31,6 +32,18 @@ class ImageRequest:
 
     items: list
     captions: list  # [[caption text, ...] per item]
+
+
+@dataclass
+class ExplainRequest:
+    """Flips whose words a model is asked to blame (LGIP_SPEC.md 8: explain_flips.py): the input's `records`, its
+    `flips` (lgip.explain.all_flips), the indices of those drawn (`sample`), and the settings it runs under
+    (`settings`: explain_flips.py's constants)."""
+
+    records: list
+    flips: list
+    sample: set
+    settings: dict
 
 
 @dataclass
@@ -127,6 +140,12 @@ class PairScorer(ABC):
         """Score altered images (an ImageRequest) with their captions, beside `scored` (the same model's
         Scored of the captions with their originals: ScoreRequest.keep_embeddings). Returns an ImageScores."""
         raise NotImplementedError(f"{type(self).__name__} scores no altered images")
+
+    def explain(self, model, request):
+        """Word attribution (an ExplainRequest) with `model` loaded in fp32: the model's metrics dict, the lines
+        of its explain file in "_lines" for the caller to write (lgip.explain.explain_model). A scorer without
+        text embeddings has none."""
+        raise NotImplementedError(f"{type(self).__name__} gives no word attribution")
 
     def not_finite(self, images, texts):
         """The words of the error for non-finite outputs (lgip.evaluation: ModelRun's check)."""

@@ -43,6 +43,9 @@ class CachingScorer(PairScorer):
     def score_images(self, ctx, scored, request):
         return self.inner.score_images(self._context(ctx), scored, request)
 
+    def explain(self, model, request):
+        return self.inner.explain(model, request)
+
     def not_finite(self, images, texts):
         return self.inner.not_finite(images, texts)
 

@@ -141,6 +141,12 @@ class EmbeddingScorer(PairScorer):
         }
         return EmbeddedImages(emb, failed, sources, scored)
 
+    def explain(self, model, request):
+        """Word attribution through the text tower's gradients (lgip.explain, lgip.attribution)."""
+        from ..explain import explain_model
+
+        return explain_model(model, request.records, request.flips, request.sample, request.settings)
+
     @staticmethod
     def relative(ctx, ok, img_emb, txt_emb, rows):
         """LGIP_SPEC.md 13's denominator terms (lgip.scorers.joint's form): each readable record's captions
