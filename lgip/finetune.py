@@ -150,6 +150,43 @@ def invariance_loss(v, t, p, q):
     return ((vq * p).sum(1) - (vq * t[q]).sum(1)).abs().mean()
 
 
+def probe_loss(
+    images,
+    captions,
+    logit_scale,
+    logit_bias=None,
+    flips=None,
+    paraphrases=None,
+    with_paraphrase=(),
+    mixed=None,
+    w_sc=1.0,
+    w_inv=1.0,
+    w_vc=1.0,
+):
+    """Section 14's loss for one batch, for a training loop of one's own (finetune_lgip.py's steps compute it so):
+    L = L_clip + w_sc L_sc + w_inv L_inv + w_vc L_vc over L2-normalised embeddings. images, captions: [B, D], row i
+    the caption of image i; flips: [F, D], the batch's flips, hard negatives of every image (L_sc); paraphrases:
+    [Q, D], the paraphrases of the captions at batch positions `with_paraphrase` (L_inv); mixed: [B, D], images
+    mixed with another record's, hard negatives of every caption (L_vc). logit_scale: the model's exp(logit_scale);
+    logit_bias: a SigLIP model's bias (every term then the sigmoid form), None for CLIP's cross-entropy. A term of
+    weight 0 or without its inputs is not computed (None). Returns (loss, {"clip", "sc", "inv", "vc"})."""
+    fl, mx = (flips if w_sc else None), (mixed if w_vc else None)
+    if logit_bias is not None:
+        terms = siglip_losses(images, captions, logit_scale, logit_bias, flips=fl, mixed=mx)
+    else:
+        terms = clip_style_losses(images, captions, logit_scale, flips=fl, mixed=mx)
+    inv = (
+        invariance_loss(images, captions, paraphrases, list(with_paraphrase))
+        if w_inv and paraphrases is not None
+        else None
+    )
+    loss = terms["clip"]
+    for w, value in ((w_sc, terms.get("sc")), (w_inv, inv), (w_vc, terms.get("vc"))):
+        if w and value is not None:
+            loss = loss + w * value
+    return loss, {"clip": terms["clip"], "sc": terms.get("sc"), "inv": inv, "vc": terms.get("vc")}
+
+
 def lr_at(s, lr, warmup, steps):
     """open_clip's cosine_lr: linear warmup to LR over WARMUP steps, then a half cosine to 0 at STEPS."""
     if s < warmup:

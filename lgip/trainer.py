@@ -13,17 +13,7 @@ import math
 import os
 import time
 
-from .finetune import (
-    HASHED,
-    clip_style_losses,
-    draw,
-    invariance_loss,
-    lr_at,
-    mix_offset,
-    param_groups,
-    siglip_losses,
-    step_positions,
-)
+from .finetune import HASHED, draw, lr_at, mix_offset, param_groups, probe_loss, step_positions
 
 
 def world():
@@ -165,21 +155,13 @@ class Trainer:
                 mixed = _gather(self._images(made), size)
         scale = self.model.logit_scale.exp()
         bias = getattr(self.model, "logit_bias", None)
-        if bias is not None:
-            terms = siglip_losses(v, t, scale, bias, flips=fl, mixed=mixed)
-        else:
-            terms = clip_style_losses(v, t, scale, flips=fl, mixed=mixed)
-        inv = invariance_loss(v, t, p, q) if cfg["W_INV"] else None
-        loss = terms["clip"]
-        for w, value in ((cfg["W_SC"], terms.get("sc")), (cfg["W_INV"], inv), (cfg["W_VC"], terms.get("vc"))):
-            if w:
-                loss = loss + w * value
+        weights = {"w_sc": cfg["W_SC"], "w_inv": cfg["W_INV"], "w_vc": cfg["W_VC"]}
+        loss, terms = probe_loss(
+            v, t, scale, bias, flips=fl, paraphrases=p, with_paraphrase=q or (), mixed=mixed, **weights
+        )
         return {
             "loss": loss,
-            "clip": terms["clip"],
-            "sc": terms.get("sc"),
-            "inv": inv,
-            "vc": terms.get("vc"),
+            **terms,
             "flips": sum(len(d[2]) for d in draws),
             "paras": sum(d[1] is not None for d in draws),
             "scale": float(scale.detach().reshape(-1)[0]),

@@ -368,3 +368,55 @@ def test_negclips_loss_is_l_clip_plus_half_l_sc(tmp_path):
     assert len(log) == 4 and all(x["loss_inv"] is None and x["loss_vc"] is None for x in log)
     for x in log:
         assert x["loss"] == pytest.approx(x["loss_clip"] + 0.5 * x["loss_sc"], abs=1e-6) and x["loss_sc"] > 0
+
+
+@pytest.mark.parametrize("start", ["openclip", "siglip"])
+def test_a_training_loop_of_ones_own_gets_finetune_lgips_loss_from_probe_loss(start):
+    """docs/finetune.md's loop of one's own (draw, the towers, probe_loss) computes the loss finetune_lgip.py's
+    step computes on the same batch, CLIP's form and SigLIP's, to float rounding, and it backpropagates."""
+    import torch.nn.functional as F
+
+    from lgip.alterations import alter
+    from lgip.finetune import draw, mix_offset, probe_loss, step_positions
+    from lgip.images import open_rgb
+    from lgip.records import load_records
+    from lgip.trainer import Trainer
+
+    jsonl = REFERENCE + "/fixture_with_fliptypes.jsonl"
+    records = [rec for _, rec in load_records(jsonl)]
+    paths = [os.path.join(FIXTURES, rec["image_path"]) for rec in records]
+    cfg = {"BATCH_SIZE": 4, "SEED": 3, "N_FLIPS": 2, "W_SC": 1.0, "W_INV": 2.0, "W_VC": 0.5}
+    trainer = Trainer(OPENCLIP_TINY if start == "openclip" else SIGLIP_TINY, "cpu", "fp32")
+    n, k = len(records), mix_offset(len(records), cfg["SEED"])
+    want = trainer.step(0, records, paths, cfg, k)
+    # the loop of one's own: the batch's draws, its images and texts through the model's towers, probe_loss
+    model, towers = trainer.model, trainer.towers
+    pos = step_positions(0, n, cfg["BATCH_SIZE"], cfg["SEED"])
+    draws = [draw(records[r], cfg["SEED"], 0, r, cfg["N_FLIPS"]) for r in pos]  # (caption, paraphrase, flips, i)
+    images = [open_rgb(paths[r]) for r in pos]
+    embed_images = lambda x: F.normalize(towers.encode_images(x).float(), dim=-1)  # noqa: E731
+    embed_texts = lambda x: F.normalize(towers.encode_texts(x).float(), dim=-1)  # noqa: E731
+    q = [j for j, d in enumerate(draws) if d[1] is not None]
+    mixed = [alter(images[j], "mix", open_rgb(paths[(r + k) % n]), cfg["SEED"], r) for j, r in enumerate(pos)]
+    loss, terms = probe_loss(
+        embed_images(images),
+        embed_texts([d[0] for d in draws]),
+        model.logit_scale.exp(),
+        getattr(model, "logit_bias", None),
+        flips=embed_texts([f for d in draws for f in d[2]]),
+        paraphrases=embed_texts([draws[j][1] for j in q]),
+        with_paraphrase=q,
+        mixed=embed_images(mixed),
+        w_sc=cfg["W_SC"],
+        w_inv=cfg["W_INV"],
+        w_vc=cfg["W_VC"],
+    )
+    assert q and all(terms[t] is not None for t in ("clip", "sc", "inv", "vc"))
+    for key in ("clip", "sc", "inv", "vc"):
+        assert terms[key].item() == pytest.approx(want[key].item(), rel=1e-6, abs=1e-7), key
+    assert loss.item() == pytest.approx(want["loss"].item(), rel=1e-6)
+    assert loss.item() == pytest.approx((terms["clip"] + terms["sc"] + 2 * terms["inv"] + 0.5 * terms["vc"]).item())
+    loss.backward()
+    assert model.logit_scale.grad is not None and torch.isfinite(model.logit_scale.grad).all()
+    _, none = probe_loss(embed_images(images), embed_texts([d[0] for d in draws]), model.logit_scale.exp(), w_sc=0)
+    assert none["sc"] is None and none["inv"] is None and none["vc"] is None  # (a term without its inputs: None)
