@@ -106,18 +106,27 @@ class _Rule(_Model):
         self.device, self.info = device, {}
 
 
+def _minus_words(text):
+    return -float(len(text.split()))
+
+
 class _TextOnlyScorer(PairScorer):
     """A third kind of scorer (section 15's blind scorers are of this kind): it reads no image, and gives
     scores alone; every record with captions counts as read."""
+
+    def values(self, ctx, wanted):
+        """({text: its score} of the unique texts `wanted`, Scored.looked): the rule's, minus the words."""
+        return {t: _minus_words(t) for t in wanted}, {}
 
     def score(self, ctx, request):
         import numpy as np
 
         texts = ctx.bank.calls.texts
-        rule = lambda t: -float(len(t.split()))  # noqa: E731
+        wanted = sorted(set(texts))
+        value, looked = self.values(ctx, wanted)
         for pairs in request.pairs:
-            pairs.base_sim = np.array([rule(texts[b]) for b in pairs.base_slot])
-            pairs.sim = np.array([rule(t) for t in pairs.text])
+            pairs.base_sim = np.array([value[texts[b]] for b in pairs.base_slot])
+            pairs.sim = np.array([value[t] for t in pairs.text])
             pairs.labels = np.array(pairs.label, dtype=object)
         ok = list(ctx.mine)
         return Scored(
@@ -127,9 +136,10 @@ class _TextOnlyScorer(PairScorer):
             n_ok=len(ok),
             n_samples=sum(1 for k in ok if ctx.records[k][1]["orig_captions"]),
             image_report={"num_failed_images": 0, "failed_images": []},
-            texts={"unique": len(set(texts)), "encoded": len(set(texts)), "positions": {}},
+            texts={"unique": len(wanted), "encoded": len(wanted), "positions": {}},
             nonfinite={"images": 0, "texts": 0, "first_image": None, "first_text": None},
             provides=self.provides,
+            looked=looked,
         )
 
 
@@ -175,41 +185,20 @@ class _RuleWeights(_Rule):
             _RuleWeights.loads.append(1)
 
 
-class _CachedTextOnlyScorer(PairScorer):
-    """A text-only scorer that computes through the cache (ctx.cache.through: lm-eval's CachingLM), nothing
+class _CachedTextOnlyScorer(_TextOnlyScorer):
+    """The text-only scorer computing its rule through the cache (ctx.cache.through: lm-eval's CachingLM), nothing
     else of caching written: what it computes is counted."""
 
     computed = []
 
-    def score(self, ctx, request):
-        import numpy as np
-
-        texts = ctx.bank.calls.texts
-        wanted = sorted(set(texts))
-
+    def values(self, ctx, wanted):
         def compute(todo):
             ctx.load_weights()
             _CachedTextOnlyScorer.computed.extend(wanted[p] for p in todo)
-            return [[-float(len(wanted[p].split()))] for p in todo]
+            return [[_minus_words(wanted[p])] for p in todo]
 
-        value = {t: row[0] for t, row in zip(wanted, ctx.cache.through("text", ["rule|" + t for t in wanted], compute))}
-        for pairs in request.pairs:
-            pairs.base_sim = np.array([value[texts[b]] for b in pairs.base_slot])
-            pairs.sim = np.array([value[t] for t in pairs.text])
-            pairs.labels = np.array(pairs.label, dtype=object)
-        ok = list(ctx.mine)
-        return Scored(
-            pairs=list(request.pairs),
-            ok=ok,
-            failed=[],
-            n_ok=len(ok),
-            n_samples=sum(1 for k in ok if ctx.records[k][1]["orig_captions"]),
-            image_report={"num_failed_images": 0, "failed_images": []},
-            texts={"unique": len(wanted), "encoded": len(wanted), "positions": {}},
-            nonfinite={"images": 0, "texts": 0, "first_image": None, "first_text": None},
-            provides=self.provides,
-            looked={"texts": len(wanted)},
-        )
+        rows = ctx.cache.through("text", ["rule|" + t for t in wanted], compute)
+        return {t: row[0] for t, row in zip(wanted, rows)}, {"texts": len(wanted)}
 
 
 def test_a_new_scorer_kind_gets_the_cache_from_the_wrapper_around_it(tmp_path, monkeypatch):
