@@ -79,7 +79,7 @@ def explain_all(config):
             f"no flip to explain: {len(records)} records in {JSONL_PATH}, none with a flip "
             f"(diff_caps); no metrics were written"
         )
-    models = common.leave_out(MODELS, ("embeddings",), "explain_flips.py")  # (word attribution needs text embeddings)
+    models = common.leave_out(MODELS, ("attributions",), "explain_flips.py")  # (what its scorer's explain gives)
     if not models:
         return []
     loop = common.ModelLoop(config, models)  # (models that cannot be had: before the first model's work)

@@ -137,7 +137,7 @@ def run(**constants):
         common.check_gallery_size(config["GALLERY_SIZE"]), common.require_int(config, "SAVE_EXAMPLES", 0)
         global _examples_saved
         _examples_saved = False
-        results = common.run_evaluation(__file__, config, (), evaluate, summary)
+        results = common.run_evaluation(__file__, config, (), evaluate, summary, needs=("altered_images",))
         if results is not None:
             common.detail("->", common.write_rows(common.metrics_path(JSONL_PATH, "LGIP_images.metrics.json"), results))
         return results

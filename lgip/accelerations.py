@@ -82,6 +82,48 @@ NAMES = [
 ]
 
 
+# The dtypes at which each switch, on, gives bit-identical numbers to the plain path (its exactness test in
+# tests/test_accelerations.py shows it at each dtype it names that runs on a CPU: fp32 and bf16); () where it gives
+# the same numbers only to float rounding (another order of the same sums). A switch on that a model's family lets
+# act on it (Family.accelerations) and that is not bit-exact at the run's dtype is part of the model's cache identity
+# (lgip/cache.py, `accelerations` in its meta.json): a run with it off never reads what a run with it on computed.
+ALL_DTYPES = ("fp32", "bf16", "fp16")
+EXACT_DTYPES = {
+    "PREFIX_PACKS": (),  # (packed rows: attention over another layout, other sums)
+    "POOLED_LAST_BLOCK": (),  # (one position through the last block: other matrix shapes)
+    "TRIMMED_TEXT": (),  # (fewer positions: other matrix shapes)
+    "FAST_CLIP_TOKENIZER": ALL_DTYPES,  # (the same token ids)
+    "PIXELS_ON_DEVICE": (),  # (scaling and normalising in another order)
+    "PIXEL_MEMORY": ALL_DTYPES,  # (the same pixels, kept)
+    "LOOKAHEAD": ALL_DTYPES,  # (the same work, done earlier)
+    "SHARED_TOKENS": ALL_DTYPES,  # (the same token table)
+    "SHARED_CALLS": ALL_DTYPES,  # (the same calls)
+    "SHARED_SCORE_LAYOUT": ALL_DTYPES,  # (the same text)
+    "DEVICE_TABLES": (),  # (cosines on another device)
+    "BUILD_ON_DEVICE": (),  # (a random init differs by device; not measured off a GPU)
+    "SHARED_BOOTSTRAP_DRAWS": ALL_DTYPES,  # (the same draws)
+    "NGRAM_MEMO": ALL_DTYPES,  # (the same floats, looked up)
+    "PREFIX_REUSE": (),  # (a key-value cache: other matrix shapes)
+    "CONVERSATION_SPLICE": ALL_DTYPES,  # (the same ids and pixels, checked against the processor's)
+    "TEXT_PACKS": (),  # (packed rows under a block mask)
+    "IMAGE_GROUPS": (),  # (several images per forward under a block mask)
+    "JOINT_PIPELINE": ALL_DTYPES,  # (the same forwards, launched earlier)
+}
+
+
+def dtype_name(dtype):
+    """ "fp32", "bf16" or "fp16" for a torch dtype (or its name), else its str."""
+    name = str(dtype).replace("torch.", "")
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}.get(name, name)
+
+
+def inexact(names, dtype):
+    """The switches of `names` that are on and not bit-exact at `dtype` (EXACT_DTYPES), sorted: what a cache's
+    identity must hold for the entries computed now."""
+    at = dtype_name(dtype)
+    return sorted(n for n in names if globals()[n] and at not in EXACT_DTYPES[n])
+
+
 # the switches that act inside a model's encoders: on, they apply only to the towers and preprocessing that admit
 # them (an Encoder's `accelerations` says which of the first five; PIXELS_ON_DEVICE and PIXEL_MEMORY need its pixels)
 PER_MODEL = (
@@ -105,6 +147,8 @@ JOINT_ONLY = (  # a joint scorer's alone
     "IMAGE_GROUPS",
     "JOINT_PIPELINE",
 )
+
+EMBEDDING_ONLY = tuple(n for n in PER_MODEL if n not in JOINT_ONLY) + ("SHARED_TOKENS",)  # a dual encoder's
 
 
 def state():

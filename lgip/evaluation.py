@@ -535,6 +535,8 @@ def whole_row(figures, spec, run, script, input_report, seconds):
     (`model_card`, LGIP_SPEC.md 12) and what made the row (`run`: settings, versions, the model's
     details, bad inputs, timings)."""
     figures["score_kind"] = run.enc.score_kind  # what s is (LGIP_SPEC.md 13): its units are the row's figures'
+    if not run.scored.gives("images"):  # a blind model (LGIP_SPEC.md 15): a text-prior control, its card no image tower
+        figures["reads_images"] = False
     if run.scored.prior_images is not None:  # the other images a text's prior score is a mean over
         figures["prior_images"] = run.scored.prior_images
     figures["model_card"] = model_card(spec, run.enc, run.scored.image_embeddings)

@@ -100,3 +100,51 @@ def test_blind_audits_lm_scorer_and_a_models_prior(tmp_path, tiny_gpt2):
         round(f["prior_gap"], 9) for t in m["types"] for f in first["flips"] if f["type"] == t
     ]
     assert m["by_scorer"]["prior:tiny_openclip"]["all"]["scored"] == m["num_pairs"]
+
+
+def test_run_all_with_a_text_model_ends_with_a_page_the_report_reads_it_as_a_control(tmp_path, tiny_gpt2):
+    """Issue 62: a blind model given to run_all beside the demo model: every step that needs images, altered images,
+    embeddings or attributions leaves it out in one line; the evaluations that score pairs give it a row, which
+    report.py reads (params_image 0 accepted: the row says it reads no image) and marks as a text-prior control."""
+    from conftest import run_script
+    from test_run_all import demo_inputs
+
+    folder = demo_inputs(tmp_path / "demo")
+    proc = run_script(
+        "run_all.py",
+        f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}",
+        "--DATA=demo",
+        f"--MODELS={['demo', tiny_gpt2]!r}",
+        "--DEVICE=cpu",
+        "--NUM_WORKERS=0",
+    )
+    assert (folder / "lgip_demo__LGIP_report.html").is_file(), proc.stdout
+    for script, needs in (("run_lgip_retrieval", "embeddings"), ("explain_flips", "attributions")):
+        want = f"{script}.py: model 'gpt2_tiny' (type 'causal_lm') is left out: it reads no image and gives no {needs}"
+        assert want in proc.stdout
+    assert "run_lgip_images.py: model 'gpt2_tiny' (type 'causal_lm') is left out" in proc.stdout
+    rows = {}
+    for name in (
+        "lgip_demo_with_perturb__LGIP_ALL.metrics.json",
+        "lgip_demo_with_fliptypes__LGIP_fliptypes.metrics.json",
+    ):
+        row = next(r for r in json.load(open(folder / name, encoding="utf-8")) if r["model_tag"] == "gpt2_tiny")
+        assert row["reads_images"] is False and row["model_card"]["params_image"] == 0
+        rows[name] = row
+    for name in ("LGIP_retrieval", "LGIP_images", "LGIP_explain"):
+        tags = [r["model_tag"] for r in json.load(open(folder / f"lgip_demo_with_fliptypes__{name}.metrics.json"))]
+        assert tags == ["demo_tiny_random"]
+    md = open(folder / "lgip_demo__LGIP_report.md", encoding="utf-8").read()
+    assert (
+        "| gpt2_tiny (logprob) [text] |" in md
+        and "Text-prior control: `gpt2_tiny` (marked [text]) reads no image" in md
+    )
+    again = run_script("report.py", f"--JSONL_PATH={folder / 'lgip_demo.jsonl'}")  # (report.py alone reads them again)
+    assert again.returncode == 0
+    # a dual encoder's row with params_image 0 is still refused, naming the rule
+    path = folder / "lgip_demo_with_perturb__LGIP_ALL.metrics.json"
+    data = json.load(open(path, encoding="utf-8"))
+    data[0]["model_card"]["params_image"] = 0
+    json.dump(data, open(path, "w", encoding="utf-8"))
+    bad = run_script("report.py", f"--JSONL_PATH={folder / 'lgip_demo.jsonl'}", check=False)
+    assert bad.returncode == 2 and "0 only in the row of a model that reads no image" in bad.stderr

@@ -127,5 +127,6 @@ CAUSAL_LM = register(
         card=_card,
         check=check,
         local_paths=model_id_paths,
+        label=lambda model_family: "text-only LM",
     )
 )

@@ -405,6 +405,8 @@ TRANSFORMERS = register(
         local_paths=model_id_paths,
         trainable=trainable_transformers,
         saved_spec=transformers_saved_spec,
+        accelerations=accelerations.EMBEDDING_ONLY,
+        label=lambda model_family: "SigLIP" if str(model_family or "").startswith("siglip") else "other",
     )
 )
 # the published specs' name for SigLIP and SigLIP 2: the same family

@@ -32,6 +32,10 @@ def _fine(spec):
     return None
 
 
+def _other(model_family):
+    return "other"
+
+
 @dataclass(frozen=True)
 class Family:
     """A model type. Functions take the spec (and the protocol, device, dtype where said):
@@ -53,7 +57,13 @@ class Family:
     trainable: (spec, device) -> a lgip.models.trainable.Trainable (fine-tuning, LGIP_SPEC.md 14), or None when
       the type cannot be fine-tuned;
     saved_spec: (start spec, run name, folder) -> the MODELS spec of a fine-tuned copy saved in `folder` (known
-      before it is trained: run_all plans the probe of the arms with it)."""
+      before it is trained: run_all plans the probe of the arms with it);
+    accelerations: the switches (lgip.accelerations) that can act on what its models compute and cache: those of
+      them on and not bit-exact at a run's dtype are part of its cache's identity (lgip.cache);
+    code_version: lgip's version of this family's encoding or scoring code, part of its cache's identity: bump it
+      with any change to what its texts, images or pairs give (a cache written before is then never read);
+    label: the run block's model `family` (a transformers config's model_type, or None) -> how a figure's legend
+      names the model's kind (its marker's group, lgip.report.plots)."""
 
     type: str
     required: str  # the field a spec of the type must have
@@ -72,6 +82,9 @@ class Family:
     random_init: Callable = _fine
     trainable: Optional[Callable] = None
     saved_spec: Optional[Callable] = None
+    accelerations: tuple = ()
+    code_version: int = 1
+    label: Callable = _other
 
     def spec_keys(self):
         """The keys a spec of the type may have, in the order an error lists them."""

@@ -399,6 +399,10 @@ GENERATIVE = register(
         card=_card,
         check=check_settings,
         local_paths=model_id_paths,
+        accelerations=accelerations.JOINT_ONLY,
+        label=lambda model_family: "generative VLM",
     )
 )
-ITM = register(replace(GENERATIVE, type="itm", options=(), load=load_itm))
+ITM = register(
+    replace(GENERATIVE, type="itm", options=(), load=load_itm, label=lambda model_family: "ITM cross-encoder")
+)

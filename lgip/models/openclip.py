@@ -322,5 +322,7 @@ OPENCLIP = register(
         local_paths=openclip_paths,
         trainable=trainable_openclip,
         saved_spec=openclip_saved_spec,
+        accelerations=accelerations.EMBEDDING_ONLY,
+        label=lambda model_family: "OpenCLIP",
     )
 )

@@ -26,6 +26,7 @@ import os
 import sys
 import traceback
 
+from .. import accelerations
 from ..errors import ModelError
 from .cards import loader_named, own_card
 from .families import Family, register
@@ -357,5 +358,6 @@ PYTHON = register(
         named=loader_named,
         card=own_card,
         local_paths=loader_paths,
+        accelerations=accelerations.EMBEDDING_ONLY,
     )
 )

@@ -304,7 +304,8 @@ def compute_factors(rows, metrics, comparisons, resamples=1000, seed=0):
     statistics."""
     values = outcome_values(rows, metrics)
     outcomes = [name for name, *_ in OUTCOMES if any(name in v for v in values.values())]
-    every, (rows, same) = rows, one_per_weights(rows)
+    # (a model that reads no image, LGIP_SPEC.md 15, is a text-prior control, not one of the zoo: listed, not counted)
+    every, (rows, same) = rows, one_per_weights([r for r in rows if r.get("reads_images", True)])
     return {
         "outcomes": outcomes,
         "models": [
@@ -319,6 +320,7 @@ def compute_factors(rows, metrics, comparisons, resamples=1000, seed=0):
                 "outcomes": {o: values[r["model"]].get(o) for o in outcomes},
                 "score_kind": r.get("score_kind"),
                 "same_weights_as": same.get(r["model"]),
+                **({} if r.get("reads_images", True) else {"reads_images": False}),
             }
             for r in every
         ],

@@ -137,14 +137,23 @@ CARD_NUMBERS = (
 
 def check_card(m):
     """One model's `model_card` (LGIP_SPEC.md 12), checked: an object or absent, its counts None or
-    numbers > 0, its other fields None or strings (BadField for the first that is not)."""
+    numbers > 0 (`params_image` 0 too in the row of a model that reads no image, `reads_images` false: it has no
+    image tower), its other fields None or strings (BadField for the first that is not)."""
     card = block(m, "model_card")
+    blind = m.get("reads_images") is False
     for key in CARD_FIELDS:
         v = card.get(key)
         if v is None:
             continue
         if key in CARD_NUMBERS:
-            if checked(card.where + key, v, key) <= 0:
-                raise BadField(card.where + key, f"is {v!r}, not a number > 0 (or null: unknown)")
+            value = checked(card.where + key, v, key)
+            if blind and key == "params_image" and value == 0:
+                continue
+            if value <= 0:
+                raise BadField(
+                    card.where + key,
+                    f"is {v!r}, not a number > 0 (or null: unknown)"
+                    + ("; 0 only in the row of a model that reads no image (reads_images: false)" if not value else ""),
+                )
         elif not isinstance(v, str):
             raise BadField(card.where + key, f"is {what_is(v)}, not a string (or null: unknown)")

@@ -206,6 +206,16 @@ def source_notes(rows, metrics, paths):
         )
     else:
         notes.append("Invariance error, gap and positive rate from " + ", ".join(head(h) for h in heads) + ".")
+    blind = [r for r in rows if r.get("reads_images") is False]
+    if blind:  # (LGIP_SPEC.md 15: a text-only model runs through the evaluations as a control)
+        one, names = len(blind) == 1, ", ".join(f"`{r['model']}`" for r in blind)
+        notes.append(
+            f"Text-prior control{'' if one else 's'}: {names} "
+            f"(marked [text]) read{'s' if one else ''} no image: {'its' if one else 'their'} figures are what the "
+            f"captions' text alone gives, the level a model that reads the image has to beat; "
+            f"{'it has' if one else 'they have'} no image tower, no retrieval, word attribution or image side, and "
+            f"{'is' if one else 'are'} left out of what predicts robustness."
+        )
     kinds = list(dict.fromkeys(r.get("score_kind") or "cosine" for r in rows))
     if len(kinds) > 1:  # (LGIP_SPEC.md 13)
         notes.append(

@@ -135,6 +135,7 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
             "cosine",
         )
         row["_card"] = model_card([runs[k] for k in EVAL_KEYS if k in runs])
+        row["reads_images"] = not any(runs[k].get("reads_images") is False for k in EVAL_KEYS if k in runs)
         row["_mixed"] = mixed_settings(runs)
         row["mixed_settings"] = mixed_text(row["_mixed"]) or None
         failed = [r.get("num_failed_images") for r in run_infos if r.get("num_failed_images") is not None]
@@ -146,8 +147,10 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
         rows.append(row)
     tags = short_labels([r["model"] for r in rows], labels)
     kinds = mixed_kinds(rows)
-    for r in rows:  # (the score kind beside each name where the models' scores differ in kind)
-        r["label"] = tags[r["model"]] + (f" ({r['score_kind']})" if kinds else "")
+    for r in rows:  # (the score kind beside each name where the models' scores differ in kind; a blind model marked)
+        r["label"] = (
+            tags[r["model"]] + (f" ({r['score_kind']})" if kinds else "") + ("" if r["reads_images"] else " [text]")
+        )
     return rows
 
 

@@ -10,7 +10,16 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
-PROVIDES = ("scores", "prior", "text_cos", "embeddings")
+# what a scorer can give, each a step's need (lgip.scorers.leave_out: a model whose scorer lacks one is left out):
+#   scores          the pairs' scores (every scorer)
+#   images          its scores read the image (not a blind model: LGIP_SPEC.md 15; its card may count no image tower)
+#   pair_scores     a score for any (image, text) it is handed, not only a record's own pairs
+#   prior           each pair's mean score with the other images (LGIP_SPEC.md 9, 13)
+#   text_cos        each pair's caption-text cosine (needs text embeddings)
+#   embeddings      image and text embeddings apart (retrieval's galleries, the image side's search)
+#   altered_images  altered images scored with their captions (run_lgip_images.py: score_images)
+#   attributions    the words a model blames for a flip (explain_flips.py: explain)
+PROVIDES = ("scores", "images", "pair_scores", "prior", "text_cos", "embeddings", "altered_images", "attributions")
 
 
 @dataclass
@@ -128,7 +137,7 @@ class PairScorer(ABC):
     records. `provides` (a class attribute: known before any model loads) names what its Scored can
     hold beyond the scores (PROVIDES)."""
 
-    provides = frozenset({"scores"})
+    provides = frozenset({"scores"})  # (a kind that reads images says so: "images", PROVIDES)
     gives_words = "its scorer gives"  # how a line says what it gives ("... gives no embeddings")
 
     @abstractmethod

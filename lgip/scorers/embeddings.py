@@ -46,7 +46,7 @@ class EmbeddingScorer(PairScorer):
     cosine. The images decode in the loader's workers while the texts encode; the later models'
     work starts once this one's own is done (lgip.lookahead)."""
 
-    provides = frozenset(PROVIDES)
+    provides = frozenset(PROVIDES)  # (every one)
 
     def score(self, ctx, request):
         ahead = ctx.lookahead

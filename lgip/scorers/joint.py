@@ -102,7 +102,7 @@ class _Store(PairScores):
 class JointScorer(PairScorer):
     """Scores of a JointModel (module docstring): scores and the text-prior controls; no embeddings."""
 
-    provides = frozenset({"scores", "prior"})
+    provides = frozenset({"scores", "images", "pair_scores", "prior", "altered_images"})
     gives_words = "it scores a pair jointly and gives"
 
     def score(self, ctx, request):
