@@ -93,7 +93,7 @@ EXACT_DTYPES = {
     "POOLED_LAST_BLOCK": (),  # (one position through the last block: other matrix shapes)
     "TRIMMED_TEXT": (),  # (fewer positions: other matrix shapes)
     "FAST_CLIP_TOKENIZER": ALL_DTYPES,  # (the same token ids)
-    "PIXELS_ON_DEVICE": (),  # (scaling and normalising in another order)
+    "PIXELS_ON_DEVICE": ALL_DTYPES,  # (the same pixels bit for bit: test_pixel_split_is_bit_identical_...)
     "PIXEL_MEMORY": ALL_DTYPES,  # (the same pixels, kept)
     "LOOKAHEAD": ALL_DTYPES,  # (the same work, done earlier)
     "SHARED_TOKENS": ALL_DTYPES,  # (the same token table)
@@ -107,7 +107,7 @@ EXACT_DTYPES = {
     "CONVERSATION_SPLICE": ALL_DTYPES,  # (the same ids and pixels, checked against the processor's)
     "TEXT_PACKS": (),  # (packed rows under a block mask)
     "IMAGE_GROUPS": (),  # (several images per forward under a block mask)
-    "JOINT_PIPELINE": ALL_DTYPES,  # (the same forwards, launched earlier)
+    "JOINT_PIPELINE": (),  # (off: each image waited for, so no image groups either)
 }
 
 

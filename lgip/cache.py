@@ -19,6 +19,7 @@ import threading
 import time
 from contextlib import contextmanager
 
+from . import accelerations
 from .alterations import AlteredImage
 from .errors import CacheError, OutputError
 from .memory import KEPT
@@ -94,9 +95,16 @@ class ModelCache:
         files = kind.cache_files if kind is not None else None  # (a loader of one's own: its code, its kwargs' files)
         if files is not None:
             ident["loader_stat"] = [_tree_stat(f) for f in files(spec) if f and os.path.exists(f)]
+        # what computed the entries: lgip's own code for the family (a fix to how it encodes is never served stale)
+        # and the switches on now that are not bit-exact at this dtype (a run with one off never reads their entries)
+        if kind is not None:
+            ident["code_version"] = {kind.type: kind.code_version}
+            ident["accelerations"] = accelerations.inexact(kind.accelerations, enc.dtype)
         digest = hashlib.sha1(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.get("name", "model"))[:80]
         self.root, self.dir = os.path.abspath(root), os.path.join(root, f"{slug}-{digest}")
+        if kind is not None and not os.path.isdir(self.dir):
+            _older_folders(root, slug, ident)
         self.chunk_rows = chunk_rows
         self.flush_s = (
             flush_s  # a chunk is also written once its oldest row is this old: a crash loses at most that much work
@@ -235,6 +243,38 @@ class ModelCache:
             for p, row in zip(todo, new):
                 out[p] = row
         return out
+
+
+_OLDER_SAID = set()  # the folders of an older lgip this process has named
+
+
+def _older_folders(root, slug, ident):
+    """Name, once per process, a folder of this model in `root` written by an lgip older than code versions (its
+    meta.json has no `code_version`, and is otherwise this identity): its entries are not used, since nothing says
+    which code computed them."""
+    mine = {k: v for k, v in ident.items() if k not in ("code_version", "accelerations", "versions")}
+    try:
+        names = sorted(n for n in os.listdir(root) if n.startswith(slug + "-"))
+    except OSError:
+        return
+    for name in names:
+        folder = os.path.join(root, name)
+        try:
+            with open(os.path.join(folder, "meta.json"), encoding="utf-8") as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(meta, dict) or "code_version" in meta or folder in _OLDER_SAID:
+            continue
+        if {k: v for k, v in meta.items() if k != "versions"} == json.loads(json.dumps(mine, default=str)):
+            _OLDER_SAID.add(folder)
+            print(
+                f"note: the cache folder {folder} was written by an older lgip (its meta.json has no code_version): "
+                f"not used, since nothing says which code computed its entries; this run encodes them again in a "
+                f"new folder beside it (delete the old one to free its space)",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 class NoCache:

@@ -289,3 +289,88 @@ def test_through_asks_for_the_missing_keys_alone_and_no_cache_for_all(tmp_path):
     assert not none and none.through("text", keys, compute(keys)) == [[2 + 1 / 3], [3 + 1 / 3], [1 + 1 / 3]]
     assert asked[-1] == keys and none.lookup("text", keys) == ([], None) and none.writer("text") is None
     assert none.holds({"text": []}) and not none.holds({"text": ["a"]}) and none.through("text", [], None) == []
+
+
+def test_the_identity_holds_the_familys_code_version_and_the_inexact_switches_on(tmp_path, capsys):
+    """Issue 62: a bumped code_version misses the cache; a switch on that is not bit-exact at the run's dtype is in
+    the identity (off: another folder), an exact one is not; an older lgip's folder (no code_version) is named once
+    and never used."""
+    from dataclasses import replace
+
+    from lgip import accelerations
+    from lgip.models import FAMILIES, register
+
+    src = tmp_path / "x_with_perturb.jsonl"
+    shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), src)
+
+    def multi(**extra):
+        (row,), _, err = run_here("run_lgip_multi.py", **eval_settings(src, "corrected", [OPENCLIP_TINY], **extra))
+        return row, err
+
+    first, _ = multi()
+    folder = glob.glob(str(tmp_path / ".lgip_cache" / "tiny_openclip-*"))
+    assert len(folder) == 1
+    meta = json.load(open(os.path.join(folder[0], "meta.json"), encoding="utf-8"))
+    assert meta["code_version"] == {"openclip": FAMILIES["openclip"].code_version}
+    assert meta["accelerations"] == accelerations.inexact(FAMILIES["openclip"].accelerations, "fp32")
+    assert "PREFIX_PACKS" in meta["accelerations"] and "FAST_CLIP_TOKENIZER" not in meta["accelerations"]
+    again, _ = multi()
+    assert again["run"]["model"]["weights_loaded"] is False  # (the same code and switches: every entry read)
+    exact, _ = multi(ACCELERATIONS_OFF=["FAST_CLIP_TOKENIZER"])  # (bit-exact at fp32: the same entries serve)
+    assert exact["run"]["model"]["weights_loaded"] is False
+    inexact, _ = multi(ACCELERATIONS_OFF=["PREFIX_PACKS"])  # (not bit-exact: computed anew, in a folder of its own)
+    assert inexact["run"]["model"]["weights_loaded"] is True
+    assert len(glob.glob(str(tmp_path / ".lgip_cache" / "tiny_openclip-*"))) == 2
+    record = FAMILIES["openclip"]
+    try:
+        register(replace(record, code_version=record.code_version + 1))
+        bumped, _ = multi()
+        assert bumped["run"]["model"]["weights_loaded"] is True  # (a change to the family's code: nothing stale)
+    finally:
+        register(record)
+    assert len(glob.glob(str(tmp_path / ".lgip_cache" / "tiny_openclip-*"))) == 3
+    # a folder an older lgip wrote (its meta without code_version and accelerations): named once, not used
+    old = tmp_path / "old"
+    shutil.copytree(folder[0], old / ".lgip_cache" / "tiny_openclip-0123456789abcdef")
+    meta_path = old / ".lgip_cache" / "tiny_openclip-0123456789abcdef" / "meta.json"
+    json.dump({k: v for k, v in meta.items() if k not in ("code_version", "accelerations")}, open(meta_path, "w"))
+    shutil.copy(src, old / src.name)
+    src = old / src.name
+    row, err = multi()
+    assert row["run"]["model"]["weights_loaded"] is True
+    assert err.count("was written by an older lgip (its meta.json has no code_version): not used") == 1
+    assert "tiny_openclip-0123456789abcdef" in err
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_switch_declared_bit_exact_at_a_dtype_gives_the_same_entries_bit_for_bit(tmp_path, dtype):
+    """EXACT_DTYPES' claims for the switches that act on a dual encoder's or a joint model's entries, at the dtypes
+    a CPU runs: each such switch off gives every cached entry bit for bit (the cache's identity leaves it out)."""
+    from lgip import accelerations
+    from lgip.models import FAMILIES
+
+    src = tmp_path / "x_with_perturb.jsonl"
+    shutil.copy(os.path.join(REFERENCE, "fixture_with_perturb.jsonl"), src)
+    models = [OPENCLIP_TINY, dict(OPENCLIP_TINY, name="twin")]  # (a twin: pixel memory and shared tokens act)
+    acting = set(FAMILIES["openclip"].accelerations)
+    claimed = [n for n in accelerations.NAMES if n in acting and dtype in accelerations.EXACT_DTYPES[n]]
+    assert {"FAST_CLIP_TOKENIZER", "PIXEL_MEMORY", "SHARED_TOKENS"} <= set(claimed)
+
+    def entries(name, off):
+        cache = tmp_path / f"cache_{'_'.join(off) or 'on'}"
+        run_here(
+            "run_lgip_multi.py",
+            **eval_settings(
+                src, "corrected", models, DTYPE=dtype, CACHE_DIR=str(cache), ACCELERATIONS_OFF=off, BOOTSTRAP=0
+            ),
+        )
+        out = {}
+        for chunk in glob.glob(str(cache / f"{name}-*" / "*.npz")):
+            with np.load(chunk) as z:
+                for k, row in zip(json.loads(bytes(z["keys"]).decode()), z["emb"]):
+                    out[k] = row.tobytes()
+        return out
+
+    on = entries("twin", [])
+    for name in claimed:
+        assert entries("twin", [name]) == on, name

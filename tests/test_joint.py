@@ -599,3 +599,35 @@ def test_a_score_that_is_not_finite_stops_before_any_output(tmp_path, folders, m
     ):
         run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders)[1:], CACHE_DIR=None))
     assert not list(tmp_path.glob("*.metrics.json")) and not list(tmp_path.glob("*.scores.jsonl"))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_joint_switch_declared_bit_exact_gives_the_same_pair_entries_bit_for_bit(tmp_path, folders, dtype):
+    """EXACT_DTYPES' claims for the switches that act on a joint model's pair scores (lgip.cache leaves them out
+    of its identity): each off gives every cached pair score bit for bit, at each dtype a CPU runs."""
+    import glob
+
+    import numpy as np
+
+    from lgip import accelerations
+    from lgip.models import FAMILIES
+
+    jsonl = small_input(tmp_path, 2)
+    acting = FAMILIES["generative"].accelerations
+    claimed = [n for n in acting if dtype in accelerations.EXACT_DTYPES[n]]
+    assert "CONVERSATION_SPLICE" in claimed
+
+    def entries(off):
+        cache = tmp_path / f"cache_{'_'.join(off) or 'on'}_{dtype}"
+        settings = dict(BOOTSTRAP=0, DTYPE=dtype, CACHE_DIR=str(cache), ACCELERATIONS_OFF=off)
+        run_here("run_lgip_multi.py", **eval_settings(jsonl, "corrected", specs(folders)[:1], **settings))
+        out = {}
+        for chunk in glob.glob(str(cache / "llava-*" / "pair-*.npz")):
+            with np.load(chunk) as z:
+                out.update(zip(json.loads(bytes(z["keys"]).decode()), (r.tobytes() for r in z["emb"])))
+        return out
+
+    on = entries([])
+    assert on
+    for name in claimed:
+        assert entries([name]) == on, name
