@@ -11,11 +11,10 @@ an imported benchmark's); reads no image. Each pair is scored by models fit on t
   python blind_audit.py --SCORERS="['length', 'ngram3']" --FOLDS=10
 """
 
-import hashlib
 import os
 
 import common
-from lgip import blind
+from lgip import blind, blind_scorers
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: records with flips
@@ -30,6 +29,8 @@ NGRAM_CORPUS = None  # None, or a UTF-8 file of captions (one a line) added to e
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...: where a causal_lm scorer runs
 DTYPE = "auto"  # "auto" (bf16 on CUDA, fp32 on CPU), "fp32", "bf16", "fp16": a causal_lm scorer's
 TEXT_BATCH_SIZE = 32  # int >= 1: texts per forward pass of a causal_lm scorer
+CACHE_DIR = "auto"  # a causal_lm scorer's cache folder; "auto" = .lgip_cache beside the input (or in OUTPUT_DIR),
+#   the evaluations' own (a re-run reads its scores and loads no weights); None = no cache
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 VERBOSE = True  # True: every line (paths written, notes); False: the result lines (run_all's default)
@@ -37,26 +38,16 @@ CONFIG = common.configure(globals())
 
 
 def check_config():
-    blind.check_scorers(SCORERS)
+    scorers = blind_scorers.check_scorers(SCORERS)  # (one table of the forms: lgip.blind_scorers)
     common.require_int(CONFIG, "TEXT_BATCH_SIZE", 1)
     common.require_int(CONFIG, "FOLDS", 2)
     if NGRAM_CORPUS is not None and not (isinstance(NGRAM_CORPUS, str) and os.path.isfile(NGRAM_CORPUS)):
         raise common.InputError(f"NGRAM_CORPUS={NGRAM_CORPUS!r} is not a file: give a UTF-8 file of captions or None")
-
-
-def scorer_block(entry):
-    name = blind.scorer_name(entry)
-    if isinstance(entry, dict):
-        return {"name": name, "kind": "lm", "settings": {k: v for k, v in entry.items() if k != "name"}}
-    if name.startswith("prior:"):
-        return {"name": name, "kind": "prior", "settings": {"model_tag": name[len("prior:") :]}}
-    if name.startswith("ngram"):
-        return {"name": name, "kind": "ngram", "settings": {"n": int(name[5:]), "folds": FOLDS}}
-    return {"name": name, "kind": name, "settings": {"folds": FOLDS} if name == "edit" else {}}
+    return scorers
 
 
 def audit():
-    check_config()
+    scorers = check_config()
     with common.Timer() as t:
         records = common.load_records(JSONL_PATH, ("diff_caps", "diff_caps_*"))
         pairs, types = blind.blind_pairs(records)
@@ -67,89 +58,31 @@ def audit():
             )
         extra, dropped = blind.corpus_lines(NGRAM_CORPUS, records) if NGRAM_CORPUS else ([], 0)
         folds = [blind.fold_of(rec, FOLDS) for _, rec in records]
-        names = [blind.scorer_name(e) for e in SCORERS]
-        ngrams = any(n.startswith("ngram") for n in names)
-        corpora = blind.fold_corpora(records, folds, FOLDS, extra) if ngrams else None
-        gaps = {}
-        for entry, name in zip(SCORERS, names):
-            if isinstance(entry, dict):
-                gaps[name] = lm_gaps(entry, pairs)
-            elif name.startswith("prior:"):
-                gaps[name] = prior_gaps(name[len("prior:") :], pairs, records, types)
-            elif name == "length":
-                gaps[name] = blind.length_gaps(pairs)
-            elif name == "edit":
-                gaps[name] = blind.edit_gaps(pairs, folds, FOLDS)
-            else:
-                gaps[name] = blind.ngram_gaps(pairs, corpora, folds, int(name[5:]))
-        by_scorer = {name: blind.blind_figures(pairs, gaps[name], types, BOOTSTRAP, BOOTSTRAP_SEED) for name in names}
-    with open(JSONL_PATH, "rb") as f:
-        sha = hashlib.sha256(f.read()).hexdigest()
+        job = blind_scorers.Audit(JSONL_PATH, records, pairs, types, folds, FOLDS, CONFIG, tuple(extra))
+        gaps = blind_scorers.all_gaps(scorers, job)
+        by_scorer = {name: blind.blind_figures(pairs, g, types, BOOTSTRAP, BOOTSTRAP_SEED) for name, g in gaps.items()}
     metrics = {
         "input": os.path.abspath(JSONL_PATH),
-        "input_sha256": sha,
+        "input_sha256": common.file_sha256(JSONL_PATH),
         "num_records": len(records),
         "num_pairs": len(pairs),
         "types": types,
         "folds": [folds.count(k) for k in range(FOLDS)],
         "corpus_lines": len(extra),
         "corpus_lines_dropped": dropped,
-        "scorers": [scorer_block(entry) for entry in SCORERS],
+        "scorers": [form.block(entry, FOLDS) for entry, form, _ in scorers],
         "by_scorer": by_scorer,
         "settings": {k: CONFIG[k] for k in ("SCORERS", "FOLDS", "NGRAM_CORPUS", "BOOTSTRAP", "BOOTSTRAP_SEED")},
         "run": dict(common.provenance(__file__, CONFIG), seconds=round(t.seconds, 3)),
     }
-    path = common.metrics_path(JSONL_PATH, "LGIP_blind.metrics.json")
-    lines_path = common.metrics_path(JSONL_PATH, "LGIP_blind.gaps.jsonl")
+    path, lines_path = common.blind_file(JSONL_PATH, "metrics"), common.blind_file(JSONL_PATH, "gaps")
     with common.OutputSet() as files:  # (the metrics and the gaps: both, or neither)
         with files.open(lines_path) as f:
-            for x, p in enumerate(pairs):
-                line, rec = records[p.r]
-                f.write(
-                    common.dump_jsonl_line(
-                        {
-                            "record": p.r,
-                            "line": line,
-                            "image_id": rec.get("image_id"),
-                            "caption_index": p.i,
-                            "type": p.t,
-                            "index": p.j,
-                            "fold": folds[p.r],
-                            "caption": p.caption,
-                            "flip": p.flip,
-                            "gaps": {name: gaps[name][x] for name in names},
-                        }
-                    )
-                )
+            blind_scorers.write_gaps(f, job, gaps)
         common.write_json(path, metrics, files=files)
     say(metrics, t.seconds)
     common.detail(f"-> {path}\n-> {lines_path}")
     return metrics
-
-
-def lm_gaps(spec, pairs):
-    """A causal LM's gaps (lgip.models.causal_lm), the model loaded here and released after."""
-    enc = common.load_model(spec, "corrected", DEVICE, DTYPE)
-    try:
-        return blind.lm_gaps(pairs, enc, TEXT_BATCH_SIZE)
-    finally:
-        enc.release()
-
-
-def prior_gaps(tag, pairs, records, types):
-    """A model's prior gaps from its score file of this input; an error names what is missing and the command."""
-    path, script = blind.prior_file(common.metrics_path, JSONL_PATH, tag, types != ["all"])
-    command = f"python {script} --JSONL_PATH={JSONL_PATH} --MODELS=<{tag}'s spec>"
-    if not os.path.isfile(path):
-        raise common.InputError(f"SCORERS: prior:{tag}: no score file {path}; write it with\n  {command}")
-    got, matched, with_prior = blind.prior_gaps(pairs, records, path, types != ["all"])
-    if not with_prior:
-        raise common.InputError(
-            f"SCORERS: prior:{tag}: {path} has no prior_gap (an evaluation of fewer than 2 images has no prior)"
-        )
-    if not matched:
-        raise common.InputError(f"SCORERS: prior:{tag}: {path} matches no pair of {JSONL_PATH} (another input's?)")
-    return got
 
 
 def say(metrics, seconds):

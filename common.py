@@ -140,9 +140,9 @@ from lgip.scoring import Pairs, add_ci, mean_or_none
 from lgip.settings import check_settings, require_int
 from lgip.device import cosines
 from lgip.texts import TextBank
-from lgip.util import Timer, default_num_workers, fmt, package_versions, provenance
+from lgip.util import Timer, default_num_workers, file_sha256, fmt, package_versions, provenance
 from lgip.outputs import OutputSet, atomic_open, refuse_overwriting_input, remove_stale_temps, write_json
-from lgip.filenames import default_output, metrics_path
+from lgip.filenames import blind_file, default_output, metrics_path, score_file
 
 __all__ = [
     "ACCELERATIONS",
@@ -178,6 +178,7 @@ __all__ = [
     "add_typed_flips",
     "advanced_paraphrases",
     "atomic_open",
+    "blind_file",
     "blockers",
     "cap_sample",
     "caption_texts",
@@ -198,6 +199,7 @@ __all__ = [
     "closing",
     "dump_jsonl_line",
     "encode_record_images",
+    "file_sha256",
     "eval_run_info",
     "evaluate_models",
     "is_main_process",
@@ -243,6 +245,7 @@ __all__ = [
     "say_report",
     "script_call",
     "script_settings",
+    "score_file",
     "search_galleries",
     "select_steps",
     "shard",

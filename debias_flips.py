@@ -12,12 +12,11 @@ input (every record, only its kept flips: a valid input of every evaluation) wit
   python run_lgip_by_fliptype.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes_debiased.jsonl
 """
 
-import hashlib
 import json
 import os
 
 import common
-from lgip import blind, debias
+from lgip import blind, blind_scorers, debias
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: the records
@@ -53,8 +52,7 @@ def check_config():
 
 def read_audit(records, pairs, sha):
     """blind_audit.py's gaps for this input: {scorer: [g or None per pair]}, checked."""
-    path = common.metrics_path(JSONL_PATH, "LGIP_blind.metrics.json")
-    lines_path = common.metrics_path(JSONL_PATH, "LGIP_blind.gaps.jsonl")
+    path, lines_path = common.blind_file(JSONL_PATH, "metrics"), common.blind_file(JSONL_PATH, "gaps")
     run = (
         f'python blind_audit.py --JSONL_PATH={JSONL_PATH} --SCORERS="{list(dict.fromkeys(DEBIAS_SCORERS + HELD_OUT))}"'
     )
@@ -74,25 +72,12 @@ def read_audit(records, pairs, sha):
         close = [c for s in missing for c in difflib.get_close_matches(s, there, n=1)]
         hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise common.InputError(f"{path} has no {', '.join(missing)}{hint} (it has {', '.join(there)}): run\n  {run}")
-    gaps = {s: [] for s in DEBIAS_SCORERS + HELD_OUT}
-    with open(lines_path, encoding="utf-8") as f:
-        for n, (line, p) in enumerate(zip(f, pairs), 1):
-            g = json.loads(line)
-            if (g["record"], g["caption_index"], g["type"], g["index"]) != (p.r, p.i, p.t, p.j):
-                raise common.InputError(f"{lines_path}:{n}: not this input's pair {(p.r, p.i, p.t, p.j)}: run\n  {run}")
-            for s in gaps:
-                gaps[s].append(g["gaps"][s])
-    if any(len(v) != len(pairs) for v in gaps.values()):
-        raise common.InputError(
-            f"{lines_path}: {len(gaps[DEBIAS_SCORERS[0]])} lines for {len(pairs)} pairs: run\n  {run}"
-        )
-    return gaps
+    return blind_scorers.read_gaps(lines_path, pairs, DEBIAS_SCORERS + HELD_OUT, run)
 
 
 def main():
     check_config()
-    with open(JSONL_PATH, "rb") as f:
-        sha = hashlib.sha256(f.read()).hexdigest()
+    sha = common.file_sha256(JSONL_PATH)
     records = common.load_records(JSONL_PATH, ("diff_caps", "diff_caps_*"))
     pairs, types = blind.blind_pairs(records)
     gaps = read_audit(records, pairs, sha)
@@ -127,7 +112,7 @@ def main():
     }
     meta = dict(common.provenance(__file__, CONFIG), input=os.path.abspath(JSONL_PATH), input_sha256=sha)
     meta.update(edges=edges, kept=kept, untyped_dropped=untyped)
-    metrics_file = common.metrics_path(JSONL_PATH, "LGIP_debias.metrics.json")
+    metrics_file = common.blind_file(JSONL_PATH, "debias")
     with common.OutputSet() as files:  # (the records, their meta and the metrics: all, or none)
         with files.open(output) as f:
             f.writelines(common.dump_jsonl_line(rec) for rec in out_records)

@@ -245,7 +245,7 @@ def evaluate(run):
         typed = np.flatnonzero(once)
         sidecar.add("flips", flips.subset(typed), type=types[typed], strength=common.PerModel(np.round(s[typed], 6)))
         sidecar.add("combined", combined, type=combined.label)
-        path = common.metrics_path(JSONL_PATH, f"ENHANCED_LGIP_{run.enc.name}.scores.jsonl")
+        path = common.score_file(JSONL_PATH, "enhanced", run.enc.name)
         m["scores_file"] = sidecar.save(
             path
         )  # its name; None when it could not be written (said; the metrics still are)

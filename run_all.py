@@ -224,7 +224,7 @@ def step(name, args, inputs, outputs, note=None, needs=None):
 
 
 def blind_path(fliptypes):
-    return common.metrics_path(fliptypes, "LGIP_blind.metrics.json")
+    return common.blind_file(fliptypes, "metrics")
 
 
 ARMS = {"plain": {"W_SC": 0, "W_INV": 0, "W_VC": 0}, "lgip": {}}  # FINETUNE's default arms
@@ -369,7 +369,7 @@ def plan(mode, base, models):
     debiased = common.default_output(fliptypes, "_debiased.jsonl")
     debiased_metrics = common.metrics_path(debiased, "LGIP_fliptypes.metrics.json")
     if DEBIAS:  # the flips a blind scorer cannot tell, and the models on them (LGIP_SPEC.md 15)
-        debias_out = [debiased, common.metrics_path(fliptypes, "LGIP_debias.metrics.json")]
+        debias_out = [debiased, common.blind_file(fliptypes, "debias")]
         steps.append(
             step("debias_flips", dict(out_dir, JSONL_PATH=fliptypes), [fliptypes, blind_path(fliptypes)], debias_out)
         )

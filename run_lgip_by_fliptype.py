@@ -130,7 +130,7 @@ def evaluate(run):
             type=typed.label,
             **({} if prior is None else {"prior_gap": common.PerModel([round(float(v), 6) for v in prior])}),
         )
-        path = common.metrics_path(JSONL_PATH, f"LGIP_fliptypes_{run.enc.name}.scores.jsonl")
+        path = common.score_file(JSONL_PATH, "fliptypes", run.enc.name)
         m["scores_file"] = sidecar.save(
             path
         )  # its name; None when it could not be written (said; the metrics still are)

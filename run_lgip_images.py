@@ -110,7 +110,7 @@ def evaluate(run):
         sidecar = common.ScoreSidecar(run.records, run.enc.score_kind)
         for group, group_pairs, labels in side.score_groups(pairs):
             sidecar.add(group, group_pairs, **labels)
-        m["scores_file"] = sidecar.save(common.metrics_path(JSONL_PATH, f"LGIP_images_{run.enc.name}.scores.jsonl"))
+        m["scores_file"] = sidecar.save(common.score_file(JSONL_PATH, "images", run.enc.name))
     return m
 
 

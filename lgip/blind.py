@@ -2,7 +2,8 @@
 never sees the image picks a caption over its flip, per flip type, before any model runs. The pairs of an
 input (`blind_pairs`), the folds by image (`fold_of`), the text-only scorers (`length`; cross-fitted
 `ngram<n>`, interpolated Witten-Bell; `edit`, a model of the generator's edit words), each pair's gap, and
-the figures with their intervals over images (`blind_figures`). Text only: no image is read.
+the figures with their intervals over images (`blind_figures`). Text only: no image is read. The table of
+SCORERS' forms, the model scorers (`lm:`, `prior:`) and the gaps file: lgip.blind_scorers.
 
     >>> pairs = blind_pairs(records); folds = [fold_of(rec, 5) for _, rec in records]
     >>> gaps = ngram_gaps(pairs, records, folds, 5, 3)      # {pair index: g}, each by a model of other folds
@@ -15,12 +16,10 @@ import re
 from dataclasses import dataclass
 
 from . import accelerations
-from .errors import ConfigError
 from .records import caption_texts, flip_types
 from .scoring import bootstrap_ci
 
 _WORD = re.compile(r"[^\W_]+")
-SCORER_FORMS = ("length", "ngram1", "ngram2", "ngram3", "ngram4", "ngram5", "edit")  # (and lm:<name>, prior:<tag>)
 
 
 def words(text):
@@ -59,50 +58,6 @@ def fold_of(rec, folds):
     key = rec.get("image_id")
     key = str(key) if isinstance(key, (int, str)) and not isinstance(key, bool) else rec["image_path"]
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") % folds
-
-
-def scorer_name(entry):
-    """A SCORERS entry's name: itself for a name; `lm:<name>` for a causal_lm spec (a dict)."""
-    return f"lm:{entry.get('name')}" if isinstance(entry, dict) else entry
-
-
-def check_scorers(entries):
-    """SCORERS checked: each a name of SCORER_FORMS, `prior:<model_tag>`, or a causal_lm spec ({"name", "type":
-    "causal_lm", "model_id", "score"}: its name `lm:<name>`), each once (an unknown name: the closest valid
-    named). Returns the names."""
-    import difflib
-
-    if not isinstance(entries, (list, tuple)) or not entries:
-        raise ConfigError(
-            f"SCORERS must be a non-empty list of scorer names ({', '.join(SCORER_FORMS)}, prior:<model_tag>) or "
-            f"causal_lm specs, got {entries!r}"
-        )
-    seen = []
-    for entry in entries:
-        if isinstance(entry, dict):
-            if entry.get("type") != "causal_lm":
-                raise ConfigError(f"SCORERS: a model scorer is a spec of type 'causal_lm', got {entry!r}")
-            from .settings import check_models
-
-            check_models([entry], "SCORERS")
-        elif not isinstance(entry, str) or (entry not in SCORER_FORMS and not _prior_form(entry)):
-            if isinstance(entry, str) and re.fullmatch(r"ngram\d+", entry):
-                raise ConfigError(f"SCORERS: {entry!r}: an n-gram model's n is 1 to 5")
-            close = difflib.get_close_matches(str(entry), SCORER_FORMS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(
-                f"SCORERS: unknown scorer {entry!r}{hint}; valid: {', '.join(SCORER_FORMS)}, prior:<model_tag>, "
-                f"or a causal_lm spec"
-            )
-        name = scorer_name(entry)
-        if name in seen:
-            raise ConfigError(f"SCORERS: {name!r} is named twice")
-        seen.append(name)
-    return seen
-
-
-def _prior_form(name):
-    return name.startswith("prior:") and len(name) > len("prior:")
 
 
 def _gap(a, b):
@@ -256,47 +211,3 @@ def corpus_lines(path, records):
     own = {tuple(words(c)) for _, rec in records for c in rec["orig_captions"]}
     kept = [line for line in lines if tuple(words(line)) not in own]
     return kept, len(lines) - len(kept)
-
-
-def lm_gaps(pairs, enc, batch_size=32):
-    """`lm:<name>`: each text's log-likelihood by a causal LM (lgip.models.causal_lm), each unique text once."""
-    texts = list(dict.fromkeys(t for p in pairs for t in (p.caption, p.flip)))
-    s = dict(zip(texts, enc.score_texts(texts, batch_size)))
-    return [_gap(s[p.caption], s[p.flip]) for p in pairs]
-
-
-def prior_file(metrics_path, jsonl_path, tag, typed):
-    """The score file a `prior:<tag>` scorer reads (run_lgip_by_fliptype.py's for a typed input, else
-    run_lgip_multi.py's), and the command that writes it."""
-    if typed:
-        return metrics_path(jsonl_path, f"LGIP_fliptypes_{tag}.scores.jsonl"), "run_lgip_by_fliptype.py"
-    return metrics_path(jsonl_path, f"LGIP_{tag}.scores.jsonl"), "run_lgip_multi.py"
-
-
-def prior_gaps(pairs, records, path, typed):
-    """`prior:<tag>`: each flip's prior_gap in a model's score file (section 9's b), matched on (line, caption
-    index, type when typed, text, occurrence among equal texts); None for a pair the file has not (its image
-    could not be read). Returns (gaps, matched, lines with a prior_gap)."""
-    import json as _json
-
-    found, with_prior = {}, 0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            x = _json.loads(line)
-            seen = collections.Counter()
-            for flip in x.get("flips") or []:
-                t = flip.get("type", "all") if typed else "all"
-                key = (x.get("line"), x.get("caption_index"), t, flip.get("text"))
-                seen[key] += 1
-                if flip.get("prior_gap") is not None:
-                    with_prior += 1
-                    found[key + (seen[key],)] = flip["prior_gap"]
-    out, seen = [], collections.Counter()
-    for p in pairs:
-        key = (records[p.r][0], p.i, p.t, p.flip)
-        seen[key] += 1
-        g = found.get(key + (seen[key],))
-        out.append(None if g is None else round(g, 9))
-    return out, sum(g is not None for g in out), with_prior

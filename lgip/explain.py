@@ -38,7 +38,7 @@ from .method import FLIP_TYPES, infer_flip_type
 from .records import caption_texts, flip_types, read_json
 from .scorefile import read_flip_gaps
 from .scoring import add_ci, mean_or_none
-from .filenames import metrics_path
+from .filenames import metrics_path, score_file
 
 
 def all_flips(records):
@@ -57,8 +57,8 @@ def all_flips(records):
 
 def top_k(records, flips, name, cfg):
     """({flip index} of the model's TOP_K most preferred flips in its score file of this input, the file or None)."""
-    for suffix in (f"LGIP_fliptypes_{name}.scores.jsonl", f"LGIP_{name}.scores.jsonl"):
-        path = metrics_path(cfg["JSONL_PATH"], suffix)
+    for evaluation in ("fliptypes", "multi"):
+        path = score_file(cfg["JSONL_PATH"], evaluation, name)
         if cfg["TOP_K"] and os.path.isfile(path):
             where = {(records[k][0], i, f): j for j, (k, i, f, _) in reversed(list(enumerate(flips)))}
             gaps = sorted(

@@ -24,6 +24,17 @@ def count_lines(path):
     return n
 
 
+def file_sha256(path, chunk=1 << 20):
+    """The sha256 hex digest of a file's bytes, read a chunk at a time (an input's identity in metrics and meta)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def finite_number(v):
     """A finite number: not a bool, NaN, infinity, nor an int too large for a float.
     >>> finite_number(0.5), finite_number(True), finite_number(float("nan")), finite_number(10 ** 400)

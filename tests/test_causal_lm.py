@@ -148,3 +148,47 @@ def test_run_all_with_a_text_model_ends_with_a_page_the_report_reads_it_as_a_con
     json.dump(data, open(path, "w", encoding="utf-8"))
     bad = run_script("report.py", f"--JSONL_PATH={folder / 'lgip_demo.jsonl'}", check=False)
     assert bad.returncode == 2 and "0 only in the row of a model that reads no image" in bad.stderr
+
+
+def test_the_audits_lm_scores_come_through_the_cache_and_a_prior_file_is_found_beside_the_input(tmp_path, tiny_gpt2):
+    """Issue 62: blind_audit.py's lm:<name> scores through the model's scorer and cache (CACHE_DIR "auto", the
+    evaluations' own): a re-run reads every text from the cache, loads no weights and says so in the wrapper's
+    line, with the same gaps. prior:<tag> reads its score file in OUTPUT_DIR, else beside the input; missing from
+    both, the error names both paths and the command."""
+    from lgip.errors import InputError
+
+    src = tmp_path / "fixture_with_fliptypes.jsonl"
+    shutil.copy(REFERENCE + "/fixture_with_fliptypes.jsonl", src)
+    settings = dict(JSONL_PATH=str(src), SCORERS=[tiny_gpt2], DEVICE="cpu", BOOTSTRAP=0)
+    first, out, _ = run_here("blind_audit.py", **settings)
+    gaps = open(tmp_path / "fixture_with_fliptypes__LGIP_blind.gaps.jsonl", encoding="utf-8").read()
+    assert "from the cache" not in out and list((tmp_path / ".lgip_cache").glob("gpt2_tiny-*"))
+    again, out, _ = run_here("blind_audit.py", **settings)
+    assert "gpt2_tiny: from the cache: " in out and "(all of them: the model's weights were not loaded)" in out
+    assert open(tmp_path / "fixture_with_fliptypes__LGIP_blind.gaps.jsonl", encoding="utf-8").read() == gaps
+    assert again["by_scorer"] == first["by_scorer"]
+    none, out, _ = run_here("blind_audit.py", **dict(settings, CACHE_DIR=None))
+    assert "from the cache" not in out and none["by_scorer"] == first["by_scorer"]
+    # a score file beside the input serves an audit written to OUTPUT_DIR
+    run_here("run_lgip_by_fliptype.py", **eval_settings(src, "corrected", [OPENCLIP_TINY], IMAGE_ROOT=FIXTURES))
+    out_dir = tmp_path / "out"
+    m, _, _ = run_here("blind_audit.py", JSONL_PATH=str(src), SCORERS=["prior:tiny_openclip"], OUTPUT_DIR=str(out_dir))
+    assert m["by_scorer"]["prior:tiny_openclip"]["all"]["scored"] == m["num_pairs"]
+    with pytest.raises(InputError) as e:
+        run_here("blind_audit.py", JSONL_PATH=str(src), SCORERS=["prior:other"], OUTPUT_DIR=str(out_dir))
+    said = str(e.value)
+    assert str(out_dir / "fixture_with_fliptypes__LGIP_fliptypes_other.scores.jsonl") in said
+    assert str(tmp_path / "fixture_with_fliptypes__LGIP_fliptypes_other.scores.jsonl") in said
+    assert f"python run_lgip_by_fliptype.py --JSONL_PATH={src} --MODELS=<other's spec> --OUTPUT_DIR={out_dir}" in said
+
+
+def test_a_model_scorer_of_the_audit_reads_no_image():
+    from lgip.blind_scorers import check_scorers
+    from lgip.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="a model scorer reads the text alone"):
+        check_scorers([OPENCLIP_TINY])
+    with pytest.raises(ConfigError, match="did you mean 'ngram3'"):
+        check_scorers(["ngarm3"])
+    with pytest.raises(ConfigError, match="'length' is named twice"):
+        check_scorers(["length", "length"])

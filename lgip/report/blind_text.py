@@ -11,7 +11,7 @@ import json
 import os
 
 from ..errors import InputError
-from ..filenames import default_output, metrics_path
+from ..filenames import blind_file as blind_metrics, default_output, metrics_path
 from ..util import finite_number
 from .evaluations import load_metrics
 
@@ -22,7 +22,7 @@ def blind_file(jsonl_path):
     """The blind audit's metrics for the report's input: beside its `_with_fliptypes` file (LGIP's data), else
     its own (an imported benchmark, or a flips file given itself); None when there is none."""
     for flips in (default_output(jsonl_path, "_with_fliptypes.jsonl"), jsonl_path):
-        path = metrics_path(flips, "LGIP_blind.metrics.json")
+        path = blind_metrics(flips, "metrics")
         if os.path.isfile(path):
             return path
     return None
