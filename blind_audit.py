@@ -88,7 +88,7 @@ def audit():
 def say(metrics, seconds):
     """One line: each scorer's acc_untied over all flips; with VERBOSE a line per scorer with its interval,
     ties and each type's."""
-    f = lambda v: common.fmt(v, ".3f")  # noqa: E731
+    f = lambda v: common.fmt(v, ".3f")
     by = metrics["by_scorer"]
     print(
         f"blind audit: {metrics['num_pairs']:,} pairs of {metrics['num_records']:,} records, acc_untied (chance "

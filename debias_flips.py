@@ -92,7 +92,7 @@ def main():
         out_records.append(new)
         untyped += dropped
     kept = debias.kept_blocks(pairs, keep, unscored, types)
-    figures = lambda idx: {  # noqa: E731
+    figures = lambda idx: {
         s: blind.blind_figures([pairs[x] for x in idx], [gaps[s][x] for x in idx], types, BOOTSTRAP, BOOTSTRAP_SEED)
         for s in DEBIAS_SCORERS + HELD_OUT
     }
@@ -124,12 +124,12 @@ def main():
 
 
 def say(m, untyped):
-    f = lambda v: common.fmt(v, ".3f")  # noqa: E731
+    f = lambda v: common.fmt(v, ".3f")
     kept = ", ".join(f"{t} {b['kept']:,} of {b['count']:,}" for t, b in m["kept"].items() if t != "all")
     print(f"debiased: kept {m['kept']['all']['kept']:,} of {m['kept']['all']['count']:,} flips ({kept})", flush=True)
     for s in m["held_out"]:
         before, after = m["before"][s]["all"], m["after"][s]["all"]
-        ci = lambda b: f" [{f(b['acc_untied_ci95'][0])}, {f(b['acc_untied_ci95'][1])}]" if b["acc_untied_ci95"] else ""  # noqa: E731
+        ci = lambda b: f" [{f(b['acc_untied_ci95'][0])}, {f(b['acc_untied_ci95'][1])}]" if b["acc_untied_ci95"] else ""
         print(
             f"  held out {s}: acc_untied {f(before['acc_untied'])}{ci(before)} -> {f(after['acc_untied'])}{ci(after)}"
         )

@@ -25,8 +25,8 @@ JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jso
 #   make_perturb_with_fliptypes.py output (any JSONL with diff_caps)
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
 OUTPUT_DIR = None  # folder for the outputs (metrics, score files), created when missing; None = beside JSONL_PATH
-MODELS = common.PUBLISHED_MODELS  # list of specs or names (see run_lgip_multi.py);
-#   families: open_clip CLIP/OpenCLIP/EVA02, transformers CLIPModel, SigLIP, SigLIP2
+MODELS = common.PUBLISHED_MODELS  # list of specs or names (see run_lgip_multi.py); a model whose scorer gives no
+#   word attribution is left out, in a line (attributed: open_clip CLIP/OpenCLIP/EVA02, transformers CLIPModel, SigLIP)
 SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS:
 #   one job of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT)
 ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run)

@@ -13,7 +13,6 @@ beside the input, trains on the first with L = L_clip + W_SC L_sc (the flips as 
 This version trains open_clip models (type openclip, or a python loader's open_clip model) in one process.
 """
 
-import hashlib
 import json
 import os
 
@@ -42,6 +41,7 @@ WEIGHT_DECAY = 0.1  # float >= 0: AdamW weight decay (not on gains, biases, logi
 GRAD_CLIP = 1.0  # float > 0: the gradient's L2 norm clipped to this
 SAVE_EVERY = 100  # int >= 1: resume.pt written after every this many steps (and the last)
 RESUME = True  # True: continue from resume.pt when its settings match; False: start over
+KEEP_RESUME = False  # True: keep resume.pt once the run is done (the optimiser's state too); False: removed then
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32", "bf16"
 VERBOSE = True  # True: every line (paths written, notes); False: the result lines (run_all's default)
@@ -49,20 +49,14 @@ CONFIG = common.configure(globals())
 
 
 def check_config():
-    for name, low in (("STEPS", 0), ("BATCH_SIZE", 2), ("N_FLIPS", 0), ("WARMUP", 0), ("SAVE_EVERY", 1)):
-        common.require_int(CONFIG, name, low)
-    common.require_int(CONFIG, "SEED"), common.require_int(CONFIG, "SPLIT_SEED")
-    for name in ("W_SC", "W_INV", "W_VC", "WEIGHT_DECAY"):
-        if not (isinstance(CONFIG[name], (int, float)) and not isinstance(CONFIG[name], bool) and CONFIG[name] >= 0):
-            raise common.ConfigError(f"{name} must be a number >= 0, got {CONFIG[name]!r}")
-    for name in ("LR", "GRAD_CLIP"):
-        if not (isinstance(CONFIG[name], (int, float)) and not isinstance(CONFIG[name], bool) and CONFIG[name] > 0):
-            raise common.ConfigError(f"{name} must be a number > 0, got {CONFIG[name]!r}")
+    """(the start's spec, the loop's settings: lgip.finetune.TrainSettings), every setting checked before any work."""
+    settings = finetune.TrainSettings.from_config(CONFIG)
+    common.require_int(CONFIG, "SPLIT_SEED")
     if not (isinstance(HELDOUT_FRACTION, (int, float)) and 0 <= HELDOUT_FRACTION < 1):
         raise common.ConfigError(f"HELDOUT_FRACTION must be a number in [0, 1), got {HELDOUT_FRACTION!r}")
     if not isinstance(RUN_NAME, str) or not SAFE_NAME.match(RUN_NAME):
         raise common.ConfigError(f"RUN_NAME must be a file-safe name (letters, digits, . _ -), got {RUN_NAME!r}")
-    return start_spec()
+    return start_spec(), settings
 
 
 def start_spec():
@@ -110,10 +104,8 @@ def split_files(records, raw, sha, rank=0):
 
 
 def main():
-    spec = check_config()
-
-    with open(JSONL_PATH, "rb") as f:
-        sha = hashlib.sha256(f.read()).hexdigest()
+    spec, train_settings = check_config()
+    sha = common.file_sha256(JSONL_PATH)
     records = common.load_records(JSONL_PATH, ("same_caps", "diff_caps"))
     folder = OUTPUT_DIR or common.default_output(JSONL_PATH, f"__ft_{RUN_NAME}")
     settings = {k: CONFIG[k] for k in finetune.HASHED if k in CONFIG}
@@ -125,6 +117,13 @@ def main():
         if old.get("status") == "done" and old.get("hash") == digest:
             print(f"{RUN_NAME}: already done ({old.get('steps_done')} steps) -> {meta_path}", flush=True)
             return old["saved"]
+        if old.get("status") == "done":  # (a done run of other settings: its model is never overwritten)
+            was = old.get("config") or {}
+            differs = ", ".join(k for k in settings if k in was and was[k] != settings[k]) or "its input or MODEL"
+            raise common.ConfigError(
+                f"{folder} holds a done run of other settings (it differs in {differs}): give another RUN_NAME or "
+                f"OUTPUT_DIR (its model is kept)"
+            )
     rank, size = trainer.world()  # (torchrun's; (0, 1) in one process)
     if BATCH_SIZE % size:
         raise common.ConfigError(f"BATCH_SIZE {BATCH_SIZE} is not a multiple of the {size} ranks: change it")
@@ -141,10 +140,14 @@ def main():
         os.makedirs(folder, exist_ok=True)
         common.write_json(meta_path, dict(meta, status="running"), output=False)  # (a killed run's meta says so)
     paths = [os.path.join(root, records[k][1]["image_path"]) for k in usable]
-    done = job.train(folder, [records[k][1] for k in usable], paths, dict(CONFIG), digest, resume=RESUME)
+    recs = [records[k][1] for k in usable]
+    done = job.train(folder, recs, paths, train_settings, digest, settings, resume=RESUME)
     saved = job.save(folder, RUN_NAME)
     if rank == 0:
         common.write_json(meta_path, dict(meta, saved=saved, steps_done=done, status="done"))
+        resume = os.path.join(folder, "resume.pt")
+        if not KEEP_RESUME and os.path.isfile(resume):  # (the model is saved: a done run needs it no more)
+            os.unlink(resume)
         print(f"{RUN_NAME}: {done} steps on {n} train records -> {os.path.join(folder, 'model_spec.json')}", flush=True)
     return saved
 

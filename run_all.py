@@ -77,7 +77,7 @@ STEPS = None  # None = every step; or a list of step names (or one string "a,b")
 #   FINETUNE's
 DEBIAS = False  # True: also debias_flips.py after the blind audit and run_lgip_by_fliptype.py on the debiased flips
 #   (LGIP_SPEC.md 15; the report sets each model's positive rate on all flips and on the debiased ones side by side)
-FINETUNE = None  # None, or {"model": a dual encoder spec or published name (openclip, transformers, siglip), "arms":
+FINETUNE = None  # None, or {"model": a dual encoder spec or published name (of a type that trains), "arms":
 #   {name: {CONSTANT: value}}, other finetune_lgip.py constants}: each arm fine-tuned (arms default: "plain" with
 #   W_SC = W_INV = W_VC = 0, and "lgip"), then the start and the arms probed on the held-out images in one run
 #   (LGIP_SPEC.md 14)

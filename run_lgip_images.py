@@ -115,7 +115,7 @@ def evaluate(run):
 
 
 def summary(m):
-    f = lambda v: common.fmt(v, ".3f")  # noqa: E731
+    f = lambda v: common.fmt(v, ".3f")
     flips = "; ".join(
         f"{kind}: gap {common.fmt(b['image_sensitivity_gap_mean'])}, positive {f(b['image_sensitivity_pos_rate'])}, "
         f"t2i R@1 with them {f(b['t2i_flip_recall@1'])}, top-1 altered {f(b['t2i_flip_top1_rate'])}"

@@ -15,10 +15,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_perturb.jsonl")  # input: diff_gen_caption.py output
 IMAGE_ROOT = None  # folder that image_path is relative to; None = the JSONL's folder
 OUTPUT_DIR = None  # folder for the outputs (metrics, score files), created when missing; None = beside JSONL_PATH
-MODELS = common.PUBLISHED_MODELS  # list of specs {"name",
-#   "type": "openclip"|"transformers"|"siglip"|"python"|"generative"|"itm", + "model_name"/"pretrained" | "model_id"
-#   (+ "score", "prompt", "question" for generative) | "loader"/"kwargs"}, or names: "demo" (the bundled tiny random
-#   model), a published model's name (README "Models")
+MODELS = common.PUBLISHED_MODELS  # list of model specs {"name", "type", ...} (the types and their keys: --help,
+#   README "Models") or names: "demo" (the bundled tiny random model), a published model's name
 SHARD = None  # None (every model), "i/n" (0 <= i < n: models i, i + n, i + 2n, ... of the expanded MODELS:
 #   one job of n; the jobs' rows merge in the same files) or "slurm" (i and n from SLURM_ARRAY_TASK_ID, _MIN and _COUNT)
 ON_MODEL_ERROR = "stop"  # "stop" (a model that cannot be had, loaded or run stops the run)

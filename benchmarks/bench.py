@@ -272,15 +272,12 @@ def arch_spec(arch, work):
 
 def arch_key(spec):
     """The ARCH_NAMES entry a spec is a random-init instance of, else None."""
-    if spec.get("type") == "openclip" and spec.get("pretrained") is None and spec.get("model_name") in _OPENCLIP_ARCHS:
-        return spec["model_name"]
-    if spec.get("type") == "siglip" and os.path.basename(str(spec.get("model_id", "")).rstrip("/")) in _SIGLIP_ARCHS:
-        return os.path.basename(spec["model_id"].rstrip("/"))
-    return None
+    style = PUBLISHED_STYLE.get(spec.get("type"))
+    return style.arch_key(spec) if style is not None else None
 
 
 def published_arch(spec):
-    return spec["model_name"] if spec["type"] == "openclip" else spec["model_id"].split("/")[-1]
+    return PUBLISHED_STYLE[spec["type"]].arch(spec)
 
 
 def load(spec):
@@ -291,50 +288,90 @@ def load(spec):
     enc = common.load_model(spec, PROTOCOL, DEVICE, DTYPE)
     pub_dtype = enc.dtype if PUBLISHED_DTYPE == "same" else torch.float32
     model = enc.model if enc.dtype == pub_dtype else copy.deepcopy(enc.model).to(dtype=pub_dtype)
-    return enc, PublishedEncoder(spec, model, enc)
+    return enc, PUBLISHED_STYLE[spec["type"]](spec, model, enc)
 
 
-class PublishedEncoder:
-    """Encodes as the published scripts do: one PIL image per call; texts per call, padded to the
-    context length (open_clip) or to the call's longest text (SigLIP, padding=True)."""
+class _Published:
+    """Encodes as the published scripts do: one PIL image per call; texts per call (each style its padding)."""
+
+    any_protocol = False  # (its texts are the project's whatever PROTOCOL: a metric comparison holds)
 
     def __init__(self, spec, model, enc):
         import torch
 
-        self.model, self.device, self.dtype, self.type = model, enc.device, next(model.parameters()).dtype, spec["type"]
-        if self.type == "openclip":
-            import open_clip
-
-            self.preprocess = enc.image_transform  # create_model_and_transforms' preprocess
-            self.tokenizer = open_clip.get_tokenizer(spec["model_name"])
-        else:
-            from transformers import AutoProcessor
-
-            self.processor = AutoProcessor.from_pretrained(spec["model_id"])
+        self.model, self.device, self.dtype = model, enc.device, next(model.parameters()).dtype
         self.no_grad = torch.no_grad
 
     def image(self, path):
         from PIL import Image
 
-        img = Image.open(path).convert("RGB")
         with self.no_grad():
-            if self.type == "openclip":
-                x = self.model.encode_image(self.preprocess(img).unsqueeze(0).to(self.device, self.dtype))
-            else:
-                inputs = self.processor(images=img, return_tensors="pt")
-                x = _features(
-                    self.model.get_image_features(pixel_values=inputs["pixel_values"].to(self.device, self.dtype))
-                )
+            x = self._image(Image.open(path).convert("RGB"))
         return x / x.norm(dim=-1, keepdim=True)
 
     def texts(self, texts):
         with self.no_grad():
-            if self.type == "openclip":
-                x = self.model.encode_text(self.tokenizer(texts).to(self.device))
-            else:
-                inputs = self.processor.tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
-                x = _features(self.model.get_text_features(input_ids=inputs["input_ids"].to(self.device)))
+            x = self._texts(texts)
         return x / x.norm(dim=-1, keepdim=True)
+
+
+class PublishedOpenClip(_Published):
+    """The published open_clip calls: create_model_and_transforms' preprocess, texts padded to the context."""
+
+    any_protocol = True
+
+    def __init__(self, spec, model, enc):
+        import open_clip
+
+        super().__init__(spec, model, enc)
+        self.preprocess = enc.image_transform  # create_model_and_transforms' preprocess
+        self.tokenizer = open_clip.get_tokenizer(spec["model_name"])
+
+    def _image(self, img):
+        return self.model.encode_image(self.preprocess(img).unsqueeze(0).to(self.device, self.dtype))
+
+    def _texts(self, texts):
+        return self.model.encode_text(self.tokenizer(texts).to(self.device))
+
+    @staticmethod
+    def arch_key(spec):
+        ok = spec.get("pretrained") is None and spec.get("model_name") in _OPENCLIP_ARCHS
+        return spec["model_name"] if ok else None
+
+    @staticmethod
+    def arch(spec):
+        return spec["model_name"]
+
+
+class PublishedSiglip(_Published):
+    """The published transformers calls: the processor's pixels, texts padded to the call's longest."""
+
+    def __init__(self, spec, model, enc):
+        from transformers import AutoProcessor
+
+        super().__init__(spec, model, enc)
+        self.processor = AutoProcessor.from_pretrained(spec["model_id"])
+
+    def _image(self, img):
+        inputs = self.processor(images=img, return_tensors="pt")
+        return _features(self.model.get_image_features(pixel_values=inputs["pixel_values"].to(self.device, self.dtype)))
+
+    def _texts(self, texts):
+        inputs = self.processor.tokenizer(texts, padding=True, truncation=True, return_tensors="pt")
+        return _features(self.model.get_text_features(input_ids=inputs["input_ids"].to(self.device)))
+
+    @staticmethod
+    def arch_key(spec):
+        name = os.path.basename(str(spec.get("model_id", "")).rstrip("/"))
+        return name if name in _SIGLIP_ARCHS else None
+
+    @staticmethod
+    def arch(spec):
+        return spec["model_id"].split("/")[-1]
+
+
+# the published scripts' way of encoding, by the spec types they used (the two of PUBLISHED_MODELS)
+PUBLISHED_STYLE = {"openclip": PublishedOpenClip, "siglip": PublishedSiglip}
 
 
 class CpuShare:
@@ -690,7 +727,7 @@ def compare(spec, records, jsonl, work, counts, cache_test=False, keep=False):
     keys = ("invariance_error_mean", "sensitivity_gap_mean", "sensitivity_pos_rate")
     diff = max(abs(a[k] - b[k]) for k in keys if a[k] is not None and b[k] is not None)
     same_counts = all(a[k] == b[k] for k in ("num_invariance_pairs", "num_sensitivity_pairs"))
-    comparable = enc.dtype == pub.dtype == torch.float32 and (enc.type == "openclip" or PROTOCOL == "reference")
+    comparable = enc.dtype == pub.dtype == torch.float32 and (pub.any_protocol or PROTOCOL == "reference")
     row = {
         "name": spec["name"],
         "spec": spec,

@@ -114,7 +114,9 @@ def trainer_steps(spec, recs, paths, b, weights):
     from lgip.trainer import Trainer
 
     job = Trainer(spec, DEVICE, DTYPE)
-    cfg = dict(BATCH_SIZE=b, SEED=0, N_FLIPS=N_FLIPS, W_VC=0, **weights)
+    cfg = finetune.TrainSettings(
+        batch_size=b, seed=0, n_flips=N_FLIPS, w_vc=0.0, **{k.lower(): v for k, v in weights.items()}
+    )
     opt = torch.optim.AdamW(finetune.param_groups(job.model, 0.1), lr=1e-5, betas=(0.9, 0.98), eps=1e-6)
     params = [p for p in job.model.parameters() if p.requires_grad]
     times, texts = [], []

@@ -96,7 +96,7 @@ def patch_box(size, seed, r):
     cut_w, cut_h = int(w * math.sqrt(1 - LAM)), int(h * math.sqrt(1 - LAM))
     rng = np.random.default_rng([seed, r])
     cx, cy = int(rng.integers(w)), int(rng.integers(h))
-    clip = lambda v, hi: min(max(v, 0), hi)  # noqa: E731
+    clip = lambda v, hi: min(max(v, 0), hi)
     return (clip(cx - cut_w // 2, w), clip(cy - cut_h // 2, h), clip(cx + cut_w // 2, w), clip(cy + cut_h // 2, h))
 
 

@@ -134,7 +134,7 @@ def ngram_gaps(pairs, corpora, folds, n):
         k = folds[p.r]
         if k not in models:
             models[k] = NGram(n, corpora[k])
-        s = lambda x: memo[(k, x)] if (k, x) in memo else memo.setdefault((k, x), models[k].score(x))  # noqa: E731
+        s = lambda x: memo[(k, x)] if (k, x) in memo else memo.setdefault((k, x), models[k].score(x))
         out.append(_gap(s(p.caption), s(p.flip)))
     return out
 
@@ -155,7 +155,7 @@ def edit_gaps(pairs, folds, n_folds):
     out = []
     for p, (a, z) in zip(pairs, diffs):
         k = folds[p.r]
-        lam = lambda u: math.log(every_true[u] - n_true[k][u] + 1) - math.log(every_flip[u] - n_flip[k][u] + 1)  # noqa: E731
+        lam = lambda u: math.log(every_true[u] - n_true[k][u] + 1) - math.log(every_flip[u] - n_flip[k][u] + 1)
         g = 0.0
         for u in sorted(a):
             g += a[u] * lam(u)

@@ -23,7 +23,7 @@ from . import accelerations
 from .alterations import AlteredImage
 from .errors import CacheError, OutputError
 from .memory import KEPT
-from .models.families import FAMILIES
+from .models.families import known_family
 from .util import package_versions
 from .outputs import atomic_open, write_json
 
@@ -91,7 +91,7 @@ class ModelCache:
         if settings is not None:
             ident["settings"] = settings = dict(settings)
             ident["spec"] = {k: v for k, v in ident["spec"].items() if k not in settings}
-        kind = FAMILIES.get(spec.get("type"))
+        kind = known_family(spec)
         files = kind.cache_files if kind is not None else None  # (a loader of one's own: its code, its kwargs' files)
         if files is not None:
             ident["loader_stat"] = [_tree_stat(f) for f in files(spec) if f and os.path.exists(f)]

@@ -100,6 +100,11 @@ def configure(namespace, argv=None, unknown_hint=None):
         print("constants (value is a Python literal, else a string):")
         for k in names:
             print(_help_entry(k, namespace[k], docs.get(k, ("", ""))[1]))
+        if {"MODELS", "MODEL"} & set(names):  # (the types from their records: a new family is listed as it is)
+            from .models.families import describe_types
+
+            print('\nmodel types (a spec is {"name", "type", ...} with its type\'s keys; README "Models"):')
+            print("\n".join("  " + line for line in describe_types().splitlines()))
         raise SystemExit(0)
     for arg in argv:
         if not arg.startswith("--") or "=" not in arg:
@@ -200,15 +205,18 @@ class ShardOfModels(list):
 
 def _has_names(models):
     """A MODELS value that expand_models changes: names, or a zoo entry."""
+    from .models.zoo import is_zoo
+
     return isinstance(models, str) or (
-        isinstance(models, (list, tuple))
-        and any(isinstance(m, str) or (isinstance(m, dict) and m.get("type") == "openclip_zoo") for m in models)
+        isinstance(models, (list, tuple)) and any(isinstance(m, str) or is_zoo(m) for m in models)
     )
 
 
 def _say_expansion(given, models, shown=12):
     """What a zoo entry stood for, once (a dry run lists every model)."""
-    zoos = [m for m in given or [] if isinstance(m, dict) and m.get("type") == "openclip_zoo"]
+    from .models.zoo import is_zoo
+
+    zoos = [m for m in given or [] if is_zoo(m)]
     if zoos and isinstance(models, list):
         names = [m["name"] for m in models if isinstance(m, dict)]
         print(

@@ -115,7 +115,7 @@ def mark_hard_positives(flips, paras, txt_emb, rows):
     first = np.cumsum(count) - count  # each flip's first (j, q) position, for those with a paraphrase
     has = count > 0
     if txt_emb is not None:
-        row_of = lambda slots: rows[np.asarray(slots, dtype=np.int64)]  # noqa: E731
+        row_of = lambda slots: rows[np.asarray(slots, dtype=np.int64)]
         f_slot, p_slot, c_slot = row_of(flips.slot), row_of(paras.slot), row_of(paras.base_slot)
         cap_para = cosines(txt_emb, txt_emb, c_slot[q_of], p_slot[q_of])  # cos(t_i, t_p)
         cap_flip = cosines(txt_emb, txt_emb, c_slot[q_of], f_slot[j_of])  # cos(t_i, t_f)

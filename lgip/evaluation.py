@@ -33,7 +33,7 @@ from .scorers import Context, ImageRequest, ScoreRequest, for_gathering, gives, 
 from .scorers.cached import CachingScorer
 from .console import detail
 from .controls import Comparisons
-from .ranks import _gather, distributed, is_main_process  # noqa: F401 (is_main_process: common.py's)
+from .ranks import _gather, distributed, is_main_process
 from .results import write_rows
 
 

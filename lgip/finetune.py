@@ -2,7 +2,8 @@
 NegCLIP): the held-out split by image (`split_records`), each step's records and draws as functions of SEED, the
 step and the train file alone (`step_positions`, `draw`), the loss terms (`clip_style_losses`,
 `siglip_losses`, `invariance_loss`), open_clip's optimiser groups and cosine schedule. lgip.trainer runs the
-loop (finetune_lgip.py's); a run resumes from `resume.pt` to what an unbroken run gives.
+loop (finetune_lgip.py's) with its settings typed (`TrainSettings`); a run resumes from `resume.pt` to what an
+unbroken run gives.
 
     >>> held = split_records(records, 0.2, 0)                     # {image_path: True if held out}
     >>> idx = step_positions(s, n, b, seed); c, p, flips, i = draw(rec, seed, s, r, n_flips)
@@ -11,13 +12,16 @@ loop (finetune_lgip.py's); a run resumes from `resume.pt` to what an unbroken ru
 import hashlib
 import math
 import random
+from dataclasses import dataclass
+
+from .errors import ConfigError
 
 
 def start_spec(model):
     """MODEL (a spec or a named model) as a spec, checked before any model is looked up or loaded: a list, a zoo
     entry, a model whose scorer gives no embeddings (a joint or text scorer: nothing to contrast) and a type this
     trainer does not build are ConfigErrors saying what to do."""
-    from .errors import ConfigError, ModelError
+    from .errors import ModelError
     from .models.families import FAMILIES, family
     from .models.registry import expand_models
     from .models.zoo import is_zoo
@@ -34,7 +38,7 @@ def start_spec(model):
         spec = expand_models([model])[0]
     except ModelError as e:
         raise ConfigError(f"MODEL: {e}") from None
-    kind = spec.get("type")
+    kind = family(spec).type
     if not gives(spec, ("embeddings",)):
         raise ConfigError(
             f"MODEL {spec.get('name')!r} is of type {kind!r}: it scores a pair (or a text) with no embeddings to "
@@ -89,7 +93,7 @@ def draw(rec, seed, s, r, n_flips):
 
     g = np.random.default_rng([seed, 2, s, r])
     caps = rec["orig_captions"]
-    flips_of = lambda i: (rec.get("diff_caps") or {}).get(str(i), [])  # noqa: E731
+    flips_of = lambda i: (rec.get("diff_caps") or {}).get(str(i), [])
     with_flips = [i for i in range(len(caps)) if flips_of(i)] or list(range(len(caps)))
     i = with_flips[int(g.integers(len(with_flips)))]
     paras = (rec.get("same_caps") or {}).get(str(i), [])
@@ -205,6 +209,48 @@ def param_groups(model, weight_decay):
         exempt = p.ndim < 2 or any(k in name for k in ("bn", "ln", "bias", "logit_scale"))
         (plain if exempt else decayed).append(p)
     return [{"params": plain, "weight_decay": 0.0}, {"params": decayed, "weight_decay": weight_decay}]
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """What the fine-tuning loop (lgip.trainer) reads, typed and checked once (LGIP_SPEC.md 14: finetune_lgip.py's
+    constants of the same names, upper-cased)."""
+
+    steps: int = 500
+    batch_size: int = 128
+    seed: int = 0
+    n_flips: int = 3
+    w_sc: float = 1.0
+    w_inv: float = 1.0
+    w_vc: float = 0.0
+    lr: float = 1e-5
+    warmup: int = 50
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    save_every: int = 100
+    keep_resume: bool = False
+    run_name: str = "finetune"
+
+    @classmethod
+    def from_config(cls, config):
+        """The settings of a script's CONFIG (its UPPER-case constants), each checked by the shared rules
+        (lgip.settings: a ConfigError naming the setting, what it must be and the value given)."""
+        from .settings import require_int, require_number
+
+        ints = {"STEPS": 0, "BATCH_SIZE": 2, "SEED": None, "N_FLIPS": 0, "WARMUP": 0, "SAVE_EVERY": 1}
+        values = {name.lower(): require_int(config, name, low) for name, low in ints.items()}
+        for name in ("W_SC", "W_INV", "W_VC", "WEIGHT_DECAY"):
+            values[name.lower()] = require_number(config, name, 0)
+        for name in ("LR", "GRAD_CLIP"):
+            values[name.lower()] = require_number(config, name, 0, strict=True)
+        keep = config.get("KEEP_RESUME", False)
+        if not isinstance(keep, bool):
+            raise ConfigError(f"KEEP_RESUME must be True or False, got {keep!r}")
+        return cls(**values, keep_resume=keep, run_name=str(config.get("RUN_NAME", "finetune")))
+
+    def weights(self):
+        """{w_sc, w_inv, w_vc}: probe_loss's weights."""
+        return {"w_sc": self.w_sc, "w_inv": self.w_inv, "w_vc": self.w_vc}
 
 
 def run_hash(values):

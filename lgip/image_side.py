@@ -373,7 +373,7 @@ def save_examples(folder, records, readable, image_root, kinds, seed, count):
 
     os.makedirs(folder, exist_ok=True)
     n, offset = len(readable), flip_offset(len(readable), seed)
-    path = lambda k: os.path.join(image_root, records[k][1]["image_path"])  # noqa: E731
+    path = lambda k: os.path.join(image_root, records[k][1]["image_path"])
     for r, k in enumerate(readable[:count]):
         x, line = open_rgb(path(k)), records[k][0]
         made = {"original": x}

@@ -7,7 +7,7 @@ import time
 
 from . import accelerations
 from .util import default_num_workers
-from .models import FAMILIES
+from .models import known_family
 from .tokens import TokenTable, _TextChunks, install_token_table
 from .cache import image_cache_keys
 from .pixel_memory import pixel_memory, resolve_pixel_memory
@@ -136,7 +136,8 @@ class Lookahead:
         for spec in self.specs:
             if self._stop.is_set():
                 return
-            preparer = FAMILIES[spec["type"]].prepare if spec.get("type") in FAMILIES else None
+            kind = known_family(spec)
+            preparer = kind.prepare if kind is not None else None
             if preparer is None:  # (a loader of one's own: nothing can be had without running it)
                 continue
             try:

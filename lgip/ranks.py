@@ -19,7 +19,7 @@ def distributed():
         # (open_clip and transformers import it while a model loads). Ten such references kept the
         # group, and its gloo threads, alive after destroy_process_group, into the interpreter's
         # exit, where a rank aborted now and then ("terminate called without an active exception").
-        import torch.distributed.nn  # noqa: F401
+        import torch.distributed.nn
 
         backend = "nccl" if torch.cuda.is_available() and os.environ.get("LGIP_DIST_BACKEND") != "gloo" else "gloo"
         if backend == "nccl":

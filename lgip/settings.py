@@ -210,6 +210,17 @@ def require_int(config, name, low=None, none_ok=False):
     )
 
 
+def require_number(config, name, low, strict=False):
+    """A script's own number setting (a weight, a rate): its value, else a ConfigError in the shared form.
+    >>> require_number({"LR": 0}, "LR", 0, strict=True)
+    ConfigError: LR must be a number > 0, got 0
+    """
+    value = config[name]
+    if _number(low)(value) and (not strict or value > low):
+        return value
+    raise ConfigError(f"{name} must be a number {'>' if strict else '>='} {low}, got {value!r}")
+
+
 def setting(config, name):
     """config[name], or its default (SETTINGS) when the config leaves it out; a name without one is a KeyError."""
     if name in config:
@@ -233,6 +244,6 @@ def check_settings(config, none_ok=()):
             continue
         test, what = SETTINGS[name].test, SETTINGS[name].what
         if name == "DEVICE" and config.get("DRY_RUN") is True:  # (run_all's plan may be for another machine)
-            test = lambda v: _device(v, here=False)  # noqa: E731
+            test = lambda v: _device(v, here=False)
         if not test(value):
             raise ConfigError(f"{name} must be {what}, got {value!r}")

@@ -128,7 +128,7 @@ def draw_image(scene, rng):
     glyphs in distinct cells of a 4 x 4 grid with a jitter, colours and ground shaded a little per image."""
     from PIL import Image, ImageDraw
 
-    shade = lambda rgb, k: tuple(int(min(255, max(0, v + k))) for v in rgb)  # noqa: E731
+    shade = lambda rgb, k: tuple(int(min(255, max(0, v + k))) for v in rgb)
     ground = shade(GROUND, rng.integers(-12, 13))
     img = Image.new("RGB", (SIZE, SIZE), ground)
     draw = ImageDraw.Draw(img)

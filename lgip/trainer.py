@@ -13,7 +13,7 @@ import math
 import os
 import time
 
-from .finetune import HASHED, draw, lr_at, mix_offset, param_groups, probe_loss, step_positions
+from .finetune import draw, lr_at, mix_offset, param_groups, probe_loss, step_positions
 
 
 def world():
@@ -123,9 +123,9 @@ class Trainer:
         from .alterations import alter
         from .images import open_rgb
 
-        n, b, size = len(recs), cfg["BATCH_SIZE"], self.size
-        pos = step_positions(s, n, b, cfg["SEED"])
-        draws = [draw(recs[r], cfg["SEED"], s, r, cfg["N_FLIPS"]) for r in pos]
+        n, b, size = len(recs), cfg.batch_size, self.size
+        pos = step_positions(s, n, b, cfg.seed)
+        draws = [draw(recs[r], cfg.seed, s, r, cfg.n_flips) for r in pos]
         lo, hi = self.rank * b // size, (self.rank + 1) * b // size
         mine = draws[lo:hi]
         images = [open_rgb(paths[r]) for r in pos[lo:hi]]
@@ -135,29 +135,28 @@ class Trainer:
             width = v_own.shape[1]
             v, t = _gather(v_own, size), _gather(self._texts([d[0] for d in mine]), size)
             p = q = None
-            if cfg["W_INV"]:  # (each rank's paraphrases at their batch positions: q, the batch's, kept)
+            if cfg.w_inv:  # (each rank's paraphrases at their batch positions: q, the batch's, kept)
                 own = [j for j, d in enumerate(mine) if d[1] is not None]
                 q = [j for j, d in enumerate(draws) if d[1] is not None]
                 p = self._batch_texts([mine[j][1] for j in own], own, hi - lo, q, width)
             fl = None
-            if cfg["W_SC"]:  # (each rank's flips first in its block of (B/W) N_FLIPS rows; the valid ones kept)
+            if cfg.w_sc:  # (each rank's flips first in its block of (B/W) N_FLIPS rows; the valid ones kept)
                 own = [f for d in mine for f in d[2]]
                 counts = [sum(len(d[2]) for d in draws[k * b // size : (k + 1) * b // size]) for k in range(size)]
-                per = (b // size) * cfg["N_FLIPS"]
+                per = (b // size) * cfg.n_flips
                 keep = [k * per + j for k in range(size) for j in range(counts[k])]
                 fl = self._batch_texts(own, range(len(own)), per, keep, width)
             mixed = None
-            if cfg["W_VC"]:
+            if cfg.w_vc:
                 made = [
-                    alter(images[j], "mix", open_rgb(paths[(r + k_mix) % n]), cfg["SEED"], r)
+                    alter(images[j], "mix", open_rgb(paths[(r + k_mix) % n]), cfg.seed, r)
                     for j, r in enumerate(pos[lo:hi])
                 ]
                 mixed = _gather(self._images(made), size)
         scale = self.model.logit_scale.exp()
         bias = getattr(self.model, "logit_bias", None)
-        weights = {"w_sc": cfg["W_SC"], "w_inv": cfg["W_INV"], "w_vc": cfg["W_VC"]}
         loss, terms = probe_loss(
-            v, t, scale, bias, flips=fl, paraphrases=p, with_paraphrase=q or (), mixed=mixed, **weights
+            v, t, scale, bias, flips=fl, paraphrases=p, with_paraphrase=q or (), mixed=mixed, **cfg.weights()
         )
         return {
             "loss": loss,
@@ -182,9 +181,11 @@ class Trainer:
             dist.all_reduce(prm.grad)
             prm.grad.div_(self.size)
 
-    def train(self, folder, recs, paths, cfg, digest, resume=True):
-        """Steps from where resume.pt left off (when its hash is this run's) to STEPS, a train_log.jsonl line each
-        (rank 0; written and flushed when the step ends), resume.pt after every SAVE_EVERY-th step and the last.
+    def train(self, folder, recs, paths, cfg, digest, hashed, resume=True):
+        """Steps from where resume.pt left off (when its hash is this run's: `digest`, over the settings `hashed`
+        {NAME: value}, kept in it to say which differ) to cfg.steps (a lgip.finetune.TrainSettings), a
+        train_log.jsonl line each (rank 0; written and flushed when the step ends), resume.pt after every
+        save_every-th step and the last (finetune_lgip.py removes it once the model is saved, unless keep_resume).
         Returns the steps done."""
         import torch
 
@@ -193,17 +194,15 @@ class Trainer:
         from .util import _NoBar, progress_bar
 
         os.makedirs(folder, exist_ok=True)
-        torch.manual_seed(cfg["SEED"])
+        torch.manual_seed(cfg.seed)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(
-            param_groups(self.model, cfg["WEIGHT_DECAY"]), lr=cfg["LR"], betas=(0.9, 0.98), eps=1e-6
-        )
+        opt = torch.optim.AdamW(param_groups(self.model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.98), eps=1e-6)
         log_path, resume_path = os.path.join(folder, "train_log.jsonl"), os.path.join(folder, "resume.pt")
         start = 0
         if resume and os.path.isfile(resume_path):
             state = torch.load(resume_path, map_location=self.device, weights_only=False)
             if state["hash"] != digest:
-                differs = [k for k in state.get("settings", {}) if state["settings"][k] != cfg.get(k)]
+                differs = [k for k in state.get("settings", {}) if state["settings"][k] != hashed.get(k)]
                 raise ConfigError(
                     f"{resume_path} is another run's (it differs in {', '.join(differs) or 'its input or MODEL'}): "
                     f"give another RUN_NAME or OUTPUT_DIR, or RESUME=False to start over"
@@ -217,26 +216,24 @@ class Trainer:
                 lines = [x for x in f if x.strip() and json.loads(x)["step"] < start]
         barrier(self.size)  # (every rank has read resume.pt and the log before rank 0 rewrites them)
         log = open(log_path, "w", encoding="utf-8") if self.rank == 0 else None
-        bar = progress_bar(
-            cfg["STEPS"] - start, desc=f"{cfg.get('RUN_NAME', 'finetune')}: steps", unit="step", min_total=50
-        )
+        bar = progress_bar(cfg.steps - start, desc=f"{cfg.run_name}: steps", unit="step", min_total=50)
         bar = bar if self.rank == 0 else _NoBar()
         try:
             if log:
                 log.writelines(lines)
                 log.flush()
             n = len(recs)
-            k_mix = mix_offset(n, cfg["SEED"]) if cfg["W_VC"] and n > 1 else 1
-            for s in range(start, cfg["STEPS"]):
+            k_mix = mix_offset(n, cfg.seed) if cfg.w_vc and n > 1 else 1
+            for s in range(start, cfg.steps):
                 t0 = time.perf_counter()
-                lr = lr_at(s, cfg["LR"], cfg["WARMUP"], cfg["STEPS"])
+                lr = lr_at(s, cfg.lr, cfg.warmup, cfg.steps)
                 for group in opt.param_groups:
                     group["lr"] = lr
                 out = self.step(s, recs, paths, cfg, k_mix)
                 opt.zero_grad(set_to_none=True)
                 out["loss"].backward()
                 self._average_gradients(params)
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg["GRAD_CLIP"])
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
                 opt.step()
                 with torch.no_grad():
                     self.model.logit_scale.clamp_(0, math.log(100))
@@ -247,29 +244,28 @@ class Trainer:
                     terms = ("loss", "loss_clip", "loss_sc", "loss_inv", "loss_vc")
                     bar.set_postfix({k[5:] or k: f"{line[k]:.3f}" for k in terms if line[k] is not None}, refresh=False)
                     bar.update(1)
-                if self.rank == 0 and ((s + 1) % cfg["SAVE_EVERY"] == 0 or s + 1 == cfg["STEPS"]):
-                    settings = {k: cfg.get(k) for k in HASHED}
+                if self.rank == 0 and ((s + 1) % cfg.save_every == 0 or s + 1 == cfg.steps):
                     state = {"steps": s + 1, "model": self.model.state_dict(), "optimizer": opt.state_dict()}
                     with atomic_open(resume_path, "wb") as f:
-                        torch.save(dict(state, hash=digest, settings=settings), f)
+                        torch.save(dict(state, hash=digest, settings=dict(hashed)), f)
         finally:
             bar.close()
             if log:
                 log.close()
         barrier(self.size)
-        return max(start, cfg["STEPS"])
+        return max(start, cfg.steps)
 
     @staticmethod
     def _line(s, lr, out, cfg, grad_norm, t0):
-        value = lambda x: None if x is None else float(x.detach())  # noqa: E731
+        value = lambda x: None if x is None else float(x.detach())
         return {
             "step": s,
             "lr": lr,
             "loss": value(out["loss"]),
             "loss_clip": value(out["clip"]),
-            "loss_sc": value(out["sc"]) if cfg["W_SC"] else None,
-            "loss_inv": value(out["inv"]) if cfg["W_INV"] else None,
-            "loss_vc": value(out["vc"]) if cfg["W_VC"] else None,
+            "loss_sc": value(out["sc"]) if cfg.w_sc else None,
+            "loss_inv": value(out["inv"]) if cfg.w_inv else None,
+            "loss_vc": value(out["vc"]) if cfg.w_vc else None,
             "logit_scale": out["scale"],
             "logit_bias": out["bias"],
             "num_flips": out["flips"],

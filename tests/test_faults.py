@@ -225,7 +225,7 @@ def test_real_full_and_read_only_file_systems(tmp_path, tmpfs):
     read-only one (EROFS, found before the work), in a mount namespace of their own."""
     small, ro = tmp_path / "small", tmp_path / "ro"
     small.mkdir(), ro.mkdir()
-    q = lambda p: shlex.quote(str(p))  # noqa: E731 (a checkout in a folder whose name has spaces)
+    q = lambda p: shlex.quote(str(p))
     gen = f"{q(sys.executable)} {q(os.path.join(ROOT, 'diff_gen_caption.py'))} {q('--INPUT_JSONL=' + BASE_JSONL)}"
     script = (
         f"mount -t tmpfs -o size=16k tmpfs {q(small)} && mount -t tmpfs -o ro,size=16k tmpfs {q(ro)} || exit 99\n"

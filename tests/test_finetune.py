@@ -46,7 +46,7 @@ def test_a_steps_records_and_draws_by_hand():
 
 def test_the_loss_terms_by_hand():
     g = torch.Generator().manual_seed(0)
-    unit = lambda *shape: torch.nn.functional.normalize(torch.randn(*shape, generator=g), dim=-1)  # noqa: E731
+    unit = lambda *shape: torch.nn.functional.normalize(torch.randn(*shape, generator=g), dim=-1)
     v, t, fl, mixed, p = unit(3, 4), unit(3, 4), unit(2, 4), unit(3, 4), unit(2, 4)
     s = torch.tensor(10.0)
     got = finetune.clip_style_losses(v, t, s, flips=fl, mixed=mixed)
@@ -66,7 +66,7 @@ def test_the_loss_terms_by_hand():
     beta = torch.tensor(-2.0)
     sig = finetune.siglip_losses(v, t, s, beta, flips=fl, mixed=mixed)
     ls = torch.nn.functional.logsigmoid
-    z = lambda a, b: 1.0 if a == b else -1.0  # noqa: E731
+    z = lambda a, b: 1.0 if a == b else -1.0
     want = -sum(ls(torch.tensor(z(a, b)) * (s * v[a] @ t[b] + beta)) for a in range(3) for b in range(3)) / 3
     assert float(sig["clip"]) == pytest.approx(float(want), abs=1e-5)
     want = -sum(ls(-(s * v[a] @ fl[f] + beta)) for a in range(3) for f in range(2)) / 3
@@ -151,8 +151,12 @@ def test_a_killed_run_resumes_to_what_an_unbroken_run_gives(tmp_path, monkeypatc
         for n in ("whole", "cut")
     ]
     assert logs[0] == logs[1]
-    with pytest.raises(ConfigError, match="differs in LR"):
+    # a done run keeps no resume.pt (unless KEEP_RESUME), and its model is never overwritten by other settings
+    assert not (tmp_path / "fixture_with_fliptypes__ft_cut" / "resume.pt").exists()
+    with pytest.raises(ConfigError, match="holds a done run of other settings .it differs in LR"):
         run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="cut", LR=2e-3, STEPS=4))
+    run_here("finetune_lgip.py", **_settings(tmp_path, RUN_NAME="kept", KEEP_RESUME=True))
+    assert (tmp_path / "fixture_with_fliptypes__ft_kept" / "resume.pt").is_file()
 
 
 def test_steps_zero_saves_the_start_and_bad_input_stops_before_training(tmp_path):
@@ -352,7 +356,7 @@ def test_kill_9_then_resume_equals_an_unbroken_run(tmp_path):
     a = torch.load(whole["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
     b = torch.load(cut["model_name"][len("local-dir:") :] + "/open_clip_pytorch_model.bin")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
-    drop = lambda x: {k: v for k, v in json.loads(x).items() if k != "seconds"}  # noqa: E731
+    drop = lambda x: {k: v for k, v in json.loads(x).items() if k != "seconds"}
     logs = [
         [drop(x) for x in open(tmp_path / f"fixture_with_fliptypes__ft_{n}" / "train_log.jsonl")]
         for n in ("whole9", "cut9")
@@ -388,14 +392,15 @@ def test_a_training_loop_of_ones_own_gets_finetune_lgips_loss_from_probe_loss(st
     cfg = {"BATCH_SIZE": 4, "SEED": 3, "N_FLIPS": 2, "W_SC": 1.0, "W_INV": 2.0, "W_VC": 0.5}
     trainer = Trainer(OPENCLIP_TINY if start == "openclip" else SIGLIP_TINY, "cpu", "fp32")
     n, k = len(records), mix_offset(len(records), cfg["SEED"])
-    want = trainer.step(0, records, paths, cfg, k)
+    settings = finetune.TrainSettings(**{name.lower(): value for name, value in cfg.items()})
+    want = trainer.step(0, records, paths, settings, k)
     # the loop of one's own: the batch's draws, its images and texts through the model's towers, probe_loss
     model, towers = trainer.model, trainer.towers
     pos = step_positions(0, n, cfg["BATCH_SIZE"], cfg["SEED"])
     draws = [draw(records[r], cfg["SEED"], 0, r, cfg["N_FLIPS"]) for r in pos]  # (caption, paraphrase, flips, i)
     images = [open_rgb(paths[r]) for r in pos]
-    embed_images = lambda x: F.normalize(towers.encode_images(x).float(), dim=-1)  # noqa: E731
-    embed_texts = lambda x: F.normalize(towers.encode_texts(x).float(), dim=-1)  # noqa: E731
+    embed_images = lambda x: F.normalize(towers.encode_images(x).float(), dim=-1)
+    embed_texts = lambda x: F.normalize(towers.encode_texts(x).float(), dim=-1)
     q = [j for j, d in enumerate(draws) if d[1] is not None]
     mixed = [alter(images[j], "mix", open_rgb(paths[(r + k) % n]), cfg["SEED"], r) for j, r in enumerate(pos)]
     loss, terms = probe_loss(

@@ -324,7 +324,7 @@ def restate(jsonl, image_root, spec, size, kinds=KINDS, seed=0):
                     search[kind]["rank"].append(1 + (orig > own).sum() + (made > own).sum())
                     search[kind]["top1"].append(made.max() > orig.max())
                     search[kind]["img"].append(r)
-    mean = lambda xs: float(np.mean(xs)) if len(xs) else None  # noqa: E731
+    mean = lambda xs: float(np.mean(xs)) if len(xs) else None
     para_values = [x for kind in kinds if kind in PARA for _, x in rows[kind]]
     flip_values = [x for kind in flips for _, x in rows[kind]]
     out = {
@@ -426,9 +426,7 @@ def test_figures_equal_the_restatement_and_a_cached_rerun_loads_no_weights(tmp_p
     # the twin's altered pixels came from the first model's (pixel memory), and are the altered ones
     sources = first[1]["altered_images"]
     assert sources["from_pixel_memory"] == sources["num"] > 0 and sources["decoded"] == 0
-    same = lambda m: {  # noqa: E731
-        k: v for k, v in m.items() if k not in ("model_tag", "run", "scores_file", "altered_images")
-    }
+    same = lambda m: {k: v for k, v in m.items() if k not in ("model_tag", "run", "scores_file", "altered_images")}
     assert_matches(same(first[1]), same(first[0]))
     # (unique altered images: 14 readable records, 13 with captions and the copy's paraphrases shared)
     assert first[0]["altered_images"]["num"] == 12 * 4 + 14 * 2
@@ -514,7 +512,7 @@ def test_torchrun_two_gloo_processes_give_single_process_figures(tmp_path):
     args = lambda folder: eval_args(
         folder / "in_with_fliptypes.jsonl",
         "corrected",
-        [OPENCLIP_TINY],  # noqa: E731
+        [OPENCLIP_TINY],
         image_root=folder,
         GALLERY_SIZE=5,
         BOOTSTRAP=20,

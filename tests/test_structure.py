@@ -132,3 +132,39 @@ def test_no_module_of_the_package_passes_600_lines():
     }
     assert not long, f"modules of lgip/ over {MODULE_LINES} lines: {long}"
     assert len(project_modules()) > 40  # (the walk saw the package)
+
+
+def test_no_step_asks_a_spec_its_type_and_every_type_is_described_from_its_record():
+    """Issue 62: outside lgip/models/ and lgip/scorers/ (scripts and benchmarks included) no code compares a spec's
+    `type` with a type's name: a step asks the scorer what it gives, a figure asks the family record for its label;
+    --help and a bad spec's error list the types from the records."""
+    import re
+
+    from lgip.models import FAMILIES
+    from lgip.models.families import describe_types
+    from lgip.report.plots import _family
+
+    names = "|".join(map(re.escape, list(FAMILIES) + ["openclip_zoo"]))
+    test = re.compile(
+        rf"""(\[["']type["']\]|get\(["']type["']\)|\.type)\s*(==|!=|in\b|not in\b)\s*[(\[]?["']({names})["']"""
+        rf"""|["']({names})["']\s*(==|!=)\s*\w+(\[["']type["']\]|\.get\(["']type["']\))"""
+    )
+    found = []
+    for folder, _, files in os.walk(ROOT):
+        rel = os.path.relpath(folder, ROOT)
+        if rel.startswith(("lgip/models", "lgip/scorers", "tests", ".", "shared")):
+            continue
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                for n, line in enumerate(open(path, encoding="utf-8"), 1):
+                    if test.search(line):
+                        found.append(f"{os.path.relpath(path, ROOT)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
+    described = describe_types()
+    assert all(line.startswith(t + " {") for t, line in zip(FAMILIES, described.splitlines()))
+    assert "causal_lm {'model_id', 'score'}" in described
+    labels = {t: _family({"_type": t, "_family": None}) for t in FAMILIES}
+    assert labels["openclip"] == "OpenCLIP" and labels["siglip"] == "SigLIP" and labels["itm"] == "ITM cross-encoder"
+    assert _family({"_type": "transformers", "_family": "siglip2"}) == "SigLIP"
+    assert _family({"_type": "not_a_type", "_family": None}) == "other"

@@ -9,15 +9,20 @@ each importing only those above it (and lgip's own lower floor: errors, util, ac
   towers          exact, faster forwards of the open_clip and SigLIP towers
   clip_tokenizer  open_clip's tokenizers as id lists, the CLIP BPE fast
   pixels          a model's preprocessing cut in two: uint8 geometry in workers, float arithmetic on device
-  openclip        loader of type "openclip" (CLIP, OpenCLIP, EVA02-CLIP)
-  transformers    loader of types "transformers" and "siglip" (any transformers dual encoder)
-  python          loader of type "python" (a loader of one's own returning (model, preprocess, tokenizer))
-  generative      a generative VLM's score of a text given an image (LGIP_SPEC.md 13: the text's log-probability
-                  in the chat template's conversation), plainly and with the shared prefix run once
+  openclip        its family record and loader (CLIP, OpenCLIP, EVA02-CLIP)
+  dual_encoders   the records and loader of any transformers dual encoder (types "transformers" and "siglip")
+  own_loader      the record and loader of a loader of one's own returning (model, preprocess, tokenizer)
+  conversations, generative, image_groups
+                  a generative VLM's score of a text given an image (LGIP_SPEC.md 13: the text's log-probability
+                  in the chat template's conversation), plainly, with the shared prefix run once, images grouped
   itm             a BLIP / BLIP-2 image-text matching head's log-odds of a match
-  joint           types "generative" and "itm" (a JointModel: `score(image, texts)`; lgip.scorers.joint scores with it)
-  registry        spec "type" -> loader, preparer, key encoder, cache files, scorer kind; the published nine
-                  (PUBLISHED_MODELS)
+  joint           the records of "generative" and "itm" (a JointModel: `score(image, texts)`; lgip.scorers.joint)
+  causal_lm       the record of a text-only language model (LGIP_SPEC.md 15: a blind model)
+  zoo, cards      openclip_zoo entries expanded; a model's card (LGIP_SPEC.md 12)
+  trainable       what fine-tuning asks of a family (LGIP_SPEC.md 14)
+  families        the record of a type (`Family`), the registered records, `describe_types`
+  registry        spec "type" -> its record (loader, preparer, key encoder, cache files, scorer kind); the published
+                  nine (PUBLISHED_MODELS) and the named models
 
 The room for a new model family: a module here with its loader `(spec, protocol, device, dtype) ->
 Encoder` and its record, `register(Family(...))` (families), imported by the registry. A loader that
@@ -29,7 +34,7 @@ types to the message.
     >>> enc.encode_images(pixels), enc.encode_tokens(ids)
 """
 
-from .families import FAMILIES, Family, family, register
+from .families import FAMILIES, Family, family, known_family, register
 from .registry import (
     PUBLISHED_MODELS,
     cacheable,
@@ -43,6 +48,7 @@ __all__ = [
     "PUBLISHED_MODELS",
     "cacheable",
     "family",
+    "known_family",
     "key_encoder",
     "load_model",
     "register",

@@ -273,7 +273,7 @@ def _part(model, names):
     return None
 
 
-def joint_card(spec, model=None, processor=None):
+def joint_card(spec, model=None, processor=None, head="lm"):
     """Section 12's fields for a joint model (LGIP_SPEC.md 13): architecture and family = config.model_type;
     generative: params_text = the language model and its head, params_image = all the rest (the vision
     tower, its projector or connector, LLaVA-NeXT's image_newline); itm: params_image = the vision tower,
@@ -288,17 +288,17 @@ def joint_card(spec, model=None, processor=None):
 
         config = _config(spec)
         with torch.device("meta"):
-            if spec.get("type") == "itm":
+            if head == "itm":
                 cls = BlipForImageTextRetrieval if config.model_type == "blip" else Blip2ForImageTextRetrieval
                 model = cls(config)
             else:
                 model = AutoModelForImageTextToText.from_config(config)
     config = model.config
     total = _numel([model])
-    if spec.get("type") == "generative":  # (the image path: what is not the language model, whatever its names)
+    if head == "lm":  # (a generative model's image path: what is not the language model, whatever its names)
         lm = _part(model, ("language_model", "text_model"))
-        head = getattr(model, "lm_head", None)
-        text = _numel([m for m in (lm, head) if m is not None]) if lm is not None else None
+        lm_head = getattr(model, "lm_head", None)
+        text = _numel([m for m in (lm, lm_head) if m is not None]) if lm is not None else None
         image = total - text if text is not None else None
     else:
         vision = _part(model, ("vision_tower", "visual", "vision_model"))
@@ -316,7 +316,7 @@ def joint_card(spec, model=None, processor=None):
         "embed_dim": None,
         "image_size": size,
         "context_length": getattr(tconf, "max_position_embeddings", None),
-        "loss": "next-token" if spec.get("type") == "generative" else "itm",
+        "loss": "next-token" if head == "lm" else "itm",
         "vision_encoder": name,
     }
     if why:

@@ -127,6 +127,7 @@ CAUSAL_LM = register(
         card=_card,
         check=check,
         local_paths=model_id_paths,
+        about="a text-only language model scoring a text alone: a blind control (LGIP_SPEC.md 15)",
         label=lambda model_family: "text-only LM",
     )
 )

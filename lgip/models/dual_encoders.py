@@ -19,7 +19,6 @@ A text's embedding never depends on the texts that share its batch. How, per fam
 """
 
 import os
-from dataclasses import replace
 
 from .. import accelerations
 from ..errors import ModelError, WrongModelType
@@ -277,11 +276,12 @@ def load_transformers(spec, protocol, device, dtype):
     )
 
 
-def _rules_without_weights(spec, protocol):
-    """(TextRules, tokenizer or None) from the small files alone."""
+def _rules_without_weights(spec, protocol, siglip=False):
+    """(TextRules, tokenizer or None) from the small files alone (siglip: a spec of type siglip, padded as trained
+    without reading its tokenizer)."""
     from transformers import AutoConfig
 
-    if spec.get("type") == "siglip" and protocol != "reference":
+    if siglip and protocol != "reference":
         # (as trained: the fixed length needs neither the tokenizer nor the config; a checkpoint
         # that is not SigLIP after all has other keys: they miss, and the model loads)
         return TextRules("siglip", SIGLIP_TEXT_LENGTH, pad="fixed", length=SIGLIP_TEXT_LENGTH), None
@@ -293,12 +293,12 @@ def _rules_without_weights(spec, protocol):
     return text_rules(spec, protocol, config, processor, tok), tok
 
 
-def transformers_key_encoder(spec, protocol):
+def transformers_key_encoder(spec, protocol, siglip=False):
     """An Encoder without weights that makes a transformers model's cache keys: its tokenizer
     only where the padding needs the texts' lengths (the published SigLIP padding), its config
-    and processor files otherwise. (A tokenizer with a shorter limit than SigLIP's 64: its keys
-    miss, and the model loads.)"""
-    rules, tok = _rules_without_weights(spec, protocol)
+    and processor files otherwise (siglip: type siglip's, its fixed padding known without them). (A tokenizer
+    with a shorter limit than SigLIP's 64: its keys miss, and the model loads.)"""
+    rules, tok = _rules_without_weights(spec, protocol, siglip)
     enc = KeyEncoder(text_key_tag="" if rules.family in SIGLIP_FAMILY else TEXT_KEY_TAG, **rules.padding())
     if rules.pad == "call":
         enc.tokenize, enc.tokenizer_identity = _tokenize_fn(tok, rules)
@@ -391,14 +391,15 @@ def trainable_transformers(spec, device):
     return Trainable(model, encode_images, encode_texts, save)
 
 
-TRANSFORMERS = register(
-    Family(
-        "transformers",
+def _dual_encoder_family(kind, keys, label, about):
+    """The record of a transformers dual encoder type: one loader for both (its text rules read from the config)."""
+    return Family(
+        kind,
         required="model_id",
         options=("lowercase",),
         load=load_transformers,
         prepare=prepare_transformers,
-        keys=transformers_key_encoder,
+        keys=keys,
         hub_files=model_id_files,
         named=model_id_named,
         card=dual_encoder_card,
@@ -406,8 +407,25 @@ TRANSFORMERS = register(
         trainable=trainable_transformers,
         saved_spec=transformers_saved_spec,
         accelerations=accelerations.EMBEDDING_ONLY,
-        label=lambda model_family: "SigLIP" if str(model_family or "").startswith("siglip") else "other",
+        about=about,
+        label=label,
+    )
+
+
+TRANSFORMERS = register(
+    _dual_encoder_family(
+        "transformers",
+        transformers_key_encoder,
+        lambda model_family: "SigLIP" if str(model_family or "").startswith("siglip") else "other",
+        "any transformers dual encoder (CLIP, MetaCLIP, AltCLIP, ALIGN, ChineseCLIP, SigLIP, ...)",
     )
 )
-# the published specs' name for SigLIP and SigLIP 2: the same family
-SIGLIP = register(replace(TRANSFORMERS, type="siglip"))
+# the published specs' type for SigLIP and SigLIP 2: the same loader; its cache keys known without the tokenizer
+SIGLIP = register(
+    _dual_encoder_family(
+        "siglip",
+        lambda spec, protocol: transformers_key_encoder(spec, protocol, siglip=True),
+        lambda model_family: "SigLIP",
+        "SigLIP and SigLIP 2 through transformers (the published specs' type)",
+    )
+)

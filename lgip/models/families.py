@@ -32,6 +32,10 @@ def _fine(spec):
     return None
 
 
+def _no(spec):
+    return False
+
+
 def _other(model_family):
     return "other"
 
@@ -58,10 +62,13 @@ class Family:
       the type cannot be fine-tuned;
     saved_spec: (start spec, run name, folder) -> the MODELS spec of a fine-tuned copy saved in `folder` (known
       before it is trained: run_all plans the probe of the arms with it);
+    in_memory: spec -> True when the spec holds its model in memory (nothing on disk names its weights: never
+      cached);
     accelerations: the switches (lgip.accelerations) that can act on what its models compute and cache: those of
       them on and not bit-exact at a run's dtype are part of its cache's identity (lgip.cache);
     code_version: lgip's version of this family's encoding or scoring code, part of its cache's identity: bump it
       with any change to what its texts, images or pairs give (a cache written before is then never read);
+    about: what the type loads, in a few words (--help and errors list the types from the records);
     label: the run block's model `family` (a transformers config's model_type, or None) -> how a figure's legend
       names the model's kind (its marker's group, lgip.report.plots)."""
 
@@ -82,8 +89,10 @@ class Family:
     random_init: Callable = _fine
     trainable: Optional[Callable] = None
     saved_spec: Optional[Callable] = None
+    in_memory: Callable = _no
     accelerations: tuple = ()
     code_version: int = 1
+    about: str = ""
     label: Callable = _other
 
     def spec_keys(self):
@@ -102,6 +111,21 @@ def register(record):
         raise TypeError(f"family {record.type!r}: scorer is a scorer kind's name or a PairScorer class")
     FAMILIES[record.type] = record
     return record
+
+
+def describe_types(sep="\n"):
+    """Every registered type with the keys its spec takes beyond "name" and "type", and what it loads: what --help
+    and a spec's error say (made from the records, so a new family is listed with nothing else written)."""
+    return sep.join(
+        f"{t} {{{', '.join(repr(k) for k in f.spec_keys()[2:] if k not in SPEC_COMMON)}}}"
+        + (f": {f.about}" if f.about else "")
+        for t, f in FAMILIES.items()
+    )
+
+
+def known_family(spec):
+    """The record of a spec's type, or None for a spec of no known type (a check elsewhere names it)."""
+    return FAMILIES.get(spec.get("type")) if isinstance(spec, dict) else None
 
 
 def family(spec):

@@ -15,7 +15,6 @@ which has no weights: the scores come from the cache.
 """
 
 import sys
-from dataclasses import replace
 
 from .. import accelerations
 from ..errors import ModelError, WrongModelType
@@ -26,6 +25,7 @@ from .families import Family, register
 from .hub import model_id_files, model_id_paths
 
 SCORES = ("logprob", "logprob_mean", "vqascore")  # a generative spec's "score"
+ITM_SCORE = "itm_logodds"  # an itm spec's score kind: the matching head's log-odds of a match
 DEFAULT_PROMPT = "Describe the image in one sentence."
 DEFAULT_QUESTION = 'Does this figure show "{}"? Please answer yes or no.'
 PALIGEMMA_PROMPT = "caption en"
@@ -98,11 +98,9 @@ class JointKey(_Model):
 
 
 def check_settings(spec):
-    """ModelError naming the spec for a "score", "prompt" or "question" that is not valid (no files read:
+    """ModelError naming a generative spec for a "score", "prompt" or "question" that is not valid (no files read:
     the settings check runs it before any work)."""
     what = f"model {spec.get('name')!r} (type {spec.get('type')!r})"
-    if spec.get("type") != "generative":
-        return
     score = spec.get("score", "logprob")
     if score not in SCORES:
         raise ModelError(f"{what}: unknown score {score!r}; valid: {', '.join(SCORES)}")
@@ -119,12 +117,10 @@ def check_settings(spec):
 
 
 def settings_of(spec, config=None):
-    """A spec's scoring settings with their defaults ({} for type "itm"): {"score", "prompt", "question"},
-    checked (check_settings). The prompt's default needs the model's config (PaliGemma's is "caption
-    en"): read without the weights."""
+    """A generative spec's scoring settings with their defaults: {"score", "prompt", "question"}, checked
+    (check_settings). The prompt's default needs the model's config (PaliGemma's is "caption en"): read without
+    the weights."""
     check_settings(spec)
-    if spec.get("type") != "generative":
-        return {}
     prompt = spec.get("prompt")
     if prompt is None:
         kind = getattr(config if config is not None else _config(spec), "model_type", None)
@@ -133,12 +129,8 @@ def settings_of(spec, config=None):
 
 
 def score_kind_of(spec):
-    """The score_kind a spec's model gives (LGIP_SPEC.md 13)."""
-    if spec.get("type") == "itm":
-        return "itm_logodds"
-    if spec.get("type") == "generative":
-        return spec.get("score", "logprob")
-    return "cosine"
+    """The score_kind a generative spec's model gives (LGIP_SPEC.md 13): its "score"."""
+    return spec.get("score", "logprob")
 
 
 def _processor(spec):
@@ -366,7 +358,7 @@ def load_itm(spec, protocol, device, dtype):
         processor=processor,
         device=device,
         dtype=dtype,
-        score_kind="itm_logodds",
+        score_kind=ITM_SCORE,
         settings={},
         score=score,
         info={"model_id": spec["model_id"], "class": type(model).__name__, "image_processor": image_processor},
@@ -375,13 +367,22 @@ def load_itm(spec, protocol, device, dtype):
     )
 
 
-def joint_key(spec, protocol):
-    """The JointKey of a spec (its settings read from its config: no weights)."""
+def generative_key(spec, protocol):
+    """The JointKey of a generative spec (its settings read from its config: no weights)."""
     return JointKey(score_kind=score_kind_of(spec), settings=settings_of(spec))
 
 
-def _card(spec, model, enc):
-    return joint_card(spec, model, getattr(enc, "processor", None))
+def itm_key(spec, protocol):
+    """The JointKey of an itm spec: its score is the head's log-odds, with no settings."""
+    return JointKey(score_kind=ITM_SCORE, settings={})
+
+
+def _generative_card(spec, model, enc):
+    return joint_card(spec, model, getattr(enc, "processor", None), head="lm")
+
+
+def _itm_card(spec, model, enc):
+    return joint_card(spec, model, getattr(enc, "processor", None), head="itm")
 
 
 # LGIP_SPEC.md 13: a pair scored by one model (the "joint" scorer); its card and files as a transformers model's
@@ -391,18 +392,33 @@ GENERATIVE = register(
         required="model_id",
         options=("score", "prompt", "question"),
         load=load_generative,
-        keys=joint_key,
+        keys=generative_key,
         scorer="joint",
         score_kind=score_kind_of,
         hub_files=model_id_files,
         named=model_id_named,
-        card=_card,
+        card=_generative_card,
         check=check_settings,
         local_paths=model_id_paths,
         accelerations=accelerations.JOINT_ONLY,
+        about="a generative VLM scoring a pair by a text's log-probability (LGIP_SPEC.md 13)",
         label=lambda model_family: "generative VLM",
     )
 )
 ITM = register(
-    replace(GENERATIVE, type="itm", options=(), load=load_itm, label=lambda model_family: "ITM cross-encoder")
+    Family(
+        "itm",
+        required="model_id",
+        load=load_itm,
+        keys=itm_key,
+        scorer="joint",
+        score_kind=lambda spec: ITM_SCORE,
+        hub_files=model_id_files,
+        named=model_id_named,
+        card=_itm_card,
+        local_paths=model_id_paths,
+        accelerations=accelerations.JOINT_ONLY,
+        about="a BLIP / BLIP-2 image-text matching head scoring a pair (LGIP_SPEC.md 13)",
+        label=lambda model_family: "ITM cross-encoder",
+    )
 )

@@ -323,6 +323,7 @@ OPENCLIP = register(
         trainable=trainable_openclip,
         saved_spec=openclip_saved_spec,
         accelerations=accelerations.EMBEDDING_ONLY,
+        about="open_clip (CLIP, OpenCLIP, EVA02-CLIP): names and tags, hf-hub:, local-dir:, checkpoint files",
         label=lambda model_family: "OpenCLIP",
     )
 )

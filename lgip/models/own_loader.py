@@ -40,8 +40,8 @@ _PROBE_TEXTS = ["a photo of a dog", "two red buses parked on a street near the o
 
 
 def in_memory(spec):
-    """True for a spec whose loader is a Python object (a function or the triple), not a name."""
-    return spec.get("type") == "python" and not isinstance(spec.get("loader"), str)
+    """True for a python spec whose loader is a Python object (a function or the triple), not a name."""
+    return not isinstance(spec.get("loader"), str)
 
 
 def loader_name(spec):
@@ -358,6 +358,8 @@ PYTHON = register(
         named=loader_named,
         card=own_card,
         local_paths=loader_paths,
+        in_memory=in_memory,
         accelerations=accelerations.EMBEDDING_ONLY,
+        about="a loader of your own returning (model, preprocess, tokenizer), or those objects",
     )
 )

@@ -1,16 +1,9 @@
 """lgip.models.registry: the registry (CLIP_benchmark's shape): a model spec's "type" picks its family's
 record (lgip.models.families: its loader returning an Encoder, its preparer returning its tokenizer and
 pixels without its weights, its key encoder making its cache keys without them, its scorer, card and Hub
-files). Each family's module registers its record when imported here. The types:
-  openclip      {"model_name", "pretrained"}: open_clip names and tags, hf-hub:, local-dir:, checkpoint files
-  transformers  {"model_id"}: any transformers dual encoder (CLIP, MetaCLIP, AltCLIP, ALIGN, ChineseCLIP, SigLIP, ...)
-  siglip        {"model_id"}: the same loader, the published specs' name for SigLIP/SigLIP2
-  python        {"loader", "kwargs"}: a loader of one's own returning (model, preprocess, tokenizer)
-  generative    {"model_id", "score", "prompt", "question"}: a generative VLM scoring a pair (LGIP_SPEC.md 13:
-                a JointModel, lgip.models.joint)
-  itm           {"model_id"}: a BLIP / BLIP-2 image-text matching head (the same)
-A MODELS entry may also be a name (NAMED_MODELS: the published nine, and "demo", the bundled demo
-model, lgip.demo); `expand_models` turns names into specs before any work.
+files). Each family's module registers its record when imported here; `describe_types()` lists them with their
+keys (what --help and a bad spec's error say). A MODELS entry may also be a name (NAMED_MODELS: the published
+nine, and "demo", the bundled demo model, lgip.demo); `expand_models` turns names into specs before any work.
 The room for a new model family: a module with its loader (spec, protocol, device, dtype) -> Encoder and
 its record, `register(Family(...))` (lgip.models.families), imported below; nothing else.
 
@@ -23,15 +16,15 @@ import sys
 from .. import accelerations
 from ..demo import DEMO_MODEL, DEMO_NAME
 from ..errors import ModelError, WrongModelType
-from .zoo import expand_zoo, is_zoo
+from .zoo import ZOO_SPEC_TYPE, expand_zoo, is_zoo
 from .encoder import PROTOCOLS, check_keys, resolve_device, resolve_dtype, tokenizer_key
 from .pixels import check_pixel_split
 from .hub import check_model
-from .families import FAMILIES, family
+from .families import FAMILIES, describe_types, family, known_family
 
 # the family modules, each registering its record when imported: their order is the order errors list the types
-from . import openclip, dual_encoders, own_loader, joint, causal_lm  # noqa: F401, E402  (registered: openclip, ..., causal_lm)
-from .own_loader import in_memory
+# (imported for their records: openclip, dual_encoders, own_loader, joint, causal_lm register their types)
+from . import openclip, dual_encoders, own_loader, joint, causal_lm  # noqa: F401
 
 
 PUBLISHED_MODELS = [  # the nine models of the paper, as the published scripts specify them
@@ -117,8 +110,8 @@ def expand_models(models):
 
 
 def _pair(spec):
-    """An open_clip spec's (architecture, pretrained tag), else None."""
-    if isinstance(spec, dict) and spec.get("type") == "openclip":
+    """An open_clip spec's (architecture, pretrained tag), else None (a zoo's specs are of its type)."""
+    if isinstance(spec, dict) and spec.get("type") == ZOO_SPEC_TYPE:
         return spec.get("model_name"), spec.get("pretrained")
     return None
 
@@ -131,8 +124,8 @@ def spec_keys(model_type):
 def _check_spec(spec, protocol):
     if not isinstance(spec, dict) or "name" not in spec or "type" not in spec:
         raise ModelError(
-            f"a model spec is a dict with 'name' and 'type' (+ 'model_name'/'pretrained' for openclip, "
-            f"'model_id' for transformers and siglip, 'loader' for python), got {spec!r}"
+            f"a model spec is a dict with 'name', 'type' and its type's keys (types: {describe_types('; ')}), "
+            f"got {spec!r}"
         )
     kind = family(spec)  # (an unknown type: the error names the valid ones)
     check_keys(spec, kind.spec_keys(), f"model {spec['name']!r} (type {spec['type']!r})")
@@ -150,7 +143,8 @@ def cacheable(spec):
     """False for a model held in memory (type python, a function or the objects as its loader):
     nothing on disk names its weights (a training loop's next epoch has the same name and
     objects), so its embeddings are never cached."""
-    return not in_memory(spec)
+    kind = known_family(spec)
+    return kind is None or not kind.in_memory(spec)
 
 
 def load_model(spec, protocol="corrected", device="cpu", dtype=None):

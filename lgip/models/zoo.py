@@ -17,6 +17,7 @@ from ..errors import ConfigError, ModelError
 from .encoder import check_keys
 
 ZOO_TYPE = "openclip_zoo"
+ZOO_SPEC_TYPE = "openclip"  # the type of the specs a zoo entry stands for
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+@-]")
 
 
@@ -38,7 +39,7 @@ def expand_zoo(spec):
         )
     pairs = open_clip.list_pretrained()
     out = [
-        {"name": _UNSAFE.sub("_", f"{arch}__{tag}"), "type": "openclip", "model_name": arch, "pretrained": tag}
+        {"name": _UNSAFE.sub("_", f"{arch}__{tag}"), "type": ZOO_SPEC_TYPE, "model_name": arch, "pretrained": tag}
         for arch, tag in pairs
         if fnmatch.fnmatchcase(arch, match) and fnmatch.fnmatchcase(tag, tags)
     ]

@@ -166,7 +166,7 @@ def blind_lines(audit):
 
 
 def _arrow(a, b):
-    f = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    f = lambda v: "n/a" if v is None else f"{v:.3f}"
     return f"{f(a)} → {f(b)}"
 
 

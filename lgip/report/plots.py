@@ -13,6 +13,7 @@ path or None when no row has its figures.
 import textwrap
 
 from ..method import FLIP_TYPES
+from ..models.families import known_family
 from ..outputs import atomic_open
 from .evaluations import EVALUATIONS
 from .rows import RETRIEVAL_AXES, rank_correlations
@@ -64,17 +65,11 @@ FAMILY_MARKERS = {"OpenCLIP": "o", "SigLIP": "s", "generative VLM": "^", "ITM cr
 
 
 def _family(row):
-    """'OpenCLIP', 'SigLIP', 'generative VLM', 'ITM cross-encoder' (LGIP_SPEC.md 13) or 'other': the run's
-    model type (a transformers model by its model type: SigLIP/SigLIP2 checkpoints are SigLIP whichever
-    type loaded them), else the tag."""
-    kind = row.get("_type") or (
-        "siglip" if "siglip" in row["model"].lower() else "openclip" if "clip" in row["model"].lower() else None
-    )
-    if str(row.get("_family") or "").startswith("siglip"):
-        kind = "siglip"
-    return {"openclip": "OpenCLIP", "siglip": "SigLIP", "generative": "generative VLM", "itm": "ITM cross-encoder"}.get(
-        kind, "other"
-    )
+    """How the legend names a row's kind of model: its family record's label (lgip.models.families: 'OpenCLIP',
+    'SigLIP' for a SigLIP/SigLIP2 checkpoint whichever type loaded it, 'generative VLM', 'ITM cross-encoder', ...,
+    LGIP_SPEC.md 13) of the run's model type and model family; 'other' for a type lgip does not know."""
+    kind = known_family({"type": row.get("_type")})
+    return kind.label(row.get("_family")) if kind is not None else "other"
 
 
 def _model_colors(tags):

@@ -19,7 +19,7 @@ family record whose `scorer` is the class itself (tests/test_families.py: a text
     >>> scored = CachingScorer(scorer_for(spec), cache).score(ctx, ScoreRequest([inv, sens], controls=True))
 """
 
-from ..models import FAMILIES
+from ..models import known_family
 from .base import (  # noqa: F401 (the seam's types)
     PROVIDES,
     Context,
@@ -45,8 +45,8 @@ def register_scorer(kind, cls):
 
 
 from .embeddings import EmbeddingScorer, score_by_cosine  # noqa: E402,F401 (after SCORERS: they register)
-from .joint import JointScorer  # noqa: E402,F401
-from .text import TextScorer  # noqa: E402,F401
+from .joint import JointScorer  # noqa: E402
+from .text import TextScorer  # noqa: E402
 from .cached import CachingScorer  # noqa: E402,F401
 
 register_scorer("embeddings", EmbeddingScorer)
@@ -58,7 +58,7 @@ def scorer_class(spec):
     """The PairScorer class for a model spec, by its family's scorer (lgip.models.families): a kind named
     in SCORERS, or the class itself. A spec of no known type: a dual encoder's (its type's error comes
     where the model is loaded)."""
-    kind = FAMILIES.get(spec.get("type")) if isinstance(spec, dict) else None
+    kind = known_family(spec)
     named = kind.scorer if kind is not None else "embeddings"
     if isinstance(named, type):
         return named
