@@ -15,7 +15,6 @@ mirrors that file: a later run's models are added to it, not put in its place.
 """
 
 import glob
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -53,14 +52,11 @@ class Scored:
 
 
 def _metrics_rows(path):
-    """The per-model rows of a metrics file (a list file, or run_lgip_multi's file of one model)."""
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            value = json.load(f)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not JSON ({e.msg}, line {e.lineno} column {e.colno})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text (not a metrics file)") from None
+    """The per-model rows of a metrics file (a list file, or run_lgip_multi's file of one model) that name a score
+    file (or None); InputError naming the file when it is not JSON."""
+    from .records import read_json
+
+    value = read_json(path)
     rows = value if isinstance(value, list) else [value]
     return [r for r in rows if isinstance(r, dict) and isinstance(r.get("model_tag"), str) and "scores_file" in r]
 
