@@ -44,6 +44,10 @@ above it in this list, so it can be read, and changed, knowing only those:
   attribution, explain  word attribution of a text's similarity (LGIP_SPEC.md 8): plain tower forwards
                         keeping attention probabilities, token and word scores, changed and blamed words;
                         explain_flips.py's flips, lines and localization accuracy (`from lgip import explain`)
+  trackers, export, compare
+                        TRACKERS (W&B, MLflow, TensorBoard); the per-pair scores as one flat table (EXPORT, `lgip
+                        export`) and what an evaluation does with its rows (write_results); two runs paired over the
+                        images both scored (`lgip compare`)
   pipeline              run_all's steps: each script's run() in run_all's process, run again only when an input, the
                         script or the settings changed (recorded beside its output)
 
@@ -143,6 +147,8 @@ from lgip.texts import TextBank
 from lgip.util import Timer, default_num_workers, file_sha256, fmt, package_versions, provenance
 from lgip.outputs import OutputSet, atomic_open, refuse_overwriting_input, remove_stale_temps, write_json
 from lgip.filenames import blind_file, default_output, metrics_path, score_file
+from lgip.export import write_results
+from lgip.trackers import finetune_logger as track_steps
 
 __all__ = [
     "ACCELERATIONS",
@@ -253,8 +259,10 @@ __all__ = [
     "step_setting_hint",
     "simple_paraphrases",
     "swap_process_state",
+    "track_steps",
     "typed_flips",
     "write_comparisons",
     "write_json",
+    "write_results",
     "write_rows",
 ]

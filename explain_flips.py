@@ -49,6 +49,7 @@ UNSUPPORTED = "stop"  # "stop": a model of a family word attribution does not su
 #   run_all.py's choice)
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the flips for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
+TRACKERS = []  # list of "wandb", "mlflow", "tensorboard": each model's figures also logged there (docs/outputs.md)
 VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 
@@ -130,7 +131,7 @@ def explain_all(config):
         )
         print(f"{enc.name}: {explain.detection_line(m)}", flush=True)
     loop.finish(results)
-    common.detail(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_explain.metrics.json'), results)}")
+    common.write_results(__file__, config, results, "LGIP_explain.metrics.json")  # (then TRACKERS)
     if len(paired.models) >= 2:
         common.write_comparisons(__file__, config, paired)
     return results

@@ -44,6 +44,7 @@ RESUME = True  # True: continue from resume.pt when its settings match; False: s
 KEEP_RESUME = False  # True: keep resume.pt once the run is done (the optimiser's state too); False: removed then
 DEVICE = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
 DTYPE = "auto"  # "auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32", "bf16"
+TRACKERS = []  # list of "wandb", "mlflow", "tensorboard": each step's loss terms also logged there (docs/outputs.md)
 VERBOSE = True  # True: every line (paths written, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 
@@ -141,7 +142,11 @@ def main():
         common.write_json(meta_path, dict(meta, status="running"), output=False)  # (a killed run's meta says so)
     paths = [os.path.join(root, records[k][1]["image_path"]) for k in usable]
     recs = [records[k][1] for k in usable]
-    done = job.train(folder, recs, paths, train_settings, digest, settings, resume=RESUME)
+    on_line, close_trackers = common.track_steps(CONFIG, folder, RUN_NAME) if rank == 0 else (None, lambda: None)
+    try:
+        done = job.train(folder, recs, paths, train_settings, digest, settings, RESUME, on_line)
+    finally:
+        close_trackers()
     saved = job.save(folder, RUN_NAME)
     if rank == 0:
         common.write_json(meta_path, dict(meta, saved=saved, steps_done=done, status="done"))

@@ -51,6 +51,8 @@ ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__ENHANCED_LGIP_<model>.scores.jsonl
+EXPORT = None  # None, "csv" or "parquet": the per-pair scores also as one table, <stem>__LGIP_<script>_pairs.csv
+TRACKERS = []  # list of "wandb", "mlflow", "tensorboard": each model's figures also logged there (docs/outputs.md)
 VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 
@@ -270,9 +272,7 @@ def run(**constants):
             __file__, config, ("same_caps", "diff_caps", "diff_caps_*", "combined_caps"), evaluate, summary
         )
         if results is not None:
-            common.detail(
-                f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'ENHANCED_LGIP_analysis.json'), results)}"
-            )
+            common.write_results(__file__, config, results, "ENHANCED_LGIP_analysis.json")  # (then EXPORT, TRACKERS)
         return results
 
 

@@ -48,6 +48,8 @@ PRIOR_IMAGES = 3  # int >= 1: a joint scorer's (type generative or itm) text-pri
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_fliptypes_<model>.scores.jsonl
+EXPORT = None  # None, "csv" or "parquet": the per-pair scores also as one table, <stem>__LGIP_<script>_pairs.csv
+TRACKERS = []  # list of "wandb", "mlflow", "tensorboard": each model's figures also logged there (docs/outputs.md)
 VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 FIELDS = ["same_caps", "diff_caps", "diff_caps_+"]  # (+: the typed lists, at least one per record)
@@ -102,11 +104,14 @@ def evaluate(run):
         return None
     err = abs(inv.base_sim - inv.sim)
     by_type = {t: typed.subset(np.flatnonzero(typed.labels == t)) for t in common.flip_types(run.records)}
+    overall = sensitivity(flips)
     m = {
         "model_tag": run.enc.name,
         "num_samples": scored.n_samples,  # published: records with a readable image and a caption
         "invariance_error_mean": common.mean_or_none(err),
-        "global_sensitivity": sensitivity(flips),
+        "global_sensitivity": overall,
+        # (run_lgip_multi's names for the same figures beside the published block, so one key reads both rows)
+        **{f"sensitivity_{k}": overall[k] for k in ("gap_mean", "gap_mean_ci95", "pos_rate", "pos_rate_ci95")},
         "by_flip_type": {t: controls(sensitivity(pairs), pairs) for t, pairs in by_type.items()},
     }
     common.add_ci(m, "invariance_error_mean", inv.rec, err, BOOTSTRAP, BOOTSTRAP_SEED)
@@ -151,9 +156,7 @@ def run(**constants):
     with common.script_call(globals(), constants) as config:
         results = common.run_evaluation(__file__, config, FIELDS, evaluate, summary)
         if results is not None:
-            common.detail(
-                f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_fliptypes.metrics.json'), results)}"
-            )
+            common.write_results(__file__, config, results, "LGIP_fliptypes.metrics.json")  # (then EXPORT, TRACKERS)
         return results
 
 

@@ -56,6 +56,8 @@ BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_images_<model>.scores.jsonl
 SAVE_EXAMPLES = 0  # int >= 0: write the altered images of the first this many readable records as PNG files to
 #   <stem>__LGIP_images_examples/ (to look at); 0 = none
+EXPORT = None  # None, "csv" or "parquet": the per-pair scores also as one table, <stem>__LGIP_<script>_pairs.csv
+TRACKERS = []  # list of "wandb", "mlflow", "tensorboard": each model's figures also logged there (docs/outputs.md)
 VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 PUBLISHED_TEXT_BATCH = 64  # the captions as run_lgip_multi.py and run_lgip_by_fliptype.py
@@ -139,7 +141,7 @@ def run(**constants):
         _examples_saved = False
         results = common.run_evaluation(__file__, config, (), evaluate, summary, needs=("altered_images",))
         if results is not None:
-            common.detail("->", common.write_rows(common.metrics_path(JSONL_PATH, "LGIP_images.metrics.json"), results))
+            common.write_results(__file__, config, results, "LGIP_images.metrics.json")  # (then EXPORT, TRACKERS)
         return results
 
 

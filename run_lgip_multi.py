@@ -44,6 +44,8 @@ PRIOR_IMAGES = 3  # int >= 1: a joint scorer's (type generative or itm) text-pri
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
 WRITE_SCORES = True  # True: also write per-pair similarities to <stem>__LGIP_<model>.scores.jsonl
+EXPORT = None  # None, "csv" or "parquet": the per-pair scores also as one table, <stem>__LGIP_<script>_pairs.csv
+TRACKERS = []  # list of "wandb", "mlflow", "tensorboard": each model's figures also logged there (docs/outputs.md)
 VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 PUBLISHED_TEXT_BATCH = 64  # the published encode_text's batch: a longer call is padded per 64 texts
@@ -151,7 +153,7 @@ def run(**constants):
                 results.append(m)
         if not main:
             return None
-        common.detail(f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_ALL.metrics.json'), results)}")
+        common.write_results(__file__, config, results, "LGIP_ALL.metrics.json")  # (then EXPORT, TRACKERS)
         return results
 
 

@@ -48,6 +48,7 @@ ACCELERATIONS_OFF = []  # list of names from lgip/accelerations.py to switch off
 #   (slower; the same numbers to float rounding)
 BOOTSTRAP = 1000  # int >= 0: bootstrap resamples of the images for the *_ci95 fields; 0 = no intervals
 BOOTSTRAP_SEED = 0  # int: seed of the bootstrap resampling
+TRACKERS = []  # list of "wandb", "mlflow", "tensorboard": each model's figures also logged there (docs/outputs.md)
 VERBOSE = True  # True: every line (paths written, comparisons, notes); False: the result lines (run_all's default)
 CONFIG = common.configure(globals())
 FIELDS = ("same_caps", "diff_caps", "diff_caps_*")  # the typed lists are optional (a _with_perturb file has none)
@@ -119,9 +120,7 @@ def run(**constants):
         common.check_gallery_size(config["GALLERY_SIZE"])  # before any model's work
         results = common.run_evaluation(__file__, config, FIELDS, evaluate, summary, needs=("embeddings",))
         if results is not None:
-            common.detail(
-                f"-> {common.write_rows(common.metrics_path(JSONL_PATH, 'LGIP_retrieval.metrics.json'), results)}"
-            )
+            common.write_results(__file__, config, results, "LGIP_retrieval.metrics.json")  # (then TRACKERS)
         return results
 
 

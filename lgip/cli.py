@@ -146,6 +146,28 @@ def _help_entry(name, value, comment, width=100):
     return text + "\n" + textwrap.fill(comment, width, initial_indent="      ", subsequent_indent="      ")
 
 
+def command_settings(command, argv, defaults, usage):
+    """A command of the package's own (`lgip export`, `lgip compare`): its positional arguments and its settings
+    (`--NAME=value` over `defaults`; an unknown name a ConfigError with "did you mean"; the shared ones checked by
+    lgip.settings' rules). Returns (positional, config)."""
+    config, positional = dict(defaults), []
+    for arg in argv:
+        if not arg.startswith("--"):
+            positional.append(arg)
+            continue
+        if "=" not in arg:
+            raise ConfigError(f"lgip {command}: expected --NAME=value, got {arg!r}\n{usage}")
+        key, text = arg[2:].split("=", 1)
+        if key not in config:
+            raise ConfigError(
+                f"lgip {command}: unknown setting {key!r}{closest(key, list(config))}; valid settings: "
+                f"{', '.join(config)}"
+            )
+        config[key] = parse_value(text)
+    check_settings(config, none_ok={k for k, v in defaults.items() if v is None})
+    return positional, config
+
+
 def _usage_error(message):
     """A command line that names no setting: exit status 2, as every other bad input."""
     print(f"error: {message}", file=sys.stderr)

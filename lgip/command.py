@@ -6,6 +6,8 @@ exit status).
     lgip run-all --DATA=demo --MODELS=demo
     lgip report --JSONL_PATH=demo/lgip_demo.jsonl
     lgip eval run_lgip_by_fliptype --JSONL_PATH=x_with_fliptypes.jsonl --MODELS=demo
+    lgip export runs/demo                       # the per-pair scores as one flat table (lgip.export)
+    lgip compare runs/before runs/after         # two runs paired over the images both scored (lgip.compare)
     lgip list                                   # every step and script it runs
 """
 
@@ -36,10 +38,17 @@ COMMANDS = {
     "enhanced-perturb": "rebuttal_enhanced_perturb_with_fliptypes",
     "sanity-check": "siglip_sanity_check",
 }
+# the package's own commands, over outputs already written (no script of the checkout): word -> module
+TOOLS = {
+    "export": ("lgip.export", "an evaluation's per-pair scores as one flat table (CSV, parquet)"),
+    "compare": ("lgip.compare", "two runs' figures on one input, paired over the images both scored"),
+}
 USAGE = (
     "usage: lgip <command> [--NAME=value ...]   (each command runs its script of the checkout, as\n"
     "       python <script>.py --NAME=value ... would; `lgip <command> --help` lists its settings)\n"
     "       lgip eval <script> [--NAME=value ...]   (any script by its file name)\n"
+    "       lgip export RUN [--FORMAT=csv|parquet]\n"
+    "       lgip compare RUN_A RUN_B [--A=model] [--B=model]\n"
     "       lgip list"
 )
 
@@ -53,7 +62,8 @@ def script_of(word):
 
 def listing():
     named = {v: k for k, v in COMMANDS.items()}
-    return "\n".join(f"  {named.get(s, s.replace('_', '-')):<18} {s}.py" for s in scripts.SCRIPTS)
+    steps = [f"  {named.get(s, s.replace('_', '-')):<18} {s}.py" for s in scripts.SCRIPTS]
+    return "\n".join(steps + [f"  {word:<18} {what}" for word, (_, what) in TOOLS.items()])
 
 
 def main(argv=None):
@@ -70,9 +80,13 @@ def main(argv=None):
     if argv[0] == "list":
         print(listing())
         return 0
+    if argv[0] in TOOLS:
+        import importlib
+
+        return importlib.import_module(TOOLS[argv[0]][0]).main(argv[1:])
     name = script_of(argv[0])
     if name is None:
-        words = list(COMMANDS) + [s.replace("_", "-") for s in scripts.SCRIPTS]
+        words = list(COMMANDS) + list(TOOLS) + [s.replace("_", "-") for s in scripts.SCRIPTS]
         close = difflib.get_close_matches(argv[0], words, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         print(f"error: lgip: unknown command {argv[0]!r}{hint}\n{USAGE}\n\ncommands:\n{listing()}", file=sys.stderr)

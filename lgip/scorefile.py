@@ -1,6 +1,8 @@
 """lgip.scorefile: the per-pair score files (`*.scores.jsonl`): one line per record and
 caption with the caption's similarity and each paraphrase's, flip's and combined text's, made a
 column at a time; its text less the numbers is made once per run (accelerations.SHARED_SCORE_LAYOUT).
+Read back checked (`iter_score_lines`), and as flat rows, a row per scored text (`iter_pairs`: lgip.export's
+tables, lgip.compare's figures, lgip.trackers' samples).
 
     >>> sidecar = ScoreSidecar(records); sidecar.add("flips", pairs, type=types); sidecar.save(path)
     >>> read_flip_gaps(path)[0]   # (line, caption index, flip, caption sim - flip sim)
@@ -351,3 +353,68 @@ def read_flip_gaps(path):
         for _, row in iter_score_lines(path, ("line", "caption_index", "sim"))
         for item in row.get("flips") or []
     ]
+
+
+# --- a score file as flat rows (lgip.export's tables, lgip.compare, lgip.trackers' samples) ---
+
+COLUMNS = ("model", "record", "line", "caption_index", "kind", "type", "text", "score", "image_path")
+# (gap: the caption's score less this text's; prior_gap: LGIP_SPEC.md 9's b, a flip's with the average other image;
+# strength: the enhanced analysis's; other_image_path: the image an image flip mixed in; score_kind: what a score is)
+EXTRA_COLUMNS = ("gap", "prior_gap", "strength", "other_image_path", "score_kind")
+# the evaluations that write score files, by the name their tables take (a new one: its script's name less run_lgip_)
+SCRIPT_KEYS = {
+    "run_lgip_multi.py": "multi",
+    "run_lgip_by_fliptype.py": "fliptypes",
+    "rebuttal_enhanced_lgip_by_transformation.py": "enhanced",
+    "run_lgip_images.py": "images",
+}
+GROUP_KINDS = {"paraphrases": "paraphrase", "flips": "flip", "combined": "combined"}
+
+
+def script_key(script):
+    """'multi' for run_lgip_multi.py: the name of an evaluation's table."""
+    name = os.path.basename(script or "")
+    return SCRIPT_KEYS.get(name) or os.path.splitext(name)[0].replace("run_lgip_", "") or "scores"
+
+
+def stem_of(metrics_file):
+    """The input stem a metrics file is named after: what comes before its last `__LGIP_` or `__ENHANCED_LGIP_`."""
+    name = os.path.basename(metrics_file)
+    for mark in ("__ENHANCED_LGIP_", "__LGIP_"):
+        if mark in name:
+            return name[: name.rindex(mark)]
+    return name.split("__")[0]
+
+
+def iter_pairs(path, model):
+    """A row per scored text of a score file (COLUMNS then EXTRA_COLUMNS, as a tuple), in file order."""
+    for _, line in iter_score_lines(path, ("line", "caption_index")):
+        head = (model, line.get("image_id"), line["line"], line["caption_index"])
+        caption, base, path_of, kind_of = (
+            line.get("caption"),
+            line["sim"],
+            line.get("image_path"),
+            line.get("score_kind"),
+        )
+        yield head + ("caption", None, caption, base, path_of, None, None, None, None, kind_of)
+        for group, items in line.items():
+            if not isinstance(items, list):
+                continue
+            image = group.startswith("image_")
+            kind = GROUP_KINDS.get(group, group[:-1] if group.endswith("s") else group)
+            for item in items:
+                if not isinstance(item, dict) or "sim" not in item:
+                    continue
+                score = item["sim"]
+                yield head + (
+                    kind,
+                    item["text"] if image else item.get("type", item.get("kind")),
+                    caption if image else item.get("text"),
+                    score,
+                    path_of,
+                    None if base is None or score is None else round(base - score, 6),
+                    item.get("prior_gap"),
+                    item.get("strength"),
+                    item.get("other_image_path"),
+                    kind_of,
+                )

@@ -119,6 +119,35 @@ def _model(v):
     return check_models([v], "MODEL")
 
 
+TRACKER_NAMES = ("wandb", "mlflow", "tensorboard")
+_TRACKER_MODULES = {"wandb": "wandb", "mlflow": "mlflow", "tensorboard": "tensorboard"}
+
+
+def _installed(module):
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _trackers(v):
+    """A list of TRACKER_NAMES, each once and installed (found, not imported: each is imported when it logs)."""
+    if not isinstance(v, (list, tuple)) or any(t not in TRACKER_NAMES for t in v) or len(set(v)) != len(v):
+        return False
+    missing = [t for t in v if not _installed(_TRACKER_MODULES[t])]
+    if missing:
+        raise ConfigError(
+            f"TRACKERS names {', '.join(missing)}, not installed here: pip install {' '.join(missing)} "
+            f"(or leave {'it' if len(missing) == 1 else 'them'} out of TRACKERS)"
+        )
+    return True
+
+
+def _export(v):
+    if v == "parquet" and not _installed("pyarrow"):
+        raise ConfigError('EXPORT is "parquet" but pyarrow is not installed: pip install pyarrow, or EXPORT="csv"')
+    return v in (None, "csv", "parquet")
+
+
 _NO_DEFAULT = object()
 
 
@@ -190,6 +219,17 @@ SETTINGS = {
         "left out, recorded in skipped_models; the others go on)",
         default="stop",
     ),
+    "EXPORT": Setting(
+        _export,
+        'None, "csv" or "parquet" (the per-pair scores also as one flat table beside the metrics, '
+        "<stem>__LGIP_<script>_pairs.csv or .parquet: docs/outputs.md)",
+        default=None,
+    ),
+    "TRACKERS": Setting(
+        _trackers,
+        'a list of "wandb", "mlflow", "tensorboard" (where the figures are also logged; [] none: docs/outputs.md)',
+        default=[],
+    ),
     "MAX_SAME_PER_CAP": Setting(_int(0), f"{_COUNT} (paraphrases kept per caption)"),
     "MAX_DIFF_PER_CAP": Setting(_int(0), f"{_COUNT} (flips kept per caption)"),
     "MAX_COMBINED_PER_CAP": Setting(_int(0), f"{_COUNT} (paraphrase+flip texts kept per caption)"),
@@ -247,3 +287,8 @@ def check_settings(config, none_ok=()):
             test = lambda v: _device(v, here=False)
         if not test(value):
             raise ConfigError(f"{name} must be {what}, got {value!r}")
+    if config.get("EXPORT") is not None and config.get("WRITE_SCORES") is False:  # (the table is made from them)
+        raise ConfigError(
+            f"EXPORT={config['EXPORT']!r} makes its table from the score files, which WRITE_SCORES=False leaves "
+            f"unwritten: set WRITE_SCORES=True, or EXPORT=None"
+        )

@@ -181,12 +181,12 @@ class Trainer:
             dist.all_reduce(prm.grad)
             prm.grad.div_(self.size)
 
-    def train(self, folder, recs, paths, cfg, digest, hashed, resume=True):
+    def train(self, folder, recs, paths, cfg, digest, hashed, resume=True, on_line=None):
         """Steps from where resume.pt left off (when its hash is this run's: `digest`, over the settings `hashed`
         {NAME: value}, kept in it to say which differ) to cfg.steps (a lgip.finetune.TrainSettings), a
-        train_log.jsonl line each (rank 0; written and flushed when the step ends), resume.pt after every
-        save_every-th step and the last (finetune_lgip.py removes it once the model is saved, unless keep_resume).
-        Returns the steps done."""
+        train_log.jsonl line each (rank 0; written and flushed when the step ends, then handed to `on_line`:
+        lgip.trackers), resume.pt after every save_every-th step and the last (finetune_lgip.py removes it once the
+        model is saved, unless keep_resume). Returns the steps done."""
         import torch
 
         from .errors import ConfigError
@@ -241,6 +241,8 @@ class Trainer:
                     line = self._line(s, lr, out, cfg, grad_norm, t0)
                     log.write(json.dumps(line) + "\n")
                     log.flush()
+                    if on_line is not None:
+                        on_line(line)
                     terms = ("loss", "loss_clip", "loss_sc", "loss_inv", "loss_vc")
                     bar.set_postfix({k[5:] or k: f"{line[k]:.3f}" for k in terms if line[k] is not None}, refresh=False)
                     bar.update(1)

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import CASES, REFERENCE, eval_args, eval_settings, run_here, run_script
+from conftest import CASES, OPENCLIP_TINY, REFERENCE, eval_args, eval_settings, run_here, run_script
 
 TOL = 1e-6
 
@@ -39,6 +39,29 @@ def test_reference_protocol_reproduces_published_metrics(reference_runs, script,
     for name in outputs:
         ours = json.load(open(folder / name))
         assert_matches(ours, json.load(open(os.path.join(REFERENCE, name))))
+
+
+def _same_as_global_block(row):
+    """run_lgip_multi's names for the overall figures, beside run_lgip_by_fliptype's published block."""
+    g = row["global_sensitivity"]
+    for key in ("gap_mean", "gap_mean_ci95", "pos_rate", "pos_rate_ci95"):
+        assert row["sensitivity_" + key] == g[key], key
+    keys = list(row)
+    assert keys.index("global_sensitivity") + 1 == keys.index("sensitivity_gap_mean")  # (beside it)
+
+
+def test_fliptype_rows_name_the_overall_figures_as_run_lgip_multi_does(reference_runs, tmp_path):
+    """sensitivity_pos_rate and sensitivity_gap_mean (and their intervals) in run_lgip_by_fliptype's rows, equal
+    to the published global_sensitivity block beside them, in both protocols: one key reads both scripts' rows."""
+    folder, (rows, _, _) = reference_runs["run_lgip_by_fliptype.py"]
+    for row in rows + json.load(open(folder / "fixture_with_fliptypes__LGIP_fliptypes.metrics.json")):
+        _same_as_global_block(row)
+        assert row["sensitivity_pos_rate_ci95"] is not None
+    src = shutil.copy(os.path.join(REFERENCE, "fixture_with_fliptypes.jsonl"), tmp_path / "f_with_fliptypes.jsonl")
+    settings = eval_settings(src, "corrected", models=[OPENCLIP_TINY], BOOTSTRAP=20, WRITE_SCORES=False)
+    corrected, _, _ = run_here("run_lgip_by_fliptype.py", **settings)
+    _same_as_global_block(corrected[0])
+    assert corrected[0]["sensitivity_pos_rate"] is not None
 
 
 @pytest.mark.parametrize("script,jsonl,outputs", CASES)

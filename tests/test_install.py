@@ -29,6 +29,27 @@ print("ours:", run_lgip_multi.__file__)
 """
 
 
+def _venv_seeing_these_packages(venv):
+    """A new venv that sees the packages of the environment running the tests (their site-packages through a .pth
+    file: `--system-site-packages` would give the base interpreter's, which lack them when the tests run in a venv
+    of their own, as the README's commands make one) and installs into its own: its pip, setuptools and wheel are
+    those requirements-test.txt installed, which build an editable wheel offline. Returns its python."""
+    import site
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    own = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
+    ).stdout.strip()
+    ours = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:
+        ours.append(site.getusersitepackages())
+    with open(os.path.join(own, "_tests_environment.pth"), "w", encoding="utf-8") as f:
+        f.writelines(p + "\n" for p in dict.fromkeys(ours) if os.path.isdir(p))
+    return python
+
+
 def test_an_editable_install_serves_a_training_loop_in_another_folder(tmp_path):
     checkout, project = tmp_path / "checkout", tmp_path / "project"
     keep = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", ".lgip_cache", "*.tmp", "*.egg-info")
@@ -41,9 +62,7 @@ def test_an_editable_install_serves_a_training_loop_in_another_folder(tmp_path):
             shutil.copy(src, checkout / name)
     before = sorted(os.listdir(checkout))
     venv = tmp_path / "venv"
-    # (pip and setuptools: the installed ones, which build an editable wheel offline)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
+    python = _venv_seeing_these_packages(venv)
     proc = subprocess.run(
         [python, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps", "--no-index", "-e", str(checkout)],
         capture_output=True,
@@ -128,3 +147,45 @@ def test_the_lgip_command_runs_a_script_as_its_command_line_and_names_an_unknown
         assert "unknown command 'reprot' (did you mean 'report'?)" in capsys.readouterr().err
     finally:
         sys.argv, sys.path[:] = argv, path
+
+
+def _names(path):
+    """The package names a requirements file lists (its `-r` includes as ('-r', file))."""
+    import re
+
+    out = []
+    for line in open(os.path.join(ROOT, path), encoding="utf-8"):
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("-r "):
+            out.append(("-r", line[3:].strip()))
+        elif line:
+            out.append(re.split(r"[<>=!~; \[]", line, 1)[0].lower().replace("_", "-"))
+    return out
+
+
+def test_the_run_installs_no_test_tool_and_the_tests_install_what_they_need():
+    """requirements.txt: the package's dependencies alone (pyproject's), the classification step's among them;
+    requirements-test.txt: those, and the test and lint tools, wheel for the offline editable install, the
+    tables' and trackers' libraries (pyproject's extra `test`); the README's two commands and .ci/run use them."""
+    import re
+
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11's tomllib reads pyproject.toml")
+    run, test = _names("requirements.txt"), _names("requirements-test.txt")
+    tools = {"pytest", "pytest-xdist", "ruff", "playwright", "wheel", "wandb", "mlflow", "mlflow-skinny", "pandas"}
+    assert not tools & set(run), tools & set(run)
+    assert {"torch", "open-clip-torch", "transformers", "scikit-learn", "scipy", "clip-benchmark"} <= set(run)
+    assert test[0] == ("-r", "requirements.txt") and tools - {"mlflow"} <= set(test[1:])
+    project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
+    declared = lambda reqs: [re.split(r"[<>=!~; \[]", r, 1)[0].lower().replace("_", "-") for r in reqs]  # noqa: E731
+    assert sorted(declared(project["dependencies"])) == sorted(run)
+    assert sorted(declared(project["optional-dependencies"]["test"])) == sorted(test[1:])
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    first = [x for x in readme.split("```bash\n", 1)[1].split("```", 1)[0].splitlines() if not x.startswith("#")]
+    assert first == [
+        "python -m pip install -q -r requirements.txt && python run_all.py",
+        "python -m pip install -q -r requirements-test.txt && python -m pytest -q tests",
+    ]
+    ci = open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8").read()
+    assert "pip install -q -r requirements-test.txt" in ci and "-r requirements.txt\n" not in ci

@@ -59,7 +59,7 @@ def test_run_all_with_a_llava_a_blip_and_the_demo_model_writes_a_page_with_all_t
         cards = re.findall(rf'<article class="card"[^>]*data-model="{model}".*?</article>', html, re.S)
         assert cards and all(f">{short}</th>" in c and f'title="{formula}"' in c for c in cards), model
     sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="playwright not installed (pip install -r requirements.txt)"
+        "playwright.sync_api", reason="playwright not installed (pip install -r requirements-test.txt)"
     )
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("no Chromium installed (apt-get install -y chromium; .ci/run installs it when missing)")

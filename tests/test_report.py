@@ -1222,3 +1222,68 @@ def test_the_image_side_figure_takes_inv_rel_on_x_when_the_kinds_are_mixed(tmp_p
     diagnostic_plots.plot_image_side(rows, str(tmp_path / "one.png"))
     ax = drawn[str(tmp_path / "one.png")].axes[0]
     assert "Inv. rel." not in ax.get_xlabel() and ax.get_xlim()[1] > 21.0
+
+
+# --- the flip-type figure: readable with any number of long model names ---
+
+
+@pytest.mark.parametrize(
+    "labels,counts",
+    [
+        (
+            ["ViT-B-16 (laion2b_s34b_b88k)", "ViT-B-16 (laion2b_s34b_b88k__ft_plain)", "ViT-B-16 (laion2b__ft_lgip)"],
+            61234,
+        ),
+        (["demo_tiny_random"], 93456),
+        ([f"siglip2-base-patch16-224_{i}" for i in range(9)], 6),
+        ([f"openclip_ViT-B-16_laion2b_s34b_b88k__ft_arm{i}_with_a_long_suffix" for i in range(14)], 6),
+        ([f"model_{i:02d}_something_long_here" for i in range(40)], 6),
+    ],
+    ids=["three_long", "one", "nine", "fourteen_longer", "forty"],
+)
+def test_the_fliptype_figure_has_no_overprinted_label_and_nothing_cut_at_an_edge(tmp_path, monkeypatch, labels, counts):
+    """Model names on the axis wrapped (level where the widest fits its model's slot, else turned, neighbours
+    apart), the legend and the title whole within the figure (in rows where one row would not fit), the bars at
+    least MIN_AXES_INCHES high, whatever the names and their number."""
+    import math
+
+    from lgip.report import plots
+
+    drawn = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path, dpi, files=None: drawn.setdefault("fig", fig))
+    rows = _rate_rows([0.4 + 0.5 * (i % 2) for i in range(len(labels))])
+    for row, label in zip(rows, labels):
+        row.update(label=label, color_count=counts, number_count=counts, object_count=counts)
+    note = "lgip_demo_with_fliptypes__ft_heldout · run_lgip_by_fliptype ·\nwhiskers: 95% CI"
+    plots.plot_fliptypes(rows, str(tmp_path / "f.png"), note)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = drawn["fig"]
+    FigureCanvasAgg(fig).draw()  # (closed by then: a canvas of its own to measure on)
+    ax, renderer = fig.axes[0], fig.canvas.get_renderer()
+    ticks = [t for t in ax.get_xticklabels() if t.get_text()]
+    assert [t.get_text().replace("\n", "").replace(" ", "") for t in ticks] == [x.replace(" ", "") for x in labels]
+    for artist in [ax.get_legend(), ax.title, *ticks]:
+        assert plots._inside(fig, artist, margin=0), artist
+    boxes = [t.get_window_extent(renderer) for t in ticks]
+    angle = ticks[0].get_rotation()
+    if angle == 0:  # level: side by side, none over its neighbour
+        assert all(a.x1 <= b.x0 for a, b in zip(boxes, boxes[1:])), [(b.x0, b.x1) for b in boxes]
+    else:  # turned: parallel bands of text, each neighbour a text's height or more away across them
+        anchors = [ax.transData.transform((x, 0))[0] for x in ax.get_xticks()[: len(ticks)]]
+        lines = max(t.get_text().count("\n") + 1 for t in ticks)
+        height = lines * 10 * 1.2 * fig.dpi / 72  # (10 pt labels)
+        assert all((b - a) * math.sin(math.radians(angle)) >= height for a, b in zip(anchors, anchors[1:]))
+    assert ax.get_position().height * fig.get_figheight() >= plots.MIN_AXES_INCHES - 1e-6
+    assert fig.get_figwidth() <= max(plots.MAX_FIGURE_INCHES, 0.22 * len(labels) + 2.5) + 1e-6
+    if len(labels) == 3:  # (the fine-tuning demo's page: three long names, level, wrapped)
+        assert angle == 0 and any("\n" in t.get_text() for t in ticks)
+
+
+def test_a_long_model_name_wraps_at_its_parts():
+    from lgip.report.plots import wrap_label
+
+    assert wrap_label("ViT-B-16 (laion2b_s34b_b88k__ft_plain)", 16) == "ViT-B-16\n(laion2b_s34b_\nb88k__ft_plain)"
+    assert wrap_label("ViT-B-16 (openai)", 17) == "ViT-B-16 (openai)"  # (one that fits: as it is)
+    assert wrap_label("siglip2-base-patch16-224", 16) == "siglip2-base-\npatch16-224"
+    assert wrap_label("averyveryverylongname", 8) == "averyveryverylongname"  # (a part longer than a line: whole)

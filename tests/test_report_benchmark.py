@@ -204,7 +204,7 @@ def test_the_benchmark_page_fits_1400_px(request, sc7, tmp_path):
     """SugarCrepe's seven types: at 1400 px the page never scrolls sideways, and the results table and the
     benchmark's table fit their boxes (the type columns' intervals wrapping as the results table's do)."""
     sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="playwright not installed (pip install -r requirements.txt)"
+        "playwright.sync_api", reason="playwright not installed (pip install -r requirements-test.txt)"
     )
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("no Chromium installed (apt-get install -y chromium; .ci/run installs it when missing)")

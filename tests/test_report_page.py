@@ -580,7 +580,7 @@ def test_page_in_chromium(request, tmp_path):
     """One page load, from a folder holding the page alone: every image decoded, no console or page
     error, nothing fetched; a header click sorts the table; flips' changed words in <mark>; filters."""
     sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="playwright not installed (pip install -r requirements.txt)"
+        "playwright.sync_api", reason="playwright not installed (pip install -r requirements-test.txt)"
     )
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("no Chromium installed (apt-get install -y chromium; .ci/run installs it when missing)")
@@ -1347,7 +1347,7 @@ def test_page_layout_fits_the_window_with_one_two_and_nine_models(request, tmp_p
     labels end on one line (sorted or not); figures and galleries stay in the column; the demo
     banner shows on a demo run's page only."""
     sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="playwright not installed (pip install -r requirements.txt)"
+        "playwright.sync_api", reason="playwright not installed (pip install -r requirements-test.txt)"
     )
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("no Chromium installed (apt-get install -y chromium; .ci/run installs it when missing)")
@@ -1425,7 +1425,7 @@ def test_a_one_model_page_leaves_out_what_compares_models_and_says_so_once(reque
     notice stands beside each gallery as well as at the top. A two-model page shows them all, and
     names a model run without pretrained weights above its results."""
     sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="playwright not installed (pip install -r requirements.txt)"
+        "playwright.sync_api", reason="playwright not installed (pip install -r requirements-test.txt)"
     )
     if not (shutil.which("chromium") or shutil.which("chromium-browser")):
         pytest.skip("no Chromium installed (apt-get install -y chromium; .ci/run installs it when missing)")

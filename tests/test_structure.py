@@ -32,6 +32,7 @@ USER_SCRIPTS = {
 OTHER_FILES = {
     "README.md",
     "requirements.txt",
+    "requirements-test.txt",
     "LICENSE",
     ".gitignore",
     "pyproject.toml",

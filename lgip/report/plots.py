@@ -10,7 +10,9 @@ path or None when no row has its figures.
     ['tiny_siglip']
 """
 
+import re
 import textwrap
+import warnings
 
 from ..method import FLIP_TYPES
 from ..models.families import known_family
@@ -311,11 +313,67 @@ def fliptype_figures(rows):
     return [f"{t}_pos_rate" for t in row_types(rows)]
 
 
+LABEL_INCHES_PER_CHAR = 0.085  # a tick label's width per character at 10 pt (DejaVu Sans; measured again once drawn)
+MAX_FIGURE_INCHES = 16.0  # the widest a figure grows for its labels (the page shows 100 px an inch, ~1550 px at most)
+
+
+def wrap_label(text, width):
+    """A model's label on lines of at most `width` characters: as it is when it fits, else its parts before
+    and from a " (" on lines of their own, each broken after a space, '_' or '-' (a part longer than `width`
+    stays whole).
+
+    >>> wrap_label("ViT-B-16 (laion2b_s34b_b88k__ft_plain)", 16)
+    'ViT-B-16\n(laion2b_s34b_\nb88k__ft_plain)'
+    """
+    if len(text) <= width:
+        return text
+    lines = []
+    for segment in re.split(r" (?=\()", text):
+        lines.append("")
+        for part in re.split(r"(?<=[ _-])", segment):
+            if lines[-1] and len(lines[-1].rstrip() + part.rstrip()) > width:
+                lines.append("")
+            lines[-1] += part
+    return "\n".join(line.strip() for line in lines if line.strip())
+
+
+def _fit_tick_labels(fig, ax, labels, width):
+    """The x tick labels set so that none overprints another: wrapped to `width` characters and level where the
+    widest fits its model's slot, else wrapped to twice that and turned 30, 45, 60 or 90 degrees (the least
+    that keeps neighbouring labels apart); returns the angle."""
+    import math
+
+    renderer = fig.canvas.get_renderer()
+    x0, x1 = ax.get_xticks()[:2] if len(ax.get_xticks()) > 1 else (0, 1)
+    slot = abs(ax.transData.transform((x1, 0))[0] - ax.transData.transform((x0, 0))[0])
+    ax.set_xticklabels([wrap_label(t, width) for t in labels], rotation=0, ha="center")
+    if len(labels) == 1 or max(t.get_window_extent(renderer).width for t in ax.get_xticklabels()) <= 0.92 * slot:
+        return 0
+    turned = [wrap_label(t, 2 * width) for t in labels]  # (two lines at most of a long name: less to turn)
+    ax.set_xticklabels(turned, rotation=0, ha="center")
+    height = max(t.get_window_extent(renderer).height for t in ax.get_xticklabels())
+    angle = next((a for a in (30, 45, 60) if slot * math.sin(math.radians(a)) >= 1.5 * height), 90)
+    ax.set_xticklabels(turned, rotation=angle, ha="right" if angle < 90 else "center", rotation_mode="anchor")
+    return angle
+
+
+def _inside(fig, artist, margin=3):
+    """The artist's box within the figure's, `margin` pixels from each edge."""
+    box = artist.get_window_extent(fig.canvas.get_renderer())
+    w, h = fig.bbox.width, fig.bbox.height
+    return box.x0 >= margin and box.y0 >= margin and box.x1 <= w - margin and box.y1 <= h - margin
+
+
+MIN_AXES_INCHES = 3.0  # the bars' height kept whatever the labels under them take
+
+
 def plot_fliptypes(rows, path, title_note="", dpi=150, files=None, benchmark=None):
     """Grouped bars: per model, the positive rate of each flip type with CI whiskers (the types of
     the rows' per-type columns, in their order: LGIP's three, or an imported benchmark's own);
     `benchmark`: lgip.report.benchmark_source's dict (the title names it, and says the
-    positive rate is its accuracy where it is); None if no data."""
+    positive rate is its accuracy where it is); None if no data. The figure widens for long model names
+    (wrapped on the axis; past MAX_FIGURE_INCHES turned), and the legend takes the rows it needs, so no
+    label overprints another and nothing is cut at an edge, with any number of models and names."""
     types = row_types(rows)
     pts = [r for r in rows if any(r.get(f"{t}_pos_rate") is not None for t in types)]
     if not pts:
@@ -325,7 +383,12 @@ def plot_fliptypes(rows, path, title_note="", dpi=150, files=None, benchmark=Non
 
     palette = type_colors(types)
     n, nt = len(pts), len(types)
-    fig_width = max(7.0, (0.35 * nt + 0.2) * n + 2.5)
+    labels = [r["label"] for r in pts]
+    bars = 0.35 * nt + 0.2  # (inches: one model's bars)
+    chars = max(16, int((max(7.0, bars * n + 2.5) - 2.5) / n / LABEL_INCHES_PER_CHAR))
+    longest = max(len(line) for t in labels for line in wrap_label(t, chars).split("\n"))
+    slot = max(bars, LABEL_INCHES_PER_CHAR * longest + 0.25)
+    fig_width = min(max(7.0, slot * n + 2.5), max(MAX_FIGURE_INCHES, 0.22 * n + 2.5))
     fig, ax = plt.subplots(figsize=(fig_width, 5.2))
     width = 0.8 / nt
     x = np.arange(n)
@@ -367,13 +430,10 @@ def plot_fliptypes(rows, path, title_note="", dpi=150, files=None, benchmark=Non
         )
     ax.axhline(0.5, color="0.3", linestyle="--", linewidth=1.2, zorder=4, label="chance (0.5)")
     ax.set_xticks(x)
-    ax.set_xticklabels([r["label"] for r in pts], rotation=25 if n > 3 else 0, ha="right" if n > 3 else "center")
+    ax.set_xlim(-0.5, n - 0.5)
     ax.set_ylim(0, 1)  # (a rate's whole range, no more; the legend sits clear above a bar at 1)
     ax.set_ylabel("Positive rate (higher is better)")
     ax.grid(True, axis="y", alpha=0.3, zorder=0)
-    # (a benchmark's types, longer names: the legend in rows as wide as the figure, the title above them)
-    ncol = nt + 1 if benchmark is None else max(1, min(nt + 1, int(fig_width / 2.4)))
-    legend_rows = -(-(nt + 1) // ncol)
     title = (
         "LGIP sensitivity by flip type: share of flips scored below the original"
         if benchmark is None
@@ -381,9 +441,34 @@ def plot_fliptypes(rows, path, title_note="", dpi=150, files=None, benchmark=Non
         if benchmark["accuracy"]
         else f"{benchmark['name']} by type: positive rate"
     )
-    ax.set_title(title + (f"\n{title_note}" if title_note else ""), fontsize=13, pad=36 + 17 * (legend_rows - 1))
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.025), ncol=ncol, frameon=False)
-    fig.tight_layout()
+    # (the legend in a band above the bars, on one row where the figure may widen for it and its title, else
+    # in as many columns as the figure takes whole; the title above it)
+    renderer = fig.canvas.get_renderer()
+    legend = ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=nt + 1, frameon=False)
+    heading = ax.set_title(title + (f"\n{title_note}" if title_note else ""), fontsize=13)
+    widths = [a.get_window_extent(renderer).width / fig.dpi + 1.4 for a in (legend, heading)]
+    wanted = max((w for w in widths if w <= max(MAX_FIGURE_INCHES, fig_width)), default=0.0)
+    if wanted > fig_width:
+        fig.set_size_inches(wanted, fig.get_figheight())
+    legend.remove()
+    ax.set_xticklabels([wrap_label(t, chars) for t in labels])
+    entries = nt + 1
+    for ncol in dict.fromkeys(-(-entries // r) for r in range(1, entries + 1)):  # (rows filled evenly)
+        legend = ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, frameon=False)
+        points = legend.get_window_extent(renderer).height * 72.0 / fig.dpi
+        ax.set_title(title + (f"\n{title_note}" if title_note else ""), fontsize=13, pad=points + 12)
+        with warnings.catch_warnings():  # (a legend too wide for the figure: fewer columns, next time round)
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout()
+            _fit_tick_labels(fig, ax, labels, chars)
+            fig.tight_layout()
+        if ncol == 1 or (_inside(fig, legend) and _inside(fig, ax.title)):
+            break
+        legend.remove()
+    short = MIN_AXES_INCHES - ax.get_position().height * fig.get_figheight()
+    if short > 0:  # (labels turned under the bars take height: the figure grows rather than the bars shrink)
+        fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + short)
+        fig.tight_layout()
     _save(fig, path, dpi, files)
     plt.close(fig)
     return path
