@@ -73,7 +73,7 @@ def _pick_models(a, b, config, run_a, run_b):
     names_a, names_b = [r["model_tag"] for r in a.rows], [r["model_tag"] for r in b.rows]
     want_a, want_b = config.get("A"), config.get("B")
     if want_a is not None or want_b is not None:  # (one alone: the other run's model of that name, or its one)
-        one = lambda want, names: want if want in names or len(names) != 1 else names[0]  # noqa: E731
+        one = lambda want, names: want if want in names or len(names) != 1 else names[0]
         want_a, want_b = want_a or one(want_b, names_a), want_b or one(want_a, names_b)
         for want, names, run, side in ((want_a, names_a, run_a, "A"), (want_b, names_b, run_b, "B")):
             if want not in names:
@@ -138,9 +138,9 @@ def line(row):
     head = figure + (f" [{t}]" if t is not None else "")
     if row["diff"] is None:
         return f"{head}: n/a (no pair of one run on the images drawn)"
-    f = lambda v: _fmt(figure, v)  # noqa: E731
+    f = lambda v: _fmt(figure, v)
     ci = row["diff_ci95"]
-    sign = lambda v: ("+" if v >= 0 else "") + f(v)  # noqa: E731
+    sign = lambda v: ("+" if v >= 0 else "") + f(v)
     return f"{head}: A {f(row['a_value'])}, B {f(row['b_value'])}, diff {sign(row['diff'])}" + (
         f" [{sign(ci[0])}, {sign(ci[1])}]" if ci else ""
     )
@@ -150,7 +150,7 @@ def _in_order(rows):
     """The overall figures first, then each type's (types and figures in the order the score file gives them)."""
     figures = list(dict.fromkeys(r["figure"] for r in rows))
     types = list(dict.fromkeys(r["flip_type"] for r in rows if r["flip_type"] is not None))
-    at = lambda r: (0 if r["flip_type"] is None else 1 + types.index(r["flip_type"]), figures.index(r["figure"]))  # noqa: E731
+    at = lambda r: (0 if r["flip_type"] is None else 1 + types.index(r["flip_type"]), figures.index(r["figure"]))
     return sorted(rows, key=at)
 
 

@@ -5,7 +5,7 @@ a step, `resume.pt`, and, under torchrun, each rank encoding its slice of the ba
 rank order, so that W ranks x B/W give what one process gives with B.
 
     >>> trainer = Trainer(spec, "cpu", "auto")                  # rank and world size from torchrun's environment
-    >>> done = trainer.train(folder, records, paths, cfg, digest); spec = trainer.save(folder, "lgip")
+    >>> done = trainer.train(folder, records, paths, TrainSettings(), digest, hashed); spec = trainer.save(folder, "x")
 """
 
 import json

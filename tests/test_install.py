@@ -178,7 +178,7 @@ def test_the_run_installs_no_test_tool_and_the_tests_install_what_they_need():
     assert {"torch", "open-clip-torch", "transformers", "scikit-learn", "scipy", "clip-benchmark"} <= set(run)
     assert test[0] == ("-r", "requirements.txt") and tools - {"mlflow"} <= set(test[1:])
     project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
-    declared = lambda reqs: [re.split(r"[<>=!~; \[]", r, 1)[0].lower().replace("_", "-") for r in reqs]  # noqa: E731
+    declared = lambda reqs: [re.split(r"[<>=!~; \[]", r, 1)[0].lower().replace("_", "-") for r in reqs]
     assert sorted(declared(project["dependencies"])) == sorted(run)
     assert sorted(declared(project["optional-dependencies"]["test"])) == sorted(test[1:])
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
