@@ -6,7 +6,8 @@ generative VLMs and cross-encoders through section 13's pair score (a text-only 
 LGIP_SPEC.md section 16; docs/classification.md says what each figure means and which choices change it. Writes
 `<N>__LGIP_classification.metrics.json` (a row per model, merged with an earlier run's) and
 `<N>__LGIP_classification_<model>.jsonl` (a line per image), N = JSONL_PATH's stem, else "lgip".
-  python run_lgip_classification.py --MODELS='["demo"]'                    # the shapes world's held-out images
+  python run_lgip_classification.py --MODELS='["demo"]'    # the shapes world (make_shapes_jsonl.py or run_all.py
+                                                           # --DATA=shapes made it): its held-out images, its OOD glyphs
   python run_lgip_classification.py --DATASETS='[{"name": "in1k", "source": "clip_benchmark", "role": "id",
       "dataset": "imagenet1k", "root": "/data/imagenet"}, {"name": "in-r", "source": "clip_benchmark",
       "role": "shift", "dataset": "imagenet-r", "root": "/data/imagenet-r"}]'

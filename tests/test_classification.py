@@ -455,3 +455,19 @@ def test_mcm_is_refused_for_a_joint_model_before_any_work():
         SCRIPT, "--OOD_SCORE=mcm", "--MODELS=[{'name': 'm', 'type': 'itm', 'model_id': '/x'}]", check=False
     )
     assert proc.returncode == 2 and 'OOD_SCORE "mcm" is a softmax over a dual encoder\'s cosines' in proc.stderr
+
+
+def test_a_dataset_of_no_files_is_read_by_index_and_keyed_by_its_pixels():
+    from PIL import Image
+
+    from lgip.cache import image_cache_key
+    from lgip.classification.benchmark import indexed_items
+    from lgip.images import _ImageFiles
+
+    ds = [(Image.new("L", (9, 9), v), v % 2) for v in (0, 1, 1)]  # (grey: made RGB, as a file's image is)
+    items, shown, keys, labels = indexed_items(ds, "arrays", "/r", "test")
+    assert labels == [0, 1, 1] and keys == ["0", "1", "2"] and shown == [None] * 3
+    assert image_cache_key(items[1]) == image_cache_key(items[1]) != image_cache_key(items[0])
+    assert image_cache_key(items[1]).split("|")[-1] == image_cache_key(items[2]).split("|")[-1]  # (equal pixels)
+    got = _ImageFiles(items, lambda img: img)[2]
+    assert got[2] is None and got[1].mode == "RGB" and got[1].getpixel((0, 0)) == (1, 1, 1)
