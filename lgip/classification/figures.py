@@ -115,25 +115,31 @@ def interval(rows):
 
 
 def draws(n, resamples, seed):
-    """W [resamples, n] (section 9's: default_rng(seed).multinomial(n, full(n, 1/n), size=resamples)), float64;
-    None without resamples."""
-    return bootstrap_draws(n, resamples, seed).astype(np.float64) if resamples and n else None
+    """W [resamples, n] (section 9's: default_rng(seed).multinomial(n, full(n, 1/n), size=resamples)), as drawn
+    (uint8 counts, shared by every figure and model: lgip.scoring.bootstrap_draws); None without resamples."""
+    return bootstrap_draws(n, resamples, seed) if resamples and n else None
+
+
+def _by_chunks(weights, fn, chunk=50):
+    """fn over the rows of W a block at a time, in float64 (a W of 1,000 x 50,000 images is 400 MB in float64)."""
+    if weights is None:
+        return None
+    return np.concatenate([fn(weights[a : a + chunk].astype(np.float64)) for a in range(0, len(weights), chunk)])
 
 
 def rows_of(weights, values):
     """A mean's bootstrap rows: W @ values / n."""
-    return None if weights is None else weights @ np.asarray(values, dtype=np.float64) / weights.shape[1]
+    values = np.asarray(values, dtype=np.float64)
+    return _by_chunks(weights, lambda w: w @ values / w.shape[1])
 
 
 def ece_rows(weights, conf, correct):
     """ECE of each resample (each row's weights), vectorised: sum_b |W[:, B_b] @ ([yhat = y] - k)[B_b]| / n."""
-    if weights is None:
-        return None
     b = ece_bins(conf)
     gap = np.asarray(correct, dtype=np.float64) - np.asarray(conf, dtype=np.float64)
     onehot = np.zeros((len(b), N_BINS))
     onehot[np.arange(len(b)), b] = gap
-    return np.abs(weights @ onehot).sum(axis=1) / weights.shape[1]
+    return _by_chunks(weights, lambda w: np.abs(w @ onehot).sum(axis=1) / w.shape[1])
 
 
 def set_figures(z, y, t, test=None, resamples=0, seed=0):
@@ -247,12 +253,13 @@ def ood_rows(s_in, s_out, resamples, seed, chunk=50):
     """(AUROC rows, FPR@95 rows) over the resamples of I and O (ood_figures), or (None, None)."""
     if not resamples:
         return None, None
-    w_i = bootstrap_draws(len(s_in), resamples, (seed, 0)).astype(np.float64)
-    w_o = bootstrap_draws(len(s_out), resamples, (seed, 1)).astype(np.float64)
+    w_i = bootstrap_draws(len(s_in), resamples, (seed, 0))
+    w_o = bootstrap_draws(len(s_out), resamples, (seed, 1))
     au, fp = [], []
-    for a in range(0, resamples, chunk):
-        au.append(auroc_rows(s_in, s_out, w_i[a : a + chunk], w_o[a : a + chunk]))
-        fp.append(fpr95_rows(s_in, s_out, w_i[a : a + chunk], w_o[a : a + chunk]))
+    for a in range(0, resamples, chunk):  # (float64 a block at a time)
+        wi, wo = w_i[a : a + chunk].astype(np.float64), w_o[a : a + chunk].astype(np.float64)
+        au.append(auroc_rows(s_in, s_out, wi, wo))
+        fp.append(fpr95_rows(s_in, s_out, wi, wo))
     return np.concatenate(au), np.concatenate(fp)
 
 
