@@ -17,6 +17,10 @@
 #     without it in the same process, where every thread of the process is during ViT-L-14's pass
 #     (STACKS), the lookahead's jobs against each pass, the 40,000-image projection; its results
 #     file lands in OUT_DIR.
+#  5. benchmarks/bench_finetune.py (ViT-B-16, bf16, batch 128): open_clip's step, the plain arm, the LGIP arm;
+#  6. benchmarks/bench_classification.py (LGIP_SPEC.md 16): run_lgip_classification.py against CLIP_benchmark's
+#     zero_shot_classifier + run_classification on ViT-B-16 (random init), 1,000 ImageNet class names x 80
+#     templates, cold and re-run from the cache; the tiny LLaVA's classes per second with prefix reuse on and off.
 # RUN_ALL=1 adds the older stage: one whole-process run_all.py on generated records with two
 # real-size models (DEVICE=auto, DTYPE=auto). Packages the device machine lacks travel as wheels in
 # .whl/ (the device tool's README).
@@ -24,6 +28,7 @@ set -u
 OUT_DIR=${1:-${OUT:-/tmp/lgip_gpu}}
 BUDGET=${2:-470}
 BENCH_ARGS=${BENCH_ARGS:-"--N_IMAGES=4 --SCALE_IMAGES=3072 --REPEATS=1 --AND_WITHOUT_LOOKAHEAD=True --STACKS=bench_ViT-L-14"}
+CLS_ARGS=${CLS_ARGS:-"--N_IMAGES=2048 --BATCH=256 --NUM_WORKERS=12"}
 GEN_ARGS=${GEN_ARGS:-"--N_IMAGES=16 --BEFORE_IMAGES=1 --RECORDS=48 --PIPELINE_IMAGES=48 --PROFILE=True"}
 RUN_ALL_RECORDS=${RUN_ALL_RECORDS:-128}
 mkdir -p "$OUT_DIR"
@@ -90,4 +95,8 @@ stage "5. bench_finetune.py, ViT-B-16 at bf16, batch 128 (open_clip's step, the 
 timeout "$(left 120)" python3 benchmarks/bench_finetune.py --ARCHS="['ViT-B-16']" --BATCH_SIZES="{'ViT-B-16': 128}" \
   --DEVICE=cuda --STEPS=5 2>&1 | grep -v -E "^override:" | tee "$OUT_DIR/bench_finetune.log" | tail -6
 nvidia-smi --query-gpu=memory.used,temperature.gpu --format=csv,noheader
+stage "6. bench_classification.py: ViT-B-16 at random init, 1,000 classes x 80 templates ($CLS_ARGS)"
+timeout "$(left 150)" python3 benchmarks/bench_classification.py --DEVICE=cuda $CLS_ARGS 2>&1 \
+  | grep -v -E "^override:" | tee "$OUT_DIR/bench_classification.log" | grep -E "^(ViT|CLIP|run_lgip|ratio|generative)"
+echo "bench_classification exit: ${PIPESTATUS[0]}"
 echo "=== done (t=${SECONDS}s) ==="

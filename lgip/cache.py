@@ -20,7 +20,6 @@ import time
 from contextlib import contextmanager
 
 from . import accelerations
-from .alterations import AlteredImage
 from .errors import CacheError, OutputError
 from .memory import KEPT
 from .models.families import known_family
@@ -33,8 +32,9 @@ _SAYING = threading.Lock()  # (the text and image writers' threads may fail at o
 def image_cache_key(path):
     """Path, size and mtime: an edited or replaced image is never served from the cache. An
     altered image (lgip.alterations.AlteredImage): its source's key, kind and SEED (a flip's: and
-    the other image's key and r), never an original's key."""
-    if isinstance(path, AlteredImage):
+    the other image's key and r), never an original's key. Any other image that is not a file path
+    (lgip.classification.datasets' items) makes its own key (`cache_key(key_of)`)."""
+    if not isinstance(path, (str, os.PathLike)):
         return path.cache_key(image_cache_key)
     st = os.stat(path)
     return f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}"

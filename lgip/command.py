@@ -25,6 +25,7 @@ COMMANDS = {
     "by-fliptype": "run_lgip_by_fliptype",
     "retrieval": "run_lgip_retrieval",
     "images": "run_lgip_images",
+    "classify": "run_lgip_classification",
     "explain": "explain_flips",
     "enhanced": "rebuttal_enhanced_lgip_by_transformation",
     "import-benchmark": "import_benchmark",

@@ -246,6 +246,11 @@ class ModelRun:
         an lgip.scorers.ImageScores."""
         return self.scorer.score_images(self.context(), self.scored, ImageRequest(list(items), list(captions)))
 
+    def score_classes(self, request):
+        """This process's images of each task classified by this model's scorer (LGIP_SPEC.md 16: a
+        lgip.scorers.ClassRequest): a lgip.scorers.ClassScores (its cache, weights and workers as `score`'s)."""
+        return self.scorer.score_classes(self.context(), request)
+
     def _scored(self, scored):
         """The run's own record of its scoring (its run block reads it: `info`); `scored` returned."""
         self.scored = scored

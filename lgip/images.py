@@ -11,7 +11,6 @@ import os
 import sys
 
 from . import accelerations
-from .alterations import AlteredImage
 from .util import default_num_workers, progress_bar
 from .device import _DeviceRows, _Rows
 from .cache import image_cache_keys
@@ -28,12 +27,18 @@ def open_rgb(path):
     from PIL import Image
 
     with Image.open(path) as img:
-        if min(img.size) < MIN_SIDE:
-            raise OSError(f"image too small ({img.size[0]}x{img.size[1]} px; at least {MIN_SIDE} px a side)")
-        img.load()  # truncated files fail here, not later in a worker's transform
-        if img.mode == "P" and "transparency" in img.info:
-            img = img.convert("RGBA")
-        return img.convert("RGB")
+        return rgb_of(img)
+
+
+def rgb_of(img):
+    """A PIL image decoded fully and converted to RGB, as open_rgb does a file's (OSError under MIN_SIDE px a
+    side): an image that is not a file (a dataset's item, a webdataset member) is read as a file's is."""
+    if min(img.size) < MIN_SIDE:
+        raise OSError(f"image too small ({img.size[0]}x{img.size[1]} px; at least {MIN_SIDE} px a side)")
+    img.load()  # truncated files fail here, not later in a worker's transform
+    if img.mode == "P" and "transparency" in img.info:
+        img = img.convert("RGBA")
+    return img.convert("RGB")
 
 
 def _open_file(path):
@@ -44,9 +49,10 @@ def _open_file(path):
 
 class _ImageFiles:
     """Dataset of (index, transformed image or None, error or None); bad files never raise. An
-    item is an image file's path, or an AlteredImage (lgip.alterations), made here from its
-    decoded source (and other image): the few files decoded last are kept, so the kinds of one
-    record, listed together, decode its files once in a worker."""
+    item is an image file's path, or an image made here by its own `make(open_file)`: an AlteredImage
+    (lgip.alterations), made from its decoded source (and other image), the few files decoded last kept,
+    so the kinds of one record, listed together, decode its files once in a worker; an image that is
+    no file of its own (lgip.classification.datasets: a dataset's item, a webdataset's member)."""
 
     RECENT = 4  # decoded files kept (an altered image's source and other image)
 
@@ -60,7 +66,7 @@ class _ImageFiles:
     def __getitem__(self, i):
         try:
             item = self.paths[i]
-            img = item.make(self._open_recent) if isinstance(item, AlteredImage) else _open_file(item)
+            img = _open_file(item) if isinstance(item, (str, os.PathLike)) else item.make(self._open_recent)
             return i, self.transform(img), None
         except Exception as e:  # any unreadable image is reported, never fatal
             return i, None, f"{type(e).__name__}: {e}"

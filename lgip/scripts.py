@@ -28,6 +28,7 @@ SCRIPTS = (
     "run_lgip_retrieval",
     "explain_flips",
     "run_lgip_images",
+    "run_lgip_classification",
     "import_benchmark",
     "blind_audit",
     "debias_flips",

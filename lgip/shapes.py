@@ -49,6 +49,9 @@ GLYPHS = {
     "truck": "wedge",
 }
 PARTS = {"pretrain": 1, "main": 2}  # (the rng's second key: the parts never share an image)
+OOD_PART = 3  # the rng's second key of the out-of-distribution images (LGIP_SPEC.md 16): no part shares one
+# glyphs that no object word is (the world's own no-class glyphs: LGIP_SPEC.md 16's "ood" set draws them)
+OOD_GLYPHS = ["arrow", "tee", "ell", "hourglass", "crescent"]
 # the tiny model the world is learnt by: a CLIP of width 64, 2 layers, 64 px with 8 px patches, texts of 32 tokens
 TINY_CFG = {
     "embed_dim": 64,
@@ -97,8 +100,28 @@ def draw_glyph(draw, kind, x, y, d, fill):
         _polygon(
             draw, fill, [(c[0] + r * math.cos(math.pi * k / 3), c[1] + r * math.sin(math.pi * k / 3)) for k in range(6)]
         )
+    elif kind in OOD_GLYPHS:
+        _draw_ood_glyph(draw, kind, x, y, d, w, fill)
     else:
-        raise ValueError(f"no glyph {kind!r}; one of {sorted(set(GLYPHS.values()))}")
+        raise ValueError(f"no glyph {kind!r}; one of {sorted(set(GLYPHS.values()) | set(OOD_GLYPHS))}")
+
+
+def _draw_ood_glyph(draw, kind, x, y, d, w, fill):
+    """The glyphs of no class (OOD_GLYPHS): an arrow, a T, an L, an hourglass, a crescent."""
+    c = x + d / 2
+    if kind == "arrow":
+        _polygon(draw, fill, [(x, y + d / 2), (c, y), (c, y + d / 3), (x + d, y + d / 3), (x + d, y + 2 * d / 3),
+                              (c, y + 2 * d / 3), (c, y + d)])  # fmt: skip
+    elif kind == "tee":
+        draw.rectangle((x, y, x + d, y + w), fill=fill)
+        draw.rectangle((c - w / 2, y, c + w / 2, y + d), fill=fill)
+    elif kind == "ell":
+        draw.rectangle((x, y, x + w, y + d), fill=fill)
+        draw.rectangle((x, y + d - w, x + d, y + d), fill=fill)
+    elif kind == "hourglass":
+        _polygon(draw, fill, [(x, y), (x + d, y), (x, y + d), (x + d, y + d)])
+    else:  # crescent: a thick arc open on one side
+        draw.arc((x, y, x + d, y + d), 60, 300, fill=fill, width=max(2, d // 3))
 
 
 BACKGROUNDS = ["plain", "striped", "dotted", "checkered"]  # (words no flip list holds: a flip keeps them)
@@ -140,7 +163,7 @@ def draw_image(scene, rng):
         d = int(rng.integers(low, high))
         x = int(cell % 4) * 16 + int(rng.integers(0, 16 - d + 1))
         y = int(cell // 4) * 16 + int(rng.integers(0, 16 - d + 1))
-        draw_glyph(draw, GLYPHS[scene["object"]], x, y, d, fill)
+        draw_glyph(draw, scene["glyph"] if "glyph" in scene else GLYPHS[scene["object"]], x, y, d, fill)
     return img
 
 
@@ -164,6 +187,46 @@ def scene_of(rng):
     scene.update(object=OBJECTS[rng.integers(len(OBJECTS))], size=list(SIZES)[rng.integers(len(SIZES))])
     scene.update(background=BACKGROUNDS[rng.integers(len(BACKGROUNDS))])
     return scene
+
+
+def ood_scene(rng):
+    """An out-of-distribution scene: scene_of's colour, count, size and ground around a glyph of no class
+    (OOD_GLYPHS), drawn in this order: colour, count, glyph, size, ground."""
+    scene = {"color": COLORS[rng.integers(len(COLORS))], "number": NUMBER_WORDS[rng.integers(len(NUMBER_WORDS))]}
+    scene.update(glyph=OOD_GLYPHS[rng.integers(len(OOD_GLYPHS))], size=list(SIZES)[rng.integers(len(SIZES))])
+    scene.update(background=BACKGROUNDS[rng.integers(len(BACKGROUNDS))])
+    return scene
+
+
+def make_ood(folder, count=200, seed=0):
+    """The world's out-of-distribution images (LGIP_SPEC.md 16's "shapes" set of role "ood"): image i drawn from
+    default_rng([seed, OOD_PART, i]) (ood_scene, then draw_image), saved as `images/ood_<i>.png` in `folder`.
+    A file that already holds the same bytes is left as it is (its mtime, so the embedding cache's key, unchanged).
+    Returns the paths relative to `folder`, in order."""
+    import io
+
+    import numpy as np
+
+    from .outputs import atomic_open
+
+    os.makedirs(os.path.join(folder, "images"), exist_ok=True)
+    rels = []
+    for i in range(count):
+        rng = np.random.default_rng([seed, OOD_PART, i])
+        buf = io.BytesIO()
+        draw_image(ood_scene(rng), rng).save(buf, format="PNG")
+        rel, data = f"images/ood_{i}.png", buf.getvalue()
+        path = os.path.join(folder, rel)
+        try:
+            with open(path, "rb") as f:
+                same = f.read() == data
+        except OSError:
+            same = False
+        if not same:
+            with atomic_open(path, "wb", output=False) as f:
+                f.write(data)
+        rels.append(rel)
+    return rels
 
 
 def make_world(folder, n_pretrain=1600, n_main=1200, seed=0):

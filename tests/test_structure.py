@@ -24,6 +24,7 @@ USER_SCRIPTS = {
     "siglip_sanity_check.py",
     "import_benchmark.py",
     "run_lgip_images.py",
+    "run_lgip_classification.py",
     "blind_audit.py",
     "debias_flips.py",
     "finetune_lgip.py",

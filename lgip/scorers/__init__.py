@@ -7,7 +7,8 @@ the Pairs, the extras wanted; `ImageRequest`: altered images and their captions)
 and the family records (lgip.models.families) asks what kind of model it has: a step asks what a scorer
 gives (`gives`, PROVIDES), and a family names its scorer kind (Family.scorer).
 
-  base        the interface: PairScorer, ScoreRequest, ImageRequest, ExplainRequest, Context, Scored, ImageScores
+  base        the interface: PairScorer, ScoreRequest, ImageRequest, ExplainRequest, ClassRequest, Context, Scored,
+              ImageScores, ClassScores
   embeddings  "embeddings": a dual encoder's (image and text embedded apart, a pair scored by their cosine)
   joint       "joint": a model that scores a pair jointly (LGIP_SPEC.md 13: generative VLMs, ITM heads)
   text        "text": a model that reads the text alone (LGIP_SPEC.md 15: type causal_lm), a blind model
@@ -22,6 +23,9 @@ family record whose `scorer` is the class itself (tests/test_families.py: a text
 from ..models import known_family
 from .base import (  # noqa: F401 (the seam's types)
     PROVIDES,
+    ClassRequest,
+    ClassScores,
+    ClassTask,
     Context,
     ExplainRequest,
     ImageRequest,

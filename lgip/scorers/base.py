@@ -3,7 +3,8 @@
 words it blames); `Context`, what it works
 with (the records, the text bank, the cache, the workers, a way to load the weights); `Scored`, what it
 gives back, its timings included (a scorer never writes into the run); `ImageScores`, what scoring
-altered images gives (LGIP_SPEC.md 11). `PROVIDES` names what a scorer can give beyond its scores.
+altered images gives (LGIP_SPEC.md 11); `ClassRequest` (its `ClassTask`s) and `ClassScores`, images classified
+by class names (LGIP_SPEC.md 16). `PROVIDES` names what a scorer can give beyond its scores.
 """
 
 from abc import ABC, abstractmethod
@@ -19,7 +20,18 @@ from typing import Any, Callable, Optional
 #   embeddings      image and text embeddings apart (retrieval's galleries, the image side's search)
 #   altered_images  altered images scored with their captions (run_lgip_images.py: score_images)
 #   attributions    the words a model blames for a flip (explain_flips.py: explain)
-PROVIDES = ("scores", "images", "pair_scores", "prior", "text_cos", "embeddings", "altered_images", "attributions")
+#   class_scores    a score per class name for any image (LGIP_SPEC.md 16, run_lgip_classification.py: score_classes)
+PROVIDES = (
+    "scores",
+    "images",
+    "pair_scores",
+    "prior",
+    "text_cos",
+    "embeddings",
+    "altered_images",
+    "attributions",
+    "class_scores",
+)
 
 
 @dataclass
@@ -53,6 +65,48 @@ class ExplainRequest:
     flips: list
     sample: set
     settings: dict
+
+
+@dataclass
+class ClassTask:
+    """One set of images to classify (LGIP_SPEC.md 16): `images` (this process's: an image file's path, or an item
+    that makes its own image and cache key, lgip.classification.datasets), the class names and the templates (each
+    with `{c}`) a dual encoder's class weights average over."""
+
+    images: list
+    classnames: list
+    templates: list
+
+
+@dataclass
+class ClassRequest:
+    """What one model is asked to classify on this process: plain data, made by run_lgip_classification.py's loop
+    (lgip.classification.run). `generative_templates`: the templates a joint scorer's class score averages its
+    pair scores over (GENERATIVE_TEMPLATES); a dual encoder uses each task's own."""
+
+    tasks: list  # [ClassTask]
+    generative_templates: list = field(default_factory=lambda: ["a photo of a {c}."])
+
+
+@dataclass
+class ClassScores:
+    """What classifying gave, per task of the request, on this process (LGIP_SPEC.md 16): `z` the class scores
+    [images, classes] float64 (rows of the images not read NaN), `cos` the cosines [images, classes] (a dual encoder;
+    None for a joint scorer: MCM needs them), `failed` {image index: why it was not read}; `logit_scale` the model's
+    own s (exp of its logit_scale as loaded; 1.0 when it has none; None for a joint scorer); `scale_said` why s is 1
+    (None otherwise); the counts and timings as a Scored's."""
+
+    z: list
+    cos: list
+    failed: list
+    logit_scale: Optional[float]
+    scale_said: Optional[str] = None
+    texts: dict = field(default_factory=dict)  # {"unique", "encoded"} (a joint scorer: image-text scores)
+    image_sources: dict = field(default_factory=dict)
+    looked: dict = field(default_factory=dict)
+    resumed: Optional[dict] = None
+    seconds: dict = field(default_factory=dict)
+    ahead: Any = None
 
 
 @dataclass
@@ -149,6 +203,11 @@ class PairScorer(ABC):
         """Score altered images (an ImageRequest) with their captions, beside `scored` (the same model's
         Scored of the captions with their originals: ScoreRequest.keep_embeddings). Returns an ImageScores."""
         raise NotImplementedError(f"{type(self).__name__} scores no altered images")
+
+    def score_classes(self, ctx, request):
+        """Class scores (a ClassRequest, LGIP_SPEC.md 16) of each task's images on this process. Returns a
+        ClassScores. A scorer whose `provides` has no "class_scores" has none."""
+        raise NotImplementedError(f"{type(self).__name__} gives no class scores")
 
     def explain(self, model, request):
         """Word attribution (an ExplainRequest) with `model` loaded in fp32: the model's metrics dict, the lines

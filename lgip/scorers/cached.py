@@ -43,6 +43,11 @@ class CachingScorer(PairScorer):
     def score_images(self, ctx, scored, request):
         return self.inner.score_images(self._context(ctx), scored, request)
 
+    def score_classes(self, ctx, request):
+        before = dict(self.cache.stats) if self.cache is not None else {}
+        scores = self.inner.score_classes(self._context(ctx), request)
+        return replace(scores, resumed=self._resumed(ctx, scores.looked, before))
+
     def explain(self, model, request):
         return self.inner.explain(model, request)
 

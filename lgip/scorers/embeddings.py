@@ -1,7 +1,8 @@
 """lgip.scorers.embeddings: the scorer of a dual encoder (scorer kind "embeddings"): each image and each text
 embedded apart (from the cache where they are there, the weights loaded only when something is not), a pair
 scored by the cosine of its two embeddings (`score_by_cosine`); altered images embedded the same way
-(LGIP_SPEC.md 11), their galleries searchable.
+(LGIP_SPEC.md 11), their galleries searchable; images classified by their cosines with each class's mean prompt
+embedding at the model's own logit scale (LGIP_SPEC.md 16: `score_classes`).
 
     >>> scored = EmbeddingScorer().score(ctx, ScoreRequest([inv, sens], controls=True))
 """
@@ -14,7 +15,7 @@ from ..device import cosines, row_dots
 from ..images import ImageEncoding, RecordImages
 from ..texts import resolve_text_batch_size
 from ..util import Timer
-from .base import PROVIDES, ImageScores, PairScorer, Scored
+from .base import PROVIDES, ClassScores, ImageScores, PairScorer, Scored
 
 
 def score_by_cosine(pairs, img_emb, txt_emb, rows, text_cos=False, image_sum=None):
@@ -141,6 +142,61 @@ class EmbeddingScorer(PairScorer):
         }
         return EmbeddedImages(emb, failed, sources, scored)
 
+    def score_classes(self, ctx, request):
+        """LGIP_SPEC.md 16's class scores of a dual encoder: each class's prompts (p.format(c=name) for the task's
+        templates, encoded as the corrected protocol encodes texts: the run's model is loaded so) and each image
+        embedded apart, from the cache where there (the weights loaded only when something is not), the images
+        decoded in the loader's workers while the prompts encode; w_c = normalize(mean_p u_{c,p}) (OpenAI's
+        recipe, CLIP_benchmark's zero_shot_classifier), cos_c = v . w_c, z_c = s cos_c with s = exp(logit_scale)
+        of the model as loaded (1 without one, said), float64."""
+        import torch
+
+        ahead = ctx.lookahead
+        waited, done_ahead = ahead.settle(ctx.enc) if ahead is not None else (0.0, None)
+        slots = [[ctx.bank.add_call([p.format(c=c) for p in t.templates]) for c in t.classnames] for t in request.tasks]
+        items = list(dict.fromkeys(x for t in request.tasks for x in t.images))
+        entries = {"text": ctx.bank.cache_keys() + [SCALE_KEY], "image": list(image_cache_keys(items).values())}
+        if not ctx.enc.weights_loaded and ctx.load_weights(unless_held=entries):
+            more, done_ahead = ahead.settle(ctx.enc) if ahead is not None else (0.0, None)
+            waited += more
+        scale = ctx.cache.through("text", [SCALE_KEY], lambda todo: [[_logit_scale(ctx)]])[0][0]
+        job = ImageEncoding(
+            ctx.enc, items, ctx.image_batch_size, ctx.num_workers, cache=ctx.cache, pixel_memory_gb=ctx.pixel_memory_gb
+        )
+        then = (lambda: ahead.start(ctx.enc, ctx.bank.calls, items)) if ahead is not None else None
+        try:
+            batch = resolve_text_batch_size(ctx.text_batch_size, ctx.enc.device)
+            txt_emb, rows = ctx.bank.encode(batch, cache=ctx.cache, beside=job, then=then)
+        except BaseException as e:  # Ctrl-C, SIGTERM: the images encoded so far go to the cache too
+            job.close(keep=isinstance(e, KeyboardInterrupt))
+            raise
+        with Timer() as t_images:
+            img_emb, failed_at = job.finish()
+        at = {x: j for j, x in enumerate(items)}
+        s = 1.0 if scale != scale else float(torch.tensor(scale, dtype=torch.float64).exp())  # (NaN: none)
+        z, cos, failed = [], [], []
+        for task, task_slots in zip(request.tasks, slots):
+            u = txt_emb[torch.as_tensor(rows[[q for qs in task_slots for q in qs]], device=txt_emb.device)].float()
+            w = u.reshape(len(task.classnames), len(task.templates), -1).mean(dim=1)
+            w = w / w.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+            idx = torch.as_tensor([at[x] for x in task.images], dtype=torch.long, device=img_emb.device)
+            c = (img_emb[idx].float() @ w.to(img_emb.device).T).double().cpu().numpy()
+            cos.append(c)
+            z.append(s * c)
+            failed.append({j: failed_at[at[x]] for j, x in enumerate(task.images) if at[x] in failed_at})
+        return ClassScores(
+            z=z,
+            cos=cos,
+            failed=failed,
+            logit_scale=s,
+            scale_said=None if scale == scale else "it has no logit_scale: its class scores are its cosines (s = 1)",
+            texts={"unique": ctx.bank.n_unique, "encoded": ctx.bank.n_encoded},
+            image_sources={"decoded": job.n_decoded, "from_pixel_memory": job.n_remembered, "from_cache": job.n_cached},
+            looked={"texts": ctx.bank.n_unique + 1, "images": len(items)},  # (+ 1: the logit scale's entry)
+            seconds=dict(lookahead_wait=waited, **ctx.bank.seconds, images_after_texts=round(t_images.seconds, 3)),
+            ahead=done_ahead,
+        )
+
     def explain(self, model, request):
         """Word attribution through the text tower's gradients (lgip.explain, lgip.attribution)."""
         from ..explain import explain_model
@@ -250,6 +306,25 @@ class EmbeddedImages(ImageScores):
     def altered(self, item, rec, cap, slot):
         txt_emb, rows = self.scored.text_embeddings
         return cosines(self.embeddings, txt_emb, item, _rows(rows)[slot])
+
+
+SCALE_KEY = "lgip:logit_scale"  # the text cache's entry of the model's logit_scale ([NaN]: none), so a cached re-run
+#   needs no weights for it (no text's key has this form: a text key holds "|")
+
+
+def _logit_scale(ctx):
+    """The logit_scale of the model as loaded (the log of s: open_clip's, transformers' CLIP and SigLIP models'
+    `logit_scale`; a loader of one's own, its model's attribute of that name), NaN when it has none."""
+    import math
+
+    ctx.load_weights()
+    value = getattr(getattr(ctx.enc, "model", None), "logit_scale", None)
+    if value is None:
+        return math.nan
+    try:
+        return float(value.detach().float().reshape(-1)[0]) if hasattr(value, "detach") else float(value)
+    except (TypeError, ValueError, IndexError):
+        return math.nan
 
 
 def _rows(rows):

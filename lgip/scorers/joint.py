@@ -12,7 +12,8 @@ mtime and the text): a cached re-run loads no weights and decodes no image; a ki
 decode in DataLoader workers; each is decoded once, in file order, with its own texts and those of the
 records before it (the model runs the image's shared prefix once for all of them: lgip.models.generative),
 and again only for the few pairs that order cannot reach (the first records' wrap-around; under torchrun,
-the neighbours on other processes; texts cached for some images and not others).
+the neighbours on other processes; texts cached for some images and not others). Images are classified by the
+mean pair score of each class's prompts (LGIP_SPEC.md 16: `score_classes`).
 """
 
 import os
@@ -23,7 +24,7 @@ from ..cache import PairScores
 from ..controls import mark_hard_positives
 from ..images import _ImageFiles
 from ..util import default_num_workers, progress
-from .base import ImageScores, PairScorer, Scored
+from .base import ClassScores, ImageScores, PairScorer, Scored
 
 
 def _as_image(img):
@@ -102,7 +103,7 @@ class _Store(PairScores):
 class JointScorer(PairScorer):
     """Scores of a JointModel (module docstring): scores and the text-prior controls; no embeddings."""
 
-    provides = frozenset({"scores", "images", "pair_scores", "prior", "altered_images"})
+    provides = frozenset({"scores", "images", "pair_scores", "prior", "altered_images", "class_scores"})
     gives_words = "it scores a pair jointly and gives"
 
     def score(self, ctx, request):
@@ -209,6 +210,53 @@ class JointScorer(PairScorer):
             "from_cache": len(request.items) - n - len(failed),
         }
         return JointImages(store.scores, request.items, failed, sources, scored, ctx.records)
+
+    def score_classes(self, ctx, request):
+        """LGIP_SPEC.md 16's class scores of a joint model: z_c = the mean over GENERATIVE_TEMPLATES of section 13's
+        score of (image, p.format(c=name)), float64. Each image is decoded once, in the run's workers, and scored
+        with all its classes' texts in one submission (the model runs the image's shared prefix once for them:
+        a class costs its own few tokens); scores cached per (image, text), so a cached re-run loads no weights."""
+        import numpy as np
+
+        templates = list(request.generative_templates)
+        ahead = ctx.lookahead
+        waited, done_ahead = ahead.settle(ctx.enc) if ahead is not None else (0.0, None)
+        texts = [[[p.format(c=c) for p in templates] for c in t.classnames] for t in request.tasks]
+        wanted = {}  # image -> its texts, every task's it is in
+        for task, per_class in zip(request.tasks, texts):
+            for x in task.images:
+                wanted.setdefault(x, []).extend(q for qs in per_class for q in qs)
+        if ahead is not None:
+            ahead.start(ctx.enc, ctx.bank.calls, list(wanted))
+        store, started, failed_at, n = _Store(ctx), time.perf_counter(), {}, 0
+        todo = {x: store.missing(x, qs) for x, qs in wanted.items()}
+        todo = {x: qs for x, qs in todo.items() if qs}
+        with store.writing():
+            for x, img, err in decoded(ctx, list(todo)):
+                n += 1
+                if err is not None:
+                    failed_at[x] = err
+                    continue
+                store.compute(x, img, todo[x])
+        z, failed = [], []
+        for task, per_class in zip(request.tasks, texts):
+            rows = np.full((len(task.images), len(task.classnames)), np.nan)
+            for j, x in enumerate(task.images):
+                if x not in failed_at:
+                    rows[j] = [np.mean([store.scores[(x, q)] for q in qs], dtype=np.float64) for qs in per_class]
+            z.append(rows)
+            failed.append({j: failed_at[x] for j, x in enumerate(task.images) if x in failed_at})
+        return ClassScores(
+            z=z,
+            cos=[None] * len(z),
+            failed=failed,
+            logit_scale=None,
+            texts={"unique": len({q for qs in wanted.values() for q in qs}), "encoded": store.n_added},
+            image_sources={"decoded": n, "from_cache": len(wanted) - n},
+            looked={"pairs": store.n_hits + store.n_added},
+            seconds=dict(lookahead_wait=waited, pair_scores=round(time.perf_counter() - started, 3)),
+            ahead=done_ahead,
+        )
 
     def _own_and_before(self, ctx, own, path_of, store, prior_n):
         """Phase one, this process's records in file order: each image with its own texts and (one process)
