@@ -260,7 +260,8 @@ def test_effective_robustness_of_the_three_models_with_the_shift_set_by_hand(mad
         assert fit["effective_robustness"][m] == pytest.approx(SHIFT[m] - phi.cdf(slope * xi + intercept), abs=1e-9)
     md = section((folder / f"{STEM}__LGIP_report.md").read_text(encoding="utf-8"))
     shift = table(md, "`shapes_shift` (distribution shift;")
-    assert [r["Eff. robustness ↑"] for r in shift] == [f"{fit['effective_robustness'][m]:+.3f}" for m in SHIFT]
+    want = [f"{round(fit['effective_robustness'][m], 3) + 0.0:+.3f}" for m in SHIFT]  # (no "-0.000")
+    assert [r["Eff. robustness ↑"] for r in shift] == want
     assert effective_robustness([("a", 0.5, 10, 0.4, 10), ("b", 0.6, 10, 0.5, 10)]) is None  # (fewer than 3)
     # an accuracy of 1 or 0 is clipped to 1 - 0.5 / n, 0.5 / n before the probit: a finite fit
     edge = effective_robustness([("a", 1.0, 10, 0.0, 20), ("b", 0.5, 10, 0.4, 20), ("c", 0.7, 10, 0.5, 20)])

@@ -62,7 +62,7 @@ def plot_reliability(found, path, tags, title_note="", dpi=150, files=None, labe
         + (f"\n{title_note}" if title_note else ""),
         fontsize=12,
     )
-    fig.tight_layout()
+    fig.tight_layout(h_pad=2.2)
     _save(fig, path, dpi, files)
     plt.close(fig)
     return path

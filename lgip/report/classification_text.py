@@ -327,7 +327,7 @@ def _tables(found, er, labels):
             cells += [_cell(d, "acc1", 3), _cell(d, "ece", 3), _cell(d, "ece_t", 3), _cell(d, "nll_t", 3)]
             if fit:
                 v = fit["effective_robustness"].get(r["model"])
-                cells.append({"text": "–" if v is None else f"{v:+.3f}", "ci": ""})
+                cells.append({"text": _signed(v), "ci": ""})
             if role == "cue_conflict":
                 c = r["cue_conflict"].get(name, {})
                 cells += [{"text": num(c.get(k), 3), "ci": ""} for k in ("shape_bias", "shape_match", "texture_match")]
@@ -366,7 +366,7 @@ def _ood(found, labels):
 
 
 def _signed(v, digits=3):
-    return "–" if v is None else f"{v:+.{digits}f}"
+    return "–" if v is None else f"{round(v, digits) + 0.0:+.{digits}f}"  # (+ 0.0: no "-0.000")
 
 
 def _pairs(found, reference, starts):
@@ -425,9 +425,10 @@ def classification_lines(found, er, labels, fine=None, report_models=()):
         if start is None or ident is None:
             continue
         said = [
-            _verdict(pairs.get((r["model"], start, ident, f), (None, None, None)), f"{COMPARED[f][0]} on `{ident}`", b)
+            _verdict(pairs[(r["model"], start, ident, f)], f"{COMPARED[f][0]} on `{ident}`", b)
             for f, b in (("acc1", "higher"), ("ece_t", "lower"))
-        ]
+            if (r["model"], start, ident, f) in pairs
+        ] or ["no paired comparison in the metrics (the two were not classified in one run)"]
         sentences.append(
             {"model": r["model"], "text": f"`{r['model']}` against its start `{start}`: " + "; ".join(said)}
         )
@@ -486,10 +487,15 @@ def _notes(found, report_models):
         if got is None or ident is None:
             continue
         if got["conf_t"] is None:
+            why = (
+                "its id set's lines have no `ood_score` (the confidence at T* under the msp score)"
+                if r["ood_score"] == "msp"
+                else f"its `ood_score` is the confidence at T* only for the msp score (this run's: "
+                f"{r['ood_score'] or 'none'})"
+            )
             notes.append(
                 f"`{r['model']}`: the reliability diagram at T* is not drawn: its per-image file holds the confidence "
-                f"at T = 1 (`conf`), and its `ood_score` is the confidence at T* only for the msp score "
-                f"(this run's: {r['ood_score'] or 'none'})."
+                f"at T = 1 (`conf`), and {why}."
             )
         ece = r["datasets"][ident]["ece"]
         mine = reliability_bins(got["conf"], got["correct"])[3] if len(got["conf"]) else None

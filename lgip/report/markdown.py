@@ -295,10 +295,10 @@ def _classification_section(report, md_dir):
     for t in c["tables"]:
         cells = [[f"`{r['model']}`"] + [join(x) for x in r["cells"]] for r in t["rows"]]
         md += [f"{t['caption']}:", "", md_table(t["header"], cells, ["l"] + ["r"] * (len(t["header"]) - 1)), ""]
+    md += ["- " + line for line in c["er"]] + ([""] if c["er"] else [])
     if c["ood"]:
         cells = [[f"`{r['model']}`"] + [join(x) for x in r["cells"]] for r in c["ood"]["rows"]]
         md += [c["ood"]["lead"], "", md_table(c["ood"]["header"], cells, ["l"] + ["r"] * len(cells[0][1:])), ""]
-    md += ["- " + line for line in c["er"]] + ([""] if c["er"] else [])
     if c["comparisons"]["rows"]:
         body = [
             [f"`{r['a']}` − `{r['b']}`", f"`{r['set']}`", f"{r['figure']} ({r['better']} is better)"]
