@@ -39,6 +39,11 @@ figures, a figure, and the altered images a model prefers to their original besi
                               data (two models or more with a parameter count)
   <stem>__LGIP_finetune.png   each fine-tuned arm's loss curves (when the models include finetune_lgip.py's
                               arms: the report on a fine-tuning run's held-out file, LGIP_SPEC.md 14)
+  <stem>__LGIP_classification_reliability.png, _er.png, _tradeoff.png, _er.metrics.json
+                              when run_lgip_classification.py ran on JSONL_PATH (LGIP_SPEC.md 16): the id
+                              set's reliability diagram, each shift set's effective robustness (its file:
+                              the probit fit and each model's figure), and with fine-tuned arms the id set's
+                              accuracy against the held-out positive rate (the arms and WiSE-FT points joined)
 The top lists (paraphrases that move the score most, flips scored above their original) stream
 the evaluations' per-pair score files, keeping only TOP_K rows. The table is printed too. Every
 input is read and checked before any output is written, and the outputs are renamed into place
@@ -61,11 +66,13 @@ from lgip.report import (
     benchmark_source,
     blind_file,
     build_rows,
+    classification_file,
     comparison_files,
     compute_factors,
     console_table,
     csv_columns,
     demo_note,
+    effective_robustness_all,
     explain_files,
     find_metrics,
     fliptype_figures,
@@ -73,19 +80,23 @@ from lgip.report import (
     image_roots,
     image_score_files,
     load_blind,
+    load_classification,
     load_finetune,
     load_debiased,
     load_comparisons,
     load_metrics,
     model_colors_hex,
     page_context,
+    plot_er,
     plot_factors,
     plot_finetune,
     plot_fliptypes,
     plot_frontier,
     plot_image_side,
     plot_prior,
+    plot_reliability,
     plot_retrieval,
+    plot_tradeoff,
     random_init_note,
     render_page,
     report_types,
@@ -152,6 +163,10 @@ OUTPUTS = (
     "factors.metrics.json",
     "factors.png",
     "finetune.png",
+    "classification_er.metrics.json",
+    "classification_reliability.png",
+    "classification_er.png",
+    "classification_tradeoff.png",
 )
 NOT_WRITTEN = {
     "frontier.png": "no headline metrics",
@@ -161,6 +176,10 @@ NOT_WRITTEN = {
     "image_side.png": "no model with both run_lgip_images.py's figures and the text side's",
     "factors.png": "fewer than two models with a parameter count (model_card) and a positive rate",
     "finetune.png": "no fine-tuned arm with a train log among the models",
+    "classification_er.metrics.json": "no shift set in run_lgip_classification.py's metrics",
+    "classification_reliability.png": "no per-image classification file of a model with an id set",
+    "classification_er.png": "no shift set classified by 3 models or more",
+    "classification_tradeoff.png": "no fine-tuned arm with both the id set's accuracy and the held-out positive rate",
 }
 
 
@@ -256,6 +275,14 @@ def chosen_models(metrics):
     return {t for t in tags if any(fnmatch.fnmatchcase(t, p) for p in patterns)}
 
 
+def chosen_classified():
+    """Which classified models the report is about: None (all), or a test of a tag against MODELS' patterns."""
+    import fnmatch
+
+    patterns = model_patterns()
+    return None if patterns is None else (lambda tag: any(fnmatch.fnmatchcase(tag, p) for p in patterns))
+
+
 def comparisons(found, chosen):
     """The paired model comparisons beside the metrics found, each file checked (a missing one is
     fine: an earlier run, or models evaluated apart), of two `chosen` models."""
@@ -298,7 +325,10 @@ def main():
         benchmark=bench,
         blind=load_blind(blind_file(JSONL_PATH)),  # (blind_audit.py's, when it ran: LGIP_SPEC.md 15)
         finetune=load_finetune(metrics, [r["model"] for r in rows]),  # (finetune_lgip.py's arms: LGIP_SPEC.md 14)
+        # (run_lgip_classification.py's, when it ran on this file: LGIP_SPEC.md 16)
+        classification=load_classification(classification_file(JSONL_PATH), chosen_classified()),
     )
+    report.effective_robustness = effective_robustness_all(report.classification)
     if report.blind is not None:  # (and the models on the debiased flips, when run_all's DEBIAS evaluated them)
         report.blind["debiased"] = load_debiased(JSONL_PATH, metrics.get("fliptypes"), chosen)
     # what predicts robustness, across the models (LGIP_SPEC.md 12): their cards against their figures
@@ -364,6 +394,37 @@ def main():
         report.finetune_png = plot_finetune(
             report.finetune, out["finetune.png"], [r["model"] for r in rows], report.stem, DPI, written
         )
+        tags = [r["model"] for r in rows]
+        tags += [r["model"] for r in (report.classification or {}).get("rows", []) if r["model"] not in tags]
+        labels = {r["model"]: r["label"] for r in rows}
+        report.classification_pngs = {
+            "reliability": plot_reliability(
+                report.classification, out["classification_reliability.png"], tags, report.stem, DPI, written, labels
+            ),
+            "er": plot_er(
+                report.classification,
+                report.effective_robustness,
+                out["classification_er.png"],
+                tags,
+                report.stem,
+                DPI,
+                written,
+                labels,
+            ),
+            "tradeoff": plot_tradeoff(
+                report.classification,
+                rows,
+                report.finetune,
+                out["classification_tradeoff.png"],
+                tags,
+                report.stem,
+                DPI,
+                written,
+            ),
+        }
+        er_file = out["classification_er.metrics.json"] if report.effective_robustness else None
+        if er_file:  # (section 16's file: {shift set: {slope, intercept, models, effective_robustness} or null})
+            common.write_json(er_file, report.effective_robustness, files=written)
         pngs = {
             "frontier.png": out["frontier.png"] if report.front is not None else None,
             "prior.png": prior_png,
@@ -372,6 +433,8 @@ def main():
             "image_side.png": report.image_side_png,
             "factors.png": report.factors_png,
             "finetune.png": report.finetune_png,
+            "classification_er.metrics.json": er_file,
+            **{f"classification_{k}.png": v for k, v in report.classification_pngs.items()},
         }
         write_factors(out["factors.metrics.json"], factors_file, written)
         for name, alt in (

@@ -19,7 +19,9 @@ cannot be had stops the run before any step, naming it and what to do.
 Steps (names for STEPS), in order, each its script's run(**settings) in this process (STEP_START "fresh": each
 a new Python process), its output as it comes; README's pipeline table says what each reads and writes:
 make_base (COCO only), diff_gen_caption, make_perturb_with_fliptypes, rebuttal_enhanced_perturb, run_lgip_multi,
-run_lgip_by_fliptype, run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images, report.
+run_lgip_by_fliptype, run_lgip_retrieval, explain_flips, rebuttal_enhanced_lgip, run_lgip_images,
+run_lgip_classification (CLASSIFY), report; with FINETUNE each arm's finetune and wise_ft (its WiSE-FT points), the
+held-out probe, run_lgip_classification on it (CLASSIFY), finetune_report.
 
 A step is skipped ("up to date") when all its outputs exist, none is older than its inputs
 or its script, and it was made with the same settings: after each step run_all records the
@@ -72,15 +74,19 @@ SETTINGS = {}  # {NAME: value} passed as --NAME=value to every step that has NAM
 STEPS = None  # None = every step; or a list of step names (or one string "a,b"): make_base, diff_gen_caption,
 #   make_perturb_with_fliptypes, rebuttal_enhanced_perturb, blind_audit, debias_flips (DEBIAS), run_lgip_multi,
 #   run_lgip_by_fliptype, run_lgip_by_fliptype_debiased (DEBIAS), run_lgip_retrieval, explain_flips,
-#   rebuttal_enhanced_lgip, run_lgip_images, report; FINETUNE's finetune, finetune_by_fliptype, finetune_retrieval,
-#   finetune_images, finetune_report; DATA="shapes": make_shapes, make_perturb_with_fliptypes, pretrain_shapes and
-#   FINETUNE's
+#   rebuttal_enhanced_lgip, run_lgip_images, run_lgip_classification (CLASSIFY), report; FINETUNE's finetune,
+#   wise_ft, finetune_by_fliptype, finetune_retrieval, finetune_images, run_lgip_classification, finetune_report;
+#   DATA="shapes": make_shapes, make_perturb_with_fliptypes, pretrain_shapes and FINETUNE's
 DEBIAS = False  # True: also debias_flips.py after the blind audit and run_lgip_by_fliptype.py on the debiased flips
 #   (LGIP_SPEC.md 15; the report sets each model's positive rate on all flips and on the debiased ones side by side)
 FINETUNE = None  # None, or {"model": a dual encoder spec or published name (of a type that trains), "arms":
 #   {name: {CONSTANT: value}}, other finetune_lgip.py constants}: each arm fine-tuned (arms default: "plain" with
-#   W_SC = W_INV = W_VC = 0, and "lgip"), then the start and the arms probed on the held-out images in one run
-#   (LGIP_SPEC.md 14)
+#   W_SC = W_INV = W_VC = 0, and "lgip"; "wise": the WiSE-FT alphas of each arm, default [0.5], [] none), then the
+#   start, the arms and their WiSE-FT points probed on the held-out images in one run (LGIP_SPEC.md 14, 16)
+CLASSIFY = "auto"  # "auto" ("shapes" with DATA="shapes", else None), None (no classification step), "shapes" (the
+#   shapes world's held-out images as the id set and glyphs of no class as the ood set, from SHAPES_DIR) or a
+#   DATASETS list of run_lgip_classification.py (LGIP_SPEC.md 16): step run_lgip_classification after the
+#   evaluations, on the file the report reads (with FINETUNE: the start, each arm and its WiSE-FT points, held out)
 FORCE = False  # True: re-run the chosen steps even when they are up to date
 DRY_RUN = False  # True: print what each step would do (run and why, with its command, or skip) and run nothing
 VERBOSE = False  # False: a line per step and per model result, the table and the report at the end; True: each
@@ -97,6 +103,7 @@ _SCRIPTS = {
     "blind_audit": "blind_audit.py",
     "pretrain_shapes": "finetune_lgip.py",
     "finetune": "finetune_lgip.py",
+    "wise_ft": "wise_ft.py",
     "debias_flips": "debias_flips.py",
     "run_lgip_multi": "run_lgip_multi.py",
     "run_lgip_by_fliptype": "run_lgip_by_fliptype.py",
@@ -105,6 +112,7 @@ _SCRIPTS = {
     "explain_flips": "explain_flips.py",
     "rebuttal_enhanced_lgip": "rebuttal_enhanced_lgip_by_transformation.py",
     "run_lgip_images": "run_lgip_images.py",
+    "run_lgip_classification": "run_lgip_classification.py",
     "report": "report.py",
     "finetune_by_fliptype": "run_lgip_by_fliptype.py",
     "finetune_retrieval": "run_lgip_retrieval.py",
@@ -120,6 +128,9 @@ _OWN = {
     "ANNOTATIONS_JSON",
     "IMAGE_DIR",
     "MODELS",
+    "DATASETS",
+    "ARM",
+    "ALPHA",
     "PROTOCOL",
     "DEVICE",
     "DTYPE",
@@ -230,10 +241,12 @@ def blind_path(fliptypes):
 ARMS = {"plain": {"W_SC": 0, "W_INV": 0, "W_VC": 0}, "lgip": {}}  # FINETUNE's default arms
 
 
-def finetune_steps(fliptypes, evaluation, out_dir, ft):
-    """FINETUNE's steps (LGIP_SPEC.md 14): each arm's finetune_lgip.py (RUN_NAME <model>__ft_<arm>, one split, SEED
-    and STEPS for all), then run_lgip_by_fliptype and run_lgip_retrieval on the held-out file, ONE run each with
-    MODELS = [the start, each arm] (the paired comparisons need one run), then the report on it."""
+def finetune_steps(fliptypes, evaluation, out_dir, ft, datasets=None):
+    """FINETUNE's steps (LGIP_SPEC.md 14, 16): each arm's finetune_lgip.py (RUN_NAME <model>__ft_<arm>, one split,
+    SEED and STEPS for all), each arm's WiSE-FT points (wise_ft.py, <arm>__wise<alpha>), then run_lgip_by_fliptype,
+    run_lgip_retrieval, run_lgip_images and (with `datasets`) run_lgip_classification on the held-out file, ONE run
+    each with MODELS = [the start, arm 1, its WiSE-FT points by alpha, arm 2, ...] (the paired comparisons need one
+    run), then the report on it."""
     if not isinstance(ft, dict):
         raise common.ConfigError(f'FINETUNE must be {{"model": ..., "arms": ..., ...}} or None, got {FINETUNE!r}')
     ft = dict(ft)
@@ -244,33 +257,82 @@ def finetune_steps(fliptypes, evaluation, out_dir, ft):
             f"got {FINETUNE!r}"
         )
     from lgip.finetune import saved_spec, start_spec
+    from lgip.wise import check_alphas, wise_name
 
+    alphas = check_alphas(ft.pop("wise", [0.5]))
     start = start_spec(start)  # (checked here: a FINETUNE model that cannot be trained stops before any step)
     stem = common.default_output(fliptypes, "")
     heldout = stem + "__ft_heldout.jsonl"
-    specs, steps, made = [start], [], []
+    specs, steps, made, mixed = [start], [], [], []
     for arm, over in arms.items():
         name = f"{start['name']}__ft_{arm}"
         folder = stem + f"__ft_{name}"
         args = dict(ft, **over, JSONL_PATH=fliptypes, MODEL=start, RUN_NAME=name, DEVICE=DEVICE)
         made.append(os.path.join(folder, "model_spec.json"))
         steps.append(step("finetune", args, [fliptypes], [made[-1], heldout]))
-        specs.append(saved_spec(start, name, folder))
+        trained = saved_spec(start, name, folder)
+        specs.append(trained)
+        for alpha in alphas:  # (after every arm's training: wise_ft's steps follow the finetune steps)
+            point = wise_name(name, alpha)
+            args = dict(JSONL_PATH=fliptypes, MODEL=start, ARM=trained, ALPHA=alpha, RUN_NAME=point)
+            spec_file = os.path.join(stem + f"__ft_{point}", "model_spec.json")
+            mixed.append(step("wise_ft", args, [made[-1]], [spec_file]))
+            specs.append(saved_spec(start, point, stem + f"__ft_{point}"))
+    made += [s.outputs[0] for s in mixed]
     probe = dict(evaluation, MODELS=specs, JSONL_PATH=heldout)
     names = ("LGIP_fliptypes.metrics.json", "LGIP_retrieval.metrics.json", "LGIP_images.metrics.json")
     metrics = [common.metrics_path(heldout, f) for f in names]
-    steps += [
+    steps += mixed + [
         step("finetune_by_fliptype", probe, [heldout] + made, [metrics[0]]),
         step("finetune_retrieval", probe, [heldout] + made, [metrics[1]]),
         step("finetune_images", probe, [heldout] + made, [metrics[2]]),
+    ]
+    if datasets is not None:  # (what each arm may have broken: classification beside the probe)
+        steps.append(classify_step(datasets, probe, made))
+        metrics.append(steps[-1].outputs[0])
+    steps.append(
         step(
             "finetune_report",
             dict({"JSONL_PATH": heldout}, **out_dir),
             metrics,
             [common.metrics_path(heldout, "LGIP_report.md")],
-        ),
-    ]
+        )
+    )
     return steps
+
+
+def classify_datasets(mode):
+    """CLASSIFY as run_lgip_classification.py's DATASETS (LGIP_SPEC.md 16), or None: no classification step."""
+    choice = ("shapes" if mode == "shapes" else None) if CLASSIFY == "auto" else CLASSIFY
+    if choice is None:
+        return None
+    if choice == "shapes":
+        root = os.path.abspath(SHAPES_DIR)
+        return [
+            {"name": "shapes", "source": "shapes", "role": "id", "root": root},
+            {"name": "shapes_ood", "source": "shapes", "role": "ood", "root": root},
+        ]
+    if isinstance(choice, (list, tuple)) and choice and all(isinstance(d, dict) for d in choice):
+        return [dict(d) for d in choice]  # (each checked by run_lgip_classification.py, before any model loads)
+    raise common.ConfigError(
+        f'CLASSIFY must be "auto", None, "shapes" or a list of datasets ({{"name", "source", "role", ...}}: '
+        f"run_lgip_classification.py's DATASETS), got {CLASSIFY!r}"
+    )
+
+
+def classify_step(datasets, evaluation, made=()):
+    """Step run_lgip_classification (LGIP_SPEC.md 16): evaluation's MODELS on `datasets`, its outputs named by
+    evaluation's JSONL_PATH (the file the report reads); run again when a dataset's file or folder changes."""
+    jsonl = evaluation["JSONL_PATH"]
+    files = []
+    for d in datasets:
+        if d.get("source") == "shapes":
+            files.append(os.path.join(d.get("root") or os.path.abspath(SHAPES_DIR), "lgip_shapes.jsonl"))
+        files += [d[k] for k in ("path", "root") if isinstance(d.get(k), str) and d.get("source") != "shapes"]
+    files = list(dict.fromkeys(os.path.abspath(f) for f in files))
+    out = common.metrics_path(jsonl, "LGIP_classification.metrics.json")
+    args = dict(evaluation, DATASETS=datasets)
+    return step("run_lgip_classification", args, [jsonl, *made, *files], [out], needs=[jsonl, *files])
 
 
 # the shapes world's pretraining (L_clip alone, every image) and its arms' defaults (FINETUNE's keys replace them)
@@ -278,7 +340,7 @@ SHAPES_PRETRAIN = {"STEPS": 150, "BATCH_SIZE": 64, "LR": 1e-3, "WARMUP": 20, "HE
 SHAPES_FINETUNE = {"STEPS": 150, "BATCH_SIZE": 64, "LR": 5e-4, "WARMUP": 10}
 
 
-def shapes_plan(base, evaluation, out_dir):
+def shapes_plan(base, evaluation, out_dir, datasets=None):
     """DATA="shapes" (issue 51's demo): the world made, its main part flipped, a tiny CLIP pretrained on the other
     part with L_clip alone, then FINETUNE's arms from it and the held-out probe (finetune_steps)."""
     from lgip import shapes
@@ -297,7 +359,7 @@ def shapes_plan(base, evaluation, out_dir):
     ]
     pretrained = shapes.start_spec(os.path.join(os.path.dirname(made), "model"), "shapes_pretrained")
     ft = {**SHAPES_FINETUNE, "model": pretrained, **(FINETUNE or {})}
-    return steps + finetune_steps(fliptypes, evaluation, out_dir, ft)
+    return steps + finetune_steps(fliptypes, evaluation, out_dir, ft, datasets)
 
 
 def plan(mode, base, models):
@@ -334,8 +396,9 @@ def plan(mode, base, models):
     )
     out_dir = {"OUTPUT_DIR": os.path.abspath(OUTPUT_DIR)} if OUTPUT_DIR is not None else {}
     evaluation.update(out_dir)
+    datasets = classify_datasets(mode)
     if mode == "shapes":
-        return shapes_plan(base, evaluation, out_dir)
+        return shapes_plan(base, evaluation, out_dir, datasets)
     steps = []
     if mode == "coco":
         note = None
@@ -408,12 +471,16 @@ def plan(mode, base, models):
     # the image side, after the text evaluations: on the file run_lgip_retrieval searches (an imported benchmark
     # as it is), so its galleries hold the same records, and its captions and original images are in the cache
     steps.append(step("run_lgip_images", dict(evaluation, JSONL_PATH=fliptypes), [fliptypes], [images]))
-    steps += finetune_steps(fliptypes, evaluation, out_dir, FINETUNE) if FINETUNE else []
+    steps += finetune_steps(fliptypes, evaluation, out_dir, FINETUNE, datasets) if FINETUNE else []
+    classified = []  # (with FINETUNE the start and its arms are classified on the held-out file: finetune_steps)
+    if datasets is not None and not FINETUNE:
+        steps.append(classify_step(datasets, dict(evaluation, JSONL_PATH=base)))
+        classified = steps[-1].outputs
     steps += [
         step(
             "report",
             dict({"JSONL_PATH": base}, **out_dir),
-            metrics + [explained, images, blind_path(fliptypes)] + ([debiased_metrics] if DEBIAS else []),
+            metrics + [explained, images, blind_path(fliptypes)] + ([debiased_metrics] if DEBIAS else []) + classified,
             [
                 common.metrics_path(base, "LGIP_report.md"),
                 common.metrics_path(base, "LGIP_report.csv"),

@@ -266,6 +266,8 @@ def say_report(base):
                 "LGIP_retrieval.png",
                 "LGIP_image_side.png",
                 "LGIP_factors.png",
+                "LGIP_classification_tradeoff.png",
+                "LGIP_classification_reliability.png",
             )
         )
         if os.path.isfile(p)

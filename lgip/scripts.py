@@ -33,6 +33,7 @@ SCRIPTS = (
     "blind_audit",
     "debias_flips",
     "finetune_lgip",
+    "wise_ft",
     "make_shapes_jsonl",
     "siglip_sanity_check",
     "report",

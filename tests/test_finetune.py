@@ -193,6 +193,7 @@ def test_run_all_fine_tunes_each_arm_and_probes_them_with_the_start_on_held_out_
     demo_inputs(folder)
     ft = {"model": OPENCLIP_TINY, "STEPS": 2, "BATCH_SIZE": 4, "WARMUP": 1, "SAVE_EVERY": 1, "LR": 1e-3}
     args = [f"--DEMO_JSONL={folder / 'lgip_demo.jsonl'}", "--DATA=demo", "--MODELS=demo", "--DEVICE=cpu"]
+    ft["wise"] = []  # (no WiSE-FT point: test_wise.py's and the shapes demo's)
     out = run_script("run_all.py", *args, f"--FINETUNE={ft!r}", "--NUM_WORKERS=0").stdout
     assert len(re.findall(r"^\[\d+/17\] finetune\b", out, re.M)) == 2
     rows = json.load(open(folder / "lgip_demo_with_fliptypes__ft_heldout__LGIP_fliptypes.metrics.json"))

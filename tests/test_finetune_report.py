@@ -20,7 +20,9 @@ from lgip.report.finetune_text import load_meta
 STEM = "lgip_demo_with_fliptypes__ft_heldout"
 START = "tiny_openclip"
 ARMS = ["tiny_openclip__ft_plain", "tiny_openclip__ft_lgip"]
-STEPS = "diff_gen_caption,make_perturb_with_fliptypes,finetune,finetune_by_fliptype,finetune_retrieval,"
+POINTS = [f"{a}__wise0.5" for a in ARMS]  # (FINETUNE's default WiSE-FT alpha)
+LINEUP = [START, ARMS[0], POINTS[0], ARMS[1], POINTS[1]]  # (the probe's MODELS: each arm, then its WiSE-FT point)
+STEPS = "diff_gen_caption,make_perturb_with_fliptypes,finetune,wise_ft,finetune_by_fliptype,finetune_retrieval,"
 STEPS += "finetune_report,run_lgip_by_fliptype,report"  # (the fine-tuning's steps and one ordinary report)
 
 
@@ -83,12 +85,14 @@ def changed(path, text):
 
 def test_the_table_has_the_start_then_each_arm_with_the_metrics_figures(demo):
     rows = table(section((demo / f"{STEM}__LGIP_report.md").read_text(encoding="utf-8")), "Model")
-    assert [r["Model"] for r in rows] == [f"`{t}`" for t in [START, *ARMS]]
-    assert [r["W_SC / W_INV / W_VC"] for r in rows] == ["start", "0 / 0 / 0", "1 / 1 / 0"]
-    assert [r["Steps"] for r in rows] == ["–", "3", "3"]
+    assert [r["Model"] for r in rows] == [f"`{t}`" for t in LINEUP]
+    assert [r["W_SC / W_INV / W_VC"] for r in rows] == ["start", "0 / 0 / 0", "WiSE-FT α 0.5", "1 / 1 / 0"] + [
+        "WiSE-FT α 0.5"
+    ]
+    assert [r["Steps"] for r in rows] == ["–", "3", "–", "3", "–"]
     flips = json.load(open(demo / f"{STEM}__LGIP_fliptypes.metrics.json"))
     found = json.load(open(demo / f"{STEM}__LGIP_retrieval.metrics.json"))
-    assert [m["model_tag"] for m in flips] == [m["model_tag"] for m in found] == [START, *ARMS]
+    assert [m["model_tag"] for m in flips] == [m["model_tag"] for m in found] == LINEUP
     for r, m, ret in zip(rows, flips, found):
         g = m["global_sensitivity"]
         assert r["Pos. rate"] == figure(g["pos_rate"], *g["pos_rate_ci95"], 3)
@@ -169,7 +173,7 @@ def test_a_running_arm_is_marked_and_a_missing_retrieval_is_said(demo, tmp_path)
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     with changed(meta_path, json.dumps(dict(meta, status="running", steps_done=1))):
         md = section(report(demo, tmp_path / "running_"))
-    row = table(md, "Model")[2]
+    row = table(md, "Model")[3]
     assert row["Model"] == f"`{ARMS[1]}` (training not finished)" and row["Steps"] == "1 of 3"
     assert f"- `{ARMS[1]}` (training not finished) against its start" in md
     with changed(demo / f"{STEM}__LGIP_retrieval.metrics.json", None):
@@ -178,3 +182,19 @@ def test_a_running_arm_is_marked_and_a_missing_retrieval_is_said(demo, tmp_path)
     with changed(meta_path, json.dumps(dict(meta, config=dict(meta["config"], W_SC="1")))):
         with pytest.raises(InputError, match=r"finetune.meta.json: field 'config.W_SC' is the string '1'"):
             load_meta(str(meta_path))
+
+
+def test_a_wise_points_meta_is_checked_and_named_by_its_field(tmp_path):
+    from lgip.report.finetune_text import load_wise_meta
+
+    path = tmp_path / "wise.meta.json"
+    good = {"alpha": 0.25, "start": {"name": START}, "arm": {"name": ARMS[1]}}
+    path.write_text(json.dumps(good), encoding="utf-8")
+    assert load_wise_meta(str(path)) == {"alpha": 0.25, "start": START, "arm": ARMS[1]}
+    for bad, words in (
+        ({"alpha": 1.5}, "field 'alpha' is 1.5 (float), not a number from 0 to 1"),
+        ({"arm": None}, "'arm.name'"),
+    ):
+        path.write_text(json.dumps(dict(good, **bad)), encoding="utf-8")
+        with pytest.raises(InputError, match=re.escape(words)):
+            load_wise_meta(str(path))

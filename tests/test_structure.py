@@ -28,6 +28,7 @@ USER_SCRIPTS = {
     "blind_audit.py",
     "debias_flips.py",
     "finetune_lgip.py",
+    "wise_ft.py",
     "make_shapes_jsonl.py",
 }
 OTHER_FILES = {

@@ -23,8 +23,12 @@
   overview   `Report` (what the markdown and the page say) and the texts around the figures; beside it
              each section's own: attribution_text, controls_text, benchmark_text, factors_text
   finetune_text the section "Fine-tuning": the fine-tuned arms among the models found (a model/ folder with
-             finetune.meta.json beside it), their meta and train logs checked, the table, the comparisons with
-             their start, a sentence per arm (LGIP_SPEC.md 14); finetune_plot: their loss curves
+             finetune.meta.json beside it) and their WiSE-FT points (wise.meta.json), their meta and train logs
+             checked, the table, the comparisons with their start, a sentence per arm (LGIP_SPEC.md 14);
+             finetune_plot: their loss curves
+  classification_text the section "Classification" (LGIP_SPEC.md 16): run_lgip_classification.py's metrics and
+             per-image files found and checked, effective robustness, the tables, comparisons and notes;
+             classification_plot: the reliability diagram, the effective-robustness scatter, the trade-off plot
   gallery    gallery items: thumbnails as data: URIs (placeholders when unreadable), words marked,
              a flip's word scores from explain_flips.py's lines
   image_side the image side (run_lgip_images.py): a line per model beside its text figures, the altered
@@ -76,6 +80,9 @@ from .blind_text import blind_file, blind_lines, load_blind, load_debiased
 from .overview import Report, demo_note, random_init_note, unmeasured_notes
 from .finetune_text import finetune_lines, load_finetune
 from .finetune_plot import plot_finetune
+from .classification_text import classification_file, classification_lines, effective_robustness_all
+from .classification_text import load_classification
+from .classification_plot import plot_er, plot_reliability, plot_tradeoff
 from .gallery import attach_attributions, explain_files, gallery_items, thumbnail, word_marks
 from .image_side import altered_items, image_score_files, image_side_lines, scan_altered, seeds
 from .markdown import console_table, results_table, write_markdown
@@ -95,6 +102,13 @@ __all__ = [
     "blind_file",
     "blind_lines",
     "finetune_lines",
+    "classification_file",
+    "classification_lines",
+    "effective_robustness_all",
+    "load_classification",
+    "plot_er",
+    "plot_reliability",
+    "plot_tradeoff",
     "load_finetune",
     "plot_finetune",
     "load_blind",

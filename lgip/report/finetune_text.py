@@ -38,19 +38,15 @@ def model_specs(metrics):
     return specs
 
 
-def arm_folder(spec):
+def arm_folder(spec, meta="finetune.meta.json"):
     """The training folder of a fine-tuned arm's spec (`local-dir:<folder>/model` or a model_id
-    `<folder>/model`, with `<folder>/finetune.meta.json`), else None."""
+    `<folder>/model`, with `<folder>/finetune.meta.json`; meta "wise.meta.json": a WiSE-FT point's), else None."""
     where = spec.get("model_name") if isinstance(spec.get("model_name"), str) else spec.get("model_id")
     if not isinstance(where, str) or not where:
         return None
     path = os.path.normpath(where[len("local-dir:") :] if where.startswith("local-dir:") else where)
     folder = os.path.dirname(path)
-    return (
-        folder
-        if os.path.basename(path) == "model" and os.path.isfile(os.path.join(folder, "finetune.meta.json"))
-        else None
-    )
+    return folder if os.path.basename(path) == "model" and os.path.isfile(os.path.join(folder, meta)) else None
 
 
 def _count(v):
@@ -86,6 +82,25 @@ def load_meta(path):
     }
 
 
+def load_wise_meta(path):
+    """A WiSE-FT point's wise.meta.json (wise_ft.py's): {"alpha", "arm" (its arm's name), "start" (its start's
+    name)}; InputError naming the file and the field."""
+    meta = read_json(path)
+    again = "run wise_ft.py again (run_all's wise_ft step)"
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: not wise_ft.py's meta (a JSON object), got {what_is(meta)}; {again}")
+    alpha = meta.get("alpha")
+    if not (finite_number(alpha) and 0 <= alpha <= 1):
+        raise InputError(f"{path}: field 'alpha' is {what_is(alpha)}, not a number from 0 to 1; {again}")
+    out = {"alpha": float(alpha)}
+    for key in ("arm", "start"):
+        v = meta.get(key)
+        if not (isinstance(v, dict) and isinstance(v.get("name"), str) and v["name"]):
+            raise InputError(f"{path}: field '{key}.name' is missing or not a model name ({what_is(v)}); {again}")
+        out[key] = v["name"]
+    return out
+
+
 def load_log(path):
     """An arm's train_log.jsonl: [{"step", "loss", "loss_clip", ...}], a term absent or null as None (a term of
     weight 0), a diverged loss (NaN, inf) kept; InputError naming the file, the line and the field. [] without it."""
@@ -110,18 +125,41 @@ def load_log(path):
 
 def load_finetune(metrics, tags):
     """The report's fine-tuned arms, in `tags`' order: {"arms": [{"model", "folder", "start", "meta", "log"}],
-    "starts": [the arms' starts among `tags`]}; None when no model is an arm."""
+    "points": [{"model", "folder", "start", "arm", "alpha"}] (their WiSE-FT points, wise_ft.py's, by arm and
+    alpha), "starts": [the arms' and points' starts among `tags`]}; None when no model is an arm or a point."""
     specs = model_specs(metrics)
-    arms = []
+    arms, points = [], []
     for tag in tags:
         folder = arm_folder(specs[tag]) if tag in specs else None
         if folder is not None:
             meta = load_meta(os.path.join(folder, "finetune.meta.json"))
             log = load_log(os.path.join(folder, "train_log.jsonl"))
             arms.append({"model": tag, "folder": folder, "start": meta["start"], "meta": meta, "log": log})
-    if not arms:
+            continue
+        folder = arm_folder(specs[tag], "wise.meta.json") if tag in specs else None
+        if folder is not None:
+            points.append(dict(load_wise_meta(os.path.join(folder, "wise.meta.json")), model=tag, folder=folder))
+    if not arms and not points:
         return None
-    return {"arms": arms, "starts": [t for t in tags if any(a["start"] == t for a in arms)]}
+    points.sort(key=lambda p: (p["arm"], p["alpha"]))
+    ours = arms + points
+    return {"arms": arms, "points": points, "starts": [t for t in tags if any(a["start"] == t for a in ours)]}
+
+
+def _lineup(fine):
+    """[(tag, arm or point or None)] in the section's order: each start, its arms, each arm's WiSE-FT points by
+    alpha; then the arms and points whose start (or arm) is not in the report. A start is shown once, as a start."""
+    points = fine.get("points", [])
+    order = []
+    for s in fine["starts"]:
+        order.append((s, None))
+        for a in [a for a in fine["arms"] if a["start"] == s]:
+            order += [(a["model"], a)] + [(p["model"], p) for p in points if p["arm"] == a["model"]]
+    order += [(a["model"], a) for a in fine["arms"] if a["start"] not in fine["starts"]]
+    placed = {t for t, _ in order}
+    order += [(p["model"], p) for p in points if p["model"] not in placed]
+    seen = set()
+    return [(t, a) for t, a in order if (a is None or t not in fine["starts"]) and not (t in seen or seen.add(t))]
 
 
 def _value(r, name, digits):
@@ -133,19 +171,20 @@ def _table(fine, rows, types, retrieval):
     by = {r["model"]: r for r in rows}
     header = ["Model", "W_SC / W_INV / W_VC", "Steps", "Pos. rate"] + types + ["Grounded pos.", "Inv. error"]
     header += ["I2T R@1", "T2I R@1"]
-    order = [
-        x for s in fine["starts"] for x in [(s, None)] + [(a["model"], a) for a in fine["arms"] if a["start"] == s]
-    ]
-    # (an arm whose start is not here, and that is no start itself: a start is shown once, as a start)
-    order += [(a["model"], a) for a in fine["arms"] if a["start"] not in fine["starts"]]
-    order = [(t, a) for t, a in order if a is None or t not in fine["starts"]]
     out = []
-    for tag, arm in order:
+    for tag, arm in _lineup(fine):
         r = by.get(tag, {})
-        meta = arm["meta"] if arm else None
+        meta = arm.get("meta") if arm else None
         running = bool(meta and meta["status"] == "running")
+        weights = (
+            " / ".join(f"{meta['weights'][w]:g}" for w in WEIGHTS)
+            if meta
+            else f"WiSE-FT α {arm['alpha']:g}"
+            if arm
+            else "start"
+        )
         cells = [
-            {"text": " / ".join(f"{meta['weights'][w]:g}" for w in WEIGHTS) if meta else "start", "ci": ""},
+            {"text": weights, "ci": ""},
             {
                 "text": "–" if not meta else f"{meta['steps_done']}" + (f" of {meta['steps']}" if running else ""),
                 "ci": "",
@@ -177,7 +216,7 @@ def _oriented(c, order):
 
 def _comparisons(fine, comparisons, types, labels):
     """{(x, y, figure, flip type): (diff, lo, hi)} of the section's models, and the comparisons table's rows."""
-    order = fine["starts"] + [a["model"] for a in fine["arms"]]
+    order = [t for t, _ in _lineup(fine)]
     found = {}
     for c in comparisons:
         if c["a"] in order and c["b"] in order:
@@ -257,6 +296,19 @@ def finetune_lines(fine, rows, comparisons, paths):
         sentences.append(
             {"model": arm["model"], "text": f"{tag}{late} against its start `{start}`: " + "; ".join(said) + "."}
         )
+    for p in fine.get("points", []):
+        if p["start"] not in fine["starts"]:
+            notes.append(f"`{p['model']}` mixes `{p['start']}`, which this report does not include, with its arm.")
+            continue
+        said = [
+            _verdict(found, p["model"], p["start"], f, w)
+            for f, w in (("sensitivity_pos_rate", "positive rate"), ("invariance_error_mean", "invariance error"))
+        ]
+        what = f"(WiSE-FT: (1 − {p['alpha']:g}) `{p['start']}` + {p['alpha']:g} `{p['arm']}`)"
+        sentences.append({"model": p["model"], "text": f"`{p['model']}` {what} against its start: " + "; ".join(said)})
+        sentences[-1]["text"] += "."
+    lineup = [t for t, _ in _lineup(fine)]
+    sentences.sort(key=lambda x: lineup.index(x["model"]))
     if not comp_rows:
         notes.append(
             "No paired comparison of the arms with their start: they are made for the models evaluated "
@@ -269,7 +321,14 @@ def finetune_lines(fine, rows, comparisons, paths):
         0,
         "Each arm's steps, weights and losses from `finetune.meta.json` and `train_log.jsonl` in "
         + ", ".join(f"`{os.path.basename(a['folder'])}/`" for a in fine["arms"])
-        + ".",
+        + "."
+        + (
+            " Each WiSE-FT point's start, arm and α from `wise.meta.json` in "
+            + ", ".join(f"`{os.path.basename(p['folder'])}/`" for p in fine["points"])
+            + "."
+            if fine.get("points")
+            else ""
+        ),
     )
     return {
         "title": "Fine-tuning",
@@ -277,7 +336,8 @@ def finetune_lines(fine, rows, comparisons, paths):
             "Fine-tuned copies (arms) of a start model (`finetune_lgip.py`, LGIP_SPEC.md 14) beside their start, "
             "on the held-out file. W_SC, W_INV, W_VC: the weights of the flips as hard negatives, the paraphrase "
             "invariance term and the mixed images as hard negatives (0 / 0 / 0: the plain control); Steps: the "
-            "steps trained; then the same figures as the results table, 95% intervals over the held-out images."
+            "steps trained; WiSE-FT α: an arm's weights mixed with its start's, (1 − α) start + α arm (`wise_ft.py`, "
+            "LGIP_SPEC.md 16); then the same figures as the results table, 95% intervals over the held-out images."
         ),
         "header": header,
         "rows": table,

@@ -31,6 +31,7 @@ from .benchmark_text import benchmark_lines
 from .blind_text import blind_lines
 from .factors_text import factor_lines
 from .finetune_text import finetune_lines
+from .classification_text import classification_lines
 from .image_side import image_side_lines, markdown_rows as altered_rows
 from .tables import main_table, md_table, md_text
 
@@ -273,6 +274,46 @@ def _finetune_section(report, md_dir):
     return md + ([" ".join(ft["notes"]), ""] if ft["notes"] else [])
 
 
+CLASSIFICATION_FIGURES = {
+    "reliability": "Reliability on the id set: accuracy against confidence per bin, at T = 1 and T*",
+    "er": "Accuracy under shift against in-distribution on probit axes, and the fit (effective robustness)",
+    "tradeoff": "The id set's accuracy against the held-out positive rate: the start, each arm and its WiSE-FT points",
+}
+
+
+def _classification_section(report, md_dir):
+    """The section "Classification" (LGIP_SPEC.md 16): a table per dataset, OOD detection, effective robustness,
+    each model against its start, the figures; [] when run_lgip_classification.py did not run."""
+    labels = {r["model"]: r["label"] for r in report.rows}
+    c = classification_lines(
+        report.classification, report.effective_robustness, labels, report.finetune, [r["model"] for r in report.rows]
+    )
+    if c is None:
+        return []
+    join = lambda x: x["text"] + (f" {x['ci']}" if x["ci"] else "")  # noqa: E731
+    md = [f"## {c['title']}", "", c["lead"], ""]
+    for t in c["tables"]:
+        cells = [[f"`{r['model']}`"] + [join(x) for x in r["cells"]] for r in t["rows"]]
+        md += [f"{t['caption']}:", "", md_table(t["header"], cells, ["l"] + ["r"] * (len(t["header"]) - 1)), ""]
+    md += ["- " + line for line in c["er"]] + ([""] if c["er"] else [])
+    if c["ood"]:
+        cells = [[f"`{r['model']}`"] + [join(x) for x in r["cells"]] for r in c["ood"]["rows"]]
+        md += [c["ood"]["lead"], "", md_table(c["ood"]["header"], cells, ["l"] + ["r"] * len(cells[0][1:])), ""]
+    if c["comparisons"]["rows"]:
+        body = [
+            [f"`{r['a']}` − `{r['b']}`", f"`{r['set']}`", f"{r['figure']} ({r['better']} is better)"]
+            + [f"**{join(r['cell'])}**" if r["cell"]["excludes"] else join(r["cell"])]
+            for r in c["comparisons"]["rows"]
+        ]
+        md += [c["comparisons_lead"], "", md_table(c["comparisons"]["header"], body, ["l", "l", "l", "r"]), ""]
+    md += ["- " + s["text"] for s in c["sentences"]] + ([""] if c["sentences"] else [])
+    for key, alt in CLASSIFICATION_FIGURES.items():
+        png = report.classification_pngs.get(key)
+        if png:
+            md += [f"![{alt}]({os.path.relpath(os.path.abspath(png), md_dir)})", ""]
+    return md + [" ".join(c["notes"]), ""]
+
+
 def _debiased_lines(side):
     """The models' positive rates on all flips and on the debiased ones (run_all's DEBIAS); [] without them."""
     if side is None:
@@ -392,6 +433,7 @@ def markdown(report, md_path):
     for png, alt in report.figures:
         md.append(f"![{alt}]({os.path.relpath(os.path.abspath(png), md_dir)})\n")
     md += _finetune_section(report, md_dir)
+    md += _classification_section(report, md_dir)
     md += _blind_section(report)
     md += _prior_section(report)
     md += _image_side_section(report, md_dir)

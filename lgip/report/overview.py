@@ -47,6 +47,9 @@ class Report:
     blind: Optional[dict] = None  # the blind audit of the input's flips (lgip.report.load_blind), or None
     finetune: Optional[dict] = None  # the fine-tuned arms among the models (lgip.report.load_finetune), or None
     finetune_png: Optional[str] = None  # their loss curves, when written
+    classification: Optional[dict] = None  # run_lgip_classification.py's metrics (lgip.report.load_classification)
+    effective_robustness: dict = field(default_factory=dict)  # {shift set: its fit or None} (LGIP_SPEC.md 16)
+    classification_pngs: dict = field(default_factory=dict)  # {"reliability", "er", "tradeoff": png or None}
     factors: Optional[dict] = None  # what predicts robustness (lgip.report.factors.compute_factors), or None
     factors_png: Optional[str] = None  # its figure, when written
     altered: Any = None  # the altered images preferred to their original (lgip.report.image_side.scan_altered), or None

@@ -39,10 +39,11 @@ from .benchmark_text import benchmark_lines
 from .blind_text import blind_lines
 from .factors_text import factor_lines
 from .finetune_text import finetune_lines
+from .classification_text import classification_lines
 from .image_side import KIND_NAMES, image_side_lines
 from .tables import IN_SCORE_UNITS, interval, num, result_columns, row_types
 from .rows import mixed_kinds
-from .markdown import CONSOLE_COLUMNS
+from .markdown import CLASSIFICATION_FIGURES, CONSOLE_COLUMNS
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # a score kind (LGIP_SPEC.md 13) -> (the gallery's column label, what the score is, its formula's name)
@@ -237,6 +238,19 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         # None without fine-tuned arms among the models (LGIP_SPEC.md 14)
         "finetune": finetune_lines(report.finetune, report.rows, report.comparisons, report.paths),
         "finetune_figure": embedded(report.finetune_png),
+        # None without run_lgip_classification.py's metrics (LGIP_SPEC.md 16)
+        "classification": classification_lines(
+            report.classification,
+            report.effective_robustness,
+            {r["model"]: r["label"] for r in report.rows},
+            report.finetune,
+            [r["model"] for r in report.rows],
+        ),
+        "classification_figures": [
+            dict(embedded(report.classification_pngs[key]), alt=alt, key=key)
+            for key, alt in CLASSIFICATION_FIGURES.items()
+            if report.classification_pngs.get(key)
+        ],
         "prior": prior_lines(report.rows, report.paths),  # None without the text-prior controls
         "comparisons": comparisons_context(report),
         "attribution": attribution_lines(report.rows, report.metrics, report.paths, report.explain_missing),
