@@ -10,7 +10,11 @@ beside the input, trains on the first with L = L_clip + W_SC L_sc (the flips as 
   python finetune_lgip.py ... --RUN_NAME=plain --W_SC=0 --W_INV=0
   python run_lgip_by_fliptype.py --JSONL_PATH=lgip_coco_native5_train2017_with_fliptypes__ft_heldout.jsonl \\
       --MODELS="[<the start>, <each run's model_spec.json>]"
-This version trains open_clip models (type openclip, or a python loader's open_clip model) in one process.
+It trains any model whose family can be built for training (open_clip; transformers dual encoders, CLIP-style
+and SigLIP), in one process or under torchrun (each rank its slice of a batch, the gradients averaged):
+  torchrun --nproc_per_node=4 finetune_lgip.py --JSONL_PATH=... --MODEL=...
+The start model is checked before any work as the evaluations check theirs: one that cannot be had (no network,
+not cached) or a local path that is not there stops it at once with exit status 2, nothing written.
 """
 
 import json
@@ -18,7 +22,7 @@ import os
 
 import common
 from lgip import finetune, trainer
-from lgip.settings import SAFE_NAME
+from lgip.settings import SAFE_NAME as _SAFE_NAME  # (not a setting: --help lists UPPER-case names)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 JSONL_PATH = os.path.join(_HERE, "lgip_coco_native5_train2017_with_fliptypes.jsonl")  # input: records with
@@ -55,9 +59,11 @@ def check_config():
     common.require_int(CONFIG, "SPLIT_SEED")
     if not (isinstance(HELDOUT_FRACTION, (int, float)) and 0 <= HELDOUT_FRACTION < 1):
         raise common.ConfigError(f"HELDOUT_FRACTION must be a number in [0, 1), got {HELDOUT_FRACTION!r}")
-    if not isinstance(RUN_NAME, str) or not SAFE_NAME.match(RUN_NAME):
+    if not isinstance(RUN_NAME, str) or not _SAFE_NAME.match(RUN_NAME):
         raise common.ConfigError(f"RUN_NAME must be a file-safe name (letters, digits, . _ -), got {RUN_NAME!r}")
-    return start_spec(), settings
+    spec = start_spec()
+    common.require_models([spec])  # (a model that cannot be had, a local path not there: before any work, exit 2)
+    return spec, settings
 
 
 def start_spec():

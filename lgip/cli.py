@@ -213,6 +213,15 @@ def check_config(config, script, namespace=None):
         _say_expansion(given, config["MODELS"])
         if namespace is not None:
             namespace["MODELS"] = config["MODELS"]
+    if isinstance(config, dict) and isinstance(config.get("MODEL"), str) and "MODEL" not in own:
+        from .models.registry import expand_models  # (one model by its name: "demo", a published or named model)
+
+        try:
+            (config["MODEL"],) = expand_models([config["MODEL"]])
+        except ModelError as e:
+            raise ConfigError(f"MODEL: {e}") from None
+        if namespace is not None:
+            namespace["MODEL"] = config["MODEL"]
     none_ok = {k for k, (expr, _) in _constant_docs(script).items() if expr == "None"}
     check_settings(config if isinstance(config, dict) else {}, none_ok)
 

@@ -288,7 +288,8 @@ def blockers(steps, models, skip_models=False):
     from .models.hub import check_models, describe
 
     lines, made = [], set()
-    if any("MODELS" in s.args for s in steps):
+    models = list(models) + _own_models(steps, models)
+    if any("MODELS" in s.args or "MODEL" in s.args for s in steps):
         problems = check_models(models)
         said = [f"{len(problems)} of {len(models)} models cannot be had:"] + ["  " + x for x in describe(problems)]
         if problems and skip_models and len(problems) < len(models):
@@ -306,6 +307,26 @@ def blockers(steps, models, skip_models=False):
         ]
         made.update(s.outputs)
     return lines
+
+
+def _own_models(steps, models):
+    """The MODEL specs of steps (fine-tuning's start) that MODELS does not name and no earlier step makes: they
+    must be had before any step too. An earlier step makes a model when it writes into its local path, or the
+    `model_spec.json` beside it (a fine-tuning run's folder: the shapes world's pretrained model)."""
+    from .models.families import known_family
+
+    out, made, named = [], set(), {m.get("name") for m in models if isinstance(m, dict)}
+    for s in steps:
+        spec = s.args.get("MODEL")
+        kind = known_family(spec)
+        if kind is not None and spec.get("name") not in named:
+            paths = [os.path.abspath(p) for _, p in kind.local_paths(spec)]
+            ahead = {os.path.join(os.path.dirname(p), "model_spec.json") for p in paths}
+            if not any(o in ahead or o == p or o.startswith(p + os.sep) for p in paths for o in made):
+                out.append(spec)
+                named.add(spec.get("name"))
+        made.update(os.path.abspath(o) for o in s.outputs)
+    return out
 
 
 def stopped_by(proc, sigterm, grace=25):

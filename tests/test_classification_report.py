@@ -19,7 +19,8 @@ import pytest
 
 from conftest import run_here
 from lgip.errors import InputError
-from lgip.report.classification_text import effective_robustness, reliability_bins
+from lgip.classification.figures import effective_robustness
+from lgip.report.classification_text import reliability_bins
 
 STEM = "held"
 START = "start"
@@ -195,7 +196,7 @@ def table(text, caption):
     lines = text.splitlines()
     at = next(i for i, x in enumerate(lines) if x.startswith(caption)) + 1
     at = next(i for i in range(at, len(lines)) if lines[i].startswith("|"))
-    cells = lambda x: [c.strip() for c in x.strip().strip("|").split("|")]  # noqa: E731
+    cells = lambda x: [c.strip() for c in x.strip().strip("|").split("|")]
     header, rows = cells(lines[at]), []
     for x in lines[at + 2 :]:
         if not x.startswith("|"):
@@ -262,10 +263,20 @@ def test_effective_robustness_of_the_three_models_with_the_shift_set_by_hand(mad
     shift = table(md, "`shapes_shift` (distribution shift;")
     want = [f"{round(fit['effective_robustness'][m], 3) + 0.0:+.3f}" for m in SHIFT]  # (no "-0.000")
     assert [r["Eff. robustness ↑"] for r in shift] == want
-    assert effective_robustness([("a", 0.5, 10, 0.4, 10), ("b", 0.6, 10, 0.5, 10)]) is None  # (fewer than 3)
+
+    def rows(points):
+        return [
+            {
+                "model": m,
+                "datasets": {"i": {"role": "id", "acc1": a, "n": n}, "s": {"role": "shift", "acc1": b, "n": k}},
+            }
+            for m, a, n, b, k in points
+        ]
+
+    assert effective_robustness(rows([("a", 0.5, 10, 0.4, 10), ("b", 0.6, 10, 0.5, 10)])) == {"s": None}  # (< 3)
     # an accuracy of 1 or 0 is clipped to 1 - 0.5 / n, 0.5 / n before the probit: a finite fit
-    edge = effective_robustness([("a", 1.0, 10, 0.0, 20), ("b", 0.5, 10, 0.4, 20), ("c", 0.7, 10, 0.5, 20)])
-    assert all(math.isfinite(v) for v in edge["effective_robustness"].values())
+    edge = effective_robustness(rows([("a", 1.0, 10, 0.0, 20), ("b", 0.5, 10, 0.4, 20), ("c", 0.7, 10, 0.5, 20)]))
+    assert all(math.isfinite(v) for v in edge["s"]["effective_robustness"].values())
 
 
 def test_the_reliability_bins_and_ece_by_hand(made):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, SIGLIP_TINY, eval_settings, run_here
+from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, ROOT, SIGLIP_TINY, eval_settings, run_here
 from lgip import finetune
 from lgip.errors import ConfigError, InputError
 
@@ -426,3 +426,43 @@ def test_a_training_loop_of_ones_own_gets_finetune_lgips_loss_from_probe_loss(st
     assert model.logit_scale.grad is not None and torch.isfinite(model.logit_scale.grad).all()
     _, none = probe_loss(embed_images(images), embed_texts([d[0] for d in draws]), model.logit_scale.exp(), w_sc=0)
     assert none["sc"] is None and none["inv"] is None and none["vc"] is None  # (a term without its inputs: None)
+
+
+def test_the_front_door_takes_any_models_form_and_stops_one_that_cannot_be_had_before_any_work(tmp_path):
+    """Issue 64: MODEL by name ("demo", a published model's), as any MODELS entry; a start that cannot be had (a
+    local path that is not there) stops finetune_lgip.py with exit status 2 and one line before any work, nothing
+    left behind, and run_all's FINETUNE before its first step, its dry run too; --help says what it trains and
+    lists no internal as a setting."""
+    from conftest import run_script
+
+    settings = _settings(tmp_path, STEPS=1, RUN_NAME="named")
+    settings.pop("MODEL")
+    args = [f"--{k}={v}" for k, v in settings.items()]
+    proc = run_script("finetune_lgip.py", *args, "--MODEL=demo")
+    assert "named: 1 steps" in proc.stdout
+    spec = json.load(open(tmp_path / "fixture_with_fliptypes__ft_named" / "finetune.meta.json"))["start"]
+    assert spec["name"] == "demo_tiny_random"
+    missing = {"name": "gone", "type": "openclip", "model_name": f"local-dir:{tmp_path / 'not_there'}"}
+    before = sorted(os.listdir(tmp_path))
+    bad = run_script("finetune_lgip.py", *args, f"--MODEL={missing!r}", "--RUN_NAME=gone", check=False)
+    assert bad.returncode == 2 and "model 'gone': its model_name" in bad.stderr and "Traceback" not in bad.stderr
+    assert sorted(os.listdir(tmp_path)) == before  # (no split file, no run folder)
+    helped = run_script("finetune_lgip.py", "--help").stdout
+    assert "SAFE_NAME" not in helped and "torchrun" in helped and "transformers" in helped
+    assert "--KEEP_RESUME=False" in helped and "causal_lm {" in helped  # (the types, from their records)
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    shutil.copy(os.path.join(ROOT, "demo", "lgip_demo.jsonl"), demo / "lgip_demo.jsonl")
+    for dry in ("False", "True"):
+        ran = run_script(
+            "run_all.py",
+            "--DATA=demo",
+            f"--DEMO_JSONL={demo / 'lgip_demo.jsonl'}",
+            "--MODELS=demo",
+            f"--FINETUNE={ {'model': missing}!r}",
+            f"--DRY_RUN={dry}",
+            check=False,
+        )
+        assert ran.returncode == 2 and "model 'gone': its model_name" in ran.stderr, (dry, ran.stderr)
+        assert "[1/" not in ran.stdout or dry == "True"
+    assert sorted(os.listdir(demo)) == ["lgip_demo.jsonl"]

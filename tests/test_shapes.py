@@ -75,10 +75,9 @@ def test_the_shapes_demo_repairs_what_the_plain_arm_does_not_on_held_out_images(
     """The demo as shipped (run_all.py --DATA=shapes): the LGIP arm's held-out invariance error clearly below the
     plain arm's, its positive rate above with the paired interval above 0, recall@1 within 0.05 both ways."""
     folder = tmp_path / "shapes"
-    # (CLASSIFY=None until run_lgip_classification.py is in the checkout: issue 63's other half)
-    args = ["--DATA=shapes", f"--SHAPES_DIR={folder}", "--DEVICE=cpu", "--CLASSIFY=None"]
+    args = ["--DATA=shapes", f"--SHAPES_DIR={folder}", "--DEVICE=cpu"]
     out = run_script("run_all.py", *args).stdout
-    assert "ran 11 of 11 steps" in out
+    assert "ran 12 of 12 steps" in out
     held = folder / "lgip_shapes_with_fliptypes__ft_heldout"
     rows = {r["model_tag"]: r for r in json.load(open(f"{held}__LGIP_fliptypes.metrics.json"))}
     start, plain, lgip = "shapes_pretrained", "shapes_pretrained__ft_plain", "shapes_pretrained__ft_lgip"
@@ -96,8 +95,16 @@ def test_the_shapes_demo_repairs_what_the_plain_arm_does_not_on_held_out_images(
     section = report[report.index("## Fine-tuning") :]
     assert f"`{plain}`" in section and f"`{lgip}`" in section and "LGIP_finetune.png" in section
     assert re.search(rf"\| `{lgip}__wise0\.5` +\| +WiSE-FT α 0\.5 \|", section)
+    # (issue 63: the start, the arms and their WiSE-FT points classified, what each repair cost beside what it gained)
+    classified = {r["model_tag"]: r for r in json.load(open(f"{held}__LGIP_classification.metrics.json"))}
+    assert list(classified) == list(rows)
+    shapes = classified[start]["datasets"]["shapes"]
+    assert shapes["acc1"] > 1 / 11 and shapes["acc1_ci95"][0] <= shapes["acc1"] <= shapes["acc1_ci95"][1]
+    assert classified[start]["ood"]["shapes_ood"]["auroc"] is not None
+    classification = report[report.index("## Classification") :]
+    assert all(f"`{m}`" in classification for m in rows) and "LGIP_classification_tradeoff.png" in report
     again = run_script("run_all.py", *args).stdout
-    assert "ran 0 of 11 steps (11 up to date)" in again
+    assert "ran 0 of 12 steps (12 up to date)" in again
 
 
 def test_a_finetune_model_of_ones_own_replaces_the_pretrained_one_in_the_shapes_plan(tmp_path):
@@ -105,6 +112,5 @@ def test_a_finetune_model_of_ones_own_replaces_the_pretrained_one_in_the_shapes_
 
     ft = {"model": OPENCLIP_TINY, "STEPS": 2}
     args = ["--DATA=shapes", f"--SHAPES_DIR={tmp_path / 'shapes'}", "--DRY_RUN=True", f"--FINETUNE={ft!r}"]
-    args.append("--CLASSIFY=None")  # (until run_lgip_classification.py is in the checkout: issue 63's other half)
     out = run_script("run_all.py", *args).stdout
     assert "tiny_openclip__ft_lgip" in out and "shapes_pretrained__ft_lgip" not in out and "--STEPS=2" in out

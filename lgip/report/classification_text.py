@@ -261,42 +261,13 @@ def reliability_bins(conf, correct, bins=BINS):
     return counts, mean_conf, acc, ece
 
 
-def effective_robustness(points):
-    """Section 16's effective robustness of one shift set over `points` [(model, acc1 id, n id, acc1 shift,
-    n shift)] (at least 3, else None): a = clip(acc1, 0.5 / n, 1 - 0.5 / n) of each set, x = Phi^-1(a_id),
-    y = Phi^-1(a_shift) (scipy.stats.norm.ppf), slope and intercept by numpy.polyfit(x, y, 1); each model's
-    acc1_shift - Phi(slope x + intercept). Returns {slope, intercept, models, effective_robustness {model: value}}."""
-    import numpy as np
-    from scipy.stats import norm
-
-    if len(points) < 3:
-        return None
-    x = norm.ppf([min(max(a, 0.5 / n), 1 - 0.5 / n) for _, a, n, _, _ in points])
-    y = norm.ppf([min(max(a, 0.5 / n), 1 - 0.5 / n) for _, _, _, a, n in points])
-    slope, intercept = np.polyfit(x, y, 1)
-    er = {p[0]: float(p[3] - norm.cdf(slope * xi + intercept)) for p, xi in zip(points, x)}
-    models = [p[0] for p in points]
-    return {"slope": float(slope), "intercept": float(intercept), "models": models, "effective_robustness": er}
-
-
 def effective_robustness_all(found):
-    """{shift set: effective_robustness over the rows that have it and an id set} (None: fewer than 3), for the
-    `<N>__LGIP_classification_er.metrics.json` file; {} without a shift set."""
-    if found is None:
-        return {}
-    out = {}
-    for name, role in found["sets"].items():
-        if role != "shift":
-            continue
-        points = []
-        for row in found["rows"]:
-            d, i = row["datasets"].get(name), row["datasets"].get(id_set(row) or "")
-            if d is None or i is None or d["role"] != "shift" or None in (d["acc1"], i["acc1"]) or not d["n"]:
-                continue
-            if i["n"]:
-                points.append((row["model"], i["acc1"], i["n"], d["acc1"], d["n"]))
-        out[name] = effective_robustness(points)
-    return out
+    """{shift set: section 16's effective robustness over the rows that have it and an id set (None: fewer than 3)}
+    (lgip.classification.figures.effective_robustness), for `<N>__LGIP_classification_er.metrics.json`; {} without
+    a shift set."""
+    from ..classification.figures import effective_robustness
+
+    return {} if found is None else effective_robustness(found["rows"])
 
 
 def _cell(d, key, digits):
@@ -379,7 +350,7 @@ def _pairs(found, reference, starts):
                 continue
             lo, hi = c["ci"] or (None, None)
             if against.get(c["b"]) == c["a"]:  # (the row of the earlier model: a − b, turned into b − a)
-                neg = lambda v: None if v is None else 0.0 - v  # noqa: E731
+                neg = lambda v: None if v is None else 0.0 - v
                 out.setdefault((c["b"], c["a"], c["dataset"], c["figure"]), (neg(c["diff"]), neg(hi), neg(lo)))
             elif against.get(c["a"]) == c["b"]:
                 out.setdefault((c["a"], c["b"], c["dataset"], c["figure"]), (c["diff"], lo, hi))

@@ -290,7 +290,7 @@ def _classification_section(report, md_dir):
     )
     if c is None:
         return []
-    join = lambda x: x["text"] + (f" {x['ci']}" if x["ci"] else "")  # noqa: E731
+    join = lambda x: x["text"] + (f" {x['ci']}" if x["ci"] else "")
     md = [f"## {c['title']}", "", c["lead"], ""]
     for t in c["tables"]:
         cells = [[f"`{r['model']}`"] + [join(x) for x in r["cells"]] for r in t["rows"]]
