@@ -199,10 +199,14 @@ class ShardOfModels(list):
 
 
 def _has_names(models):
-    """A MODELS value that expand_models changes: names, or a zoo entry."""
+    """A MODELS value that expand_models changes: names, a zoo entry, or a dict naming a named model without a type
+    ({"name": "negclip", "pretrained": "/path"}: lgip.models.finetunes)."""
     return isinstance(models, str) or (
         isinstance(models, (list, tuple))
-        and any(isinstance(m, str) or (isinstance(m, dict) and m.get("type") == "openclip_zoo") for m in models)
+        and any(
+            isinstance(m, str) or (isinstance(m, dict) and (m.get("type") == "openclip_zoo" or "type" not in m))
+            for m in models
+        )
     )
 
 

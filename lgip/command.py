@@ -6,7 +6,8 @@ exit status).
     lgip run-all --DATA=demo --MODELS=demo
     lgip report --JSONL_PATH=demo/lgip_demo.jsonl
     lgip eval run_lgip_by_fliptype --JSONL_PATH=x_with_fliptypes.jsonl --MODELS=demo
-    lgip list                                   # every step and script it runs
+    lgip list                                   # every step and script it runs, then every named model's card
+    lgip list models                            # the named models alone (docs/finetunes.md)
 """
 
 import os
@@ -40,7 +41,7 @@ USAGE = (
     "usage: lgip <command> [--NAME=value ...]   (each command runs its script of the checkout, as\n"
     "       python <script>.py --NAME=value ... would; `lgip <command> --help` lists its settings)\n"
     "       lgip eval <script> [--NAME=value ...]   (any script by its file name)\n"
-    "       lgip list"
+    "       lgip list [models]"
 )
 
 
@@ -56,6 +57,25 @@ def listing():
     return "\n".join(f"  {named.get(s, s.replace('_', '-')):<18} {s}.py" for s in scripts.SCRIPTS)
 
 
+def models_listing():
+    """Every named model of MODELS (lgip.models.registry.NAMED_MODELS: the published nine, "demo", the field's
+    fine-tunes) with its card: what its spec tells without loading it (a fine-tune: its weights, spec and cited
+    facts, lgip.models.finetunes.card_lines)."""
+    from .models.families import family
+    from .models.finetunes import FINETUNES, card_lines
+    from .models.registry import NAMED_MODELS
+
+    lines = ["named models (MODELS takes each name; docs/models.md, docs/finetunes.md):"]
+    for name, spec in NAMED_MODELS.items():
+        if name in FINETUNES:
+            lines += card_lines(name)
+            continue
+        told = {**family(spec).named(spec), **(spec.get("card") or {})}
+        shown = {k: v for k, v in spec.items() if k not in ("name", "card", "demo")}
+        lines += [f"{name}: {shown}"] + [f"  {k}: {v}" for k, v in told.items() if v is not None]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     """`lgip ...`: the script's exit status (2, with the valid commands, for one it does not know)."""
     import difflib
@@ -68,7 +88,10 @@ def main(argv=None):
         print(USAGE + "\n\ncommands:\n" + listing())
         return 0
     if argv[0] == "list":
-        print(listing())
+        if argv[1:] not in ([], ["models"]):
+            print(f"error: lgip: list takes nothing or 'models', got {' '.join(argv[1:])!r}\n{USAGE}", file=sys.stderr)
+            return 2
+        print(models_listing() if argv[1:] else listing() + "\n\n" + models_listing())
         return 0
     name = script_of(argv[0])
     if name is None:
