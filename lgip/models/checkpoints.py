@@ -112,7 +112,8 @@ def unknown_activation(spec):
 
 def warn_activation(spec, quick):
     """Print the warning of a spec whose activation cannot be told, once per process and spec (`quick`: whether it
-    is built with QuickGELU); returns True when the spec's activation is unconfirmed (warned now or before)."""
+    is built with QuickGELU, or a function telling it, asked only then); returns True when the spec's activation
+    is unconfirmed (warned now or before)."""
     unknown = unknown_activation(spec)
     if unknown is None:
         return False
@@ -120,6 +121,7 @@ def warn_activation(spec, quick):
     if key not in KEPT.warned:
         KEPT.warned.add(key)
         arch, what = unknown
+        quick = quick() if callable(quick) else quick
         built = "QuickGELU (its file name starts with openai)" if quick else f"GELU ({arch}'s own activation)"
         print(
             f"warning: model {spec.get('name')!r}: {what} holds weights for {arch}, whose twin {arch}-quickgelu "

@@ -254,7 +254,7 @@ def openclip_key_encoder(spec, protocol):
     if not accelerations.TRIMMED_TEXT:
         return None
     enc = KeyEncoder(text_key_tag=TEXT_KEY_TAG, pad_length=lambda call_lengths: None)
-    enc.info.update(checkpoints.activation_info(spec, _builds_quick_gelu(spec, protocol)))  # (warned, once)
+    enc.info.update(checkpoints.activation_info(spec, lambda: _builds_quick_gelu(spec, protocol)))  # (warned once)
     return enc
 
 
