@@ -17,7 +17,7 @@ import os
 import random
 
 import common
-from lgip import explain
+from lgip import explain, overlap
 from lgip.scorers import ExplainRequest, scorer_for
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,6 +107,10 @@ def explain_all(config):
         for figure, rec, values in m.pop("_compared", ()):
             paired.add(enc.name, figure, None, rec, values)  # (paired model comparisons, LGIP_SPEC.md 9 and 12)
         m["model_card"] = common.model_card(spec, enc)
+        root = IMAGE_ROOT or os.path.dirname(os.path.abspath(JSONL_PATH))
+        seen = overlap.overlap_of(spec, m["model_card"], records, root)  # (absent: no question of seen images)
+        if seen is not None:
+            m["images_seen_overlap"] = seen
         m["run"] = dict(
             common.eval_run_info(__file__, config, enc, m.pop("image_report"), len(records), records=records),
             seconds=round(t.seconds, 3),
@@ -122,6 +126,7 @@ def explain_all(config):
             f"preferred {common.fmt(m['localization_acc_preferred'], '.3f')}, "
             f"chance {common.fmt(m['chance'], '.3f')}) over {m['num_flips']} flips, {t.seconds:.1f} s -> "
             f"{m['explain_file']}"
+            + (f"; {overlap.overlap_text(seen)}" if seen is not None else "")
             + (
                 f"; left out: {', '.join(f'{v} {k}' for k, v in m['skipped'].items() if v)}"
                 if any(m["skipped"].values())

@@ -235,11 +235,13 @@ class ShardOfModels(list):
 
 
 def _has_names(models):
-    """A MODELS value that expand_models changes: names, or a zoo entry."""
+    """A MODELS value that expand_models changes: names, a zoo entry, or a dict naming a named model without a type
+    ({"name": "negclip", "pretrained": "/path"}: lgip.models.finetunes)."""
     from .models.zoo import is_zoo
 
     return isinstance(models, str) or (
-        isinstance(models, (list, tuple)) and any(isinstance(m, str) or is_zoo(m) for m in models)
+        isinstance(models, (list, tuple))
+        and any(isinstance(m, str) or is_zoo(m) or (isinstance(m, dict) and "type" not in m) for m in models)
     )
 
 

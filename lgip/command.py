@@ -8,7 +8,8 @@ exit status).
     lgip eval run_lgip_by_fliptype --JSONL_PATH=x_with_fliptypes.jsonl --MODELS=demo
     lgip export runs/demo                       # the per-pair scores as one flat table (lgip.export)
     lgip compare runs/before runs/after         # two runs paired over the images both scored (lgip.compare)
-    lgip list                                   # every step and script it runs
+    lgip list                                   # every step and script it runs, then every named model's card
+    lgip list models                            # the named models alone (docs/finetunes.md)
 """
 
 import os
@@ -50,7 +51,7 @@ USAGE = (
     "       lgip eval <script> [--NAME=value ...]   (any script by its file name)\n"
     "       lgip export RUN [--FORMAT=csv|parquet]\n"
     "       lgip compare RUN_A RUN_B [--A=model] [--B=model]\n"
-    "       lgip list"
+    "       lgip list [models]"
 )
 
 
@@ -67,6 +68,25 @@ def listing():
     return "\n".join(steps + [f"  {word:<18} {what}" for word, (_, what) in TOOLS.items()])
 
 
+def models_listing():
+    """Every named model of MODELS (lgip.models.registry.NAMED_MODELS: the published nine, "demo", the field's
+    fine-tunes) with its card: what its spec tells without loading it (a fine-tune: its weights, spec and cited
+    facts, lgip.models.finetunes.card_lines)."""
+    from .models.families import family
+    from .models.finetunes import FINETUNES, card_lines
+    from .models.registry import NAMED_MODELS
+
+    lines = ["named models (MODELS takes each name; docs/models.md, docs/finetunes.md):"]
+    for name, spec in NAMED_MODELS.items():
+        if name in FINETUNES:
+            lines += card_lines(name)
+            continue
+        told = {**family(spec).named(spec), **(spec.get("card") or {})}
+        shown = {k: v for k, v in spec.items() if k not in ("name", "card", "demo")}
+        lines += [f"{name}: {shown}"] + [f"  {k}: {v}" for k, v in told.items() if v is not None]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     """`lgip ...`: the script's exit status (2, with the valid commands, for one it does not know)."""
     import difflib
@@ -79,7 +99,10 @@ def main(argv=None):
         print(USAGE + "\n\ncommands:\n" + listing())
         return 0
     if argv[0] == "list":
-        print(listing())
+        if argv[1:] not in ([], ["models"]):
+            print(f"error: lgip: list takes nothing or 'models', got {' '.join(argv[1:])!r}\n{USAGE}", file=sys.stderr)
+            return 2
+        print(models_listing() if argv[1:] else listing() + "\n\n" + models_listing())
         return 0
     if argv[0] in TOOLS:
         import importlib

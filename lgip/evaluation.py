@@ -19,6 +19,7 @@ from .models import prefix_packs
 from .errors import InputError, Interrupted, ModelError
 from .batch import ModelLoop
 from .models.cards import model_card
+from .overlap import overlap_of, overlap_text
 from .util import Timer, provenance
 from .outputs import OUTPUTS
 from .filenames import metrics_path
@@ -511,6 +512,7 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
                 f"{run.scored.image_report['num_failed_images']} unreadable images, "
                 + (f"{no_caps} without captions (skipped), " if no_caps else "")
                 + f"{t.seconds:.1f} s)"
+                + (f"; {overlap_text(row['images_seen_overlap'])}" if "images_seen_overlap" in row else "")
                 + loop.progress(),
                 flush=True,
             )
@@ -538,13 +540,17 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
 def whole_row(figures, spec, run, script, input_report, seconds):
     """One model's metrics row: the script's figures (model_tag first), then what the model is
     (`model_card`, LGIP_SPEC.md 12) and what made the row (`run`: settings, versions, the model's
-    details, bad inputs, timings)."""
+    details, bad inputs, timings); `images_seen_overlap` between them where the model may have seen the probed images
+    in training (lgip.overlap)."""
     figures["score_kind"] = run.enc.score_kind  # what s is (LGIP_SPEC.md 13): its units are the row's figures'
     if not run.scored.gives("images"):  # a blind model (LGIP_SPEC.md 15): a text-prior control, its card no image tower
         figures["reads_images"] = False
     if run.scored.prior_images is not None:  # the other images a text's prior score is a mean over
         figures["prior_images"] = run.scored.prior_images
-    figures["model_card"] = model_card(spec, run.enc, run.scored.image_embeddings)
+    figures["model_card"] = card = model_card(spec, run.enc, run.scored.image_embeddings)
+    seen = overlap_of(spec, card, run.records, run.image_root)  # (lgip.overlap: absent when there is no question)
+    if seen is not None:
+        figures["images_seen_overlap"] = seen
     figures["run"] = dict(run.info(script), **input_report, seconds=round(seconds, 3))
     return figures
 

@@ -20,6 +20,8 @@ class Kept:
     token_tables: dict = field(default_factory=dict)  # key -> TokenTable shared by models that tokenize alike
     #   (lgip.tokens)
     unwritable: dict = field(default_factory=dict)  # cache root -> why it cannot be written: said once (lgip.cache)
+    warned: set = field(default_factory=set)  # specs whose activation cannot be told: warned once
+    #   (lgip.models.checkpoints)
 
 
 KEPT = Kept()

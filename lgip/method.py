@@ -226,3 +226,7 @@ CARD_FIELDS = (
     "training_data",
     "samples_seen",
 )
+# card fields a card carries only where known (rows without them stay as they were): the activation a spec says
+# (LGIP_SPEC.md 12: `quick_gelu`) and what a fine-tune started from, was trained on and which images it saw
+# (lgip.models.finetunes' named models), each fact's citation in `card_sources` {field: where it is written}
+CARD_FIELDS_WHEN_KNOWN = ("quick_gelu", "fine_tuned_from", "fine_tuned_on", "images_seen", "card_sources")

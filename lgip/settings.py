@@ -116,6 +116,17 @@ def _models(v):
 
 
 def _model(v):
+    """One model: a spec, a named model's name, or a dict naming one ({"name": "negclip", "pretrained": ...})."""
+    if isinstance(v, str) or (isinstance(v, dict) and "type" not in v):
+        from .models.registry import expand_models
+
+        try:
+            v = expand_models([v])
+        except ModelError as e:
+            raise ConfigError(f"MODEL: {e}") from None
+        if len(v) != 1:
+            raise ConfigError(f"MODEL is one model, got {len(v)}: {', '.join(str(m.get('name')) for m in v)}")
+        v = v[0]
     return check_models([v], "MODEL")
 
 

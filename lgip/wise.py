@@ -66,7 +66,7 @@ def save_wise(start, arm, alpha, folder, run_name, device="cpu"):
     from .models.families import family
     from .outputs import write_json
 
-    if start.get("type") != arm.get("type"):
+    if family(start) is not family(arm):
         raise ConfigError(
             f"the arm {arm.get('name')!r} is of type {arm.get('type')!r} and its start {start.get('name')!r} of type "
             f"{start.get('type')!r}: WiSE-FT mixes the weights of one architecture"

@@ -328,7 +328,7 @@ def test_a_value_that_is_no_literal_is_taken_as_a_string():
 TYPO = [{"name": "b32", "type": "openclip", "model_name": "ViT-B-32", "pretraind": "openai"}]
 TYPO_ERROR = (
     "error: MODELS: model 'b32' (type 'openclip'): unknown key 'pretraind'; did you mean 'pretrained'? "
-    "valid keys: name, type, model_name, pretrained, card, demo\n"
+    "valid keys: name, type, model_name, pretrained, quick_gelu, card, demo\n"
 )
 
 

@@ -19,10 +19,11 @@ import json
 import os
 import re
 
-from ..method import CARD_FIELDS
+from ..method import CARD_FIELDS, CARD_FIELDS_WHEN_KNOWN
 from .families import family
 
 FIELDS = CARD_FIELDS  # (LGIP_SPEC.md 12: one list, lgip.method's, for the cards and the report)
+WHEN_KNOWN = CARD_FIELDS_WHEN_KNOWN  # (written only when not None: a card without them is as before)
 
 # an open_clip tag's first "_"-separated token -> its training data (section 12's table)
 TRAINING_DATA = {
@@ -231,7 +232,7 @@ def openclip_named(spec):
     tag, name = spec.get("pretrained"), spec.get("model_name")
     data, seen = tag_facts(tag)
     named = {"pretrained": os.path.basename(tag) if isinstance(tag, str) and os.path.isfile(tag) else tag}
-    named.update(training_data=data, samples_seen=seen)
+    named.update(training_data=data, samples_seen=seen, quick_gelu=spec.get("quick_gelu"))  # (None: not said)
     if isinstance(name, str) and not name.startswith(("local-dir:", "hf-hub:")):
         named.update(architecture=name, family=family_of(name))  # (known when the model cannot be built here)
     return named
@@ -253,9 +254,11 @@ def model_card(spec, enc=None, image_embeddings=None):
     is counted on the model are its family's (lgip.models.families: named, card)."""
     kind = family(spec)
     card = dict.fromkeys(FIELDS)
-    card.update(source=kind.type, **{k: v for k, v in kind.named(spec).items() if k in FIELDS})
+    named = kind.named(spec)
+    card.update(source=kind.type, **{k: v for k, v in named.items() if k in FIELDS})
     card.update({k: v for k, v in _counted(spec, enc).items() if k in FIELDS or k == "vision_encoder"})
     card["score_kind"] = kind.score_kind(spec)  # what its score is (LGIP_SPEC.md 13): cosine for a dual encoder
+    card.update({k: named[k] for k in WHEN_KNOWN if named.get(k) is not None})  # (the activation a spec says)
     if image_embeddings is not None and getattr(image_embeddings, "ndim", 0) == 2:
         card["embed_dim"] = int(image_embeddings.shape[1])
     if isinstance(spec.get("card"), dict):  # the spec's own card wins, field by field

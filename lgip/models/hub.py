@@ -127,6 +127,33 @@ def hub_files(spec):
 
 
 LOCAL = (".", "/", "~")  # how a path begins, where a Hub id cannot
+HUB_PREFIX = "hf-hub:"  # an open_clip "model_name" of a Hub repository; a "pretrained" of a file in one
+
+
+def hub_file(pretrained):
+    """(repo id, file name) of an open_clip "pretrained" naming a file in a Hub repository ("hf-hub:org/repo/file":
+    a fine-tune's checkpoint that is not an open_clip model folder), else None.
+    >>> hub_file("hf-hub:ytaek-oh/fsc-clip/coco_fsc-clip-ViT-B-32.pt")
+    ('ytaek-oh/fsc-clip', 'coco_fsc-clip-ViT-B-32.pt')
+    """
+    if not isinstance(pretrained, str) or not pretrained.startswith(HUB_PREFIX):
+        return None
+    parts = pretrained[len(HUB_PREFIX) :].split("/")
+    if len(parts) < 3 or not all(parts):
+        return None
+    return "/".join(parts[:2]), "/".join(parts[2:])
+
+
+def local_file(pretrained):
+    """The local path of an open_clip "pretrained" weights file: an "hf-hub:org/repo/file" from the Hugging Face
+    cache (downloaded when the Hub can be reached; offline, the cached copy), anything else as given."""
+    where = hub_file(pretrained)
+    if where is None:
+        return pretrained
+    from huggingface_hub import hf_hub_download
+
+    hub_status()  # (an unreachable Hub: offline mode, the cached copy used without a request)
+    return hf_hub_download(*where)
 
 
 def model_id_files(spec):
@@ -152,18 +179,24 @@ def openclip_paths(spec):
         [("model_name", name[len("local-dir:") :])] if isinstance(name, str) and name.startswith("local-dir:") else []
     )
     checkpoint = (".bin", ".pt", ".pth", ".safetensors", ".ckpt")
-    if isinstance(pretrained, str) and (
-        pretrained.startswith(LOCAL) or "/" in pretrained or pretrained.endswith(checkpoint)
+    if (
+        isinstance(pretrained, str)
+        and not pretrained.startswith(HUB_PREFIX)
+        and (pretrained.startswith(LOCAL) or "/" in pretrained or pretrained.endswith(checkpoint))
     ):
         paths.append(("pretrained", pretrained))
     return paths
 
 
 def openclip_files(spec):
-    """An open_clip model's files: an hf-hub: repository's config and weights, a tag's file as open_clip's
-    catalogue hosts it (CATALOGUE for the published tags), none for a local folder, a file or random init."""
+    """An open_clip model's files: an hf-hub: repository's config and weights, a file in a Hub repository as
+    "pretrained" ("hf-hub:org/repo/file", lgip.models.checkpoints), a tag's file as open_clip's catalogue hosts it
+    (CATALOGUE for the published tags), none for a local folder, a file or random init."""
     name, pretrained = str(spec.get("model_name", "")), spec.get("pretrained")
     weights = ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
+    if hub_file(pretrained) is not None and not name.startswith("local-dir:"):
+        repo, filename = hub_file(pretrained)
+        return [(repo, [filename])]
     if name.startswith("hf-hub:"):
         repo = name[len("hf-hub:") :]
         return [(repo, ["open_clip_config.json"]), (repo, weights)]

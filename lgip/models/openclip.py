@@ -10,9 +10,10 @@ import os
 
 from .. import accelerations
 from ..errors import ModelError
+from . import checkpoints
 from .cards import openclip_card, openclip_named
 from .families import Family, register
-from .hub import openclip_files, openclip_paths
+from .hub import hub_file, local_file, openclip_files, openclip_paths
 from .encoder import Encoder, KeyEncoder, Prepared, _download_hint, _normalise, tokenizer_key
 from .towers import (
     _class_token_blocks,
@@ -35,27 +36,46 @@ TEXT_KEY_TAG = "eot2|"
 def openclip_create_kwargs(spec, protocol):
     """(model_name, pretrained, extra create kwargs) for an open_clip spec.
 
-    Corrected protocol: weights trained with QuickGELU (open_clip's own metadata for the tag
-    says so: the OpenAI ones, MetaCLIP, ...) run with QuickGELU; open_clip >= 2.29 builds e.g.
-    ViT-B-16 + openai with GELU and only warns. A checkpoint file whose name starts with
-    "openai" is treated the same. Reference protocol builds the model as the published code did.
+    A spec's `quick_gelu` (LGIP_SPEC.md 12) decides, in either protocol: {"quick_gelu": true or false}
+    overrides the config's activation (lgip.models.checkpoints). Absent, the corrected protocol: weights
+    trained with QuickGELU (open_clip's own metadata for the tag says so: the OpenAI ones, MetaCLIP, ...)
+    run with QuickGELU; open_clip >= 2.29 builds e.g. ViT-B-16 + openai with GELU and only warns. A
+    checkpoint file whose name starts with "openai" is treated the same (a file's activation cannot be
+    read from it: lgip.models.checkpoints.warn_activation says so). Reference protocol builds the model
+    as the published code did.
     >>> openclip_create_kwargs({"model_name": "ViT-B-16", "pretrained": "openai"}, "corrected")
     ('ViT-B-16', 'openai', {'force_quick_gelu': True})
     """
     import open_clip
 
     name, pretrained = spec["model_name"], spec.get("pretrained")
+    said = checkpoints.spec_activation(spec)
+    if said is not None:
+        return name, pretrained, said
     kwargs = {}
     if protocol != "corrected" or not isinstance(pretrained, str) or name.startswith(("hf-hub:", "local-dir:")):
         return name, pretrained, kwargs
-    if os.path.isfile(pretrained):
-        trained_quick = os.path.basename(pretrained).lower().startswith("openai")
+    if checkpoints.is_weights_file(pretrained):
+        trained_quick = os.path.basename((hub_file(pretrained) or ("", pretrained))[1])
+        trained_quick = trained_quick.lower().startswith("openai")
     else:
         trained_quick = bool(open_clip.get_pretrained_cfg(name, pretrained).get("quick_gelu"))
     built_quick = bool((open_clip.get_model_config(name) or {}).get("quick_gelu"))
     if trained_quick and not built_quick:
         kwargs["force_quick_gelu"] = True
     return name, pretrained, kwargs
+
+
+def _builds_quick_gelu(spec, protocol):
+    """Whether a spec's model is built with QuickGELU, told without building it (its kwargs, its config)."""
+    import open_clip
+
+    name, _, kwargs = openclip_create_kwargs(spec, protocol)
+    if "quick_gelu" in kwargs or kwargs.get("force_quick_gelu"):
+        return bool(kwargs.get("quick_gelu", True))
+    if name.startswith("local-dir:"):
+        return bool((checkpoints.local_dir_config(name) or {"model_cfg": {}})["model_cfg"].get("quick_gelu"))
+    return not name.startswith("hf-hub:") and bool((open_clip.get_model_config(name) or {}).get("quick_gelu"))
 
 
 def _check_openclip_name(name):
@@ -110,6 +130,8 @@ def load_openclip(spec, protocol, device, dtype):
     name, pretrained, kwargs = openclip_create_kwargs(spec, protocol)
     if name.startswith(("hf-hub:", "local-dir:")):
         pretrained = None  # open_clip ignores it for these names
+    elif hub_file(pretrained):
+        pretrained = local_file(pretrained)  # (a file in a Hub repository, from the cache)
     elif pretrained and not os.path.isfile(str(pretrained)):
         tags = open_clip.list_pretrained_tags_by_model(name)
         if pretrained not in tags:
@@ -118,7 +140,8 @@ def load_openclip(spec, protocol, device, dtype):
                 f"(or a checkpoint file path, or None for random init)"
             )
     try:
-        model, preprocess, built_on = _create_openclip_on(device, name, pretrained, kwargs)
+        with checkpoints.numpy_allowed():  # (a training checkpoint's numpy scalars: nothing else)
+            model, preprocess, built_on = _create_openclip_on(device, name, pretrained, kwargs)
     except (OSError, ConnectionError, TimeoutError) as e:
         raise _download_hint(spec, e) from e
     except RuntimeError as e:
@@ -126,7 +149,9 @@ def load_openclip(spec, protocol, device, dtype):
             raise _download_hint(spec, e) from e
         raise
     model = model.eval().to(device=device, dtype=dtype)
-    return openclip_encoder(model, preprocess, open_clip.get_tokenizer(name), device, dtype, built_on)
+    enc = openclip_encoder(model, preprocess, open_clip.get_tokenizer(name), device, dtype, built_on)
+    enc.info.update(checkpoints.activation_info(spec, enc.info["quick_gelu"]))  # (and warned, once)
+    return enc
 
 
 def is_openclip(model, tokenizer):
@@ -228,7 +253,9 @@ def openclip_key_encoder(spec, protocol):
     A model whose tower turns out not causal has other keys: they miss, and it loads."""
     if not accelerations.TRIMMED_TEXT:
         return None
-    return KeyEncoder(text_key_tag=TEXT_KEY_TAG, pad_length=lambda call_lengths: None)
+    enc = KeyEncoder(text_key_tag=TEXT_KEY_TAG, pad_length=lambda call_lengths: None)
+    enc.info.update(checkpoints.activation_info(spec, lambda: _builds_quick_gelu(spec, protocol)))  # (warned once)
+    return enc
 
 
 def _uses_quick_gelu(model):
@@ -288,9 +315,13 @@ def trainable_openclip(spec, device):
     name, pretrained, kwargs = openclip_create_kwargs(spec, "corrected")
     if name.startswith(("hf-hub:", "local-dir:")):
         pretrained = None
-    model_cfg, quick_gelu = openclip_config(spec, kwargs)
-    model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
+    pretrained = local_file(pretrained)
+    model_cfg = openclip_config(spec)
+    with checkpoints.numpy_allowed():
+        model, _, preprocess = open_clip.create_model_and_transforms(name, pretrained=pretrained, **kwargs)
     model = model.to(device).float()
+    quick_gelu = _uses_quick_gelu(model)  # (saved as built: section 14 writes it, true or false)
+    checkpoints.warn_activation(spec, quick_gelu)
     tokenizer = open_clip.get_tokenizer(name)
 
     def encode_images(images):
@@ -311,7 +342,7 @@ OPENCLIP = register(
     Family(
         "openclip",
         required="model_name",
-        options=("pretrained",),
+        options=("pretrained", "quick_gelu"),
         load=load_openclip,
         prepare=prepare_openclip,
         keys=openclip_key_encoder,
@@ -319,6 +350,7 @@ OPENCLIP = register(
         named=openclip_named,
         card=openclip_card,
         random_init=random_init,
+        check=checkpoints.check,
         local_paths=openclip_paths,
         trainable=trainable_openclip,
         saved_spec=openclip_saved_spec,

@@ -17,6 +17,7 @@ from .. import accelerations
 from ..demo import DEMO_MODEL, DEMO_NAME
 from ..errors import ModelError, WrongModelType
 from .zoo import ZOO_SPEC_TYPE, expand_zoo, is_zoo
+from .finetunes import FINETUNES, require_weights
 from .encoder import PROTOCOLS, check_keys, resolve_device, resolve_dtype, tokenizer_key
 from .pixels import check_pixel_split
 from .hub import check_model
@@ -59,13 +60,21 @@ PUBLISHED_MODELS = [  # the nine models of the paper, as the published scripts s
 ]
 
 
-# names a MODELS entry may give instead of a spec: the published nine by their names, and "demo"
-NAMED_MODELS = {**{m["name"]: m for m in PUBLISHED_MODELS}, DEMO_NAME: DEMO_MODEL}
+# names a MODELS entry may give instead of a spec: the published nine by their names, "demo", and the field's
+# compositional fine-tunes (lgip.models.finetunes: never among PUBLISHED_MODELS, the paper's default nine)
+NAMED_MODELS = {
+    **{m["name"]: m for m in PUBLISHED_MODELS},
+    DEMO_NAME: DEMO_MODEL,
+    **{name: entry.spec for name, entry in FINETUNES.items()},
+}
 
 
 def expand_models(models):
     """MODELS as a list of spec dicts: a name (a string, or a string of names "a,b") stands for its
-    spec in NAMED_MODELS, an {"type": "openclip_zoo", "match", "tags"} entry for its open_clip models
+    spec in NAMED_MODELS, a dict without "type" naming one for that spec with the dict's keys over it
+    ({"name": "negclip", "pretrained": "/data/negclip.pth"}: a fine-tune released as a file, lgip.models.finetunes,
+    whose name alone is an error saying where its file is), an {"type": "openclip_zoo", "match", "tags"} entry for
+    its open_clip models
     (lgip.models.zoo; a pair that another entry of the list names is evaluated once, as that entry), a
     spec dict stays as given (copied), None stays None (a script's own default). An unknown name is an
     error naming the closest valid names.
@@ -86,6 +95,9 @@ def expand_models(models):
             zoo += range(len(out), len(out) + len(expanded := expand_zoo(m)))
             out += expanded
             continue
+        if isinstance(m, dict) and "type" not in m and m.get("name") in NAMED_MODELS:
+            m = {**NAMED_MODELS[m["name"]], **m}  # (a named model given its own settings: its file, its card)
+            require_weights(m)
         if isinstance(m, str):
             if m not in NAMED_MODELS:
                 close = difflib.get_close_matches(m, list(NAMED_MODELS), n=3, cutoff=0.4)
@@ -95,6 +107,7 @@ def expand_models(models):
                     f'(or give a spec dict, README "Models")'
                 )
             m = NAMED_MODELS[m]
+            require_weights(m)
         out.append(dict(m) if isinstance(m, dict) else m)
     # a pair named twice is evaluated once: a zoo's pair goes when a spec of the list names it (before
     # or after the zoo entry: that spec's name and settings are the user's own) or an earlier zoo had it

@@ -28,28 +28,27 @@ class Trainable:
     save: Callable
 
 
-def openclip_config(spec, kwargs):
-    """(the model_cfg an open_clip spec is built with, whether QuickGELU was forced)."""
+def openclip_config(spec):
+    """The model_cfg an open_clip spec is built from (its activation aside: the model built says which)."""
     import open_clip
 
     name = spec["model_name"]
     if name.startswith("local-dir:"):
         with open(os.path.join(name[len("local-dir:") :], "open_clip_config.json"), encoding="utf-8") as f:
-            return json.load(f)["model_cfg"], bool(kwargs.get("force_quick_gelu"))
-    return dict(open_clip.get_model_config(name) or {}), bool(kwargs.get("force_quick_gelu"))
+            return json.load(f)["model_cfg"]
+    return dict(open_clip.get_model_config(name) or {})
 
 
 def openclip_save(model, folder, model_cfg, quick_gelu):
-    """`folder` as an open_clip local-dir model (section 14): open_clip_config.json (its model_cfg, quick_gelu
-    where the protocol forced it, the preprocess_cfg) and open_clip_pytorch_model.bin (its state_dict)."""
+    """`folder` as an open_clip local-dir model (section 14): open_clip_config.json (its model_cfg with `quick_gelu`
+    true or false, always: a state dict does not record its activation, lgip.models.checkpoints; the
+    preprocess_cfg) and open_clip_pytorch_model.bin (its state_dict)."""
     import torch
 
     from ..outputs import atomic_open
 
     os.makedirs(folder, exist_ok=True)
-    cfg = dict(model_cfg)
-    if quick_gelu:
-        cfg["quick_gelu"] = True
+    cfg = dict(model_cfg, quick_gelu=bool(quick_gelu))
     pre = dict(getattr(model.visual, "preprocess_cfg", {}) or {})
     preprocess = {k: pre[k] for k in ("mean", "std", "interpolation", "resize_mode") if k in pre}
     with atomic_open(os.path.join(folder, "open_clip_config.json")) as f:

@@ -11,7 +11,7 @@ InputError naming the file, the model and the field. Also the names of the figur
 
 import re
 
-from ..method import CARD_FIELDS
+from ..method import CARD_FIELDS, CARD_FIELDS_WHEN_KNOWN
 from ..util import finite_number
 
 
@@ -138,7 +138,9 @@ CARD_NUMBERS = (
 def check_card(m):
     """One model's `model_card` (LGIP_SPEC.md 12), checked: an object or absent, its counts None or
     numbers > 0 (`params_image` 0 too in the row of a model that reads no image, `reads_images` false: it has no
-    image tower), its other fields None or strings (BadField for the first that is not)."""
+    image tower), its other fields None or strings, and where written, `quick_gelu` a boolean, a fine-tune's facts
+    strings and `card_sources` an object of strings; and the row's `images_seen_overlap` beside it (check_overlap;
+    BadField for the first that is not)."""
     card = block(m, "model_card")
     blind = m.get("reads_images") is False
     for key in CARD_FIELDS:
@@ -157,3 +159,31 @@ def check_card(m):
                 )
         elif not isinstance(v, str):
             raise BadField(card.where + key, f"is {what_is(v)}, not a string (or null: unknown)")
+    for key in CARD_FIELDS_WHEN_KNOWN:  # (a fine-tune's facts and the activation a spec says, where written)
+        v = card.get(key)
+        if v is None:
+            continue
+        if key == "quick_gelu" and not isinstance(v, bool):
+            raise BadField(card.where + key, f"is {what_is(v)}, not true or false (or absent: not said)")
+        if key == "card_sources" and not (isinstance(v, dict) and all(isinstance(c, str) for c in v.values())):
+            raise BadField(card.where + key, f"is {what_is(v)}, not an object of citations {{field: text}}")
+        if key not in ("quick_gelu", "card_sources") and not isinstance(v, str):
+            raise BadField(card.where + key, f"is {what_is(v)}, not a string (or null: unknown)")
+    check_overlap(m)
+
+
+def check_overlap(m):
+    """A row's `images_seen_overlap` (lgip.overlap), checked: absent, or {"status": "counted", "count" and
+    "probed_images" counts, "fraction" a rate or null} or {"status": "unknown", "images_seen" a string}."""
+    flag = m.get("images_seen_overlap")
+    if flag is None:
+        return
+    where = "images_seen_overlap"
+    if not isinstance(flag, dict) or flag.get("status") not in ("counted", "unknown"):
+        raise BadField(where, f'is {what_is(flag)}, not an object whose status is "counted" or "unknown"')
+    b = Block(flag)
+    b.where = where + "."
+    if flag["status"] == "counted":
+        count(b, "count"), count(b, "probed_images"), number(b, "fraction", "rate")
+    elif not isinstance(flag.get("images_seen"), str):
+        raise BadField(where + ".images_seen", f"is {what_is(flag.get('images_seen'))}, not a string")

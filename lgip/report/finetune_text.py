@@ -13,6 +13,7 @@ import math
 import os
 
 from ..errors import InputError
+from ..overlap import arm_folder  # (a fine-tuned arm's folder: its meta beside `<folder>/model`)
 from ..records import iter_json_lines, read_json
 from ..util import finite_number
 from .controls_text import COMPARED_NAMES
@@ -36,17 +37,6 @@ def model_specs(metrics):
             if spec is not None:
                 specs.setdefault(m["model_tag"], spec)
     return specs
-
-
-def arm_folder(spec, meta="finetune.meta.json"):
-    """The training folder of a fine-tuned arm's spec (`local-dir:<folder>/model` or a model_id
-    `<folder>/model`, with `<folder>/finetune.meta.json`; meta "wise.meta.json": a WiSE-FT point's), else None."""
-    where = spec.get("model_name") if isinstance(spec.get("model_name"), str) else spec.get("model_id")
-    if not isinstance(where, str) or not where:
-        return None
-    path = os.path.normpath(where[len("local-dir:") :] if where.startswith("local-dir:") else where)
-    folder = os.path.dirname(path)
-    return folder if os.path.basename(path) == "model" and os.path.isfile(os.path.join(folder, meta)) else None
 
 
 def _count(v):

@@ -33,6 +33,7 @@ from .factors_text import factor_lines
 from .finetune_text import finetune_lines
 from .classification_text import classification_lines
 from .image_side import image_side_lines, markdown_rows as altered_rows
+from .seen_text import seen_lines
 from .tables import main_table, md_table, md_text
 
 
@@ -401,6 +402,7 @@ def markdown(report, md_path):
     md_dir = os.path.dirname(os.path.abspath(md_path))
     demo = demo_note(report.metrics)
     random = random_init_note(report.metrics)
+    seen = seen_lines(rows)  # (models that may have seen the probed images in training, beside the figures)
     md = [
         f"# LGIP report: {report.stem}",
         "",
@@ -416,6 +418,7 @@ def markdown(report, md_path):
         "",
         results_table(rows),
         "",
+        *([f"**{seen['lead']}**", ""] + ["- " + line for line in seen["lines"]] + [""] if seen else []),
         "\n".join("- " + n for n in source_notes(rows, report.metrics, report.paths)),
         "",
         "Where each model's figures come from (a list file keeps the rows of the models a later run did not "

@@ -44,6 +44,7 @@ from .image_side import KIND_NAMES, image_side_lines
 from .tables import IN_SCORE_UNITS, interval, num, result_columns, row_types
 from .rows import mixed_kinds
 from .markdown import CLASSIFICATION_FIGURES, CONSOLE_COLUMNS
+from .seen_text import seen_lines, seen_mark
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # a score kind (LGIP_SPEC.md 13) -> (the gallery's column label, what the score is, its formula's name)
@@ -125,7 +126,7 @@ def results_table(rows):
             else ""
         )
         cells = [
-            {"text": r["label"], "value": r["label"], "title": r["model"] + source},
+            {"text": r["label"], "value": r["label"], "title": r["model"] + source, "seen": seen_mark(r)},
             {"text": num(r["num_records"], 0), "value": r["num_records"], "ci": "", "best": False},
         ]
         for c in spec:
@@ -206,6 +207,7 @@ def page_context(report, gallery=None, colors=None, csv_path=None, files=None):
         "stem": report.stem,
         "demo": demo_note(report.metrics),
         "random_init": random_init_note(report.metrics),
+        "seen": seen_lines(report.rows),  # (models that may have seen the probed images in training: None when none)
         "single": None if several else SINGLE_MODEL_NOTE,
         "input": os.path.abspath(report.jsonl_path),
         "models": models,

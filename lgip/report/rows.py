@@ -135,6 +135,10 @@ def build_rows(metrics, headline="auto", labels=None, paths=None):
             "cosine",
         )
         row["_card"] = model_card([runs[k] for k in EVAL_KEYS if k in runs])
+        # did it see the probed images in training? (lgip.overlap; None: no question)
+        row["_overlap"] = next(
+            (runs[k]["images_seen_overlap"] for k in EVAL_KEYS if (runs.get(k) or {}).get("images_seen_overlap")), None
+        )
         row["reads_images"] = not any(runs[k].get("reads_images") is False for k in EVAL_KEYS if k in runs)
         row["_mixed"] = mixed_settings(runs)
         row["mixed_settings"] = mixed_text(row["_mixed"]) or None

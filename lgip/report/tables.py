@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from ..method import FLIP_TYPES
 from ..outputs import atomic_open
 from .evaluations import COLUMNS
+from .seen_text import seen_mark
 
 
 @dataclass(frozen=True)
@@ -163,8 +164,8 @@ def main_table(rows):
     """(header, cells, align) of the report's main table; columns nobody has are left out."""
     spec = result_columns(rows)
     header = ["Model", "Records"] + [c.header for c in spec]
-    cells = [
-        [r["label"], num(r["num_records"], 0) if r["num_records"] is not None else "–"]
+    cells = [  # (a model that may have seen the probed images in training: marked by its name, lgip.report.seen_text)
+        [r["label"] + (f" ({seen_mark(r)})" if seen_mark(r) else ""), num(r["num_records"], 0)]
         + [cell(r, c.name, c.digits) for c in spec]
         for r in rows
     ]
