@@ -321,6 +321,20 @@ def test_an_arm_is_counted_from_its_split_files(coco_demo):
     assert overlap_of({"name": "x"}, coco, demo, str(folder)) is None  # (not a COCO input: no question)
     for text in ("LAION-COCO 100K subset (LAION images)", "1M LAION images", None):
         assert overlap_of({"name": "x"}, {"images_seen": text}, records, str(folder)) is None, text
+    # a WiSE-FT point of the arm (wise_ft.py) saw what its arm saw: counted from the arm's split files
+    from lgip.wise import save_wise
+
+    point = folder / "wise"
+    spec, _ = save_wise(
+        json.load(open(folder / "lgip_demo_with_fliptypes__ft_arm" / "finetune.meta.json"))["start"],
+        arm,
+        0.5,
+        str(point),
+        "arm__wise0.5",
+    )
+    json.dump({"start": None, "arm": arm, "alpha": 0.5}, open(point / "wise.meta.json", "w"))
+    flag = overlap_of(spec, {}, records, str(folder))
+    assert flag["status"] == "counted" and flag["count"] == 6, flag
 
 
 def test_both_flags_in_the_rows_the_console_and_on_the_page(coco_demo, b32, request, tmp_path):
