@@ -86,7 +86,7 @@ def test_random_init_siglip_folder_loads_with_project_loader(tmp_path, monkeypat
     enc = load_model(spec, "corrected", "cpu", "fp32")
     assert enc.pad_length([3, 5]) == SIGLIP_TEXT_LENGTH  # padded to 64 as the real model
     assert len(enc.tokenize(["a red bus"])[0]) > 1
-    pub = bench.PublishedEncoder(spec, enc.model, enc)
+    pub = bench.PUBLISHED_STYLE[spec["type"]](spec, enc.model, enc)
     emb = pub.texts(["a red bus", "two dogs on a beach"])
     assert emb.shape == (2, 32)
     image = sorted(glob.glob(os.path.join(ROOT, "demo", "images", "*.jpg")))[0]  # (a tracked demo image)
