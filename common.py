@@ -78,7 +78,7 @@ from contextlib import closing
 from lgip.accelerations import NAMES as ACCELERATIONS
 from lgip.cli import configure, parse_value, run_main
 from lgip.scorers import leave_out
-from lgip.console import detail, quiet
+from lgip.console import detail, fit, quiet
 from lgip.controls import (
     Comparisons,
     hard_positive_figures,
@@ -128,6 +128,7 @@ from lgip.pipeline import (
     blockers,
     check_step_settings,
     reason_to_run,
+    new_run,
     run_step,
     say_report,
     script_settings,
@@ -201,6 +202,7 @@ __all__ = [
     "demo_block",
     "demo_message",
     "detail",
+    "fit",
     "describe_model_problems",
     "closing",
     "dump_jsonl_line",
@@ -245,6 +247,7 @@ __all__ = [
     "run_evaluation",
     "run_generator",
     "run_main",
+    "new_run",
     "run_step",
     "save_examples",
     "say_demo",

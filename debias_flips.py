@@ -136,11 +136,14 @@ def say(m, untyped):
     few = [
         t for t, b in m["kept"].items() if t != "all" and b["kept_fraction"] is not None and b["kept_fraction"] < 0.1
     ]
-    if few:
-        print(
-            f"  warning: {', '.join(few)}: under 10% of the flips kept: solvable by {', '.join(m['debias_scorers'])} "
-            f"whatever is kept"
-        )
+    for t in few:  # (few kept: the debiasing scorers found few mirrored pairs; say what each did there before)
+        b = m["kept"][t]
+        sides = {s: blind.side_of_chance(m["before"][s][t]) for s in m["debias_scorers"]}
+        away = [f"{s} {side} chance" for s, side in sides.items() if side in ("above", "below")]
+        why = f"blind-solvable ({', '.join(away)})" if away else "no debiasing scorer is told from chance on them"
+        print(f"  warning: {t}: {b['kept']:,} of {b['count']:,} flips kept (under 10%): {why}; before debiasing:")
+        for s in m["debias_scorers"]:
+            print(f"    {s}: {blind.standing(m['before'][s][t])}")
     if untyped:
         common.detail(f"  {untyped} diff_caps entries in no typed list dropped")
 

@@ -120,7 +120,7 @@ def explain_all(config):
         if "unsupported" in m:
             print(f"{enc.name}: skipped: {m['unsupported']}", flush=True)
             continue
-        print(
+        line = (
             f"{enc.name}: localization {common.fmt(m['localization_acc'], '.3f')} (detected "
             f"{common.fmt(m['localization_acc_detected'], '.3f')}, "
             f"preferred {common.fmt(m['localization_acc_preferred'], '.3f')}, "
@@ -134,7 +134,8 @@ def explain_all(config):
             )
             + loop.progress()
         )
-        print(f"{enc.name}: {explain.detection_line(m)}", flush=True)
+        print(common.fit(line), flush=True)
+        print(common.fit(f"{enc.name}: {explain.detection_line(m)}"), flush=True)
     loop.finish(results)
     common.write_results(__file__, config, results, "LGIP_explain.metrics.json")  # (then TRACKERS)
     if len(paired.models) >= 2:

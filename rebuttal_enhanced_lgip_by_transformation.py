@@ -257,7 +257,7 @@ def summary(m):
     f = common.fmt
     return (
         f"invariance error {f(m['global_invariance_error_mean'])} (simple {f(m['paraphrase_simple_inv_error_mean'])}, "
-        f"advanced {f(m['paraphrase_advanced_inv_error_mean'])}); flips once: gap "
+        f"advanced {f(m['paraphrase_advanced_inv_error_mean'])})\nflips once: gap "
         f"{f(c['global_sensitivity']['gap_mean'])}, positive rate {f(c['global_sensitivity']['pos_rate'], '.3f')}; "
         f"combined positive rate {f(c['combined']['global_sensitivity']['pos_rate'], '.3f')}"
     )

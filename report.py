@@ -473,7 +473,7 @@ def main():
     print()
     random = random_init_note(metrics)  # (a model without its weights: said on every output)
     for note in ([random] if random else []) + unmeasured_notes(rows, found):
-        print("note: " + note.replace("`", ""))
+        print(common.fit("note: " + note.replace("`", "")))
     for name in OUTPUTS[1:]:
         if name in pngs and pngs[name] is None:
             earlier = "; the one there is from an earlier run" if os.path.exists(out[name]) else ""

@@ -509,6 +509,7 @@ def main():
         raise common.ModelError("cannot run, nothing was run:\n  " + "\n  ".join(problems))
     for line in ["a real run would stop here, before any step:"] + problems if problems else []:
         print(line, flush=True)
+    common.new_run()
     pending, ran = set(), 0
     t0 = time.perf_counter()
     for k, s in enumerate(steps, 1):
@@ -516,7 +517,7 @@ def main():
         if reason is None:
             print(f"[{k}/{len(steps)}] skip {s.name}: {s.note or 'up to date'}", flush=True)
             continue
-        common.run_step(s, k, len(steps), reason, DRY_RUN, STEP_START, VERBOSE)
+        common.run_step(s, k, len(steps), reason, DRY_RUN, STEP_START, VERBOSE, FORCE)
         pending.update(s.outputs)
         ran += 1
     verb = "would run" if DRY_RUN else "ran"
@@ -527,7 +528,7 @@ def main():
     common.say_report(common.default_output(base, "_with_fliptypes__ft_heldout.jsonl") if mode == "shapes" else base)
     demo_model = any(isinstance(m, dict) and m.get("demo") for m in models)
     if demo_model or mode == "demo":
-        print(f"note: {common.demo_message(demo_model, mode == 'demo')}")
+        print(common.fit(f"note: {common.demo_message(demo_model, mode == 'demo')}"))
     if problems:  # (a dry run: said above, before the steps; its exit status says it too)
         raise common.ModelError("a real run would stop before any step:\n  " + "\n  ".join(problems))
 

@@ -141,11 +141,13 @@ def evaluate(run):
 
 
 def summary(m):
+    """The headline, then the positive rate by flip type."""
     by = ", ".join(f"{t} {common.fmt(b['pos_rate'], '.3f')}" for t, b in m["by_flip_type"].items())
     return (
         f"invariance error {common.fmt(m['invariance_error_mean'])}, "
-        f"positive rate {common.fmt(m['global_sensitivity']['pos_rate'], '.3f')} ({by}; with any image "
+        f"positive rate {common.fmt(m['global_sensitivity']['pos_rate'], '.3f')} (with any image "
         f"{common.fmt(m['prior_pos_rate'], '.3f')}, grounded {common.fmt(m['grounded_pos_rate'], '.3f')})"
+        + (f"\nby flip type: {by}" if by else "")
     )
 
 

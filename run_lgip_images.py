@@ -117,18 +117,19 @@ def evaluate(run):
 
 
 def summary(m):
+    """The headline, then a line per kind of image flip."""
     f = lambda v: common.fmt(v, ".3f")
-    flips = "; ".join(
+    kinds = [
         f"{kind}: gap {common.fmt(b['image_sensitivity_gap_mean'])}, positive {f(b['image_sensitivity_pos_rate'])}, "
         f"t2i R@1 with them {f(b['t2i_flip_recall@1'])}, top-1 altered {f(b['t2i_flip_top1_rate'])}"
         for kind, b in m["by_kind"].items()
         if "t2i_flip_top1_rate" in b
-    )
-    return (
+    ]
+    head = (
         f"image invariance error {common.fmt(m['image_invariance_error_mean'])}, image gap "
         f"{common.fmt(m['image_sensitivity_gap_mean'])}, positive rate {f(m['image_sensitivity_pos_rate'])}"
-        + (f" ({flips})" if flips else "")
     )
+    return "\n".join([head] + kinds)
 
 
 def run(**constants):

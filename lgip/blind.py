@@ -203,6 +203,37 @@ def blind_figures(pairs, gaps, types, resamples, seed):
     return out
 
 
+def side_of_chance(block):
+    """Where a blind_figures block stands: "none" (nothing scored), "ties" (every scored pair a tie), "above" or
+    "below" (acc_untied's interval excludes 0.5 on that side), else "chance" (no interval counts as chance)."""
+    if not block["scored"]:
+        return "none"
+    if not block["right"] + block["wrong"]:
+        return "ties"
+    ci = block["acc_untied_ci95"]
+    return "above" if ci and ci[0] > 0.5 else "below" if ci and ci[1] < 0.5 else "chance"
+
+
+def standing(block):
+    """A blind_figures block in words, its counts beside its rate: "ties on all 40", "at chance (4 right,
+    4 wrong)", "right on 30 of 32 untied (0.938 [0.850, 1.000])", "wrong on ...", "scores none"."""
+    side, right, wrong = side_of_chance(block), block["right"], block["wrong"]
+    if side == "none":
+        return "scores none"
+    if side == "ties":
+        return f"ties on all {block['scored']:,}"
+    ties = f", {block['ties']:,} tied" if block["ties"] else ""
+    if side == "chance":
+        return f"at chance ({right:,} right, {wrong:,} wrong{ties})"
+    lo, hi = block["acc_untied_ci95"]
+    rate = f"({block['acc_untied']:.3f} [{lo:.3f}, {hi:.3f}]{ties})"
+    return (
+        f"right on {right:,} of {right + wrong:,} untied {rate}"
+        if side == "above"
+        else (f"wrong on {wrong:,} of {right + wrong:,} untied {rate}")
+    )
+
+
 def corpus_lines(path, records):
     """NGRAM_CORPUS's lines (blank ones skipped) and how many were dropped because their words equal a
     caption's of the input (they would leak it into its own fold's model)."""

@@ -5,9 +5,13 @@ paired comparison, the step's command and time), printed with VERBOSE=True and b
 
     detail(f"-> {path}")           # printed when VERBOSE
     with quiet(not VERBOSE): ...   # run_all around a step
+    print(fit(long_note))          # wrapped at spaces under LINE characters, later lines indented
 """
 
 import contextlib
+import textwrap
+
+LINE = 160  # characters a console line stays under: one a reader takes in at a glance
 
 VERBOSE = True  # the detail in force: a script on its own says it all; run_all sets it around each step
 
@@ -27,3 +31,12 @@ def quiet(on=True):
         yield
     finally:
         VERBOSE = before
+
+
+def fit(text, indent="  "):
+    """`text` wrapped at spaces into lines under LINE characters, the later ones indented; a word longer than a
+    line (a path) is never cut. Lines of `text` are wrapped each."""
+    return "\n".join(
+        textwrap.fill(x, width=LINE - 2, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+        for x in text.split("\n")
+    )

@@ -13,7 +13,7 @@ from contextlib import closing
 from dataclasses import replace
 
 from .settings import setting
-from . import accelerations
+from . import accelerations, console
 from .demo import demo_block, say_demo
 from .models import prefix_packs
 from .errors import InputError, Interrupted, ModelError
@@ -507,15 +507,14 @@ def evaluate_models(script, config, per_caption_fields, evaluate, summary, needs
             finished.append(run.enc.name)
             yield row  # (the caller writes it: a per-model file at once)
             no_caps = input_report["num_records_without_captions"]
-            print(
-                f"{run.enc.name}: {summary(row)} ({run.scored.n_samples} records, "
-                f"{run.scored.image_report['num_failed_images']} unreadable images, "
+            context = (
+                f"({run.scored.n_samples} records, {run.scored.image_report['num_failed_images']} unreadable images, "
                 + (f"{no_caps} without captions (skipped), " if no_caps else "")
                 + f"{t.seconds:.1f} s)"
                 + (f"; {overlap_text(row['images_seen_overlap'])}" if "images_seen_overlap" in row else "")
-                + loop.progress(),
-                flush=True,
+                + loop.progress()
             )
+            print("\n".join(model_lines(run.enc.name, summary(row), context)), flush=True)
     except KeyboardInterrupt:
         raise Interrupted(_interrupted(config, models, finished, per_model_files)) from None
     finally:
@@ -553,6 +552,15 @@ def whole_row(figures, spec, run, script, input_report, seconds):
         figures["images_seen_overlap"] = seen
     figures["run"] = dict(run.info(script), **input_report, seconds=round(seconds, 3))
     return figures
+
+
+def model_lines(name, said, context):
+    """A model's result lines: `name: <said's first line> <context>` (its records, time, overlap, progress), the
+    context on its own indented line where the first would reach LINE, then said's other lines indented."""
+    head, *rest = said.split("\n")
+    first = f"{name}: {head} {context}"
+    lines = [first] if len(first) < console.LINE else [f"{name}: {head}", f"  {context}"]
+    return lines + [f"  {x}" for x in rest]
 
 
 def run_evaluation(script, config, per_caption_fields, evaluate, summary, needs=()):

@@ -217,8 +217,12 @@ def check_step_settings(settings, config, scripts, own):
                 f"SETTINGS may not set {key}: " + (f"use --{key}=..." if key in config else "run_all sets it")
             )
         if key not in known:
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(known - own), n=3)
+            mean = f" (did you mean {' or '.join(close)}?)" if close else ""
             raise ConfigError(
-                f"SETTINGS: no step has a setting {key!r}; the steps' settings: {', '.join(sorted(known - own))}"
+                f"SETTINGS: no step has a setting {key!r}{mean}; the steps' settings: {', '.join(sorted(known - own))}"
             )
     check_settings(settings)
     for name in ("FORCE", "DRY_RUN"):
@@ -248,6 +252,20 @@ def select_steps(steps, names, valid, absent_why=None):
     return [s for s in steps if s.name in names]
 
 
+def _also(first, others):
+    """The report's other files under its first line: their names, wrapped under ~160 characters (the folder once,
+    where they all share the first's)."""
+    import textwrap
+
+    if not others:
+        return
+    folder = os.path.dirname(first)
+    same = all(os.path.dirname(p) == folder for p in others)
+    names = [os.path.basename(p) for p in others] if same else others
+    lead = f"  also in {folder or '.'}: " if same else "  also: "
+    print(textwrap.fill(", ".join(names), width=158, initial_indent=lead, subsequent_indent="    "))
+
+
 def say_report(base):
     """Where the report of a base JSONL is: the page to open, and the other files written."""
     from .filenames import metrics_path
@@ -273,9 +291,11 @@ def say_report(base):
         if os.path.isfile(p)
     ]
     if os.path.isfile(page):
-        print(f"report: open {show(page)} in a browser" + (f" (also {', '.join(others)})" if others else ""))
+        print(f"report: open {show(page)} in a browser")
+        _also(page, others)
     elif others:
-        print(f"report: {others[0]}" + (f" (also {', '.join(others[1:])})" if others[1:] else ""))
+        print(f"report: {others[0]}")
+        _also(others[0], others[1:])
     else:
         print(f"report: not written yet (step report -> {show(page)})")
 
@@ -391,7 +411,28 @@ def _new_process(step):
 _MODELS_SHOWN = {}  # repr(MODELS) -> the step that printed those specs in full (later steps point to it)
 
 
-def run_step(step, k, n, reason, dry_run=False, start="process", verbose=True):
+def new_run():
+    """Forget the specs shown by an earlier run in this process (run_all called twice from Python, or in tests):
+    each run shows its own in full once."""
+    _MODELS_SHOWN.clear()
+
+
+def interrupted(name, stopped, force):
+    """The error line of a run stopped during step `name` (by SIGTERM, else Ctrl-C), and how to go on: under
+    FORCE=True the same command would run every step again, so the advice leaves FORCE out."""
+    how = "stopped by SIGTERM" if stopped else "interrupted"
+    again = (
+        "Run the same command without --FORCE=True to go on (with it, every step runs again)"
+        if force
+        else "Run the same command again to go on"
+    )
+    return (
+        f"error: {how} during step {name}; later steps not run. {again}: finished steps are skipped, "
+        "an interrupted evaluation resumes from its cache"
+    )
+
+
+def run_step(step, k, n, reason, dry_run=False, start="process", verbose=True, force=False):
     """Run step k of n (print its command, its output as it comes, stamp its outputs); in a dry run only
     say it would. A failing step exits with its status, a stopped one with 130 (Ctrl-C) or 143 (SIGTERM).
     The model specs are printed in full by the first step that takes them; a later step with the same
@@ -417,12 +458,7 @@ def run_step(step, k, n, reason, dry_run=False, start="process", verbose=True):
     rc = _in_process(step) if start == "process" and in_process(step) else _new_process(step)
     if rc in (130, 143, -signal.SIGINT, -signal.SIGTERM):
         stopped = rc in (143, -signal.SIGTERM)
-        print(
-            f"\nerror: {'stopped by SIGTERM' if stopped else 'interrupted'} during step "
-            f"{step.name}; later steps not run. Run the same command again to go on: finished steps are skipped, "
-            f"an interrupted evaluation resumes from its cache",
-            file=sys.stderr,
-        )
+        print("\n" + interrupted(step.name, stopped, force), file=sys.stderr)
         raise SystemExit(143 if stopped else 130)
     seconds = time.perf_counter() - t0
     if rc != 0:

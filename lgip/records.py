@@ -183,7 +183,7 @@ def iter_json_lines(path):
             try:
                 value = json.loads(line)
             except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+                raise InputError(f"{path}:{lineno}: invalid JSON ({e.msg}: column {e.colno})") from None
             except (ValueError, RecursionError) as e:  # (a number of thousands of digits; nested thousands deep)
                 raise InputError(f"{path}:{lineno}: JSON this program does not read ({_unreadable(e)})") from None
             if b"\\ud" in raw or b"\\uD" in raw:  # a surrogate escape: paired (an emoji) or lone?
@@ -211,7 +211,7 @@ def read_json(path, object_pairs_hook=None):
     try:
         value = json.loads(text, object_pairs_hook=object_pairs_hook)
     except json.JSONDecodeError as e:
-        raise InputError(f"{path}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        raise InputError(f"{path}: invalid JSON ({e.msg}: line {e.lineno}, column {e.colno})") from None
     except (ValueError, RecursionError) as e:  # (a number of thousands of digits; arrays nested thousands deep)
         raise InputError(f"{path}: JSON this program does not read ({_unreadable(e)})") from None
     if "\\ud" in text or "\\uD" in text:  # a surrogate escape: paired (an emoji) or lone?

@@ -98,28 +98,73 @@ class _NoBar:
         pass
 
 
+def _terminal():
+    isatty = getattr(sys.stderr, "isatty", None)
+    return isatty is not None and isatty()
+
+
 def shows_bar(total, min_total):
-    """Whether a job of `total` items shows tqdm's bar: on a terminal any job does (seconds of scoring say how
-    far they are); in a log (stderr not a terminal) only a job of `min_total` or more (a line per update)."""
+    """Whether a job of `total` items shows a bar: on a terminal any job does (seconds of scoring say how far
+    they are); in a log (stderr not a terminal) only a job of `min_total` or more, as two lines (_LogBar)."""
     if total is None:
         return True
-    isatty = getattr(sys.stderr, "isatty", None)
-    return total >= (1 if isatty is not None and isatty() else min_total)
+    return total >= (1 if _terminal() else min_total)
+
+
+class _LogBar:
+    """A bar for a log file (stderr not a terminal): a line when it starts and one when it ends (count, seconds,
+    rate), not tqdm's carriage-return update every half second, which a file keeps as hundreds of lines."""
+
+    def __init__(self, total, desc, unit):
+        self.total, self.desc, self.unit, self.n, self.t0 = total, desc, unit, 0, time.perf_counter()
+        self.closed = False
+        start = f"{total:,} {unit}s to go" if total is not None else "started"
+        print(f"{desc}: {start}", file=sys.stderr, flush=True)
+
+    def update(self, n=1):
+        self.n += n
+
+    def set_postfix(self, *args, **kwargs):
+        pass
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        seconds = time.perf_counter() - self.t0
+        rate = f", {self.n / seconds:,.1f} {self.unit}/s" if seconds > 0 else ""
+        of = f" of {self.total:,}" if self.total is not None else ""
+        print(f"{self.desc}: {self.n:,}{of} {self.unit}s in {seconds:.1f} s{rate}", file=sys.stderr, flush=True)
+
+
+def _logged(iterable, bar):
+    try:
+        for x in iterable:
+            yield x
+            bar.update(1)
+    finally:
+        bar.close()
 
 
 def progress_bar(total, desc="", unit="it", min_total=2000):
-    """A tqdm bar updated by hand (`.update(n)`, `.close()`) where shows_bar; else a no-op."""
+    """A bar updated by hand (`.update(n)`, `.close()`) where shows_bar (tqdm on a terminal, _LogBar in a log);
+    else a no-op."""
     if not shows_bar(total, min_total):
         return _NoBar()
+    if not _terminal():
+        return _LogBar(total, desc, unit)
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, mininterval=0.5)
 
 
 def progress(iterable, total=None, desc="", unit="it", min_total=2000):
-    """A tqdm bar (items/s, ETA) on stderr where shows_bar; the bare iterable otherwise."""
+    """An iterable with a bar (items/s, ETA) on stderr where shows_bar (tqdm on a terminal, _LogBar's two lines
+    in a log); the bare iterable otherwise."""
     if not shows_bar(total, min_total):
         return iterable
+    if not _terminal():
+        return _logged(iterable, _LogBar(total, desc, unit))
     from tqdm import tqdm
 
     return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True, mininterval=0.5)

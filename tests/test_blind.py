@@ -163,16 +163,38 @@ def test_the_reports_section_says_each_scorer_and_a_sentence_per_type(tmp_path):
         "ngram1",
     ]
     assert lines["rows"][0]["cells"][1] == {"text": "n/a", "ci": ""}  # (a swap: every color pair a tie)
-    assert lines["sentences"][1] == (
+    assert (
         "A word-length rule (the shorter text wins) picks the true caption in 100% of number flips "
         "(95% interval 100% to 100%, above chance)."
-    )
+    ) in lines["sentences"]
+    assert "Ties on every color pair: length." in lines["sentences"]
     bad = tmp_path / "x_with_fliptypes__LGIP_blind.metrics.json"
     data = json.loads(bad.read_text(encoding="utf-8"))
     data["by_scorer"]["ngram1"]["color"]["acc_untied"] = 1.5
     bad.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(InputError, match=r"by_scorer.ngram1.color.acc_untied: not a rate in \[0, 1\]: 1.5"):
         load_blind(str(bad))
+
+
+def test_a_scorer_reliably_wrong_is_said_as_one_reliably_right():
+    from lgip.report.blind_text import type_sentences
+
+    scorers = {
+        "length": {"number": (None, None, 1.0, 40)},
+        "ngram1": {"number": (0.077, [0.023, 0.162], 0.0, 40)},
+        "ngram3": {"number": (0.52, [0.3, 0.7], 0.1, 40)},
+    }
+    said = type_sentences(scorers, "number")
+    assert said[0].startswith(
+        "A unigram model of the other images' captions picks the true caption in only 8% of number flips "
+        "(95% interval 2% to 16%, below chance): reliably wrong"
+    )
+    assert said[1:] == ["Ties on every number pair: length."]  # (ngram3 at chance: no sentence while one is told)
+    scorers["ngram1"]["number"] = (0.45, [0.3, 0.6], 0.0, 40)
+    assert type_sentences(scorers, "number")[0] == (
+        "No scorer is told from chance: the best, ngram3, picks the true caption in 52% of number flips "
+        "(95% interval 30% to 70%)."
+    )
 
 
 def test_the_edit_words_weights_by_hand():

@@ -37,6 +37,24 @@ def test_a_terminal_shows_a_bar_for_a_small_job_and_a_log_does_not(tmp_path):
         assert not shows_bar(1999, 2000) and shows_bar(2000, 2000) and shows_bar(None, 2000)
 
 
+def test_a_log_gets_a_bars_start_and_end_lines_only():
+    from lgip.util import progress, progress_bar
+
+    log = io.StringIO()
+    with contextlib.redirect_stderr(log):
+        assert list(progress(range(2500), total=2500, desc="m: pairs", unit="pair")) == list(range(2500))
+        bar = progress_bar(3000, desc="m: images", unit="image")
+        for _ in range(3000):
+            bar.update(1)
+        bar.close()
+        bar.close()  # (a second close writes nothing)
+        assert list(progress(range(5), total=5, desc="small")) == list(range(5))  # (under min_total: no lines)
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and len(lines) == 4, lines
+    assert lines[0] == "m: pairs: 2,500 pairs to go" and lines[1].startswith("m: pairs: 2,500 of 2,500 pairs in ")
+    assert lines[2] == "m: images: 3,000 images to go" and lines[3].startswith("m: images: 3,000 of 3,000 images")
+
+
 def test_detail_is_said_only_when_verbose(capsys):
     from lgip import console
 

@@ -87,6 +87,31 @@ def test_debiasing_sets_its_scorers_at_chance_and_writes_a_file_the_evaluations_
     assert meta["untyped_dropped"] == 160 and meta["input_sha256"] and meta["kept"] == m["kept"]
 
 
+def test_the_few_kept_warning_says_what_each_scorer_did_there(tmp_path):
+    """Every number flip adds words (length right on all: none kept); every color flip swaps one (length ties:
+    all kept): the warning names length above chance with its counts, and never the colors."""
+    from lgip.blind import standing
+
+    records = _records(40)
+    for r in records:
+        r["diff_caps_number"] = {k: ["two two " + r["orig_captions"][int(k)]] for k in ("0", "1")}
+        r["diff_caps"] = {k: r["diff_caps_color"][k] + r["diff_caps_number"][k] for k in ("0", "1")}
+    src = _write(tmp_path, records)
+    run_here("blind_audit.py", JSONL_PATH=str(src), SCORERS=["length", "edit"], BOOTSTRAP=100)
+    m, out, _ = run_here("debias_flips.py", JSONL_PATH=str(src), DEBIAS_SCORERS=["length"], HELD_OUT=["edit"])
+    b = m["kept"]["number"]
+    head = f"  warning: number: {b['kept']:,} of 80 flips kept (under 10%): blind-solvable (length above chance);"
+    assert head in out and "warning: color" not in out, out
+    assert "    length: right on 80 of 80 untied (1.000 [1.000, 1.000])" in out
+    assert standing({"scored": 8, "right": 4, "wrong": 4, "ties": 0, "acc_untied": 0.5, "acc_untied_ci95": None}) == (
+        "at chance (4 right, 4 wrong)"
+    )
+    tied = {"scored": 40, "right": 0, "wrong": 0, "ties": 40, "acc_untied": None, "acc_untied_ci95": None}
+    assert standing(tied) == "ties on all 40"
+    low = {"scored": 26, "right": 2, "wrong": 22, "ties": 2, "acc_untied": 0.083, "acc_untied_ci95": [0.0, 0.2]}
+    assert standing(low) == "wrong on 22 of 24 untied (0.083 [0.000, 0.200], 2 tied)"
+
+
 def test_the_debiased_file_is_evaluated_as_any_input(tmp_path):
     src = tmp_path / "fixture_with_fliptypes.jsonl"
     shutil.copy(REFERENCE + "/fixture_with_fliptypes.jsonl", src)
@@ -136,6 +161,7 @@ def test_run_all_with_debias_evaluates_the_debiased_flips_and_the_report_sets_th
     assert (folder / "lgip_demo_with_fliptypes_debiased__LGIP_fliptypes.metrics.json").is_file()
     md = (folder / "lgip_demo__LGIP_report.md").read_text(encoding="utf-8")
     side = md.split("### On the debiased flips")[1].split("\n## ")[0]
-    assert re.search(r"\| demo_tiny_random \| \d\.\d{3} → \d\.\d{3} \|", side), side
+    assert re.search(r"\| demo_tiny_random \| \d\.\d{3} → \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] \|", side), side
+    assert re.search(r"Kept: \d+ of \d+ flips \(", side), side
     html = (folder / "lgip_demo__LGIP_report.html").read_text(encoding="utf-8")
     assert "<h3>On the debiased flips</h3>" in html

@@ -131,6 +131,33 @@ def test_each_arm_is_compared_with_its_start_and_the_other_arm(demo):
         assert ("which excludes 0" if pos["excludes_zero"] else "which contains 0") in sentence.split(";")[0]
     assert any(r["Arm − reference"] == f"`{ARMS[1]}` − `{ARMS[0]}`" for r in rows)
     assert "on the 2 held-out images that no arm trained on" in md
+    # the later arm against the earlier (the plain control): every figure beyond noise in the table, said
+    from lgip.report.finetune_text import FIGURE_WORDS
+
+    sentence = next(x for x in md.splitlines() if x.startswith(f"- `{ARMS[1]}` against its start `{START}`: "))
+    against = sentence.split(f" Against `{ARMS[0]}`: ")[1]
+    beyond = [
+        c["figure"]
+        for c in comparisons
+        if {c["a"], c["b"]} == set(ARMS) and c["flip_type"] is None and c["excludes_zero"]
+    ]
+    assert all(FIGURE_WORDS[f] in against for f in beyond) and (beyond or against.startswith("no figure beyond"))
+
+
+def test_a_figure_beyond_noise_between_two_arms_is_said_with_its_side():
+    from lgip.report.finetune_text import _beyond_noise
+
+    found = {
+        ("lgip", "plain", "image_sensitivity_pos_rate", None): (-0.009, -0.017, -0.001),
+        ("lgip", "plain", "invariance_error_mean", None): (-0.002, -0.004, -0.001),
+        ("lgip", "plain", "sensitivity_pos_rate", None): (0.01, -0.02, 0.04),
+        ("lgip", "plain", "sensitivity_pos_rate", "color"): (0.2, 0.1, 0.3),
+    }
+    assert _beyond_noise(found, "lgip", "plain") == [
+        "image positive rate fell (-0.009, 95% interval -0.017 to -0.001: worse)",
+        "invariance error fell (-0.0020, 95% interval -0.0040 to -0.0010: better)",
+    ]
+    assert _beyond_noise(found, "plain", "lgip") is None
 
 
 def test_the_loss_curves_are_drawn_and_embedded_in_the_page(demo):

@@ -205,7 +205,7 @@ def test_two_runs_at_once_on_one_input_keep_both_rows(tmp_path):
 BROKEN = {
     "truncated": (
         '[{"model_tag": "a", "x": 1}, {"model_t',
-        "invalid JSON (Unterminated string starting at at line 1 column 31)",
+        "invalid JSON (Unterminated string starting at: line 1, column 31)",
     ),
     "not a list": ('{"model_tag": "a"}', "holds a JSON object, not a list of per-model dicts"),
     "no model_tag": ('[{"model_tag": "a"}, {"x": 2}]', "row #2 of 2 has no 'model_tag' (a non-empty string)"),
@@ -253,8 +253,7 @@ def test_a_script_whose_list_file_is_unreadable_ends_with_status_4_and_its_rows_
     assert proc.returncode == 4, proc.stderr
     [beside] = [n for n in os.listdir(tmp_path) if ".unmerged-" in n]
     assert (
-        f"warning: {tmp_path / MULTI}: invalid JSON (Unterminated string starting at at line 2 column 32)"
-        in proc.stderr
+        f"warning: {tmp_path / MULTI}: invalid JSON (Unterminated string starting at: line 2, column 32)" in proc.stderr
     )
     assert f"not written: {MULTI} (not merged: its rows are in {beside})" in proc.stderr
     assert [m["model_tag"] for m in rows(tmp_path / beside)] == ["tiny_openclip"]

@@ -132,7 +132,9 @@ def test_end_to_end_writes_every_output(demo_done):
     assert f"ran {len(STEPS)} of {len(STEPS)} steps" in proc.stdout
     if HAVE_REPORT:
         assert re.search(
-            r"^report: open .*lgip_demo__LGIP_report\.html in a browser .*lgip_demo__LGIP_report\.md", proc.stdout, re.M
+            r"^report: open .*lgip_demo__LGIP_report\.html in a browser\n  also in .*: lgip_demo__LGIP_report\.md",
+            proc.stdout,
+            re.M,
         )
     for name in OUTPUTS[3:]:
         for m in json.load(open(folder / name)):
@@ -279,7 +281,8 @@ def test_demo_defaults_and_settings_passed_only_where_accepted(tmp_path):
     [
         (["--STEPS=['nope']"], "unknown step 'nope'"),
         (["--STEPS=make_base"], "make_base, which runs only on COCO data"),
-        (["--SETTINGS={'NOPE': 1}"], "no step has a setting 'NOPE'"),
+        (["--SETTINGS={'NOPE': 1}"], "no step has a setting 'NOPE';"),
+        (["--SETTINGS={'BOOTSTAP': 0}"], "no step has a setting 'BOOTSTAP' (did you mean BOOTSTRAP"),
         (["--SETTINGS={'PROTOCOL': 'reference'}"], "use --PROTOCOL"),
         (["--SETTINGS={'INPUT_JSONL': 'x.jsonl'}"], "run_all sets it"),
         (["--DATA=both"], "DATA must be"),
@@ -546,6 +549,16 @@ def test_a_step_in_run_alls_process_stops_as_a_new_one_does_and_leaves_nothing(t
     assert not glob.glob(str(folder / "*.metrics.json"))
 
 
+def test_the_advice_after_an_interrupt_is_true_under_force():
+    from lgip.pipeline import interrupted
+
+    plain = interrupted("run_lgip_multi", False, False)
+    assert plain.startswith("error: interrupted during step run_lgip_multi; later steps not run. Run the same command")
+    forced = interrupted("run_lgip_multi", True, True)
+    assert forced.startswith("error: stopped by SIGTERM during step run_lgip_multi;")
+    assert "Run the same command without --FORCE=True to go on (with it, every step runs again)" in forced
+
+
 @pytest.mark.parametrize(
     "spec",
     [
@@ -587,10 +600,12 @@ def test_the_console_says_a_line_per_step_and_per_model_result_and_verbose_says_
     assert len(steps) == 11 and all(line.endswith("missing") for line in steps), steps
     results = [line for line in out if line.startswith(("demo_tiny_random:", "demo2:"))]
     assert len([r for r in results if ": invariance error" in r]) == 6  # (3 evaluations x 2)
+    wide = [line for line in out if len(line) >= 160 and str(tmp_path) not in line]  # (a line taken in at a glance)
+    assert not wide, wide
     assert any("from the cache: " in r for r in results)
     assert sum(line.startswith("blind audit: ") and "acc_untied (chance 0.5): length" in line for line in out) == 1
     assert not [line for line in out if line.startswith(("  $ ", "-> ")) or " - demo2: " in line or "done in" in line]
-    assert sum("Demo run" in line for line in out) == 1 and "Demo run" in out[-1]
+    assert sum("Demo run" in line for line in out) == 1 and "Demo run" in " ".join(out[-2:])  # (wrapped: two lines)
     assert out[-2].startswith("report: open ") and out[-3].startswith("run_all: ran 11 of 11 steps")
     # (overrides, data, steps, the generators' and models' results, the table, the end)
     assert len(out) <= 4 + 1 + 11 + 4 + len(results) + 5 + 3, out

@@ -87,9 +87,10 @@ def load_debiased(jsonl_path, full_rows, chosen):
     full = {m["model_tag"]: m for m in full_rows or []}
 
     def rates(m):
-        out = {"all": ((m.get("global_sensitivity") or {}).get("pos_rate"), m.get("grounded_pos_rate"))}
+        g = m.get("global_sensitivity") or {}
+        out = {"all": _rate_block(g, m.get("grounded_pos_rate"))}
         for t, b in (m.get("by_flip_type") or {}).items():
-            out[t] = (b.get("pos_rate"), b.get("grounded_pos_rate"))
+            out[t] = _rate_block(b, b.get("grounded_pos_rate"))
         return out
 
     models = [
@@ -97,6 +98,18 @@ def load_debiased(jsonl_path, full_rows, chosen):
     ]
     types = list(dict.fromkeys(t for x in models for t in x["full"] if t != "all"))
     return {"path": path, "types": types, "models": models} if models else None
+
+
+def _rate_block(b, grounded):
+    """{pos, ci, grounded, count} of a metrics block: its positive rate, the rate's interval (None under the
+    reference protocol, which writes none), the grounded rate and the flips it counts."""
+    ci = b.get("pos_rate_ci95")
+    return {
+        "pos": b.get("pos_rate"),
+        "ci": ci if isinstance(ci, list) and len(ci) == 2 else None,
+        "grounded": grounded,
+        "count": b.get("count"),
+    }
 
 
 def describe(name):
@@ -115,6 +128,49 @@ def _pct(v):
     return f"{100 * v:.0f}%"
 
 
+def _interval(ci):
+    return f"95% interval {_pct(ci[0])} to {_pct(ci[1])}"
+
+
+def type_sentences(scorers, t):
+    """What the scorers say of flip type `t` (`all` for every flip): each scorer whose interval lies above 0.5
+    (it solves the type) and each whose interval lies below (reliably wrong: as informative as reliably right,
+    the flips carry a cue it reads backwards), else that none is told from chance; and the scorers that tie
+    on every pair. scorers: {name: {block: (acc_untied, ci, tie_rate, scored)}}."""
+    what = "all flips" if t == "all" else f"{t} flips"
+    told = [(figs[t][0], name, figs[t][1]) for name, figs in scorers.items() if figs.get(t, (None,))[0] is not None]
+    tied = [name for name, figs in scorers.items() if figs.get(t, (None,))[0] is None and figs.get(t, (None,) * 4)[3]]
+    if not told:
+        return [f"No scorer tells a caption from its {t} flip: every pair is a tie."]
+    out = []
+    above = sorted((x for x in told if x[2] and x[2][0] > 0.5), key=lambda x: -x[0])
+    below = sorted((x for x in told if x[2] and x[2][1] < 0.5), key=lambda x: x[0])
+    for acc, name, ci in above:
+        who = describe(name)
+        out.append(
+            f"{who[0].upper()}{who[1:]} picks the true caption in {_pct(acc)} of {what} ({_interval(ci)}, "
+            "above chance)."
+        )
+    for acc, name, ci in below:
+        who = describe(name)
+        out.append(
+            f"{who[0].upper()}{who[1:]} picks the true caption in only {_pct(acc)} of {what} "
+            f"({_interval(ci)}, below chance): reliably wrong, as telling as reliably right (the flips carry "
+            "a cue it reads backwards)."
+        )
+    if not above and not below:
+        acc, name, ci = max(told, key=lambda x: x[0])  # (a tie: the scorer named first, the simplest)
+        interval = f" ({_interval(ci)})" if ci else ""
+        out.append(
+            f"No scorer is told from chance: the best, {name}, picks the true caption in {_pct(acc)} of "
+            f"{what}{interval}."
+        )
+    if tied:
+        pairs = "pair" if t == "all" else f"{t} pair"
+        out.append(f"Ties on every {pairs}: {', '.join(tied)}.")
+    return out
+
+
 def blind_lines(audit):
     """The section's words and table (None without an audit): a row per scorer, a column per block (all, then
     each type), each cell acc_untied and its interval; a sentence per type."""
@@ -130,24 +186,7 @@ def blind_lines(audit):
                 {"text": "n/a" if acc is None else f"{acc:.3f}", "ci": f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""}
             )
         rows.append({"label": name, "title": describe(name), "cells": cells})
-    sentences = []
-    for t in audit["types"] or ["all"]:
-        told = [
-            (figs[t][0], name, figs[t][1])
-            for name, figs in audit["scorers"].items()
-            if figs.get(t, (None,))[0] is not None
-        ]
-        if not told:
-            sentences.append(f"No scorer tells a caption from its {t} flip: every pair is a tie.")
-            continue
-        acc, name, ci = max(told, key=lambda x: x[0])  # (a tie: the scorer named first, the simplest)
-        side = (
-            "above chance" if ci and ci[0] > 0.5 else "below chance" if ci and ci[1] < 0.5 else "not told from chance"
-        )
-        interval = f" (95% interval {_pct(ci[0])} to {_pct(ci[1])}, {side})" if ci else ""
-        what = "flips" if t == "all" else f"{t} flips"
-        who = describe(name)
-        sentences.append(f"{who[0].upper()}{who[1:]} picks the true caption in {_pct(acc)} of {what}{interval}.")
+    sentences = [x for t in audit["types"] or ["all"] for x in type_sentences(audit["scorers"], t)]
     side = _side_by_side(audit.get("debiased"))
     return {
         "debiased": side,
@@ -165,29 +204,47 @@ def blind_lines(audit):
     }
 
 
-def _arrow(a, b):
+def _arrow(a, b, ci=None):
+    """{"text": "a → b", "ci": "[lo, hi]" of b or ""}."""
     f = lambda v: "n/a" if v is None else f"{v:.3f}"
-    return f"{f(a)} → {f(b)}"
+    return {"text": f"{f(a)} → {f(b)}", "ci": f"[{f(ci[0])}, {f(ci[1])}]" if ci else ""}
+
+
+def _kept(full, deb):
+    """ "17 of 77" from the blocks' flip counts, else None."""
+    n, of = deb.get("count"), full.get("count")
+    return f"{n:,} of {of:,}" if isinstance(n, int) and isinstance(of, int) else None
 
 
 def _side_by_side(found):
-    """The models' positive rates on all flips → on the debiased ones (None without a debiased evaluation)."""
+    """The models' positive rates on all flips → on the debiased ones, the debiased rate's interval after it,
+    and how many flips were kept (None without a debiased evaluation)."""
     if found is None:
         return None
+    none = {"pos": None, "ci": None, "grounded": None, "count": None}
+    first = found["models"][0]
+    kept = {b: _kept(first["full"].get(b, none), first["debiased"].get(b, none)) for b in ["all"] + found["types"]}
     header = ["Model", "all", "grounded"] + found["types"]
     rows = []
     for x in found["models"]:
         full, deb = x["full"], x["debiased"]
-        cells = [_arrow(full["all"][0], deb["all"][0]), _arrow(full["all"][1], deb["all"][1])]
-        cells += [_arrow(full.get(t, (None,))[0], deb.get(t, (None,))[0]) for t in found["types"]]
+        cells = [_arrow(full["all"]["pos"], deb["all"]["pos"], deb["all"]["ci"])]
+        cells.append(_arrow(full["all"]["grounded"], deb["all"]["grounded"]))
+        for t in found["types"]:
+            a, b = full.get(t, none), deb.get(t, none)
+            cells.append(_arrow(a["pos"], b["pos"], b["ci"]))
         rows.append({"model": x["model"], "cells": cells})
+    by_type = ", ".join(f"{t} {kept[t]}" for t in found["types"] if kept[t])
+    count = f" Kept: {kept['all']} flips" + (f" ({by_type})" if by_type else "") + "." if kept["all"] else ""
     return {
         "lead": (
             "Each model's positive rate on all flips → on the debiased flips (those the debiasing scorers cannot "
-            "tell from their captions; `debias_flips.py`); grounded: the text-prior control's (LGIP_SPEC.md 9). "
-            "A rate that falls there rode on what a blind scorer can see."
+            "tell from their captions; `debias_flips.py`), the debiased rate's 95% interval over images after it; "
+            "grounded: the text-prior control's (LGIP_SPEC.md 9). A rate that falls there rode on what a blind "
+            f"scorer can see.{count}"
         ),
         "header": header,
         "rows": rows,
+        "kept": kept,
         "path": found["path"],
     }

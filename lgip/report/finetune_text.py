@@ -253,6 +253,39 @@ def _verdict(found, arm, start, figure, what):
     return f"on {what} it did not beat the start beyond resampling noise ({_signed(d, digits)}, {ci}, which contains 0)"
 
 
+FIGURE_WORDS = {
+    "sensitivity_pos_rate": "positive rate",
+    "grounded_pos_rate": "grounded positive rate",
+    "invariance_error_mean": "invariance error",
+    "invariance_error_rel": "relative invariance error",
+    "i2t_recall@1": "image-to-text R@1",
+    "i2t_flip_top1_rate": "flip top-1 rate",
+    "localization_acc": "localization accuracy",
+    "image_sensitivity_pos_rate": "image positive rate",
+}  # a compared figure in a sentence
+
+
+def _beyond_noise(found, x, y, skip=()):
+    """Each figure (all flips) on which x − y's interval excludes 0, in words: "image positive rate fell
+    (-0.009, 95% interval -0.017 to -0.001: worse)"; None when x and y were not compared."""
+    figures = [k[2] for k in found if k[:2] == (x, y) and k[3] is None]
+    if not figures:
+        return None
+    out = []
+    for figure in figures:
+        d, lo, hi = found[(x, y, figure, None)]
+        if figure in skip or lo is None or not (lo > 0 or hi < 0):
+            continue
+        digits = COMPARED_NAMES.get(figure, (figure, 4))[1]
+        better = (d < 0) if figure in LOWER_IS_BETTER else (d > 0)
+        ci = f"95% interval {_signed(lo, digits)} to {_signed(hi, digits)}"
+        word = FIGURE_WORDS.get(figure, figure)
+        out.append(
+            f"{word} {'rose' if d > 0 else 'fell'} ({_signed(d, digits)}, {ci}: {'better' if better else 'worse'})"
+        )
+    return out
+
+
 def finetune_lines(fine, rows, comparisons, paths):
     """The section's words and tables (None without fine-tuned arms): {"title", "lead", "header", "rows" (each
     {"model", "label", "note", "cells"}), "comparisons": {"header", "rows"}, "comparisons_lead", "sentences":
@@ -283,9 +316,15 @@ def finetune_lines(fine, rows, comparisons, paths):
             _verdict(found, arm["model"], start, f, w)
             for f, w in (("sensitivity_pos_rate", "positive rate"), ("invariance_error_mean", "invariance error"))
         ]
-        sentences.append(
-            {"model": arm["model"], "text": f"{tag}{late} against its start `{start}`: " + "; ".join(said) + "."}
-        )
+        said += _beyond_noise(found, arm["model"], start, skip=("sensitivity_pos_rate", "invariance_error_mean")) or []
+        text = f"{tag}{late} against its start `{start}`: " + "; ".join(said) + "."
+        for other in [a["model"] for a in fine["arms"]]:  # (an earlier arm: the plain control, say)
+            more = _beyond_noise(found, arm["model"], other) if other != arm["model"] else None
+            if more is not None:
+                text += (
+                    f" Against `{other}`: " + ("; ".join(more) if more else "no figure beyond resampling noise") + "."
+                )
+        sentences.append({"model": arm["model"], "text": text})
     for p in fine.get("points", []):
         if p["start"] not in fine["starts"]:
             notes.append(f"`{p['model']}` mixes `{p['start']}`, which this report does not include, with its arm.")

@@ -12,6 +12,7 @@ from a `Report` (lgip.report.overview).
 """
 
 import os
+import re
 
 from ..outputs import atomic_open
 from .overview import (
@@ -54,8 +55,8 @@ CONSOLE_COLUMNS = (
 
 
 def console_table(rows):
-    """The main table's headline columns (CONSOLE_COLUMNS, those some row has), to fit a terminal: the
-    report's .md and page have them all."""
+    """The main table's headline columns (CONSOLE_COLUMNS, those some row has) without their intervals, to fit a
+    terminal: the report's .md and page have them all."""
     from .rows import mixed_kinds
 
     header, cells, align = main_table(rows)
@@ -63,7 +64,9 @@ def console_table(rows):
         ("Inv. rel. ↓",) if mixed_kinds(rows) else ()
     )  # (several score kinds: what compares them)
     keep = [i for i, h in enumerate(header) if h in wanted]
-    return md_table([header[i] for i in keep], [[c[i] for i in keep] for c in cells], [align[i] for i in keep])
+    bare = lambda cell: re.sub(r" \[[^\]]*\]$", "", cell)  # (no interval: a line under ~160 characters)
+    table = md_table([header[i] for i in keep], [[bare(c[i]) for i in keep] for c in cells], [align[i] for i in keep])
+    return table + "\n(95% intervals in the report)" if any(bare(c[i]) != c[i] for c in cells for i in keep) else table
 
 
 def _runs_summary(report):
@@ -319,7 +322,7 @@ def _debiased_lines(side):
     """The models' positive rates on all flips and on the debiased ones (run_all's DEBIAS); [] without them."""
     if side is None:
         return []
-    cells = [[r["model"]] + r["cells"] for r in side["rows"]]
+    cells = [[r["model"]] + [c["text"] + (f" {c['ci']}" if c["ci"] else "") for c in r["cells"]] for r in side["rows"]]
     align = ["l"] + ["r"] * (len(side["header"]) - 1)
     return ["### On the debiased flips", "", side["lead"], "", md_table(side["header"], cells, align), ""]
 
