@@ -606,9 +606,11 @@ def test_the_console_says_a_line_per_step_and_per_model_result_and_verbose_says_
     assert sum(line.startswith("blind audit: ") and "acc_untied (chance 0.5): length" in line for line in out) == 1
     assert not [line for line in out if line.startswith(("  $ ", "-> ")) or " - demo2: " in line or "done in" in line]
     assert sum("Demo run" in line for line in out) == 1 and "Demo run" in " ".join(out[-2:])  # (wrapped: two lines)
-    assert out[-2].startswith("report: open ") and out[-3].startswith("run_all: ran 11 of 11 steps")
-    # (overrides, data, steps, the generators' and models' results, the table, the end)
-    assert len(out) <= 4 + 1 + 11 + 4 + len(results) + 5 + 3, out
+    at = next(i for i, line in enumerate(out) if line.startswith("report: open "))
+    assert out[at - 1].startswith("run_all: ran 11 of 11 steps") and out[at + 1].startswith("  also in ")
+    assert all(line.startswith(("  ", "note: Demo run")) for line in out[at + 1 :]), out[at:]
+    # (overrides, data, steps, the generators' and models' results and their second lines, the table, the end)
+    assert len(out) <= 4 + 1 + 11 + 4 + 2 * len(results) + 6 + 6, out
     loud = run_script("run_all.py", *args, "--FORCE=True", "--VERBOSE=True").stdout
     assert "  $ python " in loud and "done in" in loud and "\n-> " in loud
     assert "demo_tiny_random - demo2: " in loud  # (a paired comparison)
