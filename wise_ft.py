@@ -74,9 +74,11 @@ def main():
     meta.update(tensors=counts, status="done")
     common.write_json(os.path.join(folder, "wise.meta.json"), meta)
     print(
-        f"{name}: {counts['interpolated']} tensors (1 - {ALPHA:g}) {start['name']} + {ALPHA:g} {arm['name']}"
-        + (f", {counts['from_arm']} from the arm" if counts["from_arm"] else "")
-        + f" -> {os.path.join(folder, 'model_spec.json')}",
+        common.fit(
+            f"{name}: {counts['interpolated']} tensors (1 - {ALPHA:g}) {start['name']} + {ALPHA:g} {arm['name']}"
+            + (f", {counts['from_arm']} from the arm" if counts["from_arm"] else "")
+            + f" -> {os.path.join(folder, 'model_spec.json')}"
+        ),
         flush=True,
     )
     return json.loads(json.dumps(saved))

@@ -18,7 +18,7 @@ from ..batch import ModelLoop
 from ..console import detail
 from ..demo import demo_block
 from ..errors import ConfigError, Interrupted, ModelError
-from ..evaluation import ModelRun
+from ..evaluation import ModelRun, model_lines
 from ..filenames import metrics_path
 from ..lookahead import Lookahead
 from ..models.cards import model_card
@@ -102,7 +102,8 @@ def classify(script, config, shapes_root=None):
             row["run"]["seconds"] = round(t.seconds, 3)
             rows.append(row)
             kept.append((row["model_tag"], made.kept))
-            print(f"{row['model_tag']}: {summary(row)} ({t.seconds:.1f} s){loop.progress()}", flush=True)
+            said = model_lines(row["model_tag"], summary(row), f"({t.seconds:.1f} s){loop.progress()}")
+            print("\n".join(said), flush=True)
     except KeyboardInterrupt:
         done = ", ".join(r["model_tag"] for r in rows) or "none"
         raise Interrupted(
@@ -242,7 +243,8 @@ def _run_block(script, config, run, sets, scored, scores):
 
 
 def summary(row):
-    """A model's line: each set's acc1 and ECE (and after T*), each OOD set's AUROC and FPR@95, shape bias."""
+    """A model's lines, one a set: each set's acc1 and ECE (and after T*), each OOD set's AUROC and FPR@95, shape
+    bias."""
     f = lambda v: fmt(v, ".3f")
     parts = []
     for name, d in row["datasets"].items():
@@ -251,4 +253,6 @@ def summary(row):
     parts += [f"{name} AUROC {f(o['auroc'])}, FPR@95 {f(o['fpr95'])}" for name, o in row["ood"].items()]
     parts += [f"{name} shape bias {f(c['shape_bias'])}" for name, c in row["cue_conflict"].items()]
     t = row["temperature"]
-    return "; ".join(parts) + (f" (T* {t:.3f}, s {f(row['logit_scale'])})" if t is not None else "")
+    if t is not None and parts:  # (the fit temperature and the model's own scale: after the first set's figures)
+        parts[0] += f" (T* {t:.3f}, s {f(row['logit_scale'])})"
+    return "\n".join(parts)  # (a line a set: the console's lines stay short with many sets)

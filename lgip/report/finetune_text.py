@@ -319,7 +319,7 @@ def finetune_lines(fine, rows, comparisons, paths):
         said += _beyond_noise(found, arm["model"], start, skip=("sensitivity_pos_rate", "invariance_error_mean")) or []
         text = f"{tag}{late} against its start `{start}`: " + "; ".join(said) + "."
         for other in [a["model"] for a in fine["arms"]]:  # (an earlier arm: the plain control, say)
-            more = _beyond_noise(found, arm["model"], other) if other != arm["model"] else None
+            more = _beyond_noise(found, arm["model"], other) if other not in (arm["model"], start) else None
             if more is not None:
                 text += (
                     f" Against `{other}`: " + ("; ".join(more) if more else "no figure beyond resampling noise") + "."
