@@ -507,7 +507,8 @@ def main():
             (before_ops, before_s), (after_ops, after_s) = counts["6fc3297"], counts["all on"]
             layers = (model.config.text_config.num_hidden_layers, model.config.vision_config.num_hidden_layers)
             print(
-                f"LLaVA-7B-shaped operators per image: {before_ops:,.0f} -> {after_ops:,.0f} "
+                f"{'LLaVA-7B-shaped operators' if ARCH else 'Operators'} per image: {before_ops:,.0f} -> "
+                f"{after_ops:,.0f} "
                 f"({before_ops / after_ops:.1f}x fewer; 6fc3297's path -> all on; "
                 f"wall {before_s:.3f} -> {after_s:.3f} s per image under the profiler; "
                 f"run_lgip_multi on {n_pipe} records, {layers[0]} + {layers[1]} layers, {DEVICE}, {DTYPE})"
