@@ -33,6 +33,8 @@ ARCH = None  # None, or "llava-1.5-7b": that architecture built here with random
 #   the GPU issue's cost at the real shape), its tokenizer the tests' BPE trained on the fixture captions
 SHRINK = 1  # int >= 1: ARCH's layers, widths and heads divided by this (576 image tokens kept):
 #   a CPU smoke test of the same code
+WIDTH_SHRINK = 1  # int >= 1: ARCH's widths and heads further divided by this, its layer counts kept (32 decoder
+#   layers, 24 vision layers): the operators a forward dispatches at LLaVA-1.5-7B's structure, on a CPU
 FAMILY = "llava"  # "llava", "qwen2_vl" or "paligemma": the tiny model built when MODEL_ID is None (tests/tiny_vlm.py)
 SCORE = "logprob"  # "logprob", "logprob_mean" or "vqascore" (LGIP_SPEC.md 13)
 JSONL_PATH = None  # a *_with_perturb.jsonl (images beside it); None = the bundled demo's 12 records, perturbed here
@@ -55,9 +57,14 @@ PIPELINE = True  # True, or False: also time run_lgip_multi's evaluation of the 
 #   memory (the joint scorer, JOINT_PIPELINE on and off, the self-check in it)
 DEVICE = "cpu"  # "cpu", "cuda", ...
 DTYPE = "fp32"  # "fp32" or "bf16": the model's weights (bf16: the difference to fp32 is measured, not bounded)
+OPERATORS = "both"  # "both", "each" or "none": the top-level aten operators per image of run_lgip_multi's evaluation of
+#   the PIPELINE_IMAGES records (torch.profiler's CPU trace; a family of GROUP_FAMILIES), 6fc3297's path (the
+#   switches of NEWER_SWITCHES off) and all on; "each": also each of them off alone
 PAPER_IMAGES = 40000  # int >= 1: images of the paper's job, for the count at LLaVA-1.5-7B's shape
 CONFIG = common.configure(globals())
 
+# the accelerations newer than 6fc3297 (IMAGE_GROUPS on by default there): off, that commit's default path
+NEWER_SWITCHES = ("TOKEN_LISTS", "SCORED_LOGITS", "WIDE_GROUPS", "LATE_SELF_CHECK")
 LLAVA_7B_IMAGE_TOKENS = 576  # CLIP ViT-L/14 at 336 px: 24 x 24 patches
 # LLaVA-1.5's conversation around the image and the caption: "USER: <image>\n{prompt} ASSISTANT: {caption}</s>"
 LLAVA_7B_OPENING, LLAVA_7B_BEFORE_ANSWER, LLAVA_7B_AFTER_ANSWER = "<s>USER: ", "\n{prompt} ASSISTANT:", "</s>"
@@ -103,23 +110,23 @@ def llava_arch(work):
         raise common.ConfigError(f"unknown ARCH {ARCH!r}; valid: None, 'llava-1.5-7b'")
     tok = caption_tokenizer(["<unk>", "<s>", "</s>", "<pad>", "<image>"], bos="<s>", vocab_size=32000)
     tok.add_special_tokens({"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"})
-    d = max(1, SHRINK)
+    d, w = max(1, SHRINK), max(1, SHRINK) * max(1, WIDTH_SHRINK)  # (depth, width divisors)
     vision = CLIPVisionConfig(
-        hidden_size=1024 // d,
-        intermediate_size=4096 // d,
+        hidden_size=max(8, 1024 // w),
+        intermediate_size=max(8, 4096 // w),
         num_hidden_layers=max(1, 24 // d),
-        num_attention_heads=max(1, 16 // d),
+        num_attention_heads=max(1, 16 // w),
         image_size=336,
         patch_size=14,
-        projection_dim=768 // d,
+        projection_dim=max(8, 768 // w),
     )
     text = LlamaConfig(
         vocab_size=32064,
-        hidden_size=4096 // d,
-        intermediate_size=11008 // d,
+        hidden_size=max(8, 4096 // w),
+        intermediate_size=max(8, 11008 // w),
         num_hidden_layers=max(1, 32 // d),
-        num_attention_heads=max(1, 32 // d),
-        num_key_value_heads=max(1, 32 // d),
+        num_attention_heads=max(1, 32 // w),
+        num_key_value_heads=max(1, 32 // w),
         max_position_embeddings=4096,
         bos_token_id=1,
         eos_token_id=2,
@@ -251,13 +258,11 @@ def timed_path(model, processor, jobs, **kw):
     return time.perf_counter() - t0, scores
 
 
-def pipeline_seconds(model, processor, path, n, work):
-    """{JOINT_PIPELINE on/off: (seconds per image, the self-check's record)}: run_lgip_multi's evaluation of the
-    first n records of `path` with the model in memory (the joint scorer: decoding, the prior's texts, the
-    pair bookkeeping), as the paper's job runs it."""
+def pipeline_job(model, path, n):
+    """(records, spec, settings, config) of run_lgip_multi's evaluation of the first n records of `path` with the
+    bench's model in memory (run_lgip_multi.JSONL_PATH set to them)."""
     import common as c
     import run_lgip_multi
-    from lgip import accelerations
     from lgip.models import joint
 
     sub = os.path.join(os.path.dirname(os.path.abspath(path)), "pipeline_with_perturb.jsonl")
@@ -284,21 +289,35 @@ def pipeline_seconds(model, processor, path, n, work):
         "BOOTSTRAP": 0,
     }
     run_lgip_multi.JSONL_PATH = sub
+    return records, spec, settings, config
+
+
+def evaluated(model, processor, job):
+    """The JointModel after run_lgip_multi's evaluation of `job` (pipeline_job's) with the switches as they are."""
+    import common as c
+    import run_lgip_multi
+    from lgip.models import joint
+
+    records, spec, settings, config = job
+    enc = joint.generative_model(spec, model, processor, settings, DEVICE, model.dtype).named(spec, "corrected")
+    run_lgip_multi.evaluate(c.ModelRun(spec, records, config, enc=enc))
+    return enc
+
+
+def pipeline_seconds(model, processor, path, n, work):
+    """{JOINT_PIPELINE on/off: (seconds per image, the self-check's record)}: run_lgip_multi's evaluation of the
+    first n records of `path` with the model in memory (the joint scorer: decoding, the prior's texts, the
+    pair bookkeeping), as the paper's job runs it."""
+    import common as c
+    from lgip import accelerations
+    from lgip.models import joint
+
+    records, spec, settings, config = job = pipeline_job(model, path, n)
     out = {}
     # (a first, untimed run on a few records: kernels, attention plans and workers met once, so neither timed
     # run pays what the first of them would)
-    warm = c.load_records(sub, ("same_caps", "diff_caps"))[: min(4, len(records))]
     try:
-        run_lgip_multi.evaluate(
-            c.ModelRun(
-                spec,
-                warm,
-                config,
-                enc=joint.generative_model(spec, model, processor, settings, DEVICE, model.dtype).named(
-                    spec, "corrected"
-                ),
-            )
-        )
+        evaluated(model, processor, (records[: min(4, len(records))], spec, settings, config))
     except c.ModelError as e:  # (said; the timed runs say it again)
         print(f"  warm-up: {e}")
     for on in (True, False):
@@ -306,14 +325,10 @@ def pipeline_seconds(model, processor, path, n, work):
         bounds = dict(joint.SELF_CHECK_BOUND)
         try:
             for attempt in (0, 1):
-                enc = joint.generative_model(spec, model, processor, settings, DEVICE, model.dtype).named(
-                    spec, "corrected"
-                )
                 sync()
                 t0 = time.perf_counter()
                 try:
-                    run = c.ModelRun(spec, records, config, enc=enc)
-                    run_lgip_multi.evaluate(run)
+                    enc = evaluated(model, processor, job)
                 except c.ModelError as e:  # (the self-check's bound is a guess for bf16 until measured: said, then
                     if attempt or "self-check" not in str(e):  # timed without it)
                         raise
@@ -326,6 +341,49 @@ def pipeline_seconds(model, processor, path, n, work):
         finally:
             accelerations.restore(before)
             joint.SELF_CHECK_BOUND.update(bounds)
+    return out
+
+
+def top_level_operators(prof):
+    """The aten:: events of a torch.profiler trace with no aten:: event above them: the operators the Python side
+    dispatched (an operator's own inner calls not counted again)."""
+
+    def top(event):
+        parent = event.cpu_parent
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                return False
+            parent = parent.cpu_parent
+        return True
+
+    return [e for e in prof.events() if e.name.startswith("aten::") and top(e)]
+
+
+def operators_per_image(model, processor, path, n):
+    """{label: (top-level aten operators per image, wall seconds per image under the profiler)} of run_lgip_multi's
+    evaluation of the first n records of `path`: 6fc3297's path (the switches of NEWER_SWITCHES off), each of them
+    off alone (OPERATORS "each"), and all on. A first, uncounted run warms the path."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from lgip import accelerations
+
+    job = pipeline_job(model, path, n)
+    runs = [("6fc3297", list(NEWER_SWITCHES))]
+    runs += [(f"{name} off", [name]) for name in NEWER_SWITCHES] if OPERATORS == "each" else []
+    runs += [("all on", [])]
+    evaluated(model, processor, job)
+    out = {}
+    for label, off in runs:
+        before = accelerations.switch_off(off)
+        try:
+            sync()
+            t0 = time.perf_counter()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                evaluated(model, processor, job)
+            sync()
+            out[label] = (len(top_level_operators(prof)) / n, (time.perf_counter() - t0) / n)
+        finally:
+            accelerations.restore(before)
     return out
 
 
@@ -443,6 +501,20 @@ def main():
                     f"{per:.3f} s per image; "
                     f"{PAPER_IMAGES:,} images: {PAPER_IMAGES * per / 60:.1f} min; self-check: {check}"
                 )
+        if OPERATORS != "none" and model.config.model_type in GROUP_FAMILIES:
+            n_pipe = min(PIPELINE_IMAGES or len(jobs), len(records))
+            counts = operators_per_image(model, processor, path, n_pipe)
+            (before_ops, before_s), (after_ops, after_s) = counts["6fc3297"], counts["all on"]
+            layers = (model.config.text_config.num_hidden_layers, model.config.vision_config.num_hidden_layers)
+            print(
+                f"{'LLaVA-7B-shaped operators' if ARCH else 'Operators'} per image: {before_ops:,.0f} -> "
+                f"{after_ops:,.0f} "
+                f"({before_ops / after_ops:.1f}x fewer; 6fc3297's path -> all on; "
+                f"wall {before_s:.3f} -> {after_s:.3f} s per image under the profiler; "
+                f"run_lgip_multi on {n_pipe} records, {layers[0]} + {layers[1]} layers, {DEVICE}, {DTYPE})"
+            )
+            for label, (ops, sec) in counts.items():
+                print(f"  operators per image, {label:22s} {ops:9,.0f}  {sec:7.3f} s per image")
         prefix, plain, reused, per_image = llava_7b_count(jobs)
         print(
             f"LLaVA-1.5-7B's shape (prefix {prefix} tokens, {LLAVA_7B_IMAGE_TOKENS} of them the image's; "

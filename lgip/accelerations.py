@@ -52,6 +52,15 @@ TEXT_PACKS = True  # a generative model's texts on its reused prefix packed into
 IMAGE_GROUPS = True  # a generative model's images run GROUP_IMAGES at a time in one forward,
 #   each image's row its prefix and packed texts under a block mask, no key-value cache (lgip/models/image_groups.py;
 #   GROUP_FAMILIES; needs JOINT_PIPELINE); False: per image, the prefix then its texts on its cache
+TOKEN_LISTS = True  # an image group's texts kept as Python lists of token ids (no tensor, slice or cat per text),
+#   each group's rows made tensors once (lgip/models/conversations.py TokenLists, image_groups.py; needs
+#   CONVERSATION_SPLICE and IMAGE_GROUPS); False: a tensor per text, the rows cut and joined from them
+SCORED_LOGITS = True  # an image group's language-model head run on the scored positions only, not on every position
+#   of every row (lgip/models/image_groups.py; needs IMAGE_GROUPS); False: the model's logits at every position
+WIDE_GROUPS = True  # an image group of WIDE_GROUP_IMAGES (16) images per forward, not GROUP_IMAGES (8): half the
+#   forwards; the memory the head's logits no longer take (lgip/models/joint.py; needs SCORED_LOGITS); False: 8
+LATE_SELF_CHECK = True  # a run's self-check (lgip/models/joint.py) made when its first image's group has run, not by
+#   running that image alone first (one forward fewer per run; needs IMAGE_GROUPS); False: the first image alone
 JOINT_PIPELINE = True  # a joint scorer prepares the next image (tokenizing, launching its forwards)
 #   while the device runs the last one's (lgip/scorers/joint.py); False: each image's scores waited for before the next
 NGRAM_MEMO = True  # an n-gram model's probabilities and a text's words computed once and looked up after
@@ -78,6 +87,10 @@ NAMES = [
     "CONVERSATION_SPLICE",
     "TEXT_PACKS",
     "IMAGE_GROUPS",
+    "TOKEN_LISTS",
+    "SCORED_LOGITS",
+    "WIDE_GROUPS",
+    "LATE_SELF_CHECK",
     "JOINT_PIPELINE",
 ]
 
@@ -107,6 +120,10 @@ EXACT_DTYPES = {
     "CONVERSATION_SPLICE": ALL_DTYPES,  # (the same ids and pixels, checked against the processor's)
     "TEXT_PACKS": (),  # (packed rows under a block mask)
     "IMAGE_GROUPS": (),  # (several images per forward under a block mask)
+    "TOKEN_LISTS": ALL_DTYPES,  # (the same rows, positions and mask: the same forward)
+    "SCORED_LOGITS": (),  # (the head on fewer rows: another matrix shape)
+    "WIDE_GROUPS": (),  # (more rows per forward: other matrix shapes)
+    "LATE_SELF_CHECK": (),  # (the first image in a full group, not alone: another row width)
     "JOINT_PIPELINE": (),  # (off: each image waited for, so no image groups either)
 }
 
@@ -138,6 +155,10 @@ PER_MODEL = (
     "CONVERSATION_SPLICE",
     "TEXT_PACKS",
     "IMAGE_GROUPS",
+    "TOKEN_LISTS",
+    "SCORED_LOGITS",
+    "WIDE_GROUPS",
+    "LATE_SELF_CHECK",
     "JOINT_PIPELINE",
 )
 JOINT_ONLY = (  # a joint scorer's alone
@@ -145,6 +166,10 @@ JOINT_ONLY = (  # a joint scorer's alone
     "CONVERSATION_SPLICE",
     "TEXT_PACKS",
     "IMAGE_GROUPS",
+    "TOKEN_LISTS",
+    "SCORED_LOGITS",
+    "WIDE_GROUPS",
+    "LATE_SELF_CHECK",
     "JOINT_PIPELINE",
 )
 

@@ -242,8 +242,19 @@ def test_the_generative_benchmark_prints_both_paths_and_their_agreement():
         "--PRIOR_IMAGES=1",
         "--ARCH=llava-1.5-7b",
         "--SHRINK=128",
+        "--WIDTH_SHRINK=2",
         "--MAX_TEXTS=6",
     )
     plain = re.search(r"^  plain .* ([\d.]+) LM tokens per text$", proc.stdout, re.M)
     assert plain and float(plain.group(1)) > 576, proc.stdout
     assert float(re.search(r"max \|score difference\|: (\S+)", proc.stdout).group(1)) < 1e-4
+    # the operators a run dispatches per image (torch.profiler's top-level aten:: events), 6fc3297's path and
+    # all on, with their wall times: WIDTH_SHRINK narrows it further, its layer counts kept (here 1 + 1 by SHRINK)
+    ops = re.search(
+        r"^LLaVA-7B-shaped operators per image: ([\d,]+) -> ([\d,]+) \(.* wall ([\d.]+) -> ([\d.]+) s per image",
+        proc.stdout,
+        re.M,
+    )
+    assert ops, proc.stdout
+    before, after = (int(x.replace(",", "")) for x in ops.groups()[:2])
+    assert before > after > 0 and float(ops.group(4)) > 0, proc.stdout

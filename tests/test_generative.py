@@ -143,12 +143,14 @@ def test_texts_packed_on_the_prefix_with_a_block_mask_give_the_plain_scores(llav
     assert conv.refused is None
 
 
-@pytest.mark.parametrize("size", [1, 3])
-def test_images_grouped_in_one_forward_give_the_plain_scores(llava, size, monkeypatch):
+@pytest.mark.parametrize("size,lists,scored_logits", [(1, False, False), (3, False, False), (3, True, True)])
+def test_images_grouped_in_one_forward_give_the_plain_scores(llava, size, lists, scored_logits, monkeypatch):
     """IMAGE_GROUPS: images of a family of GROUP_FAMILIES run `size` at a time in one forward with no cache,
     each row its prefix then its packed texts (rows of different lengths padded to WIDTH_STEP): the plain
     scores to 1e-4, sum and mean, logprob and vqascore, whatever the group's other images; a group runs
-    when full or when one of its results is asked for. Other families go per image, the group unused."""
+    when full or when one of its results is asked for. Other families go per image, the group unused. With
+    TOKEN_LISTS (the texts' ids as lists, the rows made tensors once) and SCORED_LOGITS (the head on the scored
+    positions only) the same."""
     from lgip.models import generative, image_groups
     from lgip.models.conversations import Conversations
     from lgip.models.joint import DEFAULT_QUESTION
@@ -156,9 +158,13 @@ def test_images_grouped_in_one_forward_give_the_plain_scores(llava, size, monkey
     model, processor = llava
     conv = Conversations(processor)
     forwards = []
-    real_forward = model.forward
+    # (the body: what the whole model runs, and SCORED_LOGITS runs apart from the head)
+    body = getattr(model, "model", model)
+    real_forward = body.forward
     monkeypatch.setattr(
-        model, "forward", lambda *a, **k: forwards.append(k.get("input_ids").shape) or real_forward(*a, **k)
+        body,
+        "forward",
+        lambda *a, **k: forwards.append(getattr(k.get("input_ids"), "shape", None)) or real_forward(*a, **k),
     )
     jobs = [
         (_image(0), [(generative.DEFAULT_PROMPT, t) for t in TEXTS]),
@@ -167,7 +173,7 @@ def test_images_grouped_in_one_forward_give_the_plain_scores(llava, size, monkey
     ]
     for mean in (False, True):
         want = [generative.conversation_scores(model, processor, im, cv, mean, reuse=False) for im, cv in jobs]
-        group = image_groups.ImageGroup(model, mean, size)
+        group = image_groups.ImageGroup(model, mean, size, lists, scored_logits)
         forwards.clear()
         pending = [
             generative.submit(model, processor, im, cv, mean, conversations=conv, group=group) for im, cv in jobs
@@ -178,6 +184,37 @@ def test_images_grouped_in_one_forward_give_the_plain_scores(llava, size, monkey
         if image_groups.groupable(model, conv.items(_image(0), jobs[0][1][:1])[0][0]):
             assert len(forwards) == (3 if size == 1 else 1) and forwards[-1][1] % image_groups.WIDTH_STEP == 0
             assert forwards[-1][0] == (1 if size == 1 else 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_token_lists_give_the_grouped_scores_bit_for_bit(llava, dtype):
+    """TOKEN_LISTS (EXACT_DTYPES: every dtype): an image group's texts as lists of ids, its rows made tensors once,
+    run the same forward as the rows cut from a tensor per text: the same scores bit for bit, fp32 and bf16; the
+    lists are the splice's own ids and positions."""
+    from lgip.models import generative, image_groups
+    from lgip.models.conversations import Conversations
+
+    model, processor = llava
+    conv = Conversations(processor)
+    jobs = [(_image(n), [(generative.DEFAULT_PROMPT, t) for t in TEXTS[: 5 - n]]) for n in (0, 1)]
+    listed = conv.lists(*jobs[0])
+    if not image_groups.groupable(model, conv.items(*jobs[0])[0][0]):
+        assert listed is None or listed.ids  # (other families: the group unused)
+        return
+    items = conv.items(*jobs[0])
+    assert listed.ids == [inp["input_ids"][0].tolist() for inp, _ in items]
+    assert listed.positions == [pos for _, pos in items]
+    assert all(torch.equal(a[0]["input_ids"], b[0]["input_ids"]) for a, b in zip(listed.items(), items))
+    model = model.to(dtype)
+    try:
+        got = []
+        for lists in (False, True):
+            group = image_groups.ImageGroup(model, False, 2, lists=lists)
+            pending = [generative.submit(model, processor, im, cv, conversations=conv, group=group) for im, cv in jobs]
+            got.append([p.result() for p in pending])
+        assert got[0] == got[1]
+    finally:
+        model.to(torch.float32)
 
 
 def test_the_conversations_spliced_are_the_processors_own(llava):

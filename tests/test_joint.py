@@ -250,7 +250,18 @@ def test_a_cached_rerun_loads_no_weights_and_a_killed_run_resumes(tmp_path, fold
 
 
 @pytest.mark.parametrize(
-    "switch", ["PREFIX_REUSE", "CONVERSATION_SPLICE", "TEXT_PACKS", "IMAGE_GROUPS", "JOINT_PIPELINE"]
+    "switch",
+    [
+        "PREFIX_REUSE",
+        "CONVERSATION_SPLICE",
+        "TEXT_PACKS",
+        "IMAGE_GROUPS",
+        "TOKEN_LISTS",
+        "SCORED_LOGITS",
+        "WIDE_GROUPS",
+        "LATE_SELF_CHECK",
+        "JOINT_PIPELINE",
+    ],
 )
 def test_each_joint_acceleration_off_gives_the_same_metrics(tmp_path, folders, switch):
     """ACCELERATIONS_OFF=[switch]: PREFIX_REUSE off runs the whole model per (image, text); CONVERSATION_SPLICE

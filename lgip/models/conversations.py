@@ -88,6 +88,26 @@ class Conversations:
             if real is not None:
                 processor.image_processor = real
 
+    def lists(self, image, convs):
+        """One image's conversations as Python lists, no tensor per text (accelerations.TOKEN_LISTS): a
+        TokenLists whose ids and positions are those of items(image, convs), or None where the splice is refused
+        or the processor gives per-token inputs beside the ids (items() then)."""
+        from .generative import tokenized
+
+        processor = self.processor
+        real = getattr(processor, "image_processor", None)
+        if real is not None:
+            processor.image_processor = _ImageOnce(real)
+        try:
+            first = tokenized(processor, image, *convs[0])
+            if len(convs) == 1 or self.refused is not None:
+                return None
+            spliced = self._spliced(image, convs, first, lists=True)
+            return None if spliced is None else TokenLists(first[0], *spliced)
+        finally:
+            if real is not None:
+                processor.image_processor = real
+
     def _rendered(self, convs):
         """Each conversation as the chat template renders it: the template rendered once with a stand-in for
         the prompt and the answer, each conversation's put in their place, where the template writes both
@@ -102,8 +122,9 @@ class Conversations:
                 return texts
         return [render(conversation(p, a)) for p, a in convs]
 
-    def _spliced(self, image, convs, first):
-        """The items by the splice, or None (self.refused then says why)."""
+    def _spliced(self, image, convs, first, lists=False):
+        """The items by the splice, or None (self.refused then says why); lists: (each conversation's ids as a
+        list, its answer's positions) instead, the conversations without extras (TokenLists)."""
         import torch
         from .generative import _answer_positions, tokenized
 
@@ -137,6 +158,7 @@ class Conversations:
                     return None
                 extras[key] = (v[:, :head], v[:, -1:])
         head_ids = inputs0["input_ids"][0, : p + len(expansion)]
+        head_list = e0[: p + len(expansion)]
         out, written = [], []
         for i, ((_, answer), text, ids) in enumerate(zip(convs, texts, collapsed)):
             if ids[: p + k] != c0[: p + k]:
@@ -146,6 +168,10 @@ class Conversations:
             if not positions or positions[0] < p + k:
                 self.refused = "an answer's tokens come before the image's"
                 return None
+            if lists:  # (the same ids as the tensor below, kept as a list: no tensor per text)
+                out.append((head_list + ids[p + k :], [q + shift for q in positions]))
+                written.append(positions)
+                continue
             # (the shared start and the expansion as the processor made them; the rest from this conversation)
             full = torch.cat([head_ids, torch.tensor(ids[p + k :], dtype=head_ids.dtype)])[None]
             inputs = {key: v for key, v in inputs0.items() if key not in ("input_ids", "attention_mask", *extras)}
@@ -160,7 +186,7 @@ class Conversations:
         shape = (p, k, len(expansion))
         if shape not in self._checked:  # (the processor's own tokens of a second conversation: the splice's proof)
             own, own_positions = tokenized(self.processor, image, *convs[1])
-            mine = out[1][0]
+            mine = TokenLists(inputs0, *zip(*out[1:2]), extras).items()[0][0] if lists else out[1][0]
             if (
                 own_positions != out[1][1]
                 or set(own) != set(mine)
@@ -175,6 +201,37 @@ class Conversations:
 
         for (_, positions), (_, answer), ids, p_ in zip(out, convs, collapsed, written):
             _check_answer_tokens(tok, ids, p_, answer)  # (the answer's tokens as written: the same tokens)
+        return ([ids for ids, _ in out], [positions for _, positions in out], extras) if lists else out
+
+
+class TokenLists:
+    """One image's conversations with their token ids as Python lists (Conversations.lists): `inputs` the first
+    conversation's processor inputs (the image's pixels, its keys), `ids` each conversation's token ids,
+    `positions` its answer's, `extras` the per-token inputs beside the ids ({key: (the first conversation's start,
+    the one value after it)}, as the splice rebuilds them). items() gives them as Conversations.items does (a
+    tensor per conversation)."""
+
+    def __init__(self, inputs, ids, positions, extras=None):
+        self.inputs, self.ids, self.positions, self.extras = inputs, list(ids), list(positions), dict(extras or {})
+
+    def __len__(self):
+        return len(self.ids)
+
+    def items(self):
+        import torch
+
+        first, extras = self.inputs, self.extras
+        dtype = first["input_ids"].dtype
+        shared = {key: v for key, v in first.items() if key not in ("input_ids", "attention_mask", *extras)}
+        out = []
+        for ids, positions in zip(self.ids, self.positions):
+            inputs = dict(shared, input_ids=torch.tensor([ids], dtype=dtype))
+            if "attention_mask" in first:
+                inputs["attention_mask"] = torch.ones_like(inputs["input_ids"], dtype=first["attention_mask"].dtype)
+            for key, (start, after) in extras.items():
+                rest = len(ids) - start.shape[1]
+                inputs[key] = torch.cat([start, after.expand(-1, rest, *after.shape[2:])], dim=1)
+            out.append((inputs, list(positions)))
         return out
 
 

@@ -149,6 +149,10 @@ def submit(model, processor, image, convs, mean=False, reuse=True, batch=16, pac
     reuse = reuse and reusable(model)  # (another family's cache: one plain forward per text)
     if getattr(model.config, "model_type", None) == "paligemma":
         return Pending(prefix_lm_scores(model, processor, image, convs, mean, reuse, batch))
+    if reuse and conversations is not None and group is not None and group.lists:  # (TOKEN_LISTS: no tensor per text)
+        pending = group.submit_lists(image, convs, conversations)
+        if pending is not None:
+            return pending
     if reuse and conversations is not None:
         items = conversations.items(image, convs)
     else:
@@ -282,6 +286,8 @@ def _last_image_token(model, ids):
     token = getattr(model.config, "image_token_index", None) if token is None else token
     if token is None:
         return -1
+    if isinstance(ids, list):  # (a TokenLists' ids)
+        return max((i for i, t in enumerate(ids) if t == token), default=-1)
     where = (ids == token).nonzero()
     return int(where[-1]) if len(where) else -1
 

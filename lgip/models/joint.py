@@ -32,6 +32,9 @@ PALIGEMMA_PROMPT = "caption en"
 TEXT_BATCH = 16  # texts per forward on one image's shared prefix, where the texts are not packed
 PACK_TOKENS = 2048  # text tokens per forward on one image's shared prefix, packed (accelerations.TEXT_PACKS)
 GROUP_IMAGES = 8  # images per forward, each its prefix and packed texts in a row (accelerations.IMAGE_GROUPS)
+WIDE_GROUP_IMAGES = 16  # images per forward with accelerations.WIDE_GROUPS (int >= 1): with the head on the scored
+#   positions only (SCORED_LOGITS), 16 rows take less memory than 8 rows' logits did (LLaVA-1.5-7B, bf16, ~3,200
+#   tokens a row: 16 x 3,200 x 32,064 x 2 bytes = 3.3 GB of logits, never made)
 SELF_CHECK_TEXTS = 3  # texts of the first image scored both ways before a run's first scores are kept
 # the largest |reused - plain| score the self-check lets pass: float32 (LGIP_SPEC.md 13's 1e-4), and per scored
 # token below it (bf16 keeps 8 bits of mantissa: the two paths' sums of different shapes round apart)
@@ -218,7 +221,12 @@ def generative_model(spec, model, processor, settings, device, dtype):
         and accelerations.JOINT_PIPELINE
         and config.model_type in image_groups.GROUP_FAMILIES
     )
-    group = image_groups.ImageGroup(model, mean, GROUP_IMAGES) if groups else None
+    lists = groups and conversations is not None and conversations.splice and accelerations.TOKEN_LISTS
+    scored_logits = groups and accelerations.SCORED_LOGITS and image_groups.head_apart(model)
+    wide = scored_logits and accelerations.WIDE_GROUPS
+    size = WIDE_GROUP_IMAGES if wide else GROUP_IMAGES
+    group = image_groups.ImageGroup(model, mean, size, lists, scored_logits) if groups else None
+    late = groups and accelerations.LATE_SELF_CHECK
     checked = []  # (the self-check runs once, on the first image)
 
     def convs_of(texts):
@@ -234,9 +242,14 @@ def generative_model(spec, model, processor, settings, device, dtype):
         )
         if reuse and not checked and convs:
             checked.append(True)
-            values = pending.result()
-            joint.info["self_check"] = self_check(model, processor, image, convs, values, mean, what)
-            pending = generative.Pending(values)
+
+            def check(values):
+                joint.info["self_check"] = self_check(model, processor, image, convs, values, mean, what)
+                return values
+
+            if late:  # (checked when the first image's group has run: before any of its scores is kept)
+                return _Checked(pending, check)
+            pending = generative.Pending(check(pending.result()))
         return pending
 
     why_not = {}
@@ -268,6 +281,17 @@ def generative_model(spec, model, processor, settings, device, dtype):
             else f"a {config.model_type!r} is not among the families whose images run in one forward "
             f"({', '.join(image_groups.GROUP_FAMILIES)}): per image"
         )
+    needs = {
+        "TOKEN_LISTS": (lists, "CONVERSATION_SPLICE is off: the processor's tensors per text"),
+        "SCORED_LOGITS": (scored_logits, "the model's language-model head is not apart from its body"),
+        "WIDE_GROUPS": (wide, "SCORED_LOGITS is off or does not apply: every position's logits"),
+        "LATE_SELF_CHECK": (late, ""),
+    }
+    for name, (ran, why) in needs.items():
+        if getattr(accelerations, name) and not ran:
+            why_not[name] = (
+                f"no image groups ({why_not.get('IMAGE_GROUPS', 'IMAGE_GROUPS is off')})" if not groups else why
+            )
     applied = {n for n in accelerations.JOINT_ONLY if getattr(accelerations, n) and n not in why_not}
     joint = JointModel(
         model=model,
@@ -282,8 +306,24 @@ def generative_model(spec, model, processor, settings, device, dtype):
         accelerations_applied=applied,
         why_not=why_not,
     )
-    joint.in_flight = GROUP_IMAGES if groups else 1
+    joint.in_flight = size if groups else 1
     return joint
+
+
+class _Checked:
+    """A first image's pending scores whose result() makes the run's self-check on them first (LATE_SELF_CHECK):
+    `check(values)` returns them, or raises ModelError."""
+
+    def __init__(self, pending, check):
+        self._pending, self._check = pending, check
+
+    def result(self):
+        from .generative import Pending
+
+        if self._check is not None:
+            values, check, self._check = self._pending.result(), self._check, None
+            self._pending = Pending(check(values))
+        return self._pending.result()
 
 
 def self_check(model, processor, image, convs, values, mean, what):
@@ -363,7 +403,7 @@ def load_itm(spec, protocol, device, dtype):
         score=score,
         info={"model_id": spec["model_id"], "class": type(model).__name__, "image_processor": image_processor},
         accelerations_applied={n for n in ("PREFIX_REUSE", "JOINT_PIPELINE") if getattr(accelerations, n)},
-        why_not={"CONVERSATION_SPLICE": why, "TEXT_PACKS": why, "IMAGE_GROUPS": why},
+        why_not={n: why for n in accelerations.JOINT_ONLY if n not in ("PREFIX_REUSE", "JOINT_PIPELINE")},
     )
 
 
