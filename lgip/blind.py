@@ -203,6 +203,12 @@ def blind_figures(pairs, gaps, types, resamples, seed):
     return out
 
 
+def interval_side(ci):
+    """ "above" or "below" where an accuracy's interval [lo, hi] excludes chance (0.5) on that side, else
+    "chance" (None, no interval, counts as chance)."""
+    return "above" if ci and ci[0] > 0.5 else "below" if ci and ci[1] < 0.5 else "chance"
+
+
 def side_of_chance(block):
     """Where a blind_figures block stands: "none" (nothing scored), "ties" (every scored pair a tie), "above" or
     "below" (acc_untied's interval excludes 0.5 on that side), else "chance" (no interval counts as chance)."""
@@ -210,8 +216,7 @@ def side_of_chance(block):
         return "none"
     if not block["right"] + block["wrong"]:
         return "ties"
-    ci = block["acc_untied_ci95"]
-    return "above" if ci and ci[0] > 0.5 else "below" if ci and ci[1] < 0.5 else "chance"
+    return interval_side(block["acc_untied_ci95"])
 
 
 def standing(block):

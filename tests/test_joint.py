@@ -14,6 +14,7 @@ import pytest
 import torch
 from PIL import Image
 
+from lgip import accelerations
 from conftest import FIXTURES, OPENCLIP_TINY, REFERENCE, eval_settings, run_here
 from tiny_vlm import tiny_blip2_itm, tiny_blip_itm, tiny_gemma3, tiny_lfm2_vl, tiny_llava, tiny_paligemma, tiny_qwen2_vl
 
@@ -249,20 +250,7 @@ def test_a_cached_rerun_loads_no_weights_and_a_killed_run_resumes(tmp_path, fold
             assert row[key] == pytest.approx(fresh[key], abs=1e-6), key
 
 
-@pytest.mark.parametrize(
-    "switch",
-    [
-        "PREFIX_REUSE",
-        "CONVERSATION_SPLICE",
-        "TEXT_PACKS",
-        "IMAGE_GROUPS",
-        "TOKEN_LISTS",
-        "SCORED_LOGITS",
-        "WIDE_GROUPS",
-        "LATE_SELF_CHECK",
-        "JOINT_PIPELINE",
-    ],
-)
+@pytest.mark.parametrize("switch", accelerations.JOINT_ONLY)  # (each of a joint scorer's switches)
 def test_each_joint_acceleration_off_gives_the_same_metrics(tmp_path, folders, switch):
     """ACCELERATIONS_OFF=[switch]: PREFIX_REUSE off runs the whole model per (image, text); CONVERSATION_SPLICE
     off the processor per text; TEXT_PACKS off batches on repeated caches; IMAGE_GROUPS off runs each image

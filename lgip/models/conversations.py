@@ -21,6 +21,7 @@ along the text) leaves every conversation to the processor (the image still proc
     >>> items = conv.items(image, [("Describe the image in one sentence.", "A red bus.")])   # [(inputs, positions)]
 """
 
+import contextlib
 import copy
 
 _PROMPT, _ANSWER = "\u27e6lgip prompt\u27e7", "\u27e6lgip answer\u27e7"  # (stand-ins no caption holds)
@@ -40,6 +41,20 @@ def _leaves(images):
     if isinstance(images, (list, tuple)):
         return tuple(x for i in images for x in _leaves(i))
     return (id(images),)
+
+
+@contextlib.contextmanager
+def _image_once(processor):
+    """The block's calls to `processor` process each image once (_ImageOnce in place of its image processor),
+    the real one put back after."""
+    real = getattr(processor, "image_processor", None)
+    if real is not None:
+        processor.image_processor = _ImageOnce(real)
+    try:
+        yield
+    finally:
+        if real is not None:
+            processor.image_processor = real
 
 
 class _ImageOnce:
@@ -75,18 +90,12 @@ class Conversations:
         from .generative import tokenized
 
         processor = self.processor
-        real = getattr(processor, "image_processor", None)
-        if real is not None:
-            processor.image_processor = _ImageOnce(real)
-        try:
+        with _image_once(processor):
             first = tokenized(processor, image, *convs[0])
             spliced = self._spliced(image, convs, first) if len(convs) > 1 and self.refused is None else None
             if spliced is not None:
                 return spliced
             return [first] + [tokenized(processor, image, p, a) for p, a in convs[1:]]
-        finally:
-            if real is not None:
-                processor.image_processor = real
 
     def lists(self, image, convs):
         """One image's conversations as Python lists, no tensor per text (accelerations.TOKEN_LISTS): a
@@ -95,18 +104,12 @@ class Conversations:
         from .generative import tokenized
 
         processor = self.processor
-        real = getattr(processor, "image_processor", None)
-        if real is not None:
-            processor.image_processor = _ImageOnce(real)
-        try:
+        with _image_once(processor):
             first = tokenized(processor, image, *convs[0])
             if len(convs) == 1 or self.refused is not None:
                 return None
             spliced = self._spliced(image, convs, first, lists=True)
             return None if spliced is None else TokenLists(first[0], *spliced)
-        finally:
-            if real is not None:
-                processor.image_processor = real
 
     def _rendered(self, convs):
         """Each conversation as the chat template renders it: the template rendered once with a stand-in for

@@ -10,6 +10,7 @@ caption from its flip best without the image (0.5 is chance).
 import json
 import os
 
+from ..blind import interval_side
 from ..errors import InputError
 from ..filenames import blind_file as blind_metrics, default_output, metrics_path
 from ..util import finite_number
@@ -143,8 +144,8 @@ def type_sentences(scorers, t):
     if not told:
         return [f"No scorer tells a caption from its {t} flip: every pair is a tie."]
     out = []
-    above = sorted((x for x in told if x[2] and x[2][0] > 0.5), key=lambda x: -x[0])
-    below = sorted((x for x in told if x[2] and x[2][1] < 0.5), key=lambda x: x[0])
+    above = sorted((x for x in told if interval_side(x[2]) == "above"), key=lambda x: -x[0])
+    below = sorted((x for x in told if interval_side(x[2]) == "below"), key=lambda x: x[0])
     for acc, name, ci in above:
         who = describe(name)
         out.append(

@@ -236,6 +236,15 @@ def _comparisons(fine, comparisons, types, labels):
     return found, rows
 
 
+def _better(figure, d):
+    """Whether a difference d (later − earlier) on `figure` is an improvement."""
+    return (d < 0) if figure in LOWER_IS_BETTER else (d > 0)
+
+
+def _interval(lo, hi, digits):
+    return f"95% interval {_signed(lo, digits)} to {_signed(hi, digits)}"
+
+
 def _verdict(found, arm, start, figure, what):
     """Whether `arm` beat `start` on one figure, in words, with the difference and its interval."""
     got = found.get((arm, start, figure, None))
@@ -243,12 +252,11 @@ def _verdict(found, arm, start, figure, what):
         return f"on {what}, no paired comparison with the start"
     d, lo, hi = got
     digits = COMPARED_NAMES[figure][1]
-    better = (d < 0) if figure in LOWER_IS_BETTER else (d > 0)
     if lo is None:
         return f"on {what}, {_signed(d, digits)} (no interval: BOOTSTRAP 0)"
-    ci = f"95% interval {_signed(lo, digits)} to {_signed(hi, digits)}"
+    ci = _interval(lo, hi, digits)
     if lo > 0 or hi < 0:
-        how = "it beat the start" if better else "it did worse than the start"
+        how = "it beat the start" if _better(figure, d) else "it did worse than the start"
         return f"on {what} {how} ({_signed(d, digits)}, {ci}, which excludes 0)"
     return f"on {what} it did not beat the start beyond resampling noise ({_signed(d, digits)}, {ci}, which contains 0)"
 
@@ -277,12 +285,9 @@ def _beyond_noise(found, x, y, skip=()):
         if figure in skip or lo is None or not (lo > 0 or hi < 0):
             continue
         digits = COMPARED_NAMES.get(figure, (figure, 4))[1]
-        better = (d < 0) if figure in LOWER_IS_BETTER else (d > 0)
-        ci = f"95% interval {_signed(lo, digits)} to {_signed(hi, digits)}"
+        side = "better" if _better(figure, d) else "worse"
         word = FIGURE_WORDS.get(figure, figure)
-        out.append(
-            f"{word} {'rose' if d > 0 else 'fell'} ({_signed(d, digits)}, {ci}: {'better' if better else 'worse'})"
-        )
+        out.append(f"{word} {'rose' if d > 0 else 'fell'} ({_signed(d, digits)}, {_interval(lo, hi, digits)}: {side})")
     return out
 
 
