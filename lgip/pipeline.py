@@ -292,7 +292,7 @@ def say_report(base):
     ]
     if os.path.isfile(page):
         print(f"report: open {show(page)} in a browser")
-        _also(page, others)
+        _also(show(page), others)
     elif others:
         print(f"report: {others[0]}")
         _also(others[0], others[1:])
